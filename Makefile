@@ -1,0 +1,115 @@
+# moat -- build, run and test. `make run` and `make test` are the two commands in the README.
+#
+#   make            build build/moatd, build/moat, build/moat-guest
+#   make run        install what is missing, build, start moatd, run a command in a sandbox
+#   make test       every test: unit (TAP), integration and attack, then again under ASan+UBSan
+#   make bench      benchmarks with side-by-side peers (see docs/benchmarks.md)
+#   make SANITIZE=1 build into build/san with -fsanitize=address,undefined
+
+CC ?= cc
+SANITIZE ?= 0
+ifeq ($(SANITIZE),1)
+O ?= build/san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+O ?= build
+SANFLAGS :=
+endif
+
+WARN := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wstrict-prototypes
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -MMD -MP -Isrc $(SANFLAGS)
+LDFLAGS += $(SANFLAGS)
+
+DAEMON_LIBS := -lmicrohttpd -ljansson -lsqlite3 -lseccomp -lpthread
+CLI_LIBS := -lcurl -ljansson
+
+COMMON_SRC := $(wildcard src/common/*.c) $(wildcard src/proto/*.c)
+HOST_SRC := $(wildcard src/host/*.c)
+STORE_SRC := $(wildcard src/store/*.c)
+CONTROL_SRC := $(wildcard src/control/*.c)
+API_SRC := $(wildcard src/api/*.c)
+MOATD_SRC := $(wildcard src/moatd/*.c)
+GUEST_LIB_SRC := $(filter-out src/guest/main.c,$(wildcard src/guest/*.c))
+CLI_SRC := $(wildcard src/cli/*.c)
+
+obj = $(patsubst src/%.c,$(O)/obj/%.o,$(1))
+
+LIBMOAT_OBJ := $(call obj,$(COMMON_SRC) $(HOST_SRC) $(STORE_SRC) $(CONTROL_SRC) $(API_SRC))
+# The guest is static and never sanitized (ASan does not link statically): its own objects.
+GUEST_O := build/guest
+GUEST_OBJ := $(patsubst src/%.c,$(GUEST_O)/%.o,$(COMMON_SRC) $(GUEST_LIB_SRC) src/guest/main.c)
+GUEST_CFLAGS := -O2 -g -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -MMD -MP -Isrc
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+
+.PHONY: all run test unit integration bench clean deps format check-format fuzz
+all: $(O)/moatd $(O)/moat build/moat-guest $(UNIT_BIN)
+
+$(O)/obj/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(GUEST_O)/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(GUEST_CFLAGS) -c -o $@ $<
+
+$(O)/libmoat.a: $(LIBMOAT_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(O)/moatd: $(call obj,$(MOATD_SRC)) $(O)/libmoat.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
+
+$(O)/moat: $(call obj,$(CLI_SRC) $(COMMON_SRC))
+	$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
+
+build/moat-guest: $(GUEST_OBJ)
+	$(CC) -static -o $@ $^
+
+$(O)/libguest.a: $(patsubst src/%.c,$(GUEST_O)/%.o,$(COMMON_SRC) $(GUEST_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Unit tests link the library (and the guest's library for test_guest_*).
+$(O)/tests/test_guest_%: tests/unit/test_guest_%.c $(O)/libguest.a
+	@mkdir -p $(dir $@)
+	$(CC) $(GUEST_CFLAGS) $(SANFLAGS) -Itests/unit -o $@ $^ $(SANFLAGS)
+
+$(O)/tests/%: tests/unit/%.c $(O)/libmoat.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $^ $(LDFLAGS) $(DAEMON_LIBS)
+
+deps:
+	@scripts/deps.sh
+
+run: deps all
+	@scripts/run.sh
+
+unit: all
+	@scripts/unit.sh $(O)
+
+integration: all
+	@MOAT_BUILD=$(O) python3 tests/run.py
+
+test: deps
+	@scripts/test.sh
+
+bench: deps all
+	@scripts/bench.sh
+
+fuzz:
+	@scripts/fuzz.sh
+
+format:
+	clang-format -i $$(find src tests -name '*.[ch]')
+
+check-format:
+	clang-format --dry-run --Werror $$(find src tests -name '*.[ch]')
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

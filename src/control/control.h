@@ -1,0 +1,133 @@
+/* control.h -- the sandbox state machine, TTL reaper and reconcile: what api/ may ask of moatd
+ *
+ * Owns the store and the host. Every call is scoped to an org: a sandbox of another org is
+ * reported exactly as a missing one (ENOENT), so the API answers 404 for both.
+ * Errors: err->status is an errno value the API maps to HTTP: ENOENT 404, EINVAL 400,
+ * EEXIST 409, EBUSY/EAGAIN 409/503 (state conflict / no capacity), ENOSPC 507, others 500.
+ * Thread safety: all functions may be called concurrently from HTTP worker threads.
+ */
+#ifndef MOAT_CONTROL_H
+#define MOAT_CONTROL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../common/error.h"
+#include "../host/driver.h"
+#include "../host/guest_client.h"
+#include "../host/template.h"
+
+#define MOAT_ID_LEN 20 /* "sb-" + 17 base-36 chars; buffers are MOAT_ID_LEN + 1 */
+
+/* Defaults and bounds; the API rejects values outside [min, max] with 400. */
+#define MOAT_DEFAULT_TTL_S 3600
+#define MOAT_MAX_TTL_S (30LL * 24 * 3600)
+#define MOAT_DEFAULT_CPU 2.0
+#define MOAT_MIN_CPU 0.05
+#define MOAT_MAX_CPU 64.0
+#define MOAT_DEFAULT_MEMORY_MB 2048
+#define MOAT_MIN_MEMORY_MB 16
+#define MOAT_MAX_MEMORY_MB (1024ULL * 1024)
+#define MOAT_DEFAULT_PIDS 4096
+#define MOAT_MIN_PIDS 8
+#define MOAT_MAX_PIDS 1000000
+#define MOAT_DEFAULT_DISK_MB 10240
+#define MOAT_MIN_DISK_MB 16
+#define MOAT_MAX_DISK_MB (16ULL * 1024 * 1024)
+#define MOAT_MAX_OUTPUT_DEFAULT (16ULL << 20)
+
+enum moat_sandbox_state {
+  MOAT_SB_CREATING = 0,
+  MOAT_SB_RUNNING,
+  MOAT_SB_PAUSED,
+  MOAT_SB_HIBERNATED,
+  MOAT_SB_KILLED,
+};
+const char *moat_sandbox_state_name(enum moat_sandbox_state s);
+/* Returns 0 and sets *out for a known state name, else -1. */
+int moat_sandbox_state_parse(const char *name, enum moat_sandbox_state *out);
+
+struct moat_sandbox_spec {
+  const char *template_name; /* NULL = "base" */
+  int64_t ttl_seconds;       /* 0 = default */
+  bool persistent;
+  json_t *metadata; /* object of string -> string, or NULL; borrowed */
+  json_t *env;      /* object of string -> string, or NULL; borrowed */
+  struct moat_limits limits; /* zero fields = defaults */
+};
+
+struct moat_sandbox_info {
+  char id[MOAT_ID_LEN + 1];
+  char *org;
+  char *template_name;
+  enum moat_sandbox_state state;
+  int64_t created_at_ms;
+  int64_t expires_at_ms; /* 0 when persistent */
+  int64_t ttl_seconds;
+  bool persistent;
+  json_t *metadata; /* owned, object */
+  json_t *env;      /* owned, object */
+  struct moat_limits limits;
+  char *killed_reason; /* NULL unless killed: "api", "ttl", "host_restart", "oom", "error" */
+  int64_t killed_at_ms;
+  uint64_t ready_us; /* server-side create-to-ready in microseconds */
+};
+void moat_sandbox_info_clear(struct moat_sandbox_info *s);
+void moat_sandbox_infos_free(struct moat_sandbox_info *v, size_t n);
+
+struct moat_control;
+
+struct moat_control_config {
+  const char *data_dir;     /* DIR: moat.db, api-key, host state */
+  const char *template_dir; /* built templates; default DIR/templates */
+  const char *recipes_dir;  /* the repo's templates/ */
+  const char *guest_path;   /* build/moat-guest */
+  unsigned pool_size;       /* warm shells of "base" */
+  unsigned reap_interval_ms;
+};
+
+/* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every
+ * sandbox recorded as live, reconciles host leftovers, starts the reaper. 0 or -1. */
+int moat_control_open(struct moat_control **out, const struct moat_control_config *cfg, moat_error **err);
+void moat_control_close(struct moat_control *c);
+
+/* Auth: maps an API key to its org. Returns 0 and sets *org (caller frees), or -1 (EACCES). */
+int moat_control_auth(struct moat_control *c, const char *api_key, char **org, moat_error **err);
+
+int moat_control_create(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
+                        struct moat_sandbox_info *out, moat_error **err);
+int moat_control_get(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_info *out,
+                     moat_error **err);
+/* state: NULL for any; meta: object of key -> value that must all match, or NULL. Killed
+ * sandboxes are listed only when state asks for them. */
+int moat_control_list(struct moat_control *c, const char *org, const enum moat_sandbox_state *state,
+                      json_t *meta, struct moat_sandbox_info **out, size_t *n, moat_error **err);
+
+struct moat_sandbox_patch {
+  bool has_ttl;
+  int64_t ttl_seconds; /* new TTL from now */
+  bool has_persistent;
+  bool persistent;
+  json_t *metadata; /* replaces metadata when non-NULL; borrowed */
+};
+int moat_control_update(struct moat_control *c, const char *org, const char *id,
+                        const struct moat_sandbox_patch *patch, struct moat_sandbox_info *out, moat_error **err);
+/* Kills and records reason. Killing a killed sandbox is ENOENT (it is gone for the API). */
+int moat_control_kill(struct moat_control *c, const char *org, const char *id, const char *reason,
+                      moat_error **err);
+
+/* For exec and files: checks the sandbox is the org's and running, refreshes its TTL, and
+ * returns the guest socket path (caller frees) and, for exec, the sandbox env merged under
+ * req_env ("K=V" vector, caller frees). EBUSY when not running. */
+int moat_control_guest(struct moat_control *c, const char *org, const char *id, char **sock_path,
+                       char ***env, moat_error **err);
+
+/* Runs a command: moat_control_guest + moat_guest_exec; req->env is merged over the sandbox env. */
+int moat_control_exec(struct moat_control *c, const char *org, const char *id, const struct moat_exec_req *req,
+                      struct moat_exec_result *res, moat_error **err);
+
+/* Templates. */
+struct moat_templates *moat_control_templates(struct moat_control *c);
+
+#endif

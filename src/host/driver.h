@@ -1,0 +1,91 @@
+/* driver.h -- the isolation driver interface: what control/ may ask of a host
+ *
+ * A host owns a pool of slots. A slot is everything one sandbox needs on this host: a uid range,
+ * a cgroup directory, a writable-layer disk, a guest socket. A running sandbox occupies one slot;
+ * control/ remembers (sandbox id -> slot, init pid, generation) in the store and hands them back
+ * to adopt or destroy after a restart. Nothing above host/ knows which driver runs.
+ *
+ * Thread safety: every function may be called from any thread concurrently, except init and
+ * shutdown.
+ */
+#ifndef MOAT_DRIVER_H
+#define MOAT_DRIVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../common/error.h"
+
+struct moat_host;
+
+struct moat_host_config {
+  const char *data_dir;      /* moatd's data dir; the host keeps slots/ and disks/ under it */
+  const char *template_dir;  /* where built templates live: TEMPLATE_DIR/NAME/rootfs */
+  const char *guest_path;    /* host path of the static moat-guest binary */
+  unsigned pool_size;        /* warm, never-used shells kept ready per pooled template; 0 = none */
+  const char *pool_template; /* template the pool prepares ("base") */
+  unsigned max_slots;        /* highest slot count (uid ranges) this host hands out */
+};
+
+struct moat_limits {
+  double cpu;          /* vCPUs (cfs quota = cpu * period) */
+  uint64_t memory_mb;  /* hard memory limit */
+  uint64_t pids;       /* max processes */
+  uint64_t disk_mb;    /* writable layer size; writes past it fail with ENOSPC */
+};
+
+/* What the host tells control about a running sandbox; control stores it to adopt later. */
+struct moat_instance {
+  int slot;              /* slot index */
+  pid_t pid;             /* host pid of the sandbox's init (moat-guest) */
+  uint64_t start_time;   /* init's start time (clock ticks after boot, /proc/PID/stat field 22):
+                            with pid it names the process across pid reuse */
+  char sock_path[4096];  /* guest socket, for guest_client.h */
+  uint64_t ready_ns;     /* how long create took inside the host, for metrics */
+  bool from_pool;        /* a warm shell was used */
+};
+
+/* Sets up the host: finds or creates moat's cgroup subtree beneath the cgroups moatd runs in,
+ * opens the slot table and starts the pool filler. Returns 0 or -1. */
+int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err);
+
+/* Stops the pool filler and destroys warm, unassigned shells. Running sandboxes are left alone
+ * (they outlive moatd and are adopted on the next start). Frees h. */
+void moat_host_shutdown(struct moat_host *h);
+
+/* Creates a running sandbox from a built template with the given limits. Uses a warm shell when
+ * one matches (template and disk size); otherwise builds one on the request path. On failure
+ * nothing is left behind. Returns 0 and fills out, or -1. */
+int moat_host_create(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+                     struct moat_instance *out, moat_error **err);
+
+/* Kills every process of the sandbox in slot, releases its mounts, cgroups and disk, and frees
+ * the slot for reuse (teardown may finish off the request path). Tolerates a sandbox that is
+ * already dead or half built. Returns 0 or -1. */
+int moat_host_destroy(struct moat_host *h, int slot, moat_error **err);
+
+/* After a restart: takes back a slot recorded by control. Returns 1 when the sandbox's init is
+ * still alive (same pid and start time) and fills out; 0 when it is gone (its leftovers are then
+ * removed and the slot freed); -1 on error. */
+int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
+                    moat_error **err);
+
+/* After adopting: removes cgroups, disks, slot dirs and processes of every slot that was neither
+ * adopted nor is pooled. Call once, after all moat_host_adopt calls. Returns the number of slots
+ * cleaned, or -1. */
+int moat_host_reconcile(struct moat_host *h, moat_error **err);
+
+/* Returns true while the sandbox's init is alive. */
+bool moat_host_alive(struct moat_host *h, int slot);
+
+/* Resource use of a running sandbox, from its cgroups. */
+struct moat_usage {
+  uint64_t memory_bytes;
+  uint64_t cpu_usage_ns;
+  uint64_t pids;
+  uint64_t oom_kills; /* times the kernel OOM-killed a process of this sandbox */
+};
+int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
+
+#endif
