@@ -1,0 +1,724 @@
+/* sqlite.c -- the store (store.h) on SQLite: WAL, one mutex-guarded connection, cached statements */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/util.h"
+
+/* Migration i brings user_version from i to i + 1. Append only; never edit a shipped one. */
+static const char *const migrations[] = {
+    /* 0 -> 1: tenants and their keys */
+    "CREATE TABLE orgs ("
+    "  id TEXT PRIMARY KEY,"
+    "  created_at_ms INTEGER NOT NULL);"
+    "CREATE TABLE api_keys ("
+    "  key_hash TEXT PRIMARY KEY," /* hex SHA-256 of the key */
+    "  org TEXT NOT NULL REFERENCES orgs(id),"
+    "  created_at_ms INTEGER NOT NULL);"
+    "CREATE INDEX api_keys_org ON api_keys(org);",
+    /* 1 -> 2: sandboxes and their lifecycle */
+    "CREATE TABLE sandboxes ("
+    "  id TEXT PRIMARY KEY,"
+    "  org TEXT NOT NULL REFERENCES orgs(id),"
+    "  template TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  expires_at_ms INTEGER NOT NULL DEFAULT 0,"
+    "  ttl_seconds INTEGER NOT NULL,"
+    "  persistent INTEGER NOT NULL DEFAULT 0,"
+    "  metadata TEXT NOT NULL DEFAULT '{}',"
+    "  env TEXT NOT NULL DEFAULT '{}',"
+    "  cpu REAL NOT NULL,"
+    "  memory_mb INTEGER NOT NULL,"
+    "  pids INTEGER NOT NULL,"
+    "  disk_mb INTEGER NOT NULL,"
+    "  slot INTEGER NOT NULL DEFAULT -1,"
+    "  pid INTEGER NOT NULL DEFAULT 0,"
+    "  start_time INTEGER NOT NULL DEFAULT 0,"
+    "  ready_us INTEGER NOT NULL DEFAULT 0,"
+    "  killed_reason TEXT,"
+    "  killed_at_ms INTEGER NOT NULL DEFAULT 0,"
+    "  updated_at_ms INTEGER NOT NULL);"
+    "CREATE INDEX sandboxes_org_state ON sandboxes(org, state);"
+    "CREATE INDEX sandboxes_state ON sandboxes(state);"
+    "CREATE TABLE sandbox_events ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),"
+    "  at_ms INTEGER NOT NULL,"
+    "  from_state TEXT,"
+    "  to_state TEXT NOT NULL,"
+    "  reason TEXT NOT NULL);"
+    "CREATE INDEX sandbox_events_sandbox ON sandbox_events(sandbox_id, seq);",
+};
+
+_Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,
+               "MOAT_STORE_SCHEMA_VERSION must equal the number of migrations");
+
+#define STMT_CACHE 24
+
+struct moat_store {
+  pthread_mutex_t lock; /* guards db and the statement cache */
+  sqlite3 *db;
+  struct {
+    const char *sql; /* compared by address: callers pass string constants */
+    sqlite3_stmt *st;
+  } cache[STMT_CACHE];
+};
+
+static int status_of(int rc) {
+  switch (rc & 0xff) {
+  case SQLITE_CONSTRAINT:
+    return EEXIST;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED:
+    return EBUSY;
+  case SQLITE_FULL:
+    return ENOSPC;
+  case SQLITE_NOMEM:
+    return ENOMEM;
+  case SQLITE_READONLY:
+  case SQLITE_PERM:
+  case SQLITE_AUTH:
+    return EACCES;
+  case SQLITE_CANTOPEN:
+    return ENOENT;
+  default:
+    return EIO;
+  }
+}
+
+static int db_error(struct moat_store *s, int rc, moat_error **err, const char *what) {
+  return moat_error_set(err, status_of(rc), "%s: %s", what, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+}
+
+/* Returns a reset statement for sql (a string constant), preparing it on first use. Lock held. */
+static sqlite3_stmt *stmt(struct moat_store *s, const char *sql, moat_error **err) {
+  size_t free_i = STMT_CACHE;
+  for (size_t i = 0; i < STMT_CACHE; i++) {
+    if (s->cache[i].sql == sql) {
+      sqlite3_reset(s->cache[i].st);
+      sqlite3_clear_bindings(s->cache[i].st);
+      return s->cache[i].st;
+    }
+    if (!s->cache[i].sql && free_i == STMT_CACHE)
+      free_i = i;
+  }
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v3(s->db, sql, -1, free_i < STMT_CACHE ? SQLITE_PREPARE_PERSISTENT : 0, &st, NULL);
+  if (rc != SQLITE_OK) {
+    db_error(s, rc, err, "prepare");
+    return NULL;
+  }
+  if (free_i < STMT_CACHE) {
+    s->cache[free_i].sql = sql;
+    s->cache[free_i].st = st;
+  } else {
+    abort(); /* STMT_CACHE is too small for the statements below: a programming error */
+  }
+  return st;
+}
+
+static int exec_sql(struct moat_store *s, const char *sql, moat_error **err) {
+  char *msg = NULL;
+  int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+  if (rc != SQLITE_OK) {
+    moat_error_set(err, status_of(rc), "%s: %s", sql, msg ? msg : sqlite3_errstr(rc));
+    sqlite3_free(msg);
+    return -1;
+  }
+  return 0;
+}
+
+static int begin(struct moat_store *s, moat_error **err) { return exec_sql(s, "BEGIN IMMEDIATE", err); }
+
+static int commit(struct moat_store *s, moat_error **err) {
+  if (exec_sql(s, "COMMIT", err) < 0) {
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+  }
+  return 0;
+}
+
+static void rollback(struct moat_store *s) { sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL); }
+
+static void bind_text(sqlite3_stmt *st, int i, const char *v) {
+  if (v)
+    sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(st, i);
+}
+
+static char *col_text(sqlite3_stmt *st, int i) {
+  const unsigned char *t = sqlite3_column_text(st, i);
+  return t ? xstrdup((const char *)t) : NULL;
+}
+
+static int migrate(struct moat_store *s, moat_error **err) {
+  if (begin(s, err) < 0)
+    return moat_error_wrap(err, "migrate");
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL);
+  int version = -1;
+  if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+    version = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  if (version < 0) {
+    rollback(s);
+    return db_error(s, rc, err, "read user_version");
+  }
+  if (version > MOAT_STORE_SCHEMA_VERSION) {
+    rollback(s);
+    return moat_error_set(err, ENOTSUP, "database schema version %d is newer than this moatd (%d)", version,
+                          MOAT_STORE_SCHEMA_VERSION);
+  }
+  for (int v = version; v < MOAT_STORE_SCHEMA_VERSION; v++) {
+    if (exec_sql(s, migrations[v], err) < 0) {
+      rollback(s);
+      return moat_error_wrap(err, "migration %d -> %d", v, v + 1);
+    }
+  }
+  if (version < MOAT_STORE_SCHEMA_VERSION) {
+    char sql[64];
+    snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", MOAT_STORE_SCHEMA_VERSION);
+    if (exec_sql(s, sql, err) < 0) {
+      rollback(s);
+      return -1;
+    }
+  }
+  return commit(s, err) < 0 ? moat_error_wrap(err, "migrate") : 0;
+}
+
+int moat_store_open(struct moat_store **out, const char *path, moat_error **err) {
+  {
+    /* Create the file ourselves so that it (and SQLite's -wal/-shm, which copy its mode) is 0600. */
+    _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+      return moat_error_errno(err, "open %s", path);
+    if (fchmod(fd, 0600) < 0)
+      return moat_error_errno(err, "chmod %s", path);
+  }
+  struct moat_store *s = xcalloc(1, sizeof(*s));
+  pthread_mutex_init(&s->lock, NULL);
+  int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    moat_error_set(err, status_of(rc), "open %s: %s", path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+    moat_store_close(s);
+    return -1;
+  }
+  sqlite3_busy_timeout(s->db, 10000);
+  /* WAL with synchronous=NORMAL: a crash of moatd loses nothing; a power loss may lose the last
+   * transactions but never corrupts the file. */
+  if (exec_sql(s, "PRAGMA journal_mode = WAL", err) < 0 || exec_sql(s, "PRAGMA synchronous = NORMAL", err) < 0 ||
+      exec_sql(s, "PRAGMA foreign_keys = ON", err) < 0 || migrate(s, err) < 0) {
+    moat_error_wrap(err, "open %s", path);
+    moat_store_close(s);
+    return -1;
+  }
+  *out = s;
+  return 0;
+}
+
+void moat_store_close(struct moat_store *s) {
+  if (!s)
+    return;
+  for (size_t i = 0; i < STMT_CACHE; i++)
+    if (s->cache[i].st)
+      sqlite3_finalize(s->cache[i].st);
+  if (s->db)
+    sqlite3_close(s->db);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+int moat_store_schema_version(struct moat_store *s, int *version, moat_error **err) {
+  static const char sql[] = "PRAGMA user_version";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (st) {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      *version = sqlite3_column_int(st, 0);
+      ret = 0;
+    } else {
+      db_error(s, rc, err, "user_version");
+    }
+    sqlite3_reset(st);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+/* Runs a statement that returns no rows. Lock held. */
+static int step_done(struct moat_store *s, sqlite3_stmt *st, moat_error **err, const char *what) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE)
+    return db_error(s, rc, err, what);
+  return 0;
+}
+
+static int ensure_org(struct moat_store *s, const char *org, moat_error **err) {
+  static const char sql[] = "INSERT OR IGNORE INTO orgs (id, created_at_ms) VALUES (?1, ?2)";
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    return -1;
+  bind_text(st, 1, org);
+  sqlite3_bind_int64(st, 2, now_unix_ms());
+  return step_done(s, st, err, "insert org");
+}
+
+int moat_store_key_add(struct moat_store *s, const char *org, const char *key_hash_hex, moat_error **err) {
+  static const char sel[] = "SELECT org FROM api_keys WHERE key_hash = ?1";
+  static const char ins[] = "INSERT INTO api_keys (key_hash, org, created_at_ms) VALUES (?1, ?2, ?3)";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  sqlite3_stmt *st = stmt(s, sel, err);
+  if (!st)
+    goto fail;
+  bind_text(st, 1, key_hash_hex);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    bool same = strcmp((const char *)sqlite3_column_text(st, 0), org) == 0;
+    sqlite3_reset(st);
+    if (!same) {
+      moat_error_set(err, EEXIST, "api key belongs to another org");
+      goto fail;
+    }
+    ret = commit(s, err);
+    goto out;
+  }
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    db_error(s, rc, err, "look up key");
+    goto fail;
+  }
+  if (ensure_org(s, org, err) < 0)
+    goto fail;
+  if (!(st = stmt(s, ins, err)))
+    goto fail;
+  bind_text(st, 1, key_hash_hex);
+  bind_text(st, 2, org);
+  sqlite3_bind_int64(st, 3, now_unix_ms());
+  if (step_done(s, st, err, "insert key") < 0)
+    goto fail;
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_key_lookup(struct moat_store *s, const char *key_hash_hex, char **org, moat_error **err) {
+  static const char sql[] = "SELECT org FROM api_keys WHERE key_hash = ?1";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (st) {
+    bind_text(st, 1, key_hash_hex);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      *org = col_text(st, 0);
+      ret = 0;
+    } else if (rc == SQLITE_DONE) {
+      moat_error_set(err, ENOENT, "unknown api key");
+    } else {
+      db_error(s, rc, err, "look up key");
+    }
+    sqlite3_reset(st);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+void moat_store_sandbox_clear(struct moat_store_sandbox *r) {
+  if (!r)
+    return;
+  free(r->id);
+  free(r->org);
+  free(r->template_name);
+  free(r->state);
+  free(r->metadata_json);
+  free(r->env_json);
+  free(r->killed_reason);
+  memset(r, 0, sizeof(*r));
+  r->slot = -1;
+}
+
+void moat_store_sandboxes_free(struct moat_store_sandbox *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    moat_store_sandbox_clear(&v[i]);
+  free(v);
+}
+
+#define SANDBOX_COLS                                                                                            \
+  "id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, persistent, metadata, env, cpu, "     \
+  "memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, killed_reason, killed_at_ms, updated_at_ms"
+
+static void read_row(sqlite3_stmt *st, struct moat_store_sandbox *r) {
+  r->id = col_text(st, 0);
+  r->org = col_text(st, 1);
+  r->template_name = col_text(st, 2);
+  r->state = col_text(st, 3);
+  r->created_at_ms = sqlite3_column_int64(st, 4);
+  r->expires_at_ms = sqlite3_column_int64(st, 5);
+  r->ttl_seconds = sqlite3_column_int64(st, 6);
+  r->persistent = sqlite3_column_int(st, 7) != 0;
+  r->metadata_json = col_text(st, 8);
+  r->env_json = col_text(st, 9);
+  r->cpu = sqlite3_column_double(st, 10);
+  r->memory_mb = (uint64_t)sqlite3_column_int64(st, 11);
+  r->pids = (uint64_t)sqlite3_column_int64(st, 12);
+  r->disk_mb = (uint64_t)sqlite3_column_int64(st, 13);
+  r->slot = sqlite3_column_int(st, 14);
+  r->pid = sqlite3_column_int64(st, 15);
+  r->start_time = (uint64_t)sqlite3_column_int64(st, 16);
+  r->ready_us = (uint64_t)sqlite3_column_int64(st, 17);
+  r->killed_reason = col_text(st, 18);
+  r->killed_at_ms = sqlite3_column_int64(st, 19);
+  r->updated_at_ms = sqlite3_column_int64(st, 20);
+}
+
+static int add_event(struct moat_store *s, const char *id, int64_t at_ms, const char *from, const char *to,
+                     const char *reason, moat_error **err) {
+  static const char sql[] =
+      "INSERT INTO sandbox_events (sandbox_id, at_ms, from_state, to_state, reason) VALUES (?1, ?2, ?3, ?4, ?5)";
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    return -1;
+  bind_text(st, 1, id);
+  sqlite3_bind_int64(st, 2, at_ms);
+  bind_text(st, 3, from);
+  bind_text(st, 4, to);
+  bind_text(st, 5, reason ? reason : "");
+  return step_done(s, st, err, "insert event");
+}
+
+int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sandbox *r, const char *reason,
+                              moat_error **err) {
+  static const char sql[] =
+      "INSERT INTO sandboxes (id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, persistent, "
+      "metadata, env, cpu, memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, updated_at_ms) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
+  int ret = -1;
+  int64_t now = now_unix_ms();
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  if (ensure_org(s, r->org, err) < 0)
+    goto fail;
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto fail;
+  bind_text(st, 1, r->id);
+  bind_text(st, 2, r->org);
+  bind_text(st, 3, r->template_name);
+  bind_text(st, 4, r->state);
+  sqlite3_bind_int64(st, 5, r->created_at_ms);
+  sqlite3_bind_int64(st, 6, r->expires_at_ms);
+  sqlite3_bind_int64(st, 7, r->ttl_seconds);
+  sqlite3_bind_int(st, 8, r->persistent);
+  bind_text(st, 9, r->metadata_json ? r->metadata_json : "{}");
+  bind_text(st, 10, r->env_json ? r->env_json : "{}");
+  sqlite3_bind_double(st, 11, r->cpu);
+  sqlite3_bind_int64(st, 12, (int64_t)r->memory_mb);
+  sqlite3_bind_int64(st, 13, (int64_t)r->pids);
+  sqlite3_bind_int64(st, 14, (int64_t)r->disk_mb);
+  sqlite3_bind_int(st, 15, r->slot);
+  sqlite3_bind_int64(st, 16, r->pid);
+  sqlite3_bind_int64(st, 17, (int64_t)r->start_time);
+  sqlite3_bind_int64(st, 18, (int64_t)r->ready_us);
+  sqlite3_bind_int64(st, 19, now);
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    if ((rc & 0xff) == SQLITE_CONSTRAINT)
+      moat_error_set(err, EEXIST, "sandbox %s exists", r->id);
+    else
+      db_error(s, rc, err, "insert sandbox");
+    goto fail;
+  }
+  if (add_event(s, r->id, now, NULL, r->state, reason, err) < 0)
+    goto fail;
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id, struct moat_store_sandbox *out,
+                           moat_error **err) {
+  static const char sql[] = "SELECT " SANDBOX_COLS " FROM sandboxes WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (st) {
+    bind_text(st, 1, id);
+    bind_text(st, 2, org);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      memset(out, 0, sizeof(*out));
+      read_row(st, out);
+      ret = 0;
+    } else if (rc == SQLITE_DONE) {
+      moat_error_set(err, ENOENT, "no sandbox %s", id);
+    } else {
+      db_error(s, rc, err, "read sandbox");
+    }
+    sqlite3_reset(st);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+/* True when every key of filter has the same string value in the JSON object text. */
+static bool metadata_matches(const char *text, json_t *filter) {
+  if (!filter || json_object_size(filter) == 0)
+    return true;
+  json_t *m = json_loads(text ? text : "{}", 0, NULL);
+  if (!m)
+    return false;
+  bool ok = json_is_object(m);
+  const char *k;
+  json_t *want;
+  json_object_foreach(filter, k, want) {
+    if (!ok)
+      break;
+    json_t *have = json_object_get(m, k);
+    ok = have && json_is_string(have) && json_is_string(want) && strcmp(json_string_value(have), json_string_value(want)) == 0;
+  }
+  json_decref(m);
+  return ok;
+}
+
+int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f, struct moat_store_sandbox **out,
+                            size_t *n, moat_error **err) {
+  static const char sql[] = "SELECT " SANDBOX_COLS " FROM sandboxes WHERE (?1 IS NULL OR org = ?1) AND "
+                            "((?2 IS NULL AND state != 'killed') OR state = ?2) ORDER BY created_at_ms, rowid";
+  struct moat_store_sandbox *v = NULL;
+  size_t len = 0, cap = 0;
+  int ret = -1;
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto out;
+  bind_text(st, 1, f ? f->org : NULL);
+  bind_text(st, 2, f ? f->state : NULL);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (f && f->metadata && !metadata_matches((const char *)sqlite3_column_text(st, 8), f->metadata))
+      continue;
+    if (len == cap) {
+      cap = cap ? cap * 2 : 16;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    memset(&v[len], 0, sizeof(v[len]));
+    read_row(st, &v[len++]);
+  }
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    db_error(s, rc, err, "list sandboxes");
+    moat_store_sandboxes_free(v, len);
+    goto out;
+  }
+  *out = len ? v : NULL;
+  if (!len)
+    free(v);
+  *n = len;
+  ret = 0;
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+/* Reads the state of id into buf. 0, or -1 with ENOENT. Lock held. */
+static int read_state(struct moat_store *s, const char *id, char *buf, size_t size, moat_error **err) {
+  static const char sql[] = "SELECT state FROM sandboxes WHERE id = ?1";
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    return -1;
+  bind_text(st, 1, id);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_reset(st);
+    return 0;
+  }
+  sqlite3_reset(st);
+  if (rc == SQLITE_DONE)
+    return moat_error_set(err, ENOENT, "no sandbox %s", id);
+  return db_error(s, rc, err, "read state");
+}
+
+int moat_store_sandbox_transition(struct moat_store *s, const char *id, const char *from, const char *to,
+                                  const char *reason, moat_error **err) {
+  static const char upd[] = "UPDATE sandboxes SET state = ?2, updated_at_ms = ?3 WHERE id = ?1";
+  static const char upd_kill[] =
+      "UPDATE sandboxes SET state = ?2, updated_at_ms = ?3, killed_reason = ?4, killed_at_ms = ?3 WHERE id = ?1";
+  int ret = -1;
+  int64_t now = now_unix_ms();
+  bool kill = strcmp(to, "killed") == 0;
+  char cur[32];
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  if (read_state(s, id, cur, sizeof(cur), err) < 0)
+    goto fail;
+  if (from ? strcmp(cur, from) != 0 : strcmp(cur, "killed") == 0) {
+    moat_error_set(err, EBUSY, "sandbox %s is %s", id, cur);
+    goto fail;
+  }
+  sqlite3_stmt *st = stmt(s, kill ? upd_kill : upd, err);
+  if (!st)
+    goto fail;
+  bind_text(st, 1, id);
+  bind_text(st, 2, to);
+  sqlite3_bind_int64(st, 3, now);
+  if (kill)
+    bind_text(st, 4, reason ? reason : "");
+  if (step_done(s, st, err, "update state") < 0 || add_event(s, id, now, cur, to, reason, err) < 0)
+    goto fail;
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slot, int64_t pid, uint64_t start_time,
+                                   uint64_t ready_us, int64_t expires_at_ms, moat_error **err) {
+  static const char sql[] = "UPDATE sandboxes SET state = 'running', slot = ?2, pid = ?3, start_time = ?4, "
+                            "ready_us = ?5, expires_at_ms = ?6, updated_at_ms = ?7 WHERE id = ?1";
+  int ret = -1;
+  int64_t now = now_unix_ms();
+  char cur[32];
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  if (read_state(s, id, cur, sizeof(cur), err) < 0)
+    goto fail;
+  if (strcmp(cur, "creating") != 0) {
+    moat_error_set(err, EBUSY, "sandbox %s is %s", id, cur);
+    goto fail;
+  }
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto fail;
+  bind_text(st, 1, id);
+  sqlite3_bind_int(st, 2, slot);
+  sqlite3_bind_int64(st, 3, pid);
+  sqlite3_bind_int64(st, 4, (int64_t)start_time);
+  sqlite3_bind_int64(st, 5, (int64_t)ready_us);
+  sqlite3_bind_int64(st, 6, expires_at_ms);
+  sqlite3_bind_int64(st, 7, now);
+  if (step_done(s, st, err, "set running") < 0 || add_event(s, id, now, cur, "running", "created", err) < 0)
+    goto fail;
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct moat_store_patch *p,
+                             moat_error **err) {
+  static const char sql[] =
+      "UPDATE sandboxes SET ttl_seconds = CASE WHEN ?2 THEN ?3 ELSE ttl_seconds END, "
+      "expires_at_ms = CASE WHEN ?4 THEN ?5 ELSE expires_at_ms END, "
+      "persistent = CASE WHEN ?6 THEN ?7 ELSE persistent END, "
+      "metadata = COALESCE(?8, metadata), updated_at_ms = ?9 WHERE id = ?1 AND state != 'killed'";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (st) {
+    bind_text(st, 1, id);
+    sqlite3_bind_int(st, 2, p->set_ttl);
+    sqlite3_bind_int64(st, 3, p->ttl_seconds);
+    sqlite3_bind_int(st, 4, p->set_expires);
+    sqlite3_bind_int64(st, 5, p->expires_at_ms);
+    sqlite3_bind_int(st, 6, p->set_persistent);
+    sqlite3_bind_int(st, 7, p->persistent);
+    bind_text(st, 8, p->metadata_json);
+    sqlite3_bind_int64(st, 9, now_unix_ms());
+    if (step_done(s, st, err, "update sandbox") == 0) {
+      if (sqlite3_changes(s->db) == 0)
+        moat_error_set(err, ENOENT, "no sandbox %s", id);
+      else
+        ret = 0;
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_events(struct moat_store *s, const char *id, struct moat_store_event **out, size_t *n,
+                      moat_error **err) {
+  static const char sql[] =
+      "SELECT at_ms, from_state, to_state, reason FROM sandbox_events WHERE sandbox_id = ?1 ORDER BY seq";
+  struct moat_store_event *v = NULL;
+  size_t len = 0, cap = 0;
+  int ret = -1;
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto out;
+  bind_text(st, 1, id);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 8;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    v[len].at_ms = sqlite3_column_int64(st, 0);
+    v[len].from_state = col_text(st, 1);
+    v[len].to_state = col_text(st, 2);
+    v[len].reason = col_text(st, 3);
+    len++;
+  }
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    db_error(s, rc, err, "list events");
+    moat_store_events_free(v, len);
+    goto out;
+  }
+  if (len)
+    *out = v;
+  else
+    free(v);
+  *n = len;
+  ret = 0;
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+void moat_store_events_free(struct moat_store_event *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) {
+    free(v[i].from_state);
+    free(v[i].to_state);
+    free(v[i].reason);
+  }
+  free(v);
+}

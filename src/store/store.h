@@ -1,0 +1,122 @@
+/* store.h -- moatd's durable state: orgs, API key hashes, sandboxes and their state transitions
+ *
+ * One SQLite database (WAL, busy_timeout) per data dir, schema versioned with PRAGMA user_version
+ * and upgraded by ordered migrations at open. A store handle is safe to use from any thread (one
+ * connection guarded by a mutex); several processes (moatd and `moatd key create`) may open the
+ * same file at once.
+ *
+ * The store knows nothing of sandbox semantics beyond recording them: state names are strings
+ * ("creating", "running", "paused", "hibernated", "killed"), and every state change goes through
+ * moat_store_sandbox_transition or moat_store_sandbox_set_running, which append a row to
+ * sandbox_events (sandbox_id, at_ms, from_state, to_state, reason) in the same transaction.
+ * Errors: ENOENT (no such row), EBUSY (a conditional transition found another state), EIO and
+ * friends (SQLite failures), ENOTSUP (the database is newer than this binary).
+ */
+#ifndef MOAT_STORE_H
+#define MOAT_STORE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/error.h"
+
+#define MOAT_STORE_SCHEMA_VERSION 2 /* user_version after all migrations ran */
+
+struct moat_store;
+
+/* Opens (creating with mode 0600 if absent) the database at path and migrates it to
+ * MOAT_STORE_SCHEMA_VERSION. Returns 0 and sets *out, or -1. */
+int moat_store_open(struct moat_store **out, const char *path, moat_error **err);
+void moat_store_close(struct moat_store *s);
+
+/* PRAGMA user_version as stored in the file. */
+int moat_store_schema_version(struct moat_store *s, int *version, moat_error **err);
+
+/* API keys are stored as the lowercase hex SHA-256 of the key (64 chars), never the key.
+ * key_add creates the org if needed; adding a hash that exists already is a no-op when it
+ * belongs to the same org and EEXIST otherwise. */
+int moat_store_key_add(struct moat_store *s, const char *org, const char *key_hash_hex, moat_error **err);
+/* Returns 0 and sets *org (caller frees) for a known hash, or -1 with ENOENT. */
+int moat_store_key_lookup(struct moat_store *s, const char *key_hash_hex, char **org, moat_error **err);
+
+/* One row of the sandboxes table. Strings are owned (freed by moat_store_sandbox_clear). */
+struct moat_store_sandbox {
+  char *id;
+  char *org;
+  char *template_name;
+  char *state;
+  int64_t created_at_ms;
+  int64_t expires_at_ms; /* 0 = never (persistent) */
+  int64_t ttl_seconds;
+  bool persistent;
+  char *metadata_json; /* JSON object text; NULL is stored as "{}" */
+  char *env_json;      /* JSON object text; NULL is stored as "{}" */
+  double cpu;
+  uint64_t memory_mb, pids, disk_mb;
+  int slot; /* -1 when the sandbox holds no slot */
+  int64_t pid;
+  uint64_t start_time;
+  uint64_t ready_us;
+  char *killed_reason; /* NULL unless killed */
+  int64_t killed_at_ms;
+  int64_t updated_at_ms;
+};
+void moat_store_sandbox_clear(struct moat_store_sandbox *r);
+void moat_store_sandboxes_free(struct moat_store_sandbox *v, size_t n);
+
+/* Inserts a new row (killed_* and updated_at are set by the store) and records the event
+ * (NULL -> r->state, reason). EEXIST if the id is taken. */
+int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sandbox *r, const char *reason,
+                              moat_error **err);
+
+/* Reads a row. org NULL = any org; with an org, another org's row is ENOENT. */
+int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id, struct moat_store_sandbox *out,
+                           moat_error **err);
+
+struct moat_store_filter {
+  const char *org;   /* NULL = every org */
+  const char *state; /* NULL = every state but "killed"; else exactly this state */
+  json_t *metadata;  /* object key -> string value; every pair must match; NULL = no filter */
+};
+/* Rows matching f, oldest first. *out is NULL when *n is 0; free with moat_store_sandboxes_free. */
+int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f, struct moat_store_sandbox **out,
+                            size_t *n, moat_error **err);
+
+/* Moves a sandbox from state `from` (NULL = any state but "killed") to `to`, recording the event
+ * with reason. When `to` is "killed", killed_reason = reason and killed_at_ms = now. ENOENT when
+ * the id is unknown, EBUSY when its state is not `from` (or is killed, for from NULL). */
+int moat_store_sandbox_transition(struct moat_store *s, const char *id, const char *from, const char *to,
+                                  const char *reason, moat_error **err);
+
+/* creating -> running with the host's coordinates, readiness time and first expiry. */
+int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slot, int64_t pid, uint64_t start_time,
+                                   uint64_t ready_us, int64_t expires_at_ms, moat_error **err);
+
+/* Changes TTL, expiry, persistence and/or metadata of a sandbox that is not killed. Fields not
+ * set are kept. ENOENT (unknown or killed). */
+struct moat_store_patch {
+  bool set_ttl;
+  int64_t ttl_seconds;
+  bool set_expires;
+  int64_t expires_at_ms;
+  bool set_persistent;
+  bool persistent;
+  const char *metadata_json; /* NULL = keep */
+};
+int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct moat_store_patch *p,
+                             moat_error **err);
+
+/* Lifecycle events of a sandbox, oldest first. */
+struct moat_store_event {
+  int64_t at_ms;
+  char *from_state; /* NULL for the insert */
+  char *to_state;
+  char *reason;
+};
+int moat_store_events(struct moat_store *s, const char *id, struct moat_store_event **out, size_t *n,
+                      moat_error **err);
+void moat_store_events_free(struct moat_store_event *v, size_t n);
+
+#endif
