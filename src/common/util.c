@@ -1,5 +1,4 @@
 /* util.c -- allocation, file and string helpers shared by moatd, moat-guest and the CLI */
-#define _GNU_SOURCE
 #include "util.h"
 
 #include <dirent.h>
@@ -193,9 +192,9 @@ int mkdir_p(const char *path, mode_t mode, moat_error **err) {
   return 0;
 }
 
-static int rm_rf_at(int dirfd, const char *name, dev_t dev, moat_error **err) {
+static int rm_rf_at(int dir_fd, const char *name, dev_t dev, moat_error **err) {
   struct stat st;
-  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+  if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno == ENOENT)
       return 0;
     return moat_error_errno(err, "stat %s", name);
@@ -203,7 +202,7 @@ static int rm_rf_at(int dirfd, const char *name, dev_t dev, moat_error **err) {
   if (S_ISDIR(st.st_mode)) {
     if (st.st_dev != dev)
       return moat_error_set(err, EBUSY, "rm %s: a mount point is in the way", name);
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
       return moat_error_errno(err, "open %s", name);
     DIR *d = fdopendir(fd);
@@ -224,11 +223,11 @@ static int rm_rf_at(int dirfd, const char *name, dev_t dev, moat_error **err) {
     closedir(d);
     if (ret < 0)
       return moat_error_wrap(err, "%s", name);
-    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+    if (unlinkat(dir_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
       return moat_error_errno(err, "rmdir %s", name);
     return 0;
   }
-  if (unlinkat(dirfd, name, 0) < 0 && errno != ENOENT)
+  if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT)
     return moat_error_errno(err, "unlink %s", name);
   return 0;
 }

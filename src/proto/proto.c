@@ -1,5 +1,4 @@
 /* proto.c -- encoding, decoding and blocking I/O of guest protocol frames */
-#define _GNU_SOURCE
 #include "proto.h"
 
 #include <errno.h>
