@@ -1,0 +1,41 @@
+/* cgroup.h -- per-slot cgroups on cgroup v2 or hybrid v1+v2 hosts, beneath moatd's own cgroups
+ *
+ * Layout: for every hierarchy moat uses, OWN/moat-INSTANCE/slot-N where OWN is the cgroup moatd
+ * was started in (from /proc/self/cgroup). On a pure v2 host the limits live in the v2 dir; on
+ * a hybrid host they live in the v1 memory, cpu and pids hierarchies while freeze and kill use
+ * the v2 dir (the unified tree has no controllers there).
+ */
+#ifndef MOAT_CGROUP_H
+#define MOAT_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../common/error.h"
+#include "driver.h"
+
+struct moat_cgroups;
+
+/* Finds the hierarchies and creates OWN/moat-INSTANCE in each. 0 or -1. */
+int moat_cgroups_open(struct moat_cgroups **out, const char *instance, moat_error **err);
+void moat_cgroups_close(struct moat_cgroups *cg);
+bool moat_cgroups_hybrid(const struct moat_cgroups *cg);
+
+/* Creates slot-N everywhere and writes limits. Returns an O_DIRECTORY fd of the v2 dir (for
+ * clone3's CLONE_INTO_CGROUP; the caller closes it) or -1. */
+int moat_cgroup_create(struct moat_cgroups *cg, int slot, const struct moat_limits *limits, moat_error **err);
+int moat_cgroup_set_limits(struct moat_cgroups *cg, int slot, const struct moat_limits *limits, moat_error **err);
+/* Moves pid into the slot's v1 cgroups (a no-op on pure v2 hosts). */
+int moat_cgroup_attach_v1(struct moat_cgroups *cg, int slot, pid_t pid, moat_error **err);
+/* Kills every process in the slot (cgroup.kill) and waits up to timeout_ms for it to empty. */
+int moat_cgroup_kill(struct moat_cgroups *cg, int slot, int timeout_ms, moat_error **err);
+/* Removes slot-N from every hierarchy; tolerates missing dirs. Fails with EBUSY if populated. */
+int moat_cgroup_remove(struct moat_cgroups *cg, int slot, moat_error **err);
+/* True when slot-N exists in the v2 tree and holds processes. */
+bool moat_cgroup_populated(struct moat_cgroups *cg, int slot);
+int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out, moat_error **err);
+/* Slot numbers that have a cgroup dir in any hierarchy (for reconcile). Caller frees *slots. */
+int moat_cgroup_list_slots(struct moat_cgroups *cg, int **slots, size_t *n, moat_error **err);
+
+#endif

@@ -1,0 +1,17 @@
+/* disk.h -- a sandbox's writable layer: a sparse ext4 image on a loop device, mounted detached */
+#ifndef MOAT_DISK_H
+#define MOAT_DISK_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../common/error.h"
+
+/* Makes a sparse image of size_mb at img_path, formats it ext4 (no journal), attaches it to a
+ * free loop device with autoclear, unlinks the image path (the loop device holds the file, so a
+ * crash leaks no file) and mounts it detached (fsmount: in no mount namespace). Creates upper/
+ * and work/ owned by owner:owner. Returns the mount fd, or -1. Closing the fd while it is
+ * attached nowhere frees the filesystem, the loop device and the image's blocks. */
+int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err);
+
+#endif

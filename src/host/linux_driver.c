@@ -1,0 +1,600 @@
+/* linux_driver.c -- the linux isolation driver: slots, uid-range claims, the warm pool, teardown,
+ * adoption after a restart and reconcile of leftovers
+ *
+ * A slot number is also the index of a host-wide uid range: root in slot N's sandbox is
+ * MOAT_UID_BASE + N * 65536 on the host. Several moatd instances (each with its own data dir)
+ * share the range space through claim files RANGES_DIR/N created with O_EXCL.
+ */
+#include "driver.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+#include "cgroup.h"
+#include "disk.h"
+#include "seccomp.h"
+#include "shell.h"
+
+#define MOAT_UID_BASE 0x40000000u
+#define MOAT_MAX_RANGES 49150
+#define RANGES_DIR "/run/moat/ranges"
+#define POOL_DISK_MB 10240
+
+enum slot_state { SLOT_BUILDING = 1, SLOT_POOLED, SLOT_ASSIGNED, SLOT_TEARDOWN };
+
+struct slot {
+  int index;
+  enum slot_state state;
+  pid_t pid;
+  int pidfd;
+  uint64_t start_time;
+  bool own_child; /* moatd is the parent: reap it after killing */
+  char template_name[64];
+  uint64_t disk_mb;
+  struct moat_limits limits;
+  struct slot *next_teardown;
+};
+
+struct moat_host {
+  char *data_dir, *slots_dir, *disks_dir, *template_dir, *guest_path, *pool_template;
+  char instance[17];
+  unsigned pool_size, max_slots;
+  struct moat_cgroups *cgroups;
+  struct sock_fprog seccomp;
+
+  pthread_mutex_t lock;
+  struct slot **slots; /* by index, MOAT_MAX_RANGES entries */
+  unsigned live;       /* slots in any state */
+  unsigned pooled;
+  bool stopping;
+  pthread_cond_t wake; /* pool filler and teardown worker */
+  struct slot *teardown_head;
+  pthread_t filler, reaper;
+  bool threads_started;
+};
+
+static const struct moat_limits default_limits = {.cpu = 2.0, .memory_mb = 2048, .pids = 4096, .disk_mb = POOL_DISK_MB};
+
+static uid_t slot_uid_base(int index) { return MOAT_UID_BASE + (uid_t)index * MOAT_UID_RANGE; }
+
+static char *slot_path(struct moat_host *h, int index) { return xasprintf("%s/%d", h->slots_dir, index); }
+
+/* FNV-1a of the data dir's real path names this instance's cgroups. */
+static void instance_name(const char *data_dir, char out[17]) {
+  uint64_t x = 1469598103934665603ull;
+  for (const char *p = data_dir; *p; p++) {
+    x ^= (unsigned char)*p;
+    x *= 1099511628211ull;
+  }
+  snprintf(out, 17, "%016llx", (unsigned long long)x);
+}
+
+/* Claims a free host-wide range: RANGES_DIR/N holding our data dir. Returns N or -1. */
+static int claim_range(struct moat_host *h, moat_error **err) {
+  unsigned start;
+  random_bytes(&start, sizeof(start));
+  start %= MOAT_MAX_RANGES;
+  for (unsigned i = 0; i < MOAT_MAX_RANGES; i++) {
+    int n = (int)((start + i) % MOAT_MAX_RANGES);
+    if (h->slots[n])
+      continue;
+    char path[64];
+    snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (errno == EEXIST)
+        continue;
+      return moat_error_errno(err, "claim uid range %s", path);
+    }
+    int w = write_all(fd, h->data_dir, strlen(h->data_dir));
+    close(fd);
+    if (w < 0) {
+      unlink(path);
+      return moat_error_errno(err, "write %s", path);
+    }
+    return n;
+  }
+  return moat_error_set(err, EAGAIN, "no free uid range on this host");
+}
+
+/* True when RANGES_DIR/N names our data dir. */
+static bool range_is_ours(struct moat_host *h, int n) {
+  char path[64];
+  snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
+  _cleanup_free_ char *s = NULL;
+  if (read_file(path, &s, NULL, NULL) < 0)
+    return false;
+  return strcmp(s, h->data_dir) == 0;
+}
+
+static void release_range(struct moat_host *h, int n) {
+  char path[64];
+  snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
+  if (range_is_ours(h, n))
+    unlink(path);
+}
+
+/* Removes everything of slot n on the host: processes, cgroups, slot dir, range claim. */
+static int cleanup_slot(struct moat_host *h, int n, struct slot *s, moat_error **err) {
+  int ret = 0;
+  if (moat_cgroup_kill(h->cgroups, n, 5000, err) < 0)
+    ret = -1;
+  if (s && s->pidfd >= 0) {
+    if (s->own_child)
+      while (waitid(P_PIDFD, (id_t)s->pidfd, NULL, WEXITED | __WALL) < 0 && errno == EINTR)
+        ;
+    close(s->pidfd);
+    s->pidfd = -1;
+  }
+  if (ret == 0 && moat_cgroup_remove(h->cgroups, n, err) < 0)
+    ret = -1;
+  _cleanup_free_ char *dir = slot_path(h, n);
+  if (ret == 0 && rm_rf(dir, err) < 0)
+    ret = -1;
+  if (ret == 0)
+    release_range(h, n);
+  return ret;
+}
+
+static struct slot *slot_new(int index, enum slot_state state) {
+  struct slot *s = xcalloc(1, sizeof(*s));
+  s->index = index;
+  s->state = state;
+  s->pidfd = -1;
+  return s;
+}
+
+/* Builds a running shell in a freshly claimed slot. Called without h->lock. */
+static int build_shell(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+                       enum slot_state final_state, struct slot **out, moat_error **err) {
+  _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", h->template_dir, template_name);
+  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, template_name);
+  if (access(ready, F_OK) < 0)
+    return moat_error_set(err, ENOENT, "template %s is not built", template_name);
+  pthread_mutex_lock(&h->lock);
+  if (h->live >= h->max_slots) {
+    pthread_mutex_unlock(&h->lock);
+    return moat_error_set(err, EAGAIN, "host is full: %u sandboxes", h->max_slots);
+  }
+  int n = claim_range(h, err);
+  if (n < 0) {
+    pthread_mutex_unlock(&h->lock);
+    return -1;
+  }
+  struct slot *s = slot_new(n, SLOT_BUILDING);
+  snprintf(s->template_name, sizeof(s->template_name), "%s", template_name);
+  s->disk_mb = limits->disk_mb;
+  s->limits = *limits;
+  h->slots[n] = s;
+  h->live++;
+  pthread_mutex_unlock(&h->lock);
+
+  _cleanup_free_ char *dir = slot_path(h, n);
+  _cleanup_free_ char *img = xasprintf("%s/%d.img", h->disks_dir, n);
+  int ret = -1;
+  static const char *sub[] = {"lower", "disk", "root"};
+  if (mkdir(dir, 0711) < 0 && errno != EEXIST) {
+    moat_error_errno(err, "mkdir %s", dir);
+    goto out;
+  }
+  for (size_t i = 0; i < ARRAY_SIZE(sub); i++) {
+    _cleanup_free_ char *p = xasprintf("%s/%s", dir, sub[i]);
+    if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+      moat_error_errno(err, "mkdir %s", p);
+      goto out;
+    }
+  }
+  int disk = moat_disk_create(img, limits->disk_mb, slot_uid_base(n), err);
+  if (disk < 0)
+    goto out;
+  struct moat_shell_spec spec = {.slot = n,
+                                 .uid_base = slot_uid_base(n),
+                                 .slot_dir = dir,
+                                 .rootfs = rootfs,
+                                 .guest_path = h->guest_path,
+                                 .disk_fd = disk,
+                                 .seccomp = &h->seccomp,
+                                 .cgroups = h->cgroups,
+                                 .limits = limits};
+  struct moat_shell shell;
+  if (moat_shell_create(&spec, &shell, err) < 0)
+    goto out;
+  s->pid = shell.pid;
+  s->pidfd = shell.pidfd;
+  s->start_time = shell.start_time;
+  s->own_child = true;
+  log_debug("slot %d: shell built in %.2f ms", n, (double)shell.build_ns / 1e6);
+  ret = 0;
+out:
+  pthread_mutex_lock(&h->lock);
+  if (ret < 0) {
+    h->slots[n] = NULL;
+    h->live--;
+    pthread_mutex_unlock(&h->lock);
+    moat_error *e2 = NULL;
+    if (cleanup_slot(h, n, s, &e2) < 0) {
+      log_warn("slot %d: cleanup after failed create: %s", n, moat_error_msg(e2));
+      moat_error_free(&e2);
+    }
+    free(s);
+    return moat_error_wrap(err, "build sandbox");
+  }
+  s->state = final_state;
+  if (final_state == SLOT_POOLED)
+    h->pooled++;
+  pthread_mutex_unlock(&h->lock);
+  *out = s;
+  return 0;
+}
+
+static void fill_instance(struct moat_host *h, struct slot *s, struct moat_instance *out) {
+  memset(out, 0, sizeof(*out));
+  out->slot = s->index;
+  out->pid = s->pid;
+  out->start_time = s->start_time;
+  snprintf(out->sock_path, sizeof(out->sock_path), "%s/%d/guest.sock", h->slots_dir, s->index);
+}
+
+static bool limits_equal(const struct moat_limits *a, const struct moat_limits *b) {
+  return a->cpu == b->cpu && a->memory_mb == b->memory_mb && a->pids == b->pids;
+}
+
+int moat_host_create(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+                     struct moat_instance *out, moat_error **err) {
+  uint64_t t0 = now_ns();
+  struct slot *s = NULL;
+  pthread_mutex_lock(&h->lock);
+  if (h->pool_template && strcmp(template_name, h->pool_template) == 0 && limits->disk_mb == POOL_DISK_MB) {
+    for (int i = 0; i < MOAT_MAX_RANGES && h->pooled > 0; i++) {
+      struct slot *c = h->slots[i];
+      if (c && c->state == SLOT_POOLED) {
+        s = c;
+        s->state = SLOT_ASSIGNED;
+        h->pooled--;
+        break;
+      }
+    }
+  }
+  pthread_cond_broadcast(&h->wake); /* the filler replaces what we took */
+  pthread_mutex_unlock(&h->lock);
+  if (s) {
+    /* A pooled shell may have died (OOM, killed by hand) while it waited: then build one. */
+    struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
+    if (poll(&p, 1, 0) != 0) {
+      moat_host_destroy(h, s->index, NULL);
+      s = NULL;
+    }
+  }
+  if (s && !limits_equal(&s->limits, limits)) {
+    if (moat_cgroup_set_limits(h->cgroups, s->index, limits, err) < 0) {
+      moat_host_destroy(h, s->index, NULL);
+      return moat_error_wrap(err, "create sandbox");
+    }
+    s->limits = *limits;
+  }
+  bool from_pool = s != NULL;
+  if (!s && build_shell(h, template_name, limits, SLOT_ASSIGNED, &s, err) < 0)
+    return -1;
+  fill_instance(h, s, out);
+  out->from_pool = from_pool;
+  out->ready_ns = now_ns() - t0;
+  return 0;
+}
+
+/* Detaches slot n for teardown by the worker thread. */
+int moat_host_destroy(struct moat_host *h, int slot, moat_error **err) {
+  if (slot < 0 || slot >= MOAT_MAX_RANGES)
+    return moat_error_set(err, EINVAL, "slot %d out of range", slot);
+  pthread_mutex_lock(&h->lock);
+  struct slot *s = h->slots[slot];
+  if (!s || s->state == SLOT_TEARDOWN || s->state == SLOT_BUILDING) {
+    pthread_mutex_unlock(&h->lock);
+    return 0;
+  }
+  if (s->state == SLOT_POOLED)
+    h->pooled--;
+  s->state = SLOT_TEARDOWN;
+  s->next_teardown = h->teardown_head;
+  h->teardown_head = s;
+  pthread_cond_broadcast(&h->wake);
+  pthread_mutex_unlock(&h->lock);
+  /* Kill now, on the request path: a killed sandbox must stop running at once. The slower
+   * removal of cgroups and dirs happens in the teardown worker. */
+  if (moat_cgroup_kill(h->cgroups, slot, 0 /* do not wait */, NULL) < 0) {
+    /* ETIMEDOUT with 0 ms is expected: processes are dying. */
+  }
+  return 0;
+}
+
+static void run_teardowns(struct moat_host *h) {
+  for (;;) {
+    pthread_mutex_lock(&h->lock);
+    struct slot *s = h->teardown_head;
+    if (s)
+      h->teardown_head = s->next_teardown;
+    pthread_mutex_unlock(&h->lock);
+    if (!s)
+      return;
+    moat_error *e = NULL;
+    if (cleanup_slot(h, s->index, s, &e) < 0) {
+      log_warn("slot %d: teardown: %s (reconciled at next start)", s->index, moat_error_msg(e));
+      moat_error_free(&e);
+    }
+    pthread_mutex_lock(&h->lock);
+    h->slots[s->index] = NULL;
+    h->live--;
+    pthread_mutex_unlock(&h->lock);
+    free(s);
+  }
+}
+
+static bool template_ready(struct moat_host *h, const char *name) {
+  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, name);
+  return access(ready, F_OK) == 0;
+}
+
+/* Keeps pool_size warm shells of pool_template and runs teardowns. */
+static void *worker_main(void *arg) {
+  struct moat_host *h = arg;
+  unsigned failures = 0;
+  pthread_mutex_lock(&h->lock);
+  while (!h->stopping) {
+    if (h->teardown_head) {
+      pthread_mutex_unlock(&h->lock);
+      run_teardowns(h);
+      pthread_mutex_lock(&h->lock);
+      continue;
+    }
+    bool want = h->pool_template && h->pooled < h->pool_size && h->live < h->max_slots;
+    if (want && template_ready(h, h->pool_template)) {
+      pthread_mutex_unlock(&h->lock);
+      struct slot *s = NULL;
+      moat_error *e = NULL;
+      if (build_shell(h, h->pool_template, &default_limits, SLOT_POOLED, &s, &e) < 0) {
+        if (failures++ < 3 || failures % 100 == 0)
+          log_warn("pool: %s", moat_error_msg(e));
+        moat_error_free(&e);
+        struct timespec ts = {.tv_sec = failures < 10 ? 0 : 1, .tv_nsec = failures < 10 ? 200000000 : 0};
+        nanosleep(&ts, NULL);
+      } else {
+        failures = 0;
+      }
+      pthread_mutex_lock(&h->lock);
+      continue;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1; /* re-check template readiness now and then */
+    pthread_cond_timedwait(&h->wake, &h->lock, &ts);
+  }
+  pthread_mutex_unlock(&h->lock);
+  return NULL;
+}
+
+int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err) {
+  struct moat_host *h = xcalloc(1, sizeof(*h));
+  pthread_mutex_init(&h->lock, NULL);
+  pthread_cond_init(&h->wake, NULL);
+  h->slots = xcalloc(MOAT_MAX_RANGES, sizeof(struct slot *));
+  char *real = realpath(cfg->data_dir, NULL);
+  h->data_dir = real ? real : xstrdup(cfg->data_dir);
+  h->slots_dir = xasprintf("%s/host/slots", h->data_dir);
+  h->disks_dir = xasprintf("%s/host/disks", h->data_dir);
+  h->template_dir = xstrdup(cfg->template_dir);
+  h->guest_path = xstrdup(cfg->guest_path);
+  h->pool_template = cfg->pool_template ? xstrdup(cfg->pool_template) : NULL;
+  h->pool_size = cfg->pool_size;
+  h->max_slots = cfg->max_slots ? cfg->max_slots : 16384;
+  instance_name(h->data_dir, h->instance);
+  int ret = -1;
+  if (geteuid() != 0) {
+    moat_error_set(err, EPERM, "the linux driver needs root");
+    goto out;
+  }
+  if (access(h->guest_path, X_OK) < 0) {
+    moat_error_errno(err, "guest binary %s", h->guest_path);
+    goto out;
+  }
+  if (mkdir_p(h->slots_dir, 0711, err) < 0 || mkdir_p(h->disks_dir, 0700, err) < 0 ||
+      mkdir_p(RANGES_DIR, 0755, err) < 0)
+    goto out;
+  chmod(h->slots_dir, 0711);
+  _cleanup_free_ char *hostdir = xasprintf("%s/host", h->data_dir);
+  chmod(hostdir, 0711);
+  /* The sandbox's init enters its slot dir as the host's root, then drops to the range: the
+   * data dir itself may stay 0700. */
+  if (moat_cgroups_open(&h->cgroups, h->instance, err) < 0 || moat_seccomp_build(&h->seccomp, err) < 0)
+    goto out;
+  *out = h;
+  return 0;
+out:
+  moat_error_wrap(err, "init linux driver");
+  moat_host_shutdown(h);
+  return ret;
+}
+
+static void start_threads(struct moat_host *h) {
+  if (h->threads_started)
+    return;
+  if (pthread_create(&h->filler, NULL, worker_main, h) == 0)
+    h->threads_started = true;
+}
+
+void moat_host_shutdown(struct moat_host *h) {
+  if (!h)
+    return;
+  pthread_mutex_lock(&h->lock);
+  h->stopping = true;
+  pthread_cond_broadcast(&h->wake);
+  pthread_mutex_unlock(&h->lock);
+  if (h->threads_started)
+    pthread_join(h->filler, NULL);
+  /* Warm shells nobody uses go; assigned sandboxes stay for the next moatd to adopt. */
+  pthread_mutex_lock(&h->lock);
+  for (int i = 0; i < MOAT_MAX_RANGES && h->slots; i++) {
+    struct slot *s = h->slots[i];
+    if (s && s->state == SLOT_POOLED) {
+      s->state = SLOT_TEARDOWN;
+      s->next_teardown = h->teardown_head;
+      h->teardown_head = s;
+    }
+  }
+  pthread_mutex_unlock(&h->lock);
+  if (h->cgroups)
+    run_teardowns(h);
+  for (int i = 0; i < MOAT_MAX_RANGES && h->slots; i++) {
+    if (h->slots[i]) {
+      if (h->slots[i]->pidfd >= 0)
+        close(h->slots[i]->pidfd);
+      free(h->slots[i]);
+    }
+  }
+  free(h->slots);
+  moat_cgroups_close(h->cgroups);
+  free(h->seccomp.filter);
+  free(h->data_dir);
+  free(h->slots_dir);
+  free(h->disks_dir);
+  free(h->template_dir);
+  free(h->guest_path);
+  free(h->pool_template);
+  pthread_mutex_destroy(&h->lock);
+  pthread_cond_destroy(&h->wake);
+  free(h);
+}
+
+int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
+                    moat_error **err) {
+  if (slot < 0 || slot >= MOAT_MAX_RANGES)
+    return moat_error_set(err, EINVAL, "slot %d out of range", slot);
+  pthread_mutex_lock(&h->lock);
+  if (h->slots[slot]) {
+    pthread_mutex_unlock(&h->lock);
+    return moat_error_set(err, EEXIST, "slot %d is already in use", slot);
+  }
+  struct slot *s = slot_new(slot, SLOT_ASSIGNED);
+  h->slots[slot] = s;
+  h->live++;
+  pthread_mutex_unlock(&h->lock);
+  bool alive = pid > 0 && start_time != 0 && moat_proc_start_time(pid) == start_time && range_is_ours(h, slot) &&
+               moat_cgroup_populated(h->cgroups, slot);
+  if (alive) {
+    s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    alive = s->pidfd >= 0 && moat_proc_start_time(pid) == start_time; /* pid not reused meanwhile */
+  }
+  if (!alive) {
+    moat_error *e = NULL;
+    if (cleanup_slot(h, slot, s, &e) < 0) {
+      log_warn("slot %d: cleanup of a dead sandbox: %s", slot, moat_error_msg(e));
+      moat_error_free(&e);
+    }
+    pthread_mutex_lock(&h->lock);
+    h->slots[slot] = NULL;
+    h->live--;
+    pthread_mutex_unlock(&h->lock);
+    free(s);
+    return 0;
+  }
+  s->pid = pid;
+  s->start_time = start_time;
+  s->own_child = false;
+  fill_instance(h, s, out);
+  return 1;
+}
+
+int moat_host_reconcile(struct moat_host *h, moat_error **err) {
+  int cleaned = 0;
+  _cleanup_free_ int *cg_slots = NULL;
+  size_t n_cg = 0;
+  moat_cgroup_list_slots(h->cgroups, &cg_slots, &n_cg, NULL);
+  /* Candidates: cgroup slots, slot dirs, and range claims naming our data dir. */
+  size_t cap = n_cg + 64, n = 0;
+  int *cand = xcalloc(cap, sizeof(int));
+  for (size_t i = 0; i < n_cg; i++)
+    cand[n++] = cg_slots[i];
+  const char *dirs[] = {h->slots_dir, RANGES_DIR};
+  for (size_t d = 0; d < ARRAY_SIZE(dirs); d++) {
+    DIR *dp = opendir(dirs[d]);
+    if (!dp)
+      continue;
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL) {
+      uint64_t v;
+      if (parse_u64(de->d_name, &v) < 0 || v >= MOAT_MAX_RANGES)
+        continue;
+      if (d == 1 && !range_is_ours(h, (int)v))
+        continue;
+      if (n == cap)
+        cand = xrealloc(cand, (cap *= 2) * sizeof(int));
+      cand[n++] = (int)v;
+    }
+    closedir(dp);
+  }
+  for (size_t i = 0; i < n; i++) {
+    int slot = cand[i];
+    pthread_mutex_lock(&h->lock);
+    bool known = h->slots[slot] != NULL;
+    pthread_mutex_unlock(&h->lock);
+    if (known)
+      continue;
+    bool dup = false;
+    for (size_t j = 0; j < i; j++)
+      dup |= cand[j] == slot;
+    if (dup)
+      continue;
+    moat_error *e = NULL;
+    if (cleanup_slot(h, slot, NULL, &e) < 0) {
+      log_warn("reconcile: slot %d: %s", slot, moat_error_msg(e));
+      moat_error_free(&e);
+      continue;
+    }
+    cleaned++;
+  }
+  free(cand);
+  /* Image files are unlinked once attached; any left are from a crash mid-create. */
+  DIR *dp = opendir(h->disks_dir);
+  if (dp) {
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL)
+      if (de->d_name[0] != '.')
+        unlinkat(dirfd(dp), de->d_name, 0);
+    closedir(dp);
+  }
+  if (cleaned)
+    log_info("reconcile: removed the leftovers of %d sandbox(es)", cleaned);
+  start_threads(h);
+  (void)err;
+  return cleaned;
+}
+
+bool moat_host_alive(struct moat_host *h, int slot) {
+  if (slot < 0 || slot >= MOAT_MAX_RANGES)
+    return false;
+  pthread_mutex_lock(&h->lock);
+  struct slot *s = h->slots[slot];
+  int fd = s && s->state == SLOT_ASSIGNED ? s->pidfd : -1;
+  bool alive = false;
+  if (fd >= 0) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    alive = poll(&p, 1, 0) == 0;
+  }
+  pthread_mutex_unlock(&h->lock);
+  return alive;
+}
+
+int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err) {
+  return moat_cgroup_usage(h->cgroups, slot, out, err);
+}

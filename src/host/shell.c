@@ -1,0 +1,470 @@
+/* shell.c -- the linux driver's create path: clone3 into seven namespaces, uid map, idmapped
+ * template + overlay, /proc /sys /dev, masked paths, pivot_root, capabilities, seccomp, moat-guest
+ *
+ * The child runs in a copy of a multi-threaded moatd: between clone3 and execve it calls only
+ * system calls (no malloc, no stdio, no locks), and reports failure as {errno, step} on the sync
+ * socket before _exit.
+ */
+#include "shell.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <unistd.h>
+
+#include "../common/util.h"
+#include "seccomp.h"
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+struct child_report {
+  int err;
+  char step[124];
+};
+
+struct child_ctx {
+  const struct moat_shell_spec *spec;
+  int sync_fd;   /* child's end of the sync socketpair */
+  int slot_fd;   /* O_PATH of the slot dir */
+  int listen_fd; /* guest socket, bound and listening */
+  int ready_fd;  /* write end of the ready pipe */
+};
+
+/* Capabilities root keeps inside the sandbox (Docker's default set without MKNOD and NET_RAW). */
+static const int kept_caps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FSETID,           CAP_FOWNER,
+                                CAP_SETGID, CAP_SETUID,       CAP_SETFCAP,          CAP_SETPCAP,
+                                CAP_KILL,   CAP_SYS_CHROOT,   CAP_NET_BIND_SERVICE, CAP_AUDIT_WRITE};
+
+static __attribute__((noreturn)) void child_fail(int sync_fd, const char *step) {
+  struct child_report r = {.err = errno};
+  size_t n = strlen(step);
+  if (n >= sizeof(r.step))
+    n = sizeof(r.step) - 1;
+  memcpy(r.step, step, n);
+  if (write(sync_fd, &r, sizeof(r)) < 0) {
+    /* nothing left to tell */
+  }
+  _exit(1);
+}
+
+#define CHECK(expr, step)                                                                                   \
+  do {                                                                                                      \
+    if ((expr) < 0)                                                                                         \
+      child_fail(c->sync_fd, step);                                                                         \
+  } while (0)
+
+static int touch_file(const char *path, mode_t mode) {
+  int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  return 0;
+}
+
+/* Binds /dev/null over a file, or an empty read-only tmpfs over a directory, if it exists. */
+static int mask_path(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) < 0)
+    return errno == ENOENT ? 0 : -1;
+  if (S_ISDIR(st.st_mode))
+    return mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=000");
+  return mount("/dev/null", path, NULL, MS_BIND, NULL);
+}
+
+static int readonly_path(const char *path) {
+  if (access(path, F_OK) < 0)
+    return errno == ENOENT ? 0 : -1;
+  if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+    return -1;
+  return mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+}
+
+static void setup_dev(struct child_ctx *c) {
+  CHECK(mount("tmpfs", "root/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k,nr_inodes=4096"),
+        "mount /dev");
+  static const char *nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+  char src[64], dst[64];
+  for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
+    snprintf(src, sizeof(src), "/dev/%s", nodes[i]);
+    snprintf(dst, sizeof(dst), "root/dev/%s", nodes[i]);
+    CHECK(touch_file(dst, 0666), "create /dev node");
+    CHECK(mount(src, dst, NULL, MS_BIND, NULL), "bind /dev node");
+  }
+  CHECK(mkdir("root/dev/pts", 0755), "mkdir /dev/pts");
+  CHECK(mount("devpts", "root/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"),
+        "mount /dev/pts");
+  CHECK(symlink("pts/ptmx", "root/dev/ptmx"), "symlink /dev/ptmx");
+  CHECK(mkdir("root/dev/shm", 01777), "mkdir /dev/shm");
+  CHECK(mount("shm", "root/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k"), "mount /dev/shm");
+  CHECK(mkdir("root/dev/mqueue", 0755), "mkdir /dev/mqueue");
+  CHECK(mount("mqueue", "root/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount mqueue");
+  CHECK(symlink("/proc/self/fd", "root/dev/fd"), "symlink /dev/fd");
+  CHECK(symlink("/proc/self/fd/0", "root/dev/stdin"), "symlink /dev/stdin");
+  CHECK(symlink("/proc/self/fd/1", "root/dev/stdout"), "symlink /dev/stdout");
+  CHECK(symlink("/proc/self/fd/2", "root/dev/stderr"), "symlink /dev/stderr");
+}
+
+static void setup_proc_sys(struct child_ctx *c) {
+  CHECK(mount("proc", "root/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /proc");
+  CHECK(mount("sysfs", "root/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /sys");
+  static const char *masked[] = {"root/proc/kcore",         "root/proc/keys",     "root/proc/key-users",
+                                 "root/proc/timer_list",    "root/proc/sched_debug", "root/proc/latency_stats",
+                                 "root/proc/kallsyms",      "root/proc/kmsg",     "root/proc/acpi",
+                                 "root/proc/scsi",          "root/proc/asound",   "root/proc/driver",
+                                 "root/sys/firmware",       "root/sys/kernel/security", "root/sys/kernel/debug",
+                                 "root/sys/fs/cgroup"};
+  for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
+    CHECK(mask_path(masked[i]), "mask a /proc or /sys path");
+  static const char *ro[] = {"root/proc/sys", "root/proc/sysrq-trigger", "root/proc/irq", "root/proc/bus",
+                             "root/proc/fs"};
+  for (size_t i = 0; i < ARRAY_SIZE(ro); i++)
+    CHECK(readonly_path(ro[i]), "make a /proc path read-only");
+}
+
+static void loopback_up(struct child_ctx *c) {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  CHECK(s, "socket for lo");
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof(ifr));
+  memcpy(ifr.ifr_name, "lo", 3);
+  CHECK(ioctl(s, SIOCGIFFLAGS, &ifr), "get lo flags");
+  ifr.ifr_flags |= IFF_UP;
+  CHECK(ioctl(s, SIOCSIFFLAGS, &ifr), "bring lo up");
+  close(s);
+}
+
+static void drop_caps(struct child_ctx *c) {
+  int last = CAP_LAST_CAP;
+  for (int cap = 0; cap <= last + 8; cap++) {
+    bool keep = false;
+    for (size_t i = 0; i < ARRAY_SIZE(kept_caps); i++)
+      keep |= kept_caps[i] == cap;
+    if (!keep && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+      child_fail(c->sync_fd, "drop a capability from the bounding set");
+  }
+  CHECK(prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities");
+  struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof(data));
+  for (size_t i = 0; i < ARRAY_SIZE(kept_caps); i++) {
+    data[kept_caps[i] / 32].effective |= 1u << (kept_caps[i] % 32);
+    data[kept_caps[i] / 32].permitted |= 1u << (kept_caps[i] % 32);
+  }
+  CHECK(syscall(SYS_capset, &hdr, data), "capset");
+}
+
+/* Receives "go" and the three mount fds from the parent. */
+static void recv_fds(struct child_ctx *c, int fds[3]) {
+  char byte;
+  struct iovec iov = {&byte, 1};
+  union {
+    char buf[CMSG_SPACE(3 * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+  ssize_t r;
+  do
+    r = recvmsg(c->sync_fd, &mh, MSG_CMSG_CLOEXEC);
+  while (r < 0 && errno == EINTR);
+  if (r <= 0) /* parent gave up */
+    _exit(1);
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(3 * sizeof(int))) {
+    errno = EPROTO;
+    child_fail(c->sync_fd, "receive mount fds");
+  }
+  memcpy(fds, CMSG_DATA(cm), 3 * sizeof(int));
+}
+
+static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
+  int fds[3]; /* lower (idmapped template), disk (writable layer), guest binary */
+  recv_fds(c, fds);
+  /* Still the host's uid here: enter the slot dir (0711, root's) before becoming the range's root. */
+  CHECK(fchdir(c->slot_fd), "enter slot dir");
+  CHECK(setresgid(0, 0, 0), "setresgid");
+  CHECK(setgroups(0, NULL), "setgroups");
+  CHECK(setresuid(0, 0, 0), "setresuid");
+  CHECK(unshare(CLONE_NEWCGROUP), "unshare cgroup namespace");
+  CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make / private");
+  CHECK(move_mount(fds[0], "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH), "attach template");
+  CHECK(move_mount(fds[1], "", AT_FDCWD, "disk", MOVE_MOUNT_F_EMPTY_PATH), "attach disk");
+  CHECK(mount("overlay", "root", "overlay", MS_NODEV,
+              "lowerdir=lower,upperdir=disk/upper,workdir=disk/work,userxattr"),
+        "mount overlay root");
+  setup_proc_sys(c);
+  setup_dev(c);
+  CHECK(mount("tmpfs", "root/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=16384k"), "mount /run");
+  CHECK(mkdir("root/run/moat", 0755), "mkdir /run/moat");
+  CHECK(touch_file("root/run/moat/guest", 0755), "create /run/moat/guest");
+  CHECK(move_mount(fds[2], "", AT_FDCWD, "root/run/moat/guest", MOVE_MOUNT_F_EMPTY_PATH), "attach guest");
+  CHECK(sethostname("sandbox", 7), "sethostname");
+  loopback_up(c);
+  CHECK(chdir("root"), "enter new root");
+  CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
+  CHECK(umount2(".", MNT_DETACH), "detach old root");
+  CHECK(chdir("/"), "chdir /");
+  /* fds: 0-2 /dev/null, 3 listening socket, 4 ready pipe, nothing else. */
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  CHECK(devnull, "open /dev/null");
+  /* Move the four fds above all of them first, so that placing them at 0..5 clobbers none. */
+  int hi = devnull;
+  if (c->listen_fd > hi)
+    hi = c->listen_fd;
+  if (c->ready_fd > hi)
+    hi = c->ready_fd;
+  if (c->sync_fd > hi)
+    hi = c->sync_fd;
+  hi++;
+  CHECK(dup3(c->sync_fd, hi + 2, O_CLOEXEC), "dup sync fd");
+  c->sync_fd = hi + 2;
+  CHECK(dup3(c->listen_fd, hi, O_CLOEXEC), "dup listen fd");
+  CHECK(dup3(c->ready_fd, hi + 1, O_CLOEXEC), "dup ready fd");
+  CHECK(dup3(devnull, hi + 3, O_CLOEXEC), "dup /dev/null");
+  CHECK(dup3(hi + 3, 0, 0), "dup stdin");
+  CHECK(dup3(hi + 3, 1, 0), "dup stdout");
+  CHECK(dup3(hi + 3, 2, 0), "dup stderr");
+  CHECK(dup3(hi, 3, 0), "place listen fd");
+  CHECK(dup3(hi + 1, 4, 0), "place ready fd");
+  CHECK(dup3(hi + 2, 5, O_CLOEXEC), "place sync fd");
+  c->sync_fd = 5;
+  CHECK(syscall(SYS_close_range, 6, ~0U, 0), "close inherited fds");
+  drop_caps(c);
+  int r = moat_seccomp_install(c->spec->seccomp);
+  if (r < 0) {
+    errno = -r;
+    child_fail(c->sync_fd, "install seccomp filter");
+  }
+  char *argv[] = {"moat-guest", NULL};
+  char *envp[] = {"MOAT_GUEST_LISTEN_FD=3", "MOAT_GUEST_READY_FD=4",
+                  "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+  execve("/run/moat/guest", argv, envp);
+  child_fail(c->sync_fd, "exec moat-guest");
+}
+
+uint64_t moat_proc_start_time(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  _cleanup_free_ char *s = NULL;
+  if (read_file(path, &s, NULL, NULL) < 0)
+    return 0;
+  char *p = strrchr(s, ')'); /* comm may hold spaces and parentheses */
+  if (!p)
+    return 0;
+  /* after ") " come fields 3.. ; start time is field 22 */
+  int field = 2;
+  for (char *q = p + 1; *q; q++) {
+    if (*q == ' ' && ++field == 22)
+      return strtoull(q + 1, NULL, 10);
+  }
+  return 0;
+}
+
+static int write_id_maps(pid_t pid, uid_t base, moat_error **err) {
+  char path[64], map[64];
+  snprintf(map, sizeof(map), "0 %u %u\n", base, MOAT_UID_RANGE);
+  snprintf(path, sizeof(path), "/proc/%d/uid_map", pid);
+  if (write_file(path, map, err) < 0)
+    return -1;
+  snprintf(path, sizeof(path), "/proc/%d/gid_map", pid);
+  return write_file(path, map, err);
+}
+
+static int send_fds(int sock, const int fds[3], moat_error **err) {
+  char byte = 'G';
+  struct iovec iov = {&byte, 1};
+  union {
+    char buf[CMSG_SPACE(3 * sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  memset(&u, 0, sizeof(u));
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
+  memcpy(CMSG_DATA(cm), fds, 3 * sizeof(int));
+  while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
+    if (errno != EINTR)
+      return moat_error_errno(err, "send mount fds to the sandbox");
+  return 0;
+}
+
+/* Idmapped, read-only clone of the template for the sandbox's user namespace. */
+static int idmapped_template(const char *rootfs, pid_t pid, moat_error **err) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
+  _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+  if (userns < 0)
+    return moat_error_errno(err, "open %s", path);
+  _cleanup_close_ int fd = open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0)
+    return moat_error_errno(err, "open_tree %s", rootfs);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV,
+                            .userns_fd = (uint64_t)userns};
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+    return moat_error_errno(err, "idmap %s", rootfs);
+  return steal_fd(&fd);
+}
+
+static int guest_mount(const char *guest_path, moat_error **err) {
+  _cleanup_close_ int fd = open_tree(AT_FDCWD, guest_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0)
+    return moat_error_errno(err, "open_tree %s", guest_path);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID};
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+    return moat_error_errno(err, "make %s read-only", guest_path);
+  return steal_fd(&fd);
+}
+
+static int bind_guest_socket(const char *slot_dir, moat_error **err) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/guest.sock", slot_dir);
+  if (n < 0 || (size_t)n >= sizeof(sa.sun_path))
+    return moat_error_set(err, ENAMETOOLONG, "guest socket path under %s is too long", slot_dir);
+  unlink(sa.sun_path);
+  _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return moat_error_errno(err, "socket");
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+    return moat_error_errno(err, "bind %s", sa.sun_path);
+  if (listen(fd, 128) < 0)
+    return moat_error_errno(err, "listen %s", sa.sun_path);
+  return steal_fd(&fd);
+}
+
+/* Waits for the guest's ready byte or the child's failure report. */
+static int wait_ready(int ready_fd, int sync_fd, int pidfd, moat_error **err) {
+  struct pollfd p[2] = {{.fd = ready_fd, .events = POLLIN}, {.fd = sync_fd, .events = POLLIN}};
+  uint64_t deadline = now_ns() + 20ull * 1000000000ull;
+  for (;;) {
+    uint64_t now = now_ns();
+    if (now >= deadline)
+      return moat_error_set(err, ETIMEDOUT, "sandbox init did not become ready in 20 s");
+    int r = poll(p, 2, (int)((deadline - now) / 1000000ull) + 1);
+    if (r < 0 && errno != EINTR)
+      return moat_error_errno(err, "poll");
+    if (r <= 0)
+      continue;
+    if (p[1].revents & POLLIN) {
+      struct child_report rep;
+      ssize_t n = read(sync_fd, &rep, sizeof(rep));
+      if (n == (ssize_t)sizeof(rep)) {
+        rep.step[sizeof(rep.step) - 1] = '\0';
+        return moat_error_set(err, rep.err ? rep.err : EIO, "sandbox init: %s: %s", rep.step, strerror(rep.err));
+      }
+    }
+    if (p[0].revents & (POLLIN | POLLHUP)) {
+      char b;
+      ssize_t n = read(ready_fd, &b, 1);
+      if (n == 1 && b == 'R')
+        return 0;
+      return moat_error_set(err, EIO, "moat-guest exited before it was ready");
+    }
+    if (p[1].revents & (POLLHUP | POLLERR))
+      p[1].fd = -1;
+    (void)pidfd;
+  }
+}
+
+int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out, moat_error **err) {
+  uint64_t t0 = now_ns();
+  int disk_fd = spec->disk_fd;
+  _cleanup_close_ int slot_fd = -1, listen_fd = -1, cg_fd = -1, pidfd = -1, lower_fd = -1, guest_fd = -1;
+  int sync[2] = {-1, -1}, ready[2] = {-1, -1};
+  pid_t pid = -1;
+  int ret = -1;
+
+  slot_fd = open(spec->slot_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (slot_fd < 0) {
+    moat_error_errno(err, "open %s", spec->slot_dir);
+    goto out;
+  }
+  listen_fd = bind_guest_socket(spec->slot_dir, err);
+  if (listen_fd < 0)
+    goto out;
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0 || pipe2(ready, O_CLOEXEC) < 0) {
+    moat_error_errno(err, "socketpair/pipe");
+    goto out;
+  }
+  cg_fd = moat_cgroup_create(spec->cgroups, spec->slot, spec->limits, err);
+  if (cg_fd < 0)
+    goto out;
+
+  struct clone_args args;
+  memset(&args, 0, sizeof(args));
+  args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC |
+               CLONE_PIDFD | CLONE_INTO_CGROUP;
+  args.pidfd = (uint64_t)(uintptr_t)&pidfd;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = (uint64_t)cg_fd;
+  struct child_ctx ctx = {.spec = spec, .sync_fd = sync[1], .slot_fd = slot_fd, .listen_fd = listen_fd,
+                          .ready_fd = ready[1]};
+  pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+  if (pid < 0) {
+    moat_error_errno(err, "clone3");
+    goto out;
+  }
+  if (pid == 0)
+    child_main(&ctx);
+  close(sync[1]);
+  sync[1] = -1;
+  close(ready[1]);
+  ready[1] = -1;
+
+  if (write_id_maps(pid, spec->uid_base, err) < 0 || moat_cgroup_attach_v1(spec->cgroups, spec->slot, pid, err) < 0)
+    goto fail;
+  lower_fd = idmapped_template(spec->rootfs, pid, err);
+  if (lower_fd < 0)
+    goto fail;
+  guest_fd = guest_mount(spec->guest_path, err);
+  if (guest_fd < 0)
+    goto fail;
+  int fds[3] = {lower_fd, disk_fd, guest_fd};
+  if (send_fds(sync[0], fds, err) < 0 || wait_ready(ready[0], sync[0], pidfd, err) < 0)
+    goto fail;
+  out->pid = pid;
+  out->pidfd = steal_fd(&pidfd);
+  out->start_time = moat_proc_start_time(pid);
+  out->build_ns = now_ns() - t0;
+  ret = 0;
+  goto out;
+
+fail:
+  moat_error_wrap(err, "create sandbox in slot %d", spec->slot);
+  syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+  while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+    ;
+out:
+  if (ret < 0) {
+    moat_cgroup_kill(spec->cgroups, spec->slot, 2000, NULL);
+    moat_cgroup_remove(spec->cgroups, spec->slot, NULL);
+  }
+  if (disk_fd >= 0)
+    close(disk_fd);
+  for (int i = 0; i < 2; i++) {
+    if (sync[i] >= 0)
+      close(sync[i]);
+    if (ready[i] >= 0)
+      close(ready[i]);
+  }
+  return ret;
+}

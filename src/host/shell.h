@@ -1,0 +1,43 @@
+/* shell.h -- building one sandbox "shell": namespaces, uid map, root filesystem, cgroups, guest */
+#ifndef MOAT_SHELL_H
+#define MOAT_SHELL_H
+
+#include <linux/filter.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../common/error.h"
+#include "cgroup.h"
+#include "driver.h"
+
+#define MOAT_UID_RANGE 65536u
+
+struct moat_shell_spec {
+  int slot;
+  uid_t uid_base;          /* root inside maps to uid_base outside; MOAT_UID_RANGE ids */
+  const char *slot_dir;    /* host dir: lower/ disk/ root/ mount points, guest.sock */
+  const char *rootfs;      /* template root image (read-only, root-owned) */
+  const char *guest_path;  /* static moat-guest binary */
+  int disk_fd;             /* detached mount of the writable layer (disk.h); consumed */
+  const struct sock_fprog *seccomp;
+  struct moat_cgroups *cgroups;
+  const struct moat_limits *limits;
+};
+
+struct moat_shell {
+  pid_t pid;        /* host pid of the guest (the sandbox's init) */
+  int pidfd;        /* owned */
+  uint64_t start_time;
+  uint64_t build_ns;
+};
+
+/* Creates the cgroups, clones the sandbox's init into all seven namespaces, maps its uid range,
+ * hands it the idmapped template and the writable layer, and waits until moat-guest says it is
+ * ready. On failure everything created is undone (cgroups removed, process killed and reaped)
+ * and -1 returned. The guest socket is bound at SLOT_DIR/guest.sock. */
+int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out, moat_error **err);
+
+/* Start time of pid (field 22 of /proc/PID/stat), or 0 when it does not exist. */
+uint64_t moat_proc_start_time(pid_t pid);
+
+#endif
