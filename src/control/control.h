@@ -113,19 +113,27 @@ struct moat_sandbox_patch {
 };
 int moat_control_update(struct moat_control *c, const char *org, const char *id,
                         const struct moat_sandbox_patch *patch, struct moat_sandbox_info *out, moat_error **err);
-/* Kills and records reason. Killing a killed sandbox is ENOENT (it is gone for the API). */
+/* Kills and records reason. Killing a killed sandbox is ENOENT (it is gone for the API).
+ * Killed sandboxes: get returns them (state killed, killed_reason set) and list shows them when
+ * asked for state killed; kill, update, guest and exec on them are ENOENT with the message
+ * "sandbox ID was killed (REASON)" (or "no sandbox ID (already killed)"). */
 int moat_control_kill(struct moat_control *c, const char *org, const char *id, const char *reason,
                       moat_error **err);
 
 /* For exec and files: checks the sandbox is the org's and running, refreshes its TTL, and
- * returns the guest socket path (caller frees) and, for exec, the sandbox env merged under
- * req_env ("K=V" vector, caller frees). EBUSY when not running. */
+ * returns the guest socket path (caller frees) and, when env is not NULL, the sandbox's env as a
+ * "K=V" vector (caller frees with strv_free; moat_control_exec merges req->env over it).
+ * EBUSY when not running (creating waits for the create to finish), ENOENT when killed. */
 int moat_control_guest(struct moat_control *c, const char *org, const char *id, char **sock_path,
                        char ***env, moat_error **err);
 
 /* Runs a command: moat_control_guest + moat_guest_exec; req->env is merged over the sandbox env. */
 int moat_control_exec(struct moat_control *c, const char *org, const char *id, const struct moat_exec_req *req,
                       struct moat_exec_result *res, moat_error **err);
+
+/* Creates a new API key ("moat_" + 64 hex digits) for org in the store under data_dir, which a
+ * running moatd may have open. Returns 0 and sets *key (caller frees), or -1. */
+int moat_control_key_create(const char *data_dir, const char *org, char **key, moat_error **err);
 
 /* Templates. */
 struct moat_templates *moat_control_templates(struct moat_control *c);
