@@ -1,0 +1,115 @@
+/* cli.h -- the moat CLI's shared pieces: argument parsing, the HTTP client, errors and exit codes */
+#ifndef MOAT_CLI_H
+#define MOAT_CLI_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Exit codes: 0 ok, 1 an error (API, network, local file), 2 bad usage. exec/run pass the command's
+ * own code through (128+signal when killed, 124 on timeout). */
+#define EXIT_API 1
+#define EXIT_USAGE 2
+
+/* ---- argument parsing ----
+ * Options are long only (--name VALUE or --name=VALUE) plus -h/--help. Options and positionals may
+ * mix; "--" ends the options; once a command takes a trailing argv (rest_ok) and max_pos positionals
+ * have been seen, the next non-option word starts that argv, so `moat exec ID ls -la` works. */
+struct cli_opt {
+  const char *name; /* without the leading "--" */
+  bool has_arg;
+  int id;
+};
+
+struct cli_args {
+  char **pos; /* positionals before the trailing argv (borrowed from argv) */
+  int npos;
+  char **rest; /* the trailing argv, NULL-terminated (borrowed) */
+  int nrest;
+};
+
+/* Calls on_opt(id, value, ctx) for each option (value NULL when it takes none); on_opt returns 0 or
+ * -1 (it printed why). Returns 0, 1 when -h/--help was given (usage printed by the caller), or -1
+ * after printing the problem to stderr. Caller frees a->pos and a->rest with free(). */
+int cli_parse(int argc, char **argv, const struct cli_opt *opts, int max_pos, bool rest_ok,
+              int (*on_opt)(int id, const char *value, void *ctx), void *ctx, struct cli_args *a);
+
+/* Prints "moat: <fmt>\n" to stderr. */
+void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "moat: <fmt>" and the command's usage hint; returns EXIT_USAGE. */
+int cli_usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Splits "K=V" into a new reference in obj; -1 (printed) when there is no '='. */
+int cli_kv_set(json_t *obj, const char *kv, const char *what);
+/* Parses a decimal integer / number argument; -1 (printed) when it is not one. */
+int cli_parse_ll(const char *s, const char *what, long long *out);
+int cli_parse_double(const char *s, const char *what, double *out);
+
+/* ---- the HTTP client ---- */
+
+/* The signal number once SIGINT/SIGTERM/SIGHUP arrived after cli_trap_signals(); while it is
+ * non-zero, transfers in flight abort. Clear it to make a clean-up request after an interrupt. */
+extern volatile sig_atomic_t cli_interrupted;
+void cli_trap_signals(void);
+
+/* Reads MOAT_API_URL (default http://127.0.0.1:7070) and MOAT_API_KEY (else ./.moat/api-key). */
+void cli_client_init(void);
+void cli_client_cleanup(void);
+
+/* A response: HTTP status (0 when the request never completed) and the parsed JSON body (NULL when
+ * empty or not JSON). */
+struct cli_resp {
+  long status;
+  json_t *json;
+};
+
+/* Sends METHOD path_and_query with an optional JSON body (borrowed). Returns 0 when the server
+ * answered 2xx (resp filled, caller json_decref's resp->json); otherwise prints
+ * "moat: <message> (<code>)" (or the transport error) and returns -1. */
+int cli_request(const char *method, const char *path, json_t *body, struct cli_resp *resp);
+
+/* Streams the local stream `in` (size, or -1 when unknown: chunked) as the body of PUT path.
+ * Returns 0 on 2xx, else prints the error and returns -1. */
+int cli_upload(const char *path, FILE *in, long long size, struct cli_resp *resp);
+
+/* GETs path, streaming the body into `out` only when the answer is 2xx. Returns 0 or -1 (printed). */
+int cli_download(const char *path, FILE *out);
+
+/* Percent-encodes s for a query string; caller frees. */
+char *cli_escape(const char *s);
+
+/* ---- commands ---- */
+int cmd_create(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_get(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+
+/* Builds the JSON body of POST /v1/sandboxes from create-style options; shared by create and run.
+ * Returns the option ids it handles through cli_create_opt(). */
+struct create_opts {
+  json_t *body;
+};
+extern const struct cli_opt cli_create_opts[];
+extern const size_t cli_create_nopts;
+int cli_create_opt(int id, const char *value, struct create_opts *c);
+#define CREATE_USAGE                                                                                  \
+  "  --template T      template name (default base)\n"                                               \
+  "  --ttl S           seconds until it is killed (default 3600; refreshed by API activity)\n"       \
+  "  --persistent      no TTL\n"                                                                      \
+  "  --meta K=V        metadata (repeatable)\n"                                                       \
+  "  --env K=V         environment for every exec (repeatable)\n"                                     \
+  "  --cpu N           vCPUs (default 2)\n"                                                           \
+  "  --memory MB       memory limit (default 2048)\n"                                                 \
+  "  --pids N          process limit (default 4096)\n"                                                \
+  "  --disk MB         writable layer size (default 10240)\n"
+
+/* Runs argv in sandbox id (exec options already in body) and relays its output; returns the exit
+ * code to pass through, or -1 when the request failed (printed). */
+int cli_exec_relay(const char *id, json_t *body);
+
+#endif

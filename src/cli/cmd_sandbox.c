@@ -1,0 +1,246 @@
+/* cmd_sandbox.c -- moat create, ls, get, rm */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/util.h"
+#include "cli.h"
+
+enum { O_TEMPLATE = 1, O_TTL, O_PERSISTENT, O_META, O_ENV, O_CPU, O_MEMORY, O_PIDS, O_DISK };
+
+const struct cli_opt cli_create_opts[] = {
+    {"template", true, O_TEMPLATE}, {"ttl", true, O_TTL},   {"persistent", false, O_PERSISTENT},
+    {"meta", true, O_META},         {"env", true, O_ENV},   {"cpu", true, O_CPU},
+    {"memory", true, O_MEMORY},     {"pids", true, O_PIDS}, {"disk", true, O_DISK},
+    {NULL, false, 0}};
+const size_t cli_create_nopts = sizeof(cli_create_opts) / sizeof(cli_create_opts[0]) - 1;
+
+static json_t *object_field(json_t *body, const char *key) {
+  json_t *o = json_object_get(body, key);
+  if (!o) {
+    o = json_object();
+    json_object_set_new(body, key, o);
+  }
+  return o;
+}
+
+int cli_create_opt(int id, const char *value, struct create_opts *c) {
+  long long n;
+  double d;
+  switch (id) {
+  case O_TEMPLATE:
+    json_object_set_new(c->body, "template", json_string(value));
+    return 0;
+  case O_TTL:
+    if (cli_parse_ll(value, "--ttl", &n) < 0)
+      return -1;
+    json_object_set_new(c->body, "ttl_seconds", json_integer(n));
+    return 0;
+  case O_PERSISTENT:
+    json_object_set_new(c->body, "persistent", json_true());
+    return 0;
+  case O_META:
+    return cli_kv_set(object_field(c->body, "metadata"), value, "--meta");
+  case O_ENV:
+    return cli_kv_set(object_field(c->body, "env"), value, "--env");
+  case O_CPU:
+    if (cli_parse_double(value, "--cpu", &d) < 0)
+      return -1;
+    json_object_set_new(c->body, "cpu", json_real(d));
+    return 0;
+  case O_MEMORY:
+  case O_PIDS:
+  case O_DISK: {
+    const char *flag = id == O_MEMORY ? "--memory" : id == O_PIDS ? "--pids" : "--disk";
+    const char *field = id == O_MEMORY ? "memory_mb" : id == O_PIDS ? "pids" : "disk_mb";
+    if (cli_parse_ll(value, flag, &n) < 0)
+      return -1;
+    json_object_set_new(c->body, field, json_integer(n));
+    return 0;
+  }
+  }
+  return -1;
+}
+
+static int on_create_opt(int id, const char *value, void *ctx) { return cli_create_opt(id, value, ctx); }
+
+static const char create_usage[] = "moat create [OPTIONS]\n" CREATE_USAGE;
+
+int cmd_create(int argc, char **argv) {
+  struct create_opts c = {.body = json_object()};
+  struct cli_args a;
+  int r = cli_parse(argc, argv, cli_create_opts, 0, false, on_create_opt, &c, &a);
+  free(a.pos);
+  free(a.rest);
+  if (r != 0) {
+    json_decref(c.body);
+    if (r == 1) {
+      printf("usage: %s", create_usage);
+      return 0;
+    }
+    fprintf(stderr, "usage: %s", create_usage);
+    return EXIT_USAGE;
+  }
+  struct cli_resp resp;
+  r = cli_request("POST", "/v1/sandboxes", c.body, &resp);
+  json_decref(c.body);
+  if (r < 0)
+    return EXIT_API;
+  const char *id = json_string_value(json_object_get(resp.json, "id"));
+  if (id)
+    printf("%s\n", id);
+  json_decref(resp.json);
+  if (!id) {
+    cli_errorf("the answer has no sandbox id");
+    return EXIT_API;
+  }
+  return 0;
+}
+
+/* ---- ls ---- */
+
+enum { L_STATE = 1, L_META, L_JSON };
+static const struct cli_opt ls_opts[] = {
+    {"state", true, L_STATE}, {"meta", true, L_META}, {"json", false, L_JSON}, {NULL, false, 0}};
+static const char ls_usage[] = "moat ls [--state S] [--meta K=V]... [--json]\n";
+
+struct ls_ctx {
+  char *query; /* grows: "?a=b&c=d" */
+  bool json;
+};
+
+static void query_add(struct ls_ctx *l, const char *key, const char *value) {
+  _cleanup_free_ char *k = cli_escape(key);
+  _cleanup_free_ char *v = cli_escape(value);
+  char *q = xasprintf("%s%c%s=%s", l->query ? l->query : "", l->query ? '&' : '?', k, v);
+  free(l->query);
+  l->query = q;
+}
+
+static int on_ls_opt(int id, const char *value, void *ctx) {
+  struct ls_ctx *l = ctx;
+  if (id == L_STATE) {
+    query_add(l, "state", value);
+  } else if (id == L_META) {
+    const char *eq = strchr(value, '=');
+    if (!eq || eq == value) {
+      cli_errorf("--meta '%s' is not KEY=VALUE", value);
+      return -1;
+    }
+    _cleanup_free_ char *key = xasprintf("metadata.%.*s", (int)(eq - value), value);
+    query_add(l, key, eq + 1);
+  } else {
+    l->json = true;
+  }
+  return 0;
+}
+
+static void print_meta(json_t *meta) {
+  const char *k;
+  json_t *v;
+  bool first = true;
+  json_object_foreach(meta, k, v) {
+    printf("%s%s=%s", first ? "" : ",", k, json_string_value(v) ? json_string_value(v) : "");
+    first = false;
+  }
+  if (first)
+    fputs("-", stdout);
+}
+
+static const char *str_or_dash(json_t *o, const char *key) {
+  const char *s = json_string_value(json_object_get(o, key));
+  return s && *s ? s : "-";
+}
+
+int cmd_ls(int argc, char **argv) {
+  struct ls_ctx l = {0};
+  struct cli_args a;
+  int r = cli_parse(argc, argv, ls_opts, 0, false, on_ls_opt, &l, &a);
+  free(a.pos);
+  free(a.rest);
+  if (r != 0) {
+    free(l.query);
+    if (r == 1) {
+      printf("usage: %s", ls_usage);
+      return 0;
+    }
+    fprintf(stderr, "usage: %s", ls_usage);
+    return EXIT_USAGE;
+  }
+  _cleanup_free_ char *path = xasprintf("/v1/sandboxes%s", l.query ? l.query : "");
+  free(l.query);
+  struct cli_resp resp;
+  if (cli_request("GET", path, NULL, &resp) < 0)
+    return EXIT_API;
+  json_t *list = json_object_get(resp.json, "sandboxes");
+  if (l.json) {
+    json_dumpf(resp.json, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+  } else {
+    printf("%-26s %-16s %-10s %-24s %-24s %s\n", "ID", "TEMPLATE", "STATE", "CREATED", "EXPIRES", "METADATA");
+    size_t i;
+    json_t *s;
+    json_array_foreach(list, i, s) {
+      printf("%-26s %-16s %-10s %-24s %-24s ", str_or_dash(s, "id"), str_or_dash(s, "template"),
+             str_or_dash(s, "state"), str_or_dash(s, "created_at"), str_or_dash(s, "expires_at"));
+      print_meta(json_object_get(s, "metadata"));
+      fputc('\n', stdout);
+    }
+  }
+  json_decref(resp.json);
+  return 0;
+}
+
+/* ---- get, rm ---- */
+
+static const struct cli_opt no_opts[] = {{NULL, false, 0}};
+static int no_opt(int id, const char *value, void *ctx) { return -1; }
+
+int cmd_get(int argc, char **argv) {
+  static const char usage[] = "moat get ID\n";
+  struct cli_args a;
+  int r = cli_parse(argc, argv, no_opts, 1, false, no_opt, NULL, &a);
+  _cleanup_free_ char **pos = a.pos;
+  free(a.rest);
+  if (r == 1) {
+    printf("usage: %s", usage);
+    return 0;
+  }
+  if (r < 0 || a.npos != 1)
+    return cli_usage_error(usage, "%s", r < 0 ? "bad arguments" : "get takes one sandbox id");
+  _cleanup_free_ char *id = cli_escape(pos[0]);
+  _cleanup_free_ char *path = xasprintf("/v1/sandboxes/%s", id);
+  struct cli_resp resp;
+  if (cli_request("GET", path, NULL, &resp) < 0)
+    return EXIT_API;
+  json_dumpf(resp.json, stdout, JSON_INDENT(2));
+  fputc('\n', stdout);
+  json_decref(resp.json);
+  return 0;
+}
+
+int cmd_rm(int argc, char **argv) {
+  static const char usage[] = "moat rm ID...\n";
+  struct cli_args a;
+  int r = cli_parse(argc, argv, no_opts, -1, false, no_opt, NULL, &a);
+  _cleanup_free_ char **pos = a.pos;
+  free(a.rest);
+  if (r == 1) {
+    printf("usage: %s", usage);
+    return 0;
+  }
+  if (r < 0 || a.npos < 1)
+    return cli_usage_error(usage, "%s", r < 0 ? "bad arguments" : "rm takes at least one sandbox id");
+  int ret = 0;
+  for (int i = 0; i < a.npos; i++) {
+    _cleanup_free_ char *id = cli_escape(pos[i]);
+    _cleanup_free_ char *path = xasprintf("/v1/sandboxes/%s", id);
+    struct cli_resp resp;
+    if (cli_request("DELETE", path, NULL, &resp) < 0) {
+      fprintf(stderr, "moat: (while removing %s)\n", pos[i]);
+      ret = EXIT_API;
+      continue;
+    }
+    json_decref(resp.json);
+  }
+  return ret;
+}

@@ -1,0 +1,56 @@
+/* main.c -- the moat CLI: the command table and dispatch */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+struct command {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+  const char *summary;
+};
+
+static const struct command commands[] = {
+    {"create", cmd_create, "create a sandbox, print its id"},
+    {"ls", cmd_ls, "list sandboxes"},
+    {"get", cmd_get, "show one sandbox as JSON"},
+    {"exec", cmd_exec, "run a command in a sandbox; its exit code passes through"},
+    {"cp", cmd_cp, "copy a file into (ID:PATH as DST) or out of (ID:PATH as SRC) a sandbox"},
+    {"rm", cmd_rm, "kill sandboxes"},
+    {"run", cmd_run, "create a sandbox, run a command, kill it"},
+    {"template", cmd_template, "template build NAME | template ls"},
+};
+
+static void usage(FILE *f) {
+  fputs("usage: moat COMMAND [ARGS...]   (moat COMMAND --help for its options)\n\ncommands:\n", f);
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fputs("\nenvironment:\n"
+        "  MOAT_API_URL   moatd's address (default http://127.0.0.1:7070)\n"
+        "  MOAT_API_KEY   API key (default: the content of ./.moat/api-key)\n",
+        f);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+    if (strcmp(argv[1], commands[i].name) != 0)
+      continue;
+    cli_client_init();
+    int r = commands[i].fn(argc - 1, argv + 1);
+    cli_client_cleanup();
+    if (fflush(stdout) != 0 && r == 0)
+      r = EXIT_API;
+    return r;
+  }
+  fprintf(stderr, "moat: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return EXIT_USAGE;
+}
