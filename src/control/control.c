@@ -1,0 +1,913 @@
+/* control.c -- the sandbox state machine (control.h): create, get, list, update, kill, guest access,
+ * API keys, crash recovery at open and the TTL / dead-init reaper
+ *
+ * Locking: c->lock guards only the table of live sandboxes (lookups and reference counts); it is
+ * never held across the store, the host or the guest. Each live sandbox has its own mutex, held
+ * across its state transitions (create, kill, patch, TTL refresh) so that they serialise per
+ * sandbox while creates and execs of different sandboxes run in parallel. An exec holds a
+ * reference, never the sandbox mutex, while the command runs: a kill racing it tears the sandbox
+ * down and the exec fails with a connection error.
+ */
+#include "control.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/sha256.h"
+#include "../common/util.h"
+#include "../store/store.h"
+#include "spec.h"
+
+#define NBUCKETS 4096
+#define DEFAULT_REAP_INTERVAL_MS 1000
+#define API_KEY_FILE "api-key"
+#define DEFAULT_ORG "default"
+
+struct live {
+  char id[MOAT_ID_LEN + 1];
+  char *org;
+  struct live *next; /* hash chain; c->lock */
+  unsigned refs;     /* c->lock: the table's reference plus one per user */
+  bool in_table;     /* c->lock */
+  int inflight;      /* execs running now; atomic */
+  int64_t expires_at_ms; /* atomic reads allowed (get/list overlay it); written under m */
+
+  pthread_mutex_t m; /* guards the rest */
+  enum moat_sandbox_state state;
+  int slot;
+  pid_t pid;
+  uint64_t start_time;
+  char *sock_path;
+  json_t *env; /* the sandbox's env object */
+  int64_t ttl_seconds;
+  bool persistent;
+  int64_t db_expires_at_ms; /* expiry last written to the store */
+};
+
+struct moat_control {
+  char *data_dir;
+  struct moat_store *store;
+  struct moat_templates *templates;
+  struct moat_host *host;
+  struct moat_spec_bounds bounds;
+
+  pthread_mutex_t lock;
+  struct live *buckets[NBUCKETS];
+
+  pthread_t reaper;
+  bool reaper_started;
+  pthread_mutex_t reap_lock;
+  pthread_cond_t reap_cond;
+  bool stop; /* reap_lock */
+  unsigned reap_interval_ms;
+};
+
+static const char *const state_names[] = {"creating", "running", "paused", "hibernated", "killed"};
+
+const char *moat_sandbox_state_name(enum moat_sandbox_state s) {
+  return (unsigned)s < ARRAY_SIZE(state_names) ? state_names[s] : "unknown";
+}
+
+int moat_sandbox_state_parse(const char *name, enum moat_sandbox_state *out) {
+  for (size_t i = 0; name && i < ARRAY_SIZE(state_names); i++)
+    if (strcmp(name, state_names[i]) == 0) {
+      *out = (enum moat_sandbox_state)i;
+      return 0;
+    }
+  return -1;
+}
+
+void moat_sandbox_info_clear(struct moat_sandbox_info *s) {
+  if (!s)
+    return;
+  free(s->org);
+  free(s->template_name);
+  json_decref(s->metadata);
+  json_decref(s->env);
+  free(s->killed_reason);
+  memset(s, 0, sizeof(*s));
+}
+
+void moat_sandbox_infos_free(struct moat_sandbox_info *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    moat_sandbox_info_clear(&v[i]);
+  free(v);
+}
+
+/* ---- the table of live sandboxes ---- */
+
+static unsigned bucket_of(const char *id) {
+  unsigned h = 2166136261u;
+  for (const char *p = id; *p; p++)
+    h = (h ^ (unsigned char)*p) * 16777619u;
+  return h % NBUCKETS;
+}
+
+static void live_free(struct live *e) {
+  free(e->org);
+  free(e->sock_path);
+  json_decref(e->env);
+  pthread_mutex_destroy(&e->m);
+  free(e);
+}
+
+/* Returns the live sandbox id with a reference taken, or NULL. */
+static struct live *live_get(struct moat_control *c, const char *id) {
+  if (strlen(id) > MOAT_ID_LEN)
+    return NULL;
+  pthread_mutex_lock(&c->lock);
+  struct live *e = c->buckets[bucket_of(id)];
+  while (e && strcmp(e->id, id) != 0)
+    e = e->next;
+  if (e)
+    e->refs++;
+  pthread_mutex_unlock(&c->lock);
+  return e;
+}
+
+static void live_put(struct moat_control *c, struct live *e) {
+  pthread_mutex_lock(&c->lock);
+  bool last = --e->refs == 0;
+  pthread_mutex_unlock(&c->lock);
+  if (last)
+    live_free(e);
+}
+
+/* Adds e (refs = 1 for the table) to the table. */
+static void live_add(struct moat_control *c, struct live *e) {
+  pthread_mutex_lock(&c->lock);
+  unsigned b = bucket_of(e->id);
+  e->next = c->buckets[b];
+  c->buckets[b] = e;
+  e->refs++;
+  e->in_table = true;
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Removes e from the table and drops the table's reference (the caller still holds one). */
+static void live_remove(struct moat_control *c, struct live *e) {
+  pthread_mutex_lock(&c->lock);
+  if (e->in_table) {
+    struct live **pp = &c->buckets[bucket_of(e->id)];
+    while (*pp && *pp != e)
+      pp = &(*pp)->next;
+    if (*pp)
+      *pp = e->next;
+    e->in_table = false;
+    e->refs--; /* never the last: the caller holds one */
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+static struct live *live_new(const char *id, const char *org) {
+  struct live *e = xcalloc(1, sizeof(*e));
+  snprintf(e->id, sizeof(e->id), "%s", id);
+  e->org = xstrdup(org);
+  e->refs = 1; /* the creator's */
+  e->slot = -1;
+  pthread_mutex_init(&e->m, NULL);
+  return e;
+}
+
+/* ---- store rows to sandbox infos ---- */
+
+static json_t *parse_object(const char *text) {
+  json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+  if (!json_is_object(j)) {
+    json_decref(j);
+    j = json_object();
+  }
+  return j;
+}
+
+static char *dump_object(json_t *j) {
+  if (!j)
+    return xstrdup("{}");
+  char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!s)
+    abort();
+  return s;
+}
+
+static void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r, struct moat_sandbox_info *out) {
+  memset(out, 0, sizeof(*out));
+  snprintf(out->id, sizeof(out->id), "%s", r->id);
+  out->org = xstrdup(r->org);
+  out->template_name = xstrdup(r->template_name);
+  if (moat_sandbox_state_parse(r->state, &out->state) < 0)
+    out->state = MOAT_SB_KILLED;
+  out->created_at_ms = r->created_at_ms;
+  out->expires_at_ms = r->persistent ? 0 : r->expires_at_ms;
+  out->ttl_seconds = r->ttl_seconds;
+  out->persistent = r->persistent;
+  out->metadata = parse_object(r->metadata_json);
+  out->env = parse_object(r->env_json);
+  out->limits.cpu = r->cpu;
+  out->limits.memory_mb = r->memory_mb;
+  out->limits.pids = r->pids;
+  out->limits.disk_mb = r->disk_mb;
+  out->killed_reason = r->killed_reason ? xstrdup(r->killed_reason) : NULL;
+  out->killed_at_ms = r->killed_at_ms;
+  out->ready_us = r->ready_us;
+  /* The store's expiry lags the live one by up to a second (see refresh_ttl). */
+  if (out->state != MOAT_SB_KILLED && !out->persistent) {
+    struct live *e = live_get(c, r->id);
+    if (e) {
+      int64_t x = __atomic_load_n(&e->expires_at_ms, __ATOMIC_RELAXED);
+      if (x > out->expires_at_ms)
+        out->expires_at_ms = x;
+      live_put(c, e);
+    }
+  }
+}
+
+/* ---- kill ---- */
+
+/* Tears down e (its mutex held; state not killed), records it killed with reason and removes it
+ * from the table. A teardown error is logged: the sandbox is recorded killed all the same, and
+ * the next start's reconcile removes what is left of its slot. */
+static void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
+  moat_error *err = NULL;
+  if (e->slot >= 0 && moat_host_destroy(c->host, e->slot, &err) < 0) {
+    log_error("kill %s: destroy slot %d: %s", e->id, e->slot, moat_error_msg(err));
+    moat_error_free(&err);
+  }
+  if (moat_store_sandbox_transition(c->store, e->id, NULL, "killed", reason, &err) < 0) {
+    log_error("kill %s: record: %s", e->id, moat_error_msg(err));
+    moat_error_free(&err);
+  }
+  log_info("sandbox %s killed (%s)", e->id, reason);
+  e->state = MOAT_SB_KILLED;
+  e->slot = -1;
+  live_remove(c, e);
+}
+
+/* The error for a sandbox of org that is not live: ENOENT, naming the kill reason if killed. */
+static int not_live_error(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct moat_store_sandbox r = {0};
+  moat_error *e2 = NULL;
+  if (moat_store_sandbox_get(c->store, org, id, &r, &e2) < 0) {
+    int st = e2->status;
+    moat_error_free(&e2);
+    if (st == ENOENT)
+      return moat_error_set(err, ENOENT, "no sandbox %s", id);
+    return moat_error_set(err, st, "sandbox %s: store error", id);
+  }
+  int ret;
+  if (strcmp(r.state, "killed") == 0)
+    ret = moat_error_set(err, ENOENT, "sandbox %s was killed (%s)", id, r.killed_reason ? r.killed_reason : "?");
+  else
+    ret = moat_error_set(err, EBUSY, "sandbox %s is %s", id, r.state);
+  moat_store_sandbox_clear(&r);
+  return ret;
+}
+
+int moat_control_kill(struct moat_control *c, const char *org, const char *id, const char *reason,
+                      moat_error **err) {
+  struct live *e = live_get(c, id);
+  if (e && strcmp(e->org, org) != 0) {
+    live_put(c, e);
+    return moat_error_set(err, ENOENT, "no sandbox %s", id);
+  }
+  if (!e) {
+    /* Not live: killed already (ENOENT), or a row no host process backs (e.g. hibernated in a
+     * later issue): record it killed. */
+    struct moat_store_sandbox r = {0};
+    if (moat_store_sandbox_get(c->store, org, id, &r, err) < 0)
+      return -1;
+    bool killed = strcmp(r.state, "killed") == 0;
+    moat_store_sandbox_clear(&r);
+    if (killed)
+      return moat_error_set(err, ENOENT, "no sandbox %s (already killed)", id);
+    if (moat_store_sandbox_transition(c->store, id, NULL, "killed", reason, err) < 0)
+      return moat_error_wrap(err, "kill %s", id);
+    return 0;
+  }
+  pthread_mutex_lock(&e->m);
+  int ret = 0;
+  if (e->state == MOAT_SB_KILLED)
+    ret = moat_error_set(err, ENOENT, "no sandbox %s (already killed)", id);
+  else
+    kill_locked(c, e, reason ? reason : "api");
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  return ret;
+}
+
+/* ---- create ---- */
+
+int moat_control_create(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
+                        struct moat_sandbox_info *out, moat_error **err) {
+  uint64_t t0 = now_ns();
+  const char *tmpl = spec->template_name ? spec->template_name : "base";
+  struct moat_limits limits;
+  int64_t ttl;
+  if (!moat_template_exists(c->templates, tmpl))
+    return moat_error_set(err, EINVAL, "unknown template '%s'", tmpl);
+  if (moat_spec_resolve(spec, &c->bounds, &limits, &ttl, err) < 0)
+    return -1;
+  if (moat_template_ensure(c->templates, tmpl, err) < 0)
+    return moat_error_wrap(err, "template %s", tmpl);
+
+  char id[MOAT_ID_LEN + 1] = "sb-";
+  random_id(id + 3, MOAT_ID_LEN - 3);
+  _cleanup_free_ char *meta = dump_object(spec->metadata);
+  _cleanup_free_ char *env = dump_object(spec->env);
+  struct moat_store_sandbox row = {
+      .id = id,
+      .org = (char *)org,
+      .template_name = (char *)tmpl,
+      .state = (char *)"creating",
+      .created_at_ms = now_unix_ms(),
+      .ttl_seconds = ttl,
+      .persistent = spec->persistent,
+      .metadata_json = meta,
+      .env_json = env,
+      .cpu = limits.cpu,
+      .memory_mb = limits.memory_mb,
+      .pids = limits.pids,
+      .disk_mb = limits.disk_mb,
+      .slot = -1,
+  };
+
+  struct live *e = live_new(id, org);
+  e->state = MOAT_SB_CREATING;
+  e->env = spec->env ? json_deep_copy(spec->env) : json_object();
+  e->ttl_seconds = ttl;
+  e->persistent = spec->persistent;
+  pthread_mutex_lock(&e->m); /* a kill or exec of this id waits until the create is done */
+  live_add(c, e);
+
+  if (moat_store_sandbox_insert(c->store, &row, "api", err) < 0) {
+    moat_error_wrap(err, "create sandbox");
+    e->state = MOAT_SB_KILLED;
+    live_remove(c, e);
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    return -1;
+  }
+
+  struct moat_instance inst;
+  memset(&inst, 0, sizeof(inst));
+  int rc = moat_host_create(c->host, tmpl, &limits, &inst, err);
+  uint64_t ready_us = (now_ns() - t0) / 1000;
+  if (rc < 0) {
+    moat_error_wrap(err, "create sandbox");
+    log_warn("create %s failed: %s", id, moat_error_msg(*err));
+    moat_error *e2 = NULL;
+    if (moat_store_sandbox_transition(c->store, id, "creating", "killed", "error", &e2) < 0) {
+      log_error("create %s: record failure: %s", id, moat_error_msg(e2));
+      moat_error_free(&e2);
+    }
+    e->state = MOAT_SB_KILLED;
+    live_remove(c, e);
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    return -1;
+  }
+
+  int64_t expires = spec->persistent ? 0 : now_unix_ms() + ttl * 1000;
+  e->slot = inst.slot;
+  e->pid = inst.pid;
+  e->start_time = inst.start_time;
+  e->sock_path = xstrdup(inst.sock_path);
+  if (moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires, err) <
+      0) {
+    moat_error_wrap(err, "create sandbox");
+    kill_locked(c, e, "error");
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    return -1;
+  }
+  e->state = MOAT_SB_RUNNING;
+  e->db_expires_at_ms = expires;
+  __atomic_store_n(&e->expires_at_ms, expires, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  log_info("sandbox %s created for %s: template %s, slot %d, %s, ready in %llu us", id, org, tmpl, inst.slot,
+           inst.from_pool ? "warm shell" : "cold", (unsigned long long)ready_us);
+  if (!out)
+    return 0;
+  return moat_control_get(c, org, id, out, err);
+}
+
+/* ---- get, list, update ---- */
+
+int moat_control_get(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_info *out,
+                     moat_error **err) {
+  struct moat_store_sandbox r = {0};
+  if (moat_store_sandbox_get(c->store, org, id, &r, err) < 0)
+    return -1;
+  info_from_row(c, &r, out);
+  moat_store_sandbox_clear(&r);
+  return 0;
+}
+
+int moat_control_list(struct moat_control *c, const char *org, const enum moat_sandbox_state *state, json_t *meta,
+                      struct moat_sandbox_info **out, size_t *n, moat_error **err) {
+  if (meta && !json_is_object(meta))
+    return moat_error_set(err, EINVAL, "metadata filter must be an object");
+  struct moat_store_filter f = {.org = org, .state = state ? moat_sandbox_state_name(*state) : NULL, .metadata = meta};
+  struct moat_store_sandbox *rows;
+  size_t nr;
+  if (moat_store_sandbox_list(c->store, &f, &rows, &nr, err) < 0)
+    return -1;
+  struct moat_sandbox_info *v = nr ? xcalloc(nr, sizeof(*v)) : NULL;
+  for (size_t i = 0; i < nr; i++)
+    info_from_row(c, &rows[i], &v[i]);
+  moat_store_sandboxes_free(rows, nr);
+  *out = v;
+  *n = nr;
+  return 0;
+}
+
+int moat_control_update(struct moat_control *c, const char *org, const char *id,
+                        const struct moat_sandbox_patch *patch, struct moat_sandbox_info *out, moat_error **err) {
+  if (patch->has_ttl && (patch->ttl_seconds < 1 || patch->ttl_seconds > MOAT_MAX_TTL_S))
+    return moat_error_set(err, EINVAL, "ttl_seconds: must be between 1 and %lld", (long long)MOAT_MAX_TTL_S);
+  if (moat_spec_check_metadata(patch->metadata, err) < 0)
+    return -1;
+  if (patch->metadata && !json_is_object(patch->metadata))
+    return moat_error_set(err, EINVAL, "metadata: must be an object");
+
+  struct moat_store_sandbox r = {0};
+  if (moat_store_sandbox_get(c->store, org, id, &r, err) < 0)
+    return -1;
+  bool killed = strcmp(r.state, "killed") == 0;
+  int64_t ttl = r.ttl_seconds;
+  bool persistent = r.persistent;
+  moat_store_sandbox_clear(&r);
+  if (killed)
+    return moat_error_set(err, ENOENT, "no sandbox %s (killed)", id);
+
+  struct live *e = live_get(c, id);
+  if (e)
+    pthread_mutex_lock(&e->m);
+  if (e && e->state == MOAT_SB_KILLED) {
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    return moat_error_set(err, ENOENT, "no sandbox %s (killed)", id);
+  }
+  if (e) {
+    ttl = e->ttl_seconds;
+    persistent = e->persistent;
+  }
+  bool was_persistent = persistent;
+  if (patch->has_ttl)
+    ttl = patch->ttl_seconds;
+  if (patch->has_persistent)
+    persistent = patch->persistent;
+  _cleanup_free_ char *meta = patch->metadata ? dump_object(patch->metadata) : NULL;
+  struct moat_store_patch p = {
+      .set_ttl = patch->has_ttl,
+      .ttl_seconds = ttl,
+      .set_persistent = patch->has_persistent,
+      .persistent = persistent,
+      .metadata_json = meta,
+  };
+  /* The expiry restarts from now when the TTL changes or persistence ends; 0 while persistent. */
+  if (persistent) {
+    p.set_expires = true;
+    p.expires_at_ms = 0;
+  } else if (patch->has_ttl || was_persistent) {
+    p.set_expires = true;
+    p.expires_at_ms = now_unix_ms() + ttl * 1000;
+  }
+  int ret = moat_store_sandbox_patch(c->store, id, &p, err);
+  if (ret == 0 && e) {
+    e->ttl_seconds = ttl;
+    e->persistent = persistent;
+    if (p.set_expires) {
+      e->db_expires_at_ms = p.expires_at_ms;
+      __atomic_store_n(&e->expires_at_ms, p.expires_at_ms, __ATOMIC_RELAXED);
+    }
+  }
+  if (e) {
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+  }
+  if (ret < 0)
+    return moat_error_wrap(err, "update %s", id);
+  return out ? moat_control_get(c, org, id, out, err) : 0;
+}
+
+/* ---- guest access and exec ---- */
+
+/* Pushes e's expiry to now + ttl; writes the store when it moved by a second or more, so that a
+ * busy sandbox costs at most one write a second. e->m held. */
+static void refresh_ttl(struct moat_control *c, struct live *e) {
+  if (e->persistent)
+    return;
+  int64_t x = now_unix_ms() + e->ttl_seconds * 1000;
+  __atomic_store_n(&e->expires_at_ms, x, __ATOMIC_RELAXED);
+  if (x - e->db_expires_at_ms < 1000)
+    return;
+  struct moat_store_patch p = {.set_expires = true, .expires_at_ms = x};
+  moat_error *err = NULL;
+  if (moat_store_sandbox_patch(c->store, e->id, &p, &err) < 0) {
+    log_warn("refresh ttl of %s: %s", e->id, moat_error_msg(err));
+    moat_error_free(&err);
+    return;
+  }
+  e->db_expires_at_ms = x;
+}
+
+/* Finds org's running sandbox id, refreshes its TTL and returns it with a reference taken (and
+ * copies of its socket path and env when asked). ENOENT (absent, another org's, killed), EBUSY
+ * (not running). */
+static struct live *acquire_running(struct moat_control *c, const char *org, const char *id, char **sock_path,
+                                    json_t **env, moat_error **err) {
+  struct live *e = live_get(c, id);
+  if (e && strcmp(e->org, org) != 0) {
+    live_put(c, e);
+    moat_error_set(err, ENOENT, "no sandbox %s", id);
+    return NULL;
+  }
+  if (!e) {
+    not_live_error(c, org, id, err);
+    return NULL;
+  }
+  pthread_mutex_lock(&e->m);
+  if (e->state != MOAT_SB_RUNNING) {
+    enum moat_sandbox_state st = e->state;
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    if (st == MOAT_SB_KILLED)
+      not_live_error(c, org, id, err);
+    else
+      moat_error_set(err, EBUSY, "sandbox %s is %s", id, moat_sandbox_state_name(st));
+    return NULL;
+  }
+  refresh_ttl(c, e);
+  if (sock_path)
+    *sock_path = xstrdup(e->sock_path);
+  if (env)
+    *env = json_deep_copy(e->env);
+  pthread_mutex_unlock(&e->m);
+  return e;
+}
+
+int moat_control_guest(struct moat_control *c, const char *org, const char *id, char **sock_path, char ***env,
+                       moat_error **err) {
+  json_t *envj = NULL;
+  struct live *e = acquire_running(c, org, id, sock_path, env ? &envj : NULL, err);
+  if (!e)
+    return -1;
+  if (env) {
+    *env = moat_env_merge(envj, NULL);
+    json_decref(envj);
+  }
+  live_put(c, e);
+  return 0;
+}
+
+int moat_control_exec(struct moat_control *c, const char *org, const char *id, const struct moat_exec_req *req,
+                      struct moat_exec_result *res, moat_error **err) {
+  _cleanup_free_ char *sock = NULL;
+  json_t *envj = NULL;
+  struct live *e = acquire_running(c, org, id, &sock, &envj, err);
+  if (!e)
+    return -1;
+  _cleanup_strv_ char **env = moat_env_merge(envj, req->env);
+  json_decref(envj);
+  struct moat_exec_req r = *req;
+  r.env = env;
+  __atomic_add_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST); /* the reaper does not expire a busy sandbox */
+  int rc = moat_guest_exec(sock, &r, res, err);
+  __atomic_sub_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_lock(&e->m);
+  if (e->state == MOAT_SB_RUNNING)
+    refresh_ttl(c, e);
+  bool killed = e->state == MOAT_SB_KILLED;
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  if (rc < 0 && killed) {
+    moat_error_wrap(err, "sandbox %s was killed during exec", id);
+    if (err && *err)
+      (*err)->status = ENOENT;
+    return -1;
+  }
+  return rc < 0 ? moat_error_wrap(err, "exec in %s", id) : 0;
+}
+
+struct moat_templates *moat_control_templates(struct moat_control *c) { return c->templates; }
+
+/* ---- API keys ---- */
+
+static char *new_key(void) {
+  uint8_t raw[32];
+  random_bytes(raw, sizeof(raw));
+  char *k = xmalloc(5 + 64 + 1);
+  memcpy(k, "moat_", 5);
+  for (size_t i = 0; i < sizeof(raw); i++)
+    snprintf(k + 5 + 2 * i, 3, "%02x", raw[i]);
+  return k;
+}
+
+static void trim(char *s) {
+  size_t n = strlen(s);
+  while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
+    s[--n] = '\0';
+}
+
+static int register_key(struct moat_store *s, const char *org, const char *key, moat_error **err) {
+  char hash[2 * MOAT_SHA256_LEN + 1];
+  moat_sha256_hex(key, strlen(key), hash);
+  return moat_store_key_add(s, org, hash, err);
+}
+
+/* Makes sure DATA/api-key exists and is registered for the default org. */
+static int ensure_api_key(struct moat_control *c, moat_error **err) {
+  _cleanup_free_ char *path = xasprintf("%s/%s", c->data_dir, API_KEY_FILE);
+  _cleanup_free_ char *key = NULL;
+  if (access(path, F_OK) == 0) {
+    if (read_file(path, &key, NULL, err) < 0)
+      return -1;
+    trim(key);
+    if (strlen(key) < 16)
+      return moat_error_set(err, EINVAL, "%s: not an API key; remove it to have a new one made", path);
+  } else {
+    key = new_key();
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+      return moat_error_errno(err, "create %s", path);
+    _cleanup_free_ char *line = xasprintf("%s\n", key);
+    if (write_all(fd, line, strlen(line)) < 0 || fsync(fd) < 0)
+      return moat_error_errno(err, "write %s", path);
+    log_info("wrote a new API key to %s", path);
+  }
+  if (register_key(c->store, DEFAULT_ORG, key, err) < 0)
+    return moat_error_wrap(err, "register %s", path);
+  return 0;
+}
+
+int moat_control_key_create(const char *data_dir, const char *org, char **key, moat_error **err) {
+  if (!org || !*org || strlen(org) > 128)
+    return moat_error_set(err, EINVAL, "org: must be 1 to 128 bytes");
+  _cleanup_free_ char *db = xasprintf("%s/moat.db", data_dir);
+  struct stat st;
+  if (stat(data_dir, &st) < 0)
+    return moat_error_errno(err, "data dir %s", data_dir);
+  struct moat_store *s;
+  if (moat_store_open(&s, db, err) < 0)
+    return -1;
+  _cleanup_free_ char *k = new_key();
+  int rc = register_key(s, org, k, err);
+  moat_store_close(s);
+  if (rc < 0)
+    return -1;
+  *key = steal_pointer(&k);
+  return 0;
+}
+
+int moat_control_auth(struct moat_control *c, const char *api_key, char **org, moat_error **err) {
+  if (!api_key || !*api_key || strlen(api_key) > 512)
+    return moat_error_set(err, EACCES, "missing or invalid API key");
+  char hash[2 * MOAT_SHA256_LEN + 1];
+  moat_sha256_hex(api_key, strlen(api_key), hash);
+  moat_error *e2 = NULL;
+  if (moat_store_key_lookup(c->store, hash, org, &e2) < 0) {
+    int st = e2->status;
+    moat_error_free(&e2);
+    if (st == ENOENT)
+      return moat_error_set(err, EACCES, "invalid API key");
+    return moat_error_set(err, st, "look up API key: store error");
+  }
+  return 0;
+}
+
+/* ---- reaper ---- */
+
+/* One pass: kills expired non-persistent sandboxes (reason ttl) and those whose init died
+ * (reason oom when the kernel OOM-killed in it, else error). Sandboxes busy in a transition are
+ * skipped until the next pass. */
+static void reap_once(struct moat_control *c) {
+  size_t n = 0, cap = 64;
+  struct live **v = xmalloc(cap * sizeof(*v));
+  pthread_mutex_lock(&c->lock);
+  for (size_t b = 0; b < NBUCKETS; b++)
+    for (struct live *e = c->buckets[b]; e; e = e->next) {
+      if (n == cap) {
+        cap *= 2;
+        v = xrealloc(v, cap * sizeof(*v));
+      }
+      e->refs++;
+      v[n++] = e;
+    }
+  pthread_mutex_unlock(&c->lock);
+
+  int64_t now = now_unix_ms();
+  for (size_t i = 0; i < n; i++) {
+    struct live *e = v[i];
+    if (pthread_mutex_trylock(&e->m) == 0) {
+      if (e->state == MOAT_SB_RUNNING || e->state == MOAT_SB_PAUSED) {
+        bool busy = __atomic_load_n(&e->inflight, __ATOMIC_SEQ_CST) > 0;
+        if (!e->persistent && !busy && e->state == MOAT_SB_RUNNING && e->expires_at_ms <= now) {
+          kill_locked(c, e, "ttl");
+        } else if (!moat_host_alive(c->host, e->slot)) {
+          struct moat_usage u = {0};
+          moat_error *err = NULL;
+          const char *reason = "error";
+          if (moat_host_usage(c->host, e->slot, &u, &err) == 0 && u.oom_kills > 0)
+            reason = "oom";
+          moat_error_free(&err);
+          log_warn("sandbox %s: init died", e->id);
+          kill_locked(c, e, reason);
+        }
+      }
+      pthread_mutex_unlock(&e->m);
+    }
+    live_put(c, e);
+  }
+  free(v);
+}
+
+static void *reaper_main(void *arg) {
+  struct moat_control *c = arg;
+  pthread_mutex_lock(&c->reap_lock);
+  while (!c->stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)c->reap_interval_ms * 1000000ull;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    while (!c->stop && pthread_cond_timedwait(&c->reap_cond, &c->reap_lock, &ts) != ETIMEDOUT)
+      ;
+    if (c->stop)
+      break;
+    pthread_mutex_unlock(&c->reap_lock);
+    reap_once(c);
+    pthread_mutex_lock(&c->reap_lock);
+  }
+  pthread_mutex_unlock(&c->reap_lock);
+  return NULL;
+}
+
+/* ---- open, recovery, close ---- */
+
+/* For every sandbox recorded live: adopt it if its init still runs, else record it killed
+ * (host_restart). Then reconcile the host. */
+static int recover(struct moat_control *c, moat_error **err) {
+  struct moat_store_filter f = {0};
+  struct moat_store_sandbox *rows;
+  size_t n;
+  if (moat_store_sandbox_list(c->store, &f, &rows, &n, err) < 0)
+    return moat_error_wrap(err, "recover");
+  unsigned adopted = 0, lost = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct moat_store_sandbox *r = &rows[i];
+    enum moat_sandbox_state st;
+    if (moat_sandbox_state_parse(r->state, &st) < 0 || st == MOAT_SB_HIBERNATED)
+      continue; /* hibernated ones hold no process: nothing to adopt */
+    int alive = 0;
+    struct moat_instance inst;
+    memset(&inst, 0, sizeof(inst));
+    if (r->slot >= 0 && (st == MOAT_SB_RUNNING || st == MOAT_SB_PAUSED)) {
+      moat_error *e2 = NULL;
+      alive = moat_host_adopt(c->host, r->slot, (pid_t)r->pid, r->start_time, &inst, &e2);
+      if (alive < 0) {
+        log_error("adopt %s (slot %d): %s", r->id, r->slot, moat_error_msg(e2));
+        moat_error_free(&e2);
+        alive = 0;
+      }
+    }
+    if (alive == 1) {
+      struct live *e = live_new(r->id, r->org);
+      e->state = st;
+      e->slot = r->slot;
+      e->pid = (pid_t)r->pid;
+      e->start_time = r->start_time;
+      e->sock_path = xstrdup(inst.sock_path);
+      e->env = parse_object(r->env_json);
+      e->ttl_seconds = r->ttl_seconds;
+      e->persistent = r->persistent;
+      e->expires_at_ms = e->db_expires_at_ms = r->expires_at_ms;
+      live_add(c, e);
+      live_put(c, e);
+      adopted++;
+    } else {
+      moat_error *e2 = NULL;
+      if (moat_store_sandbox_transition(c->store, r->id, NULL, "killed", "host_restart", &e2) < 0) {
+        log_error("recover %s: %s", r->id, moat_error_msg(e2));
+        moat_error_free(&e2);
+      }
+      lost++;
+    }
+  }
+  moat_store_sandboxes_free(rows, n);
+  moat_error *e2 = NULL;
+  int cleaned = moat_host_reconcile(c->host, &e2);
+  if (cleaned < 0) {
+    log_error("reconcile: %s", moat_error_msg(e2));
+    moat_error_free(&e2);
+  }
+  if (adopted || lost || cleaned > 0)
+    log_info("recovery: %u sandboxes adopted, %u recorded killed (host_restart), %d leftover slots cleaned", adopted,
+             lost, cleaned);
+  return 0;
+}
+
+static uint64_t host_memory_mb(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || size <= 0)
+    return MOAT_MAX_MEMORY_MB;
+  return (uint64_t)pages * (uint64_t)size / (1024 * 1024);
+}
+
+static uint64_t fs_size_mb(const char *path) {
+  struct statvfs sv;
+  if (statvfs(path, &sv) < 0)
+    return MOAT_MAX_DISK_MB;
+  return (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize / (1024 * 1024);
+}
+
+int moat_control_open(struct moat_control **out, const struct moat_control_config *cfg, moat_error **err) {
+  struct moat_control *c = xcalloc(1, sizeof(*c));
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->reap_lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->reap_cond, &ca);
+  pthread_condattr_destroy(&ca);
+  c->reap_interval_ms = cfg->reap_interval_ms ? cfg->reap_interval_ms : DEFAULT_REAP_INTERVAL_MS;
+  c->data_dir = xstrdup(cfg->data_dir);
+  _cleanup_free_ char *template_dir =
+      cfg->template_dir ? xstrdup(cfg->template_dir) : xasprintf("%s/templates", cfg->data_dir);
+  _cleanup_free_ char *db = xasprintf("%s/moat.db", c->data_dir);
+
+  if (mkdir_p(c->data_dir, 0700, err) < 0)
+    goto fail;
+  if (moat_store_open(&c->store, db, err) < 0)
+    goto fail;
+  if (ensure_api_key(c, err) < 0)
+    goto fail;
+  if (moat_templates_open(&c->templates, cfg->recipes_dir, template_dir, err) < 0) {
+    moat_error_wrap(err, "templates");
+    goto fail;
+  }
+  c->bounds.host_memory_mb = host_memory_mb();
+  c->bounds.disk_fs_mb = fs_size_mb(c->data_dir);
+  struct moat_host_config hc = {
+      .data_dir = c->data_dir,
+      .template_dir = template_dir,
+      .guest_path = cfg->guest_path,
+      .pool_size = cfg->pool_size,
+      .pool_template = "base",
+      .max_slots = 16384,
+  };
+  if (moat_host_init(&c->host, &hc, err) < 0) {
+    moat_error_wrap(err, "host");
+    goto fail;
+  }
+  if (recover(c, err) < 0)
+    goto fail;
+  if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
+    moat_error_set(err, EAGAIN, "start reaper thread");
+    goto fail;
+  }
+  c->reaper_started = true;
+  *out = c;
+  return 0;
+fail:
+  moat_control_close(c);
+  return -1;
+}
+
+void moat_control_close(struct moat_control *c) {
+  if (!c)
+    return;
+  if (c->reaper_started) {
+    pthread_mutex_lock(&c->reap_lock);
+    c->stop = true;
+    pthread_cond_signal(&c->reap_cond);
+    pthread_mutex_unlock(&c->reap_lock);
+    pthread_join(c->reaper, NULL);
+  }
+  if (c->host)
+    moat_host_shutdown(c->host);
+  if (c->templates)
+    moat_templates_close(c->templates);
+  moat_store_close(c->store);
+  for (size_t b = 0; b < NBUCKETS; b++) {
+    struct live *e = c->buckets[b];
+    while (e) {
+      struct live *next = e->next;
+      live_free(e); /* every caller has returned: only the table's reference is left */
+      e = next;
+    }
+  }
+  pthread_cond_destroy(&c->reap_cond);
+  pthread_mutex_destroy(&c->reap_lock);
+  pthread_mutex_destroy(&c->lock);
+  free(c->data_dir);
+  free(c);
+}

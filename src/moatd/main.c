@@ -1,0 +1,352 @@
+/* main.c -- moatd: the daemon's command line, start-up checks, signal handling; `moatd key create` */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "control/control.h"
+
+#define MOAT_VERSION "0.1.0"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: moatd [--listen HOST:PORT] [--data-dir DIR] [--template-dir DIR] [--recipes DIR]\n"
+          "             [--guest PATH] [--pool N] [--log-level debug|info|warn|error]\n"
+          "       moatd key create --data-dir DIR --org ORG\n"
+          "\n"
+          "  --listen HOST:PORT   address to serve the API on (default 127.0.0.1:7070)\n"
+          "  --data-dir DIR       state: moat.db, api-key, sandboxes (default ./.moat)\n"
+          "  --template-dir DIR   built templates (default $MOAT_TEMPLATE_DIR, else DIR/templates)\n"
+          "  --recipes DIR        template recipes (default: the repository's templates/)\n"
+          "  --guest PATH         the static moat-guest binary (default: next to moatd)\n"
+          "  --pool N             warm shells of the base template kept ready (default 4)\n");
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("moatd: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(1);
+}
+
+/* The directory holding this executable (caller frees), or NULL. */
+static char *exe_dir(void) {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return NULL;
+  buf[n] = '\0';
+  char *slash = strrchr(buf, '/');
+  if (!slash)
+    return NULL;
+  *slash = '\0';
+  return xstrdup(buf[0] ? buf : "/");
+}
+
+/* The repository root: the nearest directory above the executable that holds templates/base
+ * (exe is REPO/build/moatd or REPO/build/san/moatd). Caller frees; NULL if none. */
+static char *find_repo(const char *dir) {
+  if (!dir)
+    return NULL;
+  char *d = xstrdup(dir);
+  for (;;) {
+    char *probe = xasprintf("%s/templates/base", d);
+    struct stat st;
+    bool found = stat(probe, &st) == 0 && S_ISDIR(st.st_mode);
+    free(probe);
+    if (found)
+      return d;
+    char *slash = strrchr(d, '/');
+    if (!slash || slash == d) {
+      free(d);
+      return NULL;
+    }
+    *slash = '\0';
+  }
+}
+
+static bool is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Absolute form of a path that may not exist yet (caller frees). */
+static char *absolute(const char *p) {
+  if (p[0] == '/')
+    return xstrdup(p);
+  char cwd[PATH_MAX];
+  if (!getcwd(cwd, sizeof(cwd)))
+    die("getcwd: %s", strerror(errno));
+  return xasprintf("%s/%s", cwd, p);
+}
+
+/* Fails when another process listens on listen ("HOST:PORT", "[V6]:PORT"); a port of 0 passes.
+ * The API binds for real later; this only lets moatd refuse before it touches any sandbox. */
+static void check_port(const char *listen_addr) {
+  const char *colon = strrchr(listen_addr, ':');
+  if (!colon || !colon[1])
+    die("--listen %s: expected HOST:PORT", listen_addr);
+  uint64_t port;
+  if (parse_u64(colon + 1, &port) < 0 || port > 65535)
+    die("--listen %s: bad port", listen_addr);
+  if (port == 0)
+    return;
+  _cleanup_free_ char *host = xstrndup(listen_addr, (size_t)(colon - listen_addr));
+  if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+    memmove(host, host + 1, strlen(host));
+    host[strlen(host) - 1] = '\0';
+  }
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof(ss));
+  socklen_t sl;
+  struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+  if (strcmp(host, "localhost") == 0 || inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+    if (strcmp(host, "localhost") == 0)
+      in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    in4->sin_family = AF_INET;
+    in4->sin_port = htons((uint16_t)port);
+    sl = sizeof(*in4);
+  } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons((uint16_t)port);
+    sl = sizeof(*in6);
+  } else {
+    die("--listen %s: HOST must be an IP address or localhost", listen_addr);
+  }
+  _cleanup_close_ int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    die("socket: %s", strerror(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 1) < 0)
+    die("cannot listen on %s: %s", listen_addr,
+        errno == EADDRINUSE ? "address already in use (is another server on that port?)" : strerror(errno));
+}
+
+static int key_create(int argc, char **argv) {
+  const char *data_dir = "./.moat", *org = NULL;
+  static const struct option opts[] = {
+      {"data-dir", required_argument, NULL, 'd'},
+      {"org", required_argument, NULL, 'o'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'd':
+      data_dir = optarg;
+      break;
+    case 'o':
+      org = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind != argc || !org) {
+    usage(stderr);
+    return 2;
+  }
+  char *key = NULL;
+  moat_error *err = NULL;
+  if (moat_control_key_create(data_dir, org, &key, &err) < 0) {
+    fprintf(stderr, "moatd: key create: %s\n", moat_error_msg(err));
+    moat_error_free(&err);
+    return 1;
+  }
+  printf("%s\n", key);
+  free(key);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "key") == 0 && strcmp(argv[2], "create") == 0)
+    return key_create(argc - 2, argv + 2);
+
+  const char *listen_addr = "127.0.0.1:7070", *data_opt = "./.moat", *template_opt = NULL, *recipes_opt = NULL,
+             *guest_opt = NULL;
+  unsigned pool = 4;
+  enum moat_log_level level = MOAT_LOG_INFO;
+  static const struct option opts[] = {
+      {"listen", required_argument, NULL, 'l'},   {"data-dir", required_argument, NULL, 'd'},
+      {"template-dir", required_argument, NULL, 't'}, {"recipes", required_argument, NULL, 'r'},
+      {"guest", required_argument, NULL, 'g'},    {"pool", required_argument, NULL, 'p'},
+      {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
+  };
+  int ch;
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'l':
+      listen_addr = optarg;
+      break;
+    case 'd':
+      data_opt = optarg;
+      break;
+    case 't':
+      template_opt = optarg;
+      break;
+    case 'r':
+      recipes_opt = optarg;
+      break;
+    case 'g':
+      guest_opt = optarg;
+      break;
+    case 'p': {
+      uint64_t v;
+      if (parse_u64(optarg, &v) < 0 || v > 4096)
+        die("--pool %s: expected a number from 0 to 4096", optarg);
+      pool = (unsigned)v;
+      break;
+    }
+    case 'L':
+      if (strcmp(optarg, "debug") == 0)
+        level = MOAT_LOG_DEBUG;
+      else if (strcmp(optarg, "info") == 0)
+        level = MOAT_LOG_INFO;
+      else if (strcmp(optarg, "warn") == 0)
+        level = MOAT_LOG_WARN;
+      else if (strcmp(optarg, "error") == 0)
+        level = MOAT_LOG_ERROR;
+      else
+        die("--log-level %s: expected debug, info, warn or error", optarg);
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    case 'V':
+      printf("moatd %s\n", MOAT_VERSION);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind != argc) {
+    usage(stderr);
+    return 2;
+  }
+  moat_log_set_level(level);
+
+  if (geteuid() != 0)
+    die("must run as root (it creates namespaces, cgroups and mounts for sandboxes)");
+
+  _cleanup_free_ char *data_dir = absolute(data_opt);
+  moat_error *err = NULL;
+  if (mkdir_p(data_dir, 0700, &err) < 0)
+    die("data dir: %s", moat_error_msg(err));
+  chmod(data_dir, 0700);
+
+  /* One moatd per data dir. The lock is released by the kernel however moatd ends (kill -9
+   * included); O_CLOEXEC keeps sandboxes from inheriting it. */
+  _cleanup_free_ char *lock_path = xasprintf("%s/lock", data_dir);
+  int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (lock_fd < 0)
+    die("open %s: %s", lock_path, strerror(errno));
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+    if (errno == EWOULDBLOCK)
+      die("another moatd is running with data dir %s", data_dir);
+    die("lock %s: %s", lock_path, strerror(errno));
+  }
+
+  check_port(listen_addr);
+
+  _cleanup_free_ char *exe = exe_dir();
+  _cleanup_free_ char *repo = find_repo(exe);
+  _cleanup_free_ char *template_dir = NULL, *recipes = NULL, *guest = NULL;
+  if (template_opt)
+    template_dir = absolute(template_opt);
+  else if (getenv("MOAT_TEMPLATE_DIR") && *getenv("MOAT_TEMPLATE_DIR"))
+    template_dir = absolute(getenv("MOAT_TEMPLATE_DIR"));
+  else
+    template_dir = xasprintf("%s/templates", data_dir);
+  if (recipes_opt)
+    recipes = absolute(recipes_opt);
+  else if (repo)
+    recipes = xasprintf("%s/templates", repo);
+  else
+    die("cannot find the template recipes (templates/base above %s); pass --recipes DIR", exe ? exe : "moatd");
+  if (guest_opt) {
+    guest = absolute(guest_opt);
+  } else {
+    char *next = exe ? xasprintf("%s/moat-guest", exe) : NULL;
+    if (next && is_file(next)) {
+      guest = next;
+    } else {
+      free(next);
+      if (repo)
+        guest = xasprintf("%s/build/moat-guest", repo);
+    }
+  }
+  if (!guest || !is_file(guest))
+    die("cannot find moat-guest (%s); build it (make build/moat-guest) or pass --guest PATH",
+        guest ? guest : "not next to moatd");
+
+  /* Signals: every thread created from here on inherits the mask; main waits for them. */
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+  log_info("moatd %s starting: data %s, templates %s, recipes %s, guest %s, pool %u", MOAT_VERSION, data_dir,
+           template_dir, recipes, guest, pool);
+  struct moat_control_config cc = {
+      .data_dir = data_dir,
+      .template_dir = template_dir,
+      .recipes_dir = recipes,
+      .guest_path = guest,
+      .pool_size = pool,
+  };
+  struct moat_control *control = NULL;
+  if (moat_control_open(&control, &cc, &err) < 0)
+    die("%s", moat_error_msg(err));
+
+  struct moat_api_config ac = {.listen = listen_addr, .version = MOAT_VERSION};
+  struct moat_api *api = NULL;
+  if (moat_api_start(&api, control, &ac, &err) < 0) {
+    moat_control_close(control);
+    die("%s", moat_error_msg(err));
+  }
+
+  _cleanup_free_ char *host = xstrndup(listen_addr, (size_t)(strrchr(listen_addr, ':') - listen_addr));
+  printf("moatd listening on http://%s:%u\n", host, moat_api_port(api));
+  fflush(stdout);
+  log_info("moatd listening on http://%s:%u", host, moat_api_port(api));
+
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0)
+    ;
+  log_info("%s: stopping (sandboxes keep running and are adopted on the next start)", strsignal(sig));
+  moat_api_stop(api);
+  moat_control_close(control);
+  log_info("stopped");
+  close(lock_fd);
+  return 0;
+}
