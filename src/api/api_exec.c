@@ -1,0 +1,24 @@
+/* api_exec.c -- POST /v1/sandboxes/{id}/exec: run a command to completion and return its output */
+#include <string.h>
+
+#include "api_internal.h"
+
+int api_h_exec(struct api_req *r, json_t *body) {
+  static const char *const none[] = {NULL};
+  moat_error *err = NULL;
+  struct moat_exec_req req;
+  if (api_args_check(&r->args, none, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  /* req borrows cwd and user from body, which outlives it here. */
+  if (api_parse_exec(body, &req, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  struct moat_exec_result res;
+  memset(&res, 0, sizeof(res));
+  int rc = moat_control_exec(api_control(r), r->org, r->route.id, &req, &res, &err);
+  api_exec_req_clear(&req);
+  if (rc < 0)
+    return api_reply_moat_error(r, &err);
+  int ret = api_reply_json(r, 200, api_exec_result_json(&res));
+  moat_exec_result_free(&res);
+  return ret;
+}

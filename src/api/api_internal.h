@@ -1,0 +1,248 @@
+/* api_internal.h -- what the files of src/api share: routes, request state, validators, codecs, replies
+ *
+ * Pure helpers (routing, body validation, UTF-8/base64/RFC 3339, errno -> HTTP mapping, listen
+ * address parsing) live in router.c, api_json.c and api_codec.c and use nothing of control/ or
+ * host/ beyond their headers, so unit tests and the fuzz target can link them alone.
+ */
+#ifndef MOAT_API_INTERNAL_H
+#define MOAT_API_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "../common/error.h"
+#include "../common/util.h"
+#include "../control/control.h"
+#include "../host/guest_client.h"
+#include "api.h"
+
+#define API_MAX_BODY (1024 * 1024)   /* JSON bodies; larger -> 413 */
+#define API_MAX_PATH 4096            /* file paths inside a sandbox */
+#define API_FILE_BLOCK (256 * 1024)  /* GET files response block */
+#define API_MAX_QUERY_ARGS 64
+#define API_MAX_META_KEYS 64
+#define API_MAX_META_KEY 128
+#define API_MAX_META_VALUE 1024
+#define API_MAX_ENV_KEYS 1024
+#define API_MAX_ENV_KEY 256
+#define API_MAX_ENV_VALUE (128 * 1024)
+#define API_MAX_ARGV 4096
+#define API_MAX_TIMEOUT_MS 86400000LL
+#define API_MAX_USER 64
+#define API_MAX_DEPTH 16
+
+/* ---- routes (router.c) ---- */
+
+enum api_route_kind {
+  API_R_NONE = 0,
+  API_R_HEALTHZ,
+  API_R_SANDBOXES_LIST,
+  API_R_SANDBOXES_CREATE,
+  API_R_SANDBOX_GET,
+  API_R_SANDBOX_PATCH,
+  API_R_SANDBOX_DELETE,
+  API_R_EXEC,
+  API_R_FILES_GET,
+  API_R_FILES_PUT,
+  API_R_FILES_DELETE,
+  API_R_FILES_LIST,
+  API_R_FILES_STAT,
+  API_R_FILES_MKDIR,
+  API_R_FILES_MOVE,
+  API_R_TEMPLATES_LIST,
+  API_R_TEMPLATE_BUILD,
+};
+
+enum api_match {
+  API_MATCH_OK = 0,
+  API_MATCH_NOT_FOUND,       /* 404: no such path (or an id that cannot exist) */
+  API_MATCH_BAD_METHOD,      /* 405: path known, method not; allow says which */
+  API_MATCH_NOT_IMPLEMENTED, /* 501: a DESIGN.md route whose issue has not landed */
+};
+
+struct api_route {
+  enum api_route_kind kind;
+  char id[MOAT_ID_LEN + 1]; /* sandbox routes */
+  char name[64];            /* template routes */
+  const char *allow;        /* BAD_METHOD: value of the Allow header (static) */
+  bool json_body;           /* the route reads a JSON body */
+  bool needs_auth;
+};
+
+/* Matches method + decoded path. Returns an api_match and fills r (kind, id, allow...). Pure. */
+enum api_match api_route_match(const char *method, const char *path, struct api_route *r);
+/* True when s matches ^sb-[a-z0-9]{17}$. */
+bool api_valid_sandbox_id(const char *s);
+/* True when s matches ^[a-z0-9][a-z0-9._-]{0,62}$. */
+bool api_valid_template_name(const char *s);
+const char *api_route_name(enum api_route_kind k);
+
+/* ---- errors ---- */
+
+/* Maps an errno-like status (from moat_error) to an HTTP status and an error code. Pure.
+ * EBADMSG is reserved for invalid JSON, ENOSYS for not-implemented, EMSGSIZE for too large. */
+unsigned api_errno_http(int status, const char **code);
+
+/* ---- query arguments (http.c collects them; router/handlers read them) ---- */
+
+struct api_arg {
+  char *key;
+  char *value;
+};
+struct api_args {
+  struct api_arg v[API_MAX_QUERY_ARGS];
+  size_t n;
+};
+/* The value of key, or NULL. */
+const char *api_arg_get(const struct api_args *a, const char *key);
+/* Fails (EINVAL, message naming the parameter) when an argument is not one of allowed[] (NULL
+ * terminated; an entry ending in '.' allows any key with that prefix) or is repeated. */
+int api_args_check(const struct api_args *a, const char *const *allowed, moat_error **err);
+/* Query parameter parsers: 0 and *out, or -1 EINVAL naming the parameter. */
+int api_arg_bool(const struct api_args *a, const char *key, bool def, bool *out, moat_error **err);
+int api_arg_path(const struct api_args *a, const char *key, const char **out, moat_error **err);
+int api_arg_user(const struct api_args *a, const char **out, moat_error **err);
+int api_arg_depth(const struct api_args *a, uint32_t *out, moat_error **err);
+int api_arg_mode(const struct api_args *a, uint32_t *out, moat_error **err);
+/* Sandboxes list: state (NULL = any) and metadata.KEY=VALUE filters into *meta (owned, or NULL). */
+int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sandbox_state *state,
+                         json_t **meta, moat_error **err);
+
+/* ---- JSON bodies (api_json.c) ---- */
+
+/* Parses a request body. Empty body -> empty object when empty_ok, else EINVAL. Malformed JSON ->
+ * EBADMSG with jansson's text, line, column and position; not an object -> EINVAL. */
+int api_body_parse(const char *buf, size_t len, bool empty_ok, json_t **out, moat_error **err);
+
+/* POST /v1/sandboxes. On success spec's borrowed pointers point into body (keep it alive). */
+int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_spec *spec, moat_error **err);
+/* PATCH /v1/sandboxes/{id}. */
+int api_parse_patch(json_t *body, struct moat_sandbox_patch *patch, moat_error **err);
+
+/* POST .../exec. req's argv, env and stdin are owned by the result: free with api_exec_req_clear. */
+int api_parse_exec(json_t *body, struct moat_exec_req *req, moat_error **err);
+void api_exec_req_clear(struct moat_exec_req *req);
+
+struct api_mkdir_req {
+  const char *path; /* borrowed from body */
+  const char *user; /* NULL = root */
+  bool parents;
+};
+int api_parse_mkdir(json_t *body, const char *query_user, struct api_mkdir_req *out, moat_error **err);
+struct api_move_req {
+  const char *from, *to, *user;
+};
+int api_parse_move(json_t *body, const char *query_user, struct api_move_req *out, moat_error **err);
+
+/* Checks a sandbox file path: non-empty, <= API_MAX_PATH bytes, no NUL (len is the real length). */
+int api_check_path(const char *what, const char *p, size_t len, moat_error **err);
+/* Checks a user name: 1..API_MAX_USER bytes of [A-Za-z0-9._-], not starting with '-'. */
+int api_check_user(const char *what, const char *u, moat_error **err);
+/* ^[A-Za-z_][A-Za-z0-9_]*$ */
+bool api_valid_env_name(const char *s);
+
+/* Output JSON. */
+json_t *api_error_json(const char *code, const char *message);
+json_t *api_exec_result_json(const struct moat_exec_result *res);
+json_t *api_file_entry_json(const struct moat_file_entry *e);
+/* A JSON string of s with invalid UTF-8 repaired, or null when s is NULL. */
+json_t *api_str_json(const char *s);
+/* "file" "dir" "symlink" "other" for 'f' 'd' 'l' anything else. */
+const char *api_file_type_name(char t);
+
+/* ---- codecs (api_codec.c) ---- */
+
+/* Returns a NUL-terminated UTF-8 copy of buf where each maximal invalid subsequence is replaced
+ * by U+FFFD (caller frees); *out_len its length (it may contain NUL bytes from the input);
+ * *was_valid true when no replacement happened. */
+char *api_utf8_sanitize(const char *buf, size_t len, size_t *out_len, bool *was_valid);
+/* True when buf is valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF). */
+bool api_utf8_valid(const char *buf, size_t len);
+
+/* Standard base64 with padding; caller frees. */
+char *api_base64_encode(const void *buf, size_t len, size_t *out_len);
+/* Strict decoding (padding optional, no whitespace). Returns 0 and an owned buffer, or -1. */
+int api_base64_decode(const char *s, size_t len, unsigned char **out, size_t *out_len);
+
+/* Formats ms since the epoch as "YYYY-MM-DDTHH:MM:SS.mmmZ" into buf (>= 32 bytes). Returns buf. */
+char *api_rfc3339_ms(int64_t ms, char *buf, size_t size);
+/* The same as a JSON string; NULL JSON when ms <= 0 and null_if_zero. */
+json_t *api_time_json(int64_t ms, bool null_if_zero);
+
+/* "HOST:PORT" / "[V6]:PORT" / "localhost:PORT" into a socket address. 0 or -1 (EINVAL). */
+int api_parse_listen(const char *listen, struct sockaddr_storage *ss, socklen_t *len, moat_error **err);
+
+/* ---- requests (http.c) ---- */
+
+struct MHD_Connection;
+struct moat_api;
+
+/* One HTTP request in flight; lives from the first access-handler call to request completion. */
+struct api_req {
+  struct moat_api *api;
+  struct MHD_Connection *conn;
+  uint64_t start_ns;
+  char method[16];
+  char *path; /* decoded request path, owned */
+  struct api_route route;
+  struct api_args args;
+  char *org; /* authenticated org, owned */
+  unsigned status; /* status queued, for the access log */
+  bool responded;  /* a response was queued (or written) */
+  /* JSON body */
+  char *body;
+  size_t body_len, body_cap;
+  /* PUT files */
+  struct moat_guest_writer *writer;
+  char *sock_path;
+  const char *file_path; /* borrowed from args */
+  const char *file_user;
+  bool write_failed;
+};
+
+struct moat_control *api_control(const struct api_req *r);
+const char *api_version(const struct api_req *r);
+
+/* Queue a reply. body is consumed (json_decref'd). Return 0 or -1 when MHD refused. */
+int api_reply_json(struct api_req *r, unsigned status, json_t *body);
+int api_reply_empty(struct api_req *r, unsigned status);
+int api_reply_error(struct api_req *r, unsigned status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Maps err (status) to HTTP and queues {"code","message"}; frees *err. */
+int api_reply_moat_error(struct api_req *r, moat_error **err);
+/* Queue an already-built MHD response (takes a reference; the caller destroys its own). */
+struct MHD_Response;
+int api_reply_response(struct api_req *r, unsigned status, struct MHD_Response *resp);
+
+/* Handlers: called once the whole body is in; each queues exactly one reply. */
+int api_h_healthz(struct api_req *r);
+int api_h_sandboxes_list(struct api_req *r);
+int api_h_sandboxes_create(struct api_req *r, json_t *body);
+int api_h_sandbox_get(struct api_req *r);
+int api_h_sandbox_patch(struct api_req *r, json_t *body);
+int api_h_sandbox_delete(struct api_req *r);
+int api_h_exec(struct api_req *r, json_t *body);
+int api_h_files_get(struct api_req *r);
+int api_h_files_delete(struct api_req *r);
+int api_h_files_list(struct api_req *r);
+int api_h_files_stat(struct api_req *r);
+int api_h_files_mkdir(struct api_req *r, json_t *body);
+int api_h_files_move(struct api_req *r, json_t *body);
+int api_h_templates_list(struct api_req *r);
+int api_h_template_build(struct api_req *r);
+
+/* PUT files, streamed: open at the first call (-1 after queueing an error reply), push each chunk
+ * (-1 with *err set: the caller aborts the connection with that error), finish at the end. */
+int api_files_put_open(struct api_req *r);
+int api_files_put_chunk(struct api_req *r, const char *data, size_t len, moat_error **err);
+int api_files_put_finish(struct api_req *r);
+/* Releases what a PUT left open (discarding an unfinished upload). */
+void api_files_put_release(struct api_req *r);
+
+/* Sandbox JSON per CONTRACT.md (api_sandboxes.c). */
+json_t *api_sandbox_json(const struct moat_sandbox_info *s);
+
+#endif

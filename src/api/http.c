@@ -1,0 +1,526 @@
+/* http.c -- moatd's HTTP server: libmicrohttpd set-up, request lifecycle, auth, bodies, replies, access log
+ *
+ * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so handlers may block
+ * (exec runs for seconds, file transfers stream from the guest). A request's state (struct
+ * api_req) is created at the first access-handler call and freed in the NOTIFY_COMPLETED
+ * callback, which MHD calls however the request ends (answered, client gone, timeout).
+ *
+ * Bodies: JSON routes accumulate up to API_MAX_BODY; a larger Content-Length is answered 413
+ * before the body is read. libmicrohttpd 0.9.75 refuses MHD_queue_response() while upload data
+ * remains (it accepts a response only before the body or after all of it), so a body that grows
+ * past the limit without announcing it (chunked) is answered by writing the 413 on the socket
+ * ourselves and closing the connection (abort_with_error): nothing else writes to that socket
+ * while its own thread runs our callback. PUT .../files streams every chunk to the guest.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+#include "api_internal.h"
+
+struct moat_api {
+  struct MHD_Daemon *daemon;
+  struct moat_control *control;
+  char *version;
+  unsigned port;
+  int listen_fd;
+};
+
+struct moat_control *api_control(const struct api_req *r) { return r->api->control; }
+const char *api_version(const struct api_req *r) { return r->api->version ? r->api->version : "dev"; }
+
+/* Set by the unescape callback when a %00 decodes into a NUL in the request line; read and
+ * cleared at the request's first access-handler call, which runs on the same connection thread
+ * right after the request line and headers were parsed. */
+static __thread bool t_url_nul;
+
+static size_t unescape_cb(void *cls, struct MHD_Connection *c, char *s) {
+  size_t n = MHD_http_unescape(s);
+  if (strlen(s) != n)
+    t_url_nul = true;
+  return n;
+}
+
+/* ---- replies ---- */
+
+int api_reply_response(struct api_req *r, unsigned status, struct MHD_Response *resp) {
+  if (r->responded)
+    return -1;
+  if (MHD_queue_response(r->conn, status, resp) != MHD_YES) {
+    log_warn("%s %s: could not queue a %u response", r->method, r->path ? r->path : "?", status);
+    return -1;
+  }
+  r->responded = true;
+  r->status = status;
+  return 0;
+}
+
+/* Queues body (consumed) as JSON, with one extra header when hname is non-NULL. */
+static int reply_json_hdr(struct api_req *r, unsigned status, json_t *body, const char *hname, const char *hval) {
+  char *s = json_dumps(body, JSON_COMPACT);
+  json_decref(body);
+  if (!s)
+    abort(); /* only on out-of-memory: jansson dumps any value it built */
+  size_t n = strlen(s);
+  s = xrealloc(s, n + 2);
+  s[n++] = '\n';
+  s[n] = '\0';
+  struct MHD_Response *resp = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    free(s);
+    return -1;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  if (hname)
+    MHD_add_response_header(resp, hname, hval);
+  int ret = api_reply_response(r, status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+int api_reply_json(struct api_req *r, unsigned status, json_t *body) {
+  return reply_json_hdr(r, status, body, NULL, NULL);
+}
+
+int api_reply_empty(struct api_req *r, unsigned status) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+  if (!resp)
+    return -1;
+  int ret = api_reply_response(r, status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+int api_reply_error(struct api_req *r, unsigned status, const char *code, const char *fmt, ...) {
+  va_list ap;
+  char msg[1024];
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return api_reply_json(r, status, api_error_json(code, msg));
+}
+
+int api_reply_moat_error(struct api_req *r, moat_error **err) {
+  const char *code;
+  unsigned status = api_errno_http(*err ? (*err)->status : 0, &code);
+  if (status >= 500)
+    log_warn("%s %s: %s", r->method, r->path ? r->path : "?", moat_error_msg(*err));
+  int ret = api_reply_json(r, status, api_error_json(code, moat_error_msg(*err)));
+  moat_error_free(err);
+  return ret;
+}
+
+/* send(2) of all of buf on a (possibly non-blocking) socket, within about two seconds. */
+static int send_all(int fd, const char *buf, size_t len) {
+  uint64_t deadline = now_ns() + 2000000000ULL;
+  while (len > 0) {
+    ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      buf += n;
+      len -= (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && now_ns() < deadline) {
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      poll(&p, 1, 100);
+      continue;
+    }
+    return -1;
+  }
+  return 0;
+}
+
+static const char *reason_phrase(unsigned status) {
+  const char *p = MHD_get_reason_phrase_for(status);
+  return p && *p ? p : "Error";
+}
+
+/* For errors found while a body is still arriving: writes a complete error response on the
+ * socket, stops writing, drains what the client still sends for a moment (so that closing does
+ * not reset the connection before the client reads the answer), and returns MHD_NO so that MHD
+ * closes the connection. */
+static enum MHD_Result abort_with_error(struct api_req *r, moat_error **err) {
+  const char *code;
+  unsigned status = api_errno_http(*err ? (*err)->status : 0, &code);
+  json_t *j = api_error_json(code, moat_error_msg(*err));
+  moat_error_free(err);
+  char *body = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  if (!body)
+    abort();
+  char *resp = xasprintf("HTTP/1.1 %u %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\n\r\n%s\n",
+                         status, reason_phrase(status), strlen(body) + 1, body);
+  free(body);
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci && !r->responded) {
+    int fd = ci->connect_fd;
+    if (send_all(fd, resp, strlen(resp)) == 0) {
+      shutdown(fd, SHUT_WR);
+      char buf[16384];
+      size_t drained = 0;
+      uint64_t deadline = now_ns() + 2000000000ULL;
+      for (;;) {
+        uint64_t now = now_ns();
+        if (now >= deadline || drained > (64u << 20))
+          break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)((deadline - now) / 1000000) + 1) <= 0)
+          break;
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n <= 0)
+          break;
+        drained += (size_t)n;
+      }
+    }
+    r->responded = true;
+    r->status = status;
+  }
+  free(resp);
+  return MHD_NO;
+}
+
+/* ---- request state ---- */
+
+struct args_ctx {
+  struct api_args *args;
+  bool nul, too_many;
+};
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
+  struct args_ctx *c = cls;
+  if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+    c->nul = true;
+    return MHD_NO;
+  }
+  if (c->args->n >= API_MAX_QUERY_ARGS) {
+    c->too_many = true;
+    return MHD_NO;
+  }
+  struct api_arg *a = &c->args->v[c->args->n++];
+  a->key = xstrdup(key);
+  a->value = xstrdup(value ? value : "");
+  return MHD_YES;
+}
+
+static void req_free(struct api_req *r) {
+  if (!r)
+    return;
+  api_files_put_release(r);
+  for (size_t i = 0; i < r->args.n; i++) {
+    free(r->args.v[i].key);
+    free(r->args.v[i].value);
+  }
+  free(r->path);
+  free(r->org);
+  free(r->body);
+  free(r->sock_path);
+  free(r);
+}
+
+/* The API key from "Authorization: Bearer K" or "X-API-Key: K", or NULL. */
+static const char *api_key(struct MHD_Connection *c) {
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (h) {
+    if (strncasecmp(h, "Bearer ", 7) == 0) {
+      h += 7;
+      while (*h == ' ')
+        h++;
+      return *h ? h : NULL;
+    }
+    return NULL;
+  }
+  h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
+  return h && *h ? h : NULL;
+}
+
+/* First call of a request: route, arguments, auth, size checks. Returns true when a response
+ * was queued already (the body, if any, is then not read). */
+static bool req_begin(struct api_req *r, const char *url, const char *method) {
+  moat_error *err = NULL;
+  bool url_nul = t_url_nul;
+  t_url_nul = false;
+  snprintf(r->method, sizeof(r->method), "%s", method);
+  r->path = xstrdup(url);
+  if (url_nul) {
+    api_reply_error(r, 400, "invalid_request", "the request URL contains a NUL byte (%%00)");
+    return true;
+  }
+  struct args_ctx ac = {.args = &r->args};
+  MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND, collect_arg, &ac);
+  if (ac.nul) {
+    api_reply_error(r, 400, "invalid_request", "a query parameter contains a NUL byte");
+    return true;
+  }
+  if (ac.too_many) {
+    api_reply_error(r, 400, "invalid_request", "more than %d query parameters", API_MAX_QUERY_ARGS);
+    return true;
+  }
+
+  switch (api_route_match(method, url, &r->route)) {
+  case API_MATCH_OK:
+    break;
+  case API_MATCH_NOT_FOUND:
+    api_reply_error(r, 404, "not_found", "no such resource: %s %.256s", method, url);
+    return true;
+  case API_MATCH_NOT_IMPLEMENTED:
+    api_reply_error(r, 501, "not_implemented", "%.256s is not supported yet", url);
+    return true;
+  case API_MATCH_BAD_METHOD: {
+    char msg[128];
+    snprintf(msg, sizeof(msg), "method %s is not allowed here; allowed: %s", method, r->route.allow);
+    reply_json_hdr(r, 405, api_error_json("method_not_allowed", msg), MHD_HTTP_HEADER_ALLOW, r->route.allow);
+    return true;
+  }
+  }
+
+  if (r->route.needs_auth) {
+    const char *key = api_key(r->conn);
+    if (!key || moat_control_auth(r->api->control, key, &r->org, &err) < 0) {
+      moat_error_free(&err);
+      api_reply_error(r, 401, "unauthorized",
+                      "a valid API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
+      return true;
+    }
+  }
+
+  if (r->route.kind != API_R_FILES_PUT) {
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    uint64_t n;
+    if (cl && parse_u64(cl, &n) == 0 && n > API_MAX_BODY) {
+      api_reply_error(r, 413, "payload_too_large", "request body is larger than %d bytes", API_MAX_BODY);
+      return true;
+    }
+  } else {
+    /* Errors such as EISDIR or a missing sandbox are answered before the body is read. */
+    if (api_files_put_open(r) < 0)
+      return true;
+  }
+  return false;
+}
+
+/* Runs the route's handler once the body is complete; queues exactly one response. */
+static void req_dispatch(struct api_req *r) {
+  json_t *body = NULL;
+  moat_error *err = NULL;
+  if (r->route.json_body) {
+    if (api_body_parse(r->body ? r->body : "", r->body_len, true, &body, &err) < 0) {
+      api_reply_moat_error(r, &err);
+      return;
+    }
+  }
+  switch (r->route.kind) {
+  case API_R_HEALTHZ:
+    api_h_healthz(r);
+    break;
+  case API_R_SANDBOXES_LIST:
+    api_h_sandboxes_list(r);
+    break;
+  case API_R_SANDBOXES_CREATE:
+    api_h_sandboxes_create(r, body);
+    break;
+  case API_R_SANDBOX_GET:
+    api_h_sandbox_get(r);
+    break;
+  case API_R_SANDBOX_PATCH:
+    api_h_sandbox_patch(r, body);
+    break;
+  case API_R_SANDBOX_DELETE:
+    api_h_sandbox_delete(r);
+    break;
+  case API_R_EXEC:
+    api_h_exec(r, body);
+    break;
+  case API_R_FILES_GET:
+    api_h_files_get(r);
+    break;
+  case API_R_FILES_PUT:
+    api_files_put_finish(r);
+    break;
+  case API_R_FILES_DELETE:
+    api_h_files_delete(r);
+    break;
+  case API_R_FILES_LIST:
+    api_h_files_list(r);
+    break;
+  case API_R_FILES_STAT:
+    api_h_files_stat(r);
+    break;
+  case API_R_FILES_MKDIR:
+    api_h_files_mkdir(r, body);
+    break;
+  case API_R_FILES_MOVE:
+    api_h_files_move(r, body);
+    break;
+  case API_R_TEMPLATES_LIST:
+    api_h_templates_list(r);
+    break;
+  case API_R_TEMPLATE_BUILD:
+    api_h_template_build(r);
+    break;
+  case API_R_NONE:
+    break;
+  }
+  json_decref(body);
+  if (!r->responded)
+    api_reply_error(r, 500, "internal", "the handler produced no response");
+}
+
+static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                 const char *version, const char *upload_data, size_t *upload_data_size,
+                                 void **con_cls) {
+  struct moat_api *api = cls;
+  struct api_req *r = *con_cls;
+  if (!r) {
+    r = xcalloc(1, sizeof(*r));
+    r->api = api;
+    r->conn = conn;
+    r->start_ns = now_ns();
+    *con_cls = r;
+    req_begin(r, url, method);
+    return MHD_YES;
+  }
+  if (*upload_data_size > 0) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (r->responded) /* answered early; MHD reads no body then, but be safe */
+      return MHD_YES;
+    if (r->route.kind == API_R_FILES_PUT) {
+      moat_error *err = NULL;
+      if (api_files_put_chunk(r, upload_data, n, &err) < 0)
+        return abort_with_error(r, &err);
+      return MHD_YES;
+    }
+    if (n > API_MAX_BODY - r->body_len) {
+      moat_error *err = NULL;
+      moat_error_set(&err, EMSGSIZE, "request body is larger than %d bytes", API_MAX_BODY);
+      return abort_with_error(r, &err);
+    }
+    if (r->body_len + n + 1 > r->body_cap) {
+      size_t cap = r->body_cap ? r->body_cap : 4096;
+      while (cap < r->body_len + n + 1)
+        cap *= 2;
+      r->body = xrealloc(r->body, cap);
+      r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, upload_data, n);
+    r->body_len += n;
+    r->body[r->body_len] = '\0';
+    return MHD_YES;
+  }
+  if (!r->responded)
+    req_dispatch(r);
+  return MHD_YES;
+}
+
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  struct api_req *r = *con_cls;
+  t_url_nul = false;
+  if (!r)
+    return;
+  double ms = (double)(now_ns() - r->start_ns) / 1e6;
+  const char *how = "";
+  if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+    how = " (timeout)";
+  else if (toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT)
+    how = " (client gone)";
+  else if (toe == MHD_REQUEST_TERMINATED_WITH_ERROR)
+    how = " (aborted)";
+  log_info("%s %s %u %.1fms%s", r->method, r->path ? r->path : "?", r->status, ms, how);
+  req_free(r);
+  *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  char msg[512];
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  size_t n = strlen(msg);
+  while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+    msg[--n] = '\0';
+  /* We close connections on purpose after abort_with_error; that is not worth a warning. */
+  if (strstr(msg, "Application reported internal error"))
+    return;
+  log_debug("http: %s", msg);
+}
+
+/* ---- start / stop ---- */
+
+int moat_api_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
+                   moat_error **err) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  if (api_parse_listen(cfg->listen, &ss, &sl, err) < 0)
+    return -1;
+  _cleanup_close_ int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return moat_error_errno(err, "listen on %s: socket", cfg->listen);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (ss.ss_family == AF_INET6) {
+    int zero = 0; /* dual stack when listening on "::" */
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+  }
+  if (bind(fd, (struct sockaddr *)&ss, sl) < 0)
+    return moat_error_errno(err, "listen on %s: bind", cfg->listen);
+  if (listen(fd, 1024) < 0)
+    return moat_error_errno(err, "listen on %s", cfg->listen);
+  struct sockaddr_storage bound;
+  socklen_t bl = sizeof(bound);
+  if (getsockname(fd, (struct sockaddr *)&bound, &bl) < 0)
+    return moat_error_errno(err, "listen on %s: getsockname", cfg->listen);
+  unsigned port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
+
+  struct moat_api *a = xcalloc(1, sizeof(*a));
+  a->control = control;
+  a->version = xstrdup(cfg->version ? cfg->version : "dev");
+  a->port = port;
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                   MHD_USE_POLL;
+  if (ss.ss_family == AF_INET6)
+    flags |= MHD_USE_DUAL_STACK;
+  unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
+  a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                               MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
+                               NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+                               mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_END);
+  if (!a->daemon) {
+    free(a->version);
+    free(a);
+    return moat_error_set(err, EIO, "listen on %s: libmicrohttpd failed to start", cfg->listen);
+  }
+  a->listen_fd = steal_fd(&fd); /* MHD closes it in MHD_stop_daemon */
+  log_info("api listening on %s (port %u)", cfg->listen, port);
+  *out = a;
+  return 0;
+}
+
+unsigned moat_api_port(const struct moat_api *a) { return a ? a->port : 0; }
+
+void moat_api_stop(struct moat_api *a) {
+  if (!a)
+    return;
+  MHD_stop_daemon(a->daemon); /* joins every connection thread: in-flight requests finish */
+  free(a->version);
+  free(a);
+}
+
+/* ---- /healthz ---- */
+
+int api_h_healthz(struct api_req *r) {
+  return api_reply_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "version", api_version(r)));
+}

@@ -1,0 +1,342 @@
+/* router.c -- v1 route table, query-argument checks and the errno -> HTTP status mapping (pure) */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_internal.h"
+
+bool api_valid_sandbox_id(const char *s) {
+  if (strncmp(s, "sb-", 3) != 0)
+    return false;
+  size_t i;
+  for (i = 3; s[i]; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+      return false;
+  }
+  return i == MOAT_ID_LEN;
+}
+
+bool api_valid_template_name(const char *s) {
+  size_t i;
+  if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')))
+    return false;
+  for (i = 1; s[i]; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+      return false;
+  }
+  return i <= 63;
+}
+
+static const char *const route_names[] = {
+    [API_R_NONE] = "none",
+    [API_R_HEALTHZ] = "healthz",
+    [API_R_SANDBOXES_LIST] = "sandboxes.list",
+    [API_R_SANDBOXES_CREATE] = "sandboxes.create",
+    [API_R_SANDBOX_GET] = "sandbox.get",
+    [API_R_SANDBOX_PATCH] = "sandbox.patch",
+    [API_R_SANDBOX_DELETE] = "sandbox.delete",
+    [API_R_EXEC] = "exec",
+    [API_R_FILES_GET] = "files.get",
+    [API_R_FILES_PUT] = "files.put",
+    [API_R_FILES_DELETE] = "files.delete",
+    [API_R_FILES_LIST] = "files.list",
+    [API_R_FILES_STAT] = "files.stat",
+    [API_R_FILES_MKDIR] = "files.mkdir",
+    [API_R_FILES_MOVE] = "files.move",
+    [API_R_TEMPLATES_LIST] = "templates.list",
+    [API_R_TEMPLATE_BUILD] = "templates.build",
+};
+
+const char *api_route_name(enum api_route_kind k) {
+  if ((size_t)k < ARRAY_SIZE(route_names) && route_names[k])
+    return route_names[k];
+  return "unknown";
+}
+
+/* One path shape: up to three methods, each with its route kind. */
+struct shape {
+  const char *allow;
+  struct {
+    const char *method;
+    enum api_route_kind kind;
+    bool json_body;
+  } m[3];
+};
+
+static enum api_match pick(const struct shape *s, const char *method, struct api_route *r) {
+  for (size_t i = 0; i < ARRAY_SIZE(s->m) && s->m[i].method; i++) {
+    if (strcmp(method, s->m[i].method) == 0) {
+      r->kind = s->m[i].kind;
+      r->json_body = s->m[i].json_body;
+      r->needs_auth = r->kind != API_R_HEALTHZ;
+      return API_MATCH_OK;
+    }
+  }
+  r->allow = s->allow;
+  return API_MATCH_BAD_METHOD;
+}
+
+static const struct shape sh_healthz = {"GET", {{"GET", API_R_HEALTHZ, false}}};
+static const struct shape sh_sandboxes = {
+    "GET, POST", {{"GET", API_R_SANDBOXES_LIST, false}, {"POST", API_R_SANDBOXES_CREATE, true}}};
+static const struct shape sh_sandbox = {"GET, PATCH, DELETE",
+                                        {{"GET", API_R_SANDBOX_GET, false},
+                                         {"PATCH", API_R_SANDBOX_PATCH, true},
+                                         {"DELETE", API_R_SANDBOX_DELETE, false}}};
+static const struct shape sh_exec = {"POST", {{"POST", API_R_EXEC, true}}};
+static const struct shape sh_files = {"GET, PUT, DELETE",
+                                      {{"GET", API_R_FILES_GET, false},
+                                       {"PUT", API_R_FILES_PUT, false},
+                                       {"DELETE", API_R_FILES_DELETE, false}}};
+static const struct shape sh_files_list = {"GET", {{"GET", API_R_FILES_LIST, false}}};
+static const struct shape sh_files_stat = {"GET", {{"GET", API_R_FILES_STAT, false}}};
+static const struct shape sh_files_mkdir = {"POST", {{"POST", API_R_FILES_MKDIR, true}}};
+static const struct shape sh_files_move = {"POST", {{"POST", API_R_FILES_MOVE, true}}};
+static const struct shape sh_templates = {"GET", {{"GET", API_R_TEMPLATES_LIST, false}}};
+static const struct shape sh_template_build = {"POST", {{"POST", API_R_TEMPLATE_BUILD, false}}};
+
+/* Sub-resources of a sandbox that DESIGN.md names for later issues: 501, not 404. */
+static const char *const later_sandbox_subs[] = {
+    "exec/stream", "processes", "pty",       "contexts", "pause",  "resume", "hibernate", "wake",
+    "snapshots",   "fork",      "explore",   "rollback", "events", "metrics", "mcp",      "files/watch",
+};
+
+static bool later_sub(const char *sub) {
+  for (size_t i = 0; i < ARRAY_SIZE(later_sandbox_subs); i++) {
+    size_t n = strlen(later_sandbox_subs[i]);
+    if (strncmp(sub, later_sandbox_subs[i], n) == 0 && (sub[n] == '\0' || sub[n] == '/'))
+      return true;
+  }
+  return false;
+}
+
+enum api_match api_route_match(const char *method, const char *path, struct api_route *r) {
+  memset(r, 0, sizeof(*r));
+  if (strcmp(path, "/healthz") == 0)
+    return pick(&sh_healthz, method, r);
+  if (strcmp(path, "/metrics") == 0 || strcmp(path, "/v1/snapshots") == 0 ||
+      strncmp(path, "/v1/snapshots/", 14) == 0)
+    return API_MATCH_NOT_IMPLEMENTED;
+  if (strcmp(path, "/v1/templates") == 0)
+    return pick(&sh_templates, method, r);
+  if (strncmp(path, "/v1/templates/", 14) == 0) {
+    const char *name = path + 14;
+    const char *slash = strchr(name, '/');
+    if (!slash || strcmp(slash, "/build") != 0)
+      return API_MATCH_NOT_FOUND;
+    size_t n = (size_t)(slash - name);
+    if (n == 0 || n >= sizeof(r->name))
+      return API_MATCH_NOT_FOUND;
+    memcpy(r->name, name, n);
+    r->name[n] = '\0';
+    if (!api_valid_template_name(r->name))
+      return API_MATCH_NOT_FOUND;
+    return pick(&sh_template_build, method, r);
+  }
+  if (strcmp(path, "/v1/sandboxes") == 0)
+    return pick(&sh_sandboxes, method, r);
+  if (strncmp(path, "/v1/sandboxes/", 14) != 0)
+    return API_MATCH_NOT_FOUND;
+
+  const char *id = path + 14;
+  const char *slash = strchr(id, '/');
+  size_t idlen = slash ? (size_t)(slash - id) : strlen(id);
+  if (idlen != MOAT_ID_LEN)
+    return API_MATCH_NOT_FOUND;
+  memcpy(r->id, id, idlen);
+  r->id[idlen] = '\0';
+  if (!api_valid_sandbox_id(r->id))
+    return API_MATCH_NOT_FOUND;
+  if (!slash)
+    return pick(&sh_sandbox, method, r);
+
+  const char *sub = slash + 1;
+  const struct shape *s = NULL;
+  if (strcmp(sub, "exec") == 0)
+    s = &sh_exec;
+  else if (strcmp(sub, "files") == 0)
+    s = &sh_files;
+  else if (strcmp(sub, "files/list") == 0)
+    s = &sh_files_list;
+  else if (strcmp(sub, "files/stat") == 0)
+    s = &sh_files_stat;
+  else if (strcmp(sub, "files/mkdir") == 0)
+    s = &sh_files_mkdir;
+  else if (strcmp(sub, "files/move") == 0)
+    s = &sh_files_move;
+  else if (later_sub(sub))
+    return API_MATCH_NOT_IMPLEMENTED;
+  if (!s) {
+    r->id[0] = '\0';
+    return API_MATCH_NOT_FOUND;
+  }
+  return pick(s, method, r);
+}
+
+unsigned api_errno_http(int status, const char **code) {
+  switch (status) {
+  case ENOENT:
+  case ESRCH:
+    *code = "not_found";
+    return 404;
+  case EINVAL:
+  case ENOTDIR:
+  case EISDIR:
+  case ENAMETOOLONG:
+  case ELOOP:
+  case ENOTEMPTY:
+  case EXDEV:
+    *code = "invalid_request";
+    return 400;
+  case EBADMSG:
+    *code = "invalid_json";
+    return 400;
+  case EEXIST:
+    *code = "already_exists";
+    return 409;
+  case EBUSY:
+    *code = "conflict";
+    return 409;
+  case EACCES:
+  case EPERM:
+  case EROFS:
+    *code = "forbidden";
+    return 403;
+  case EMSGSIZE:
+  case E2BIG:
+  case EFBIG:
+    *code = "payload_too_large";
+    return 413;
+  case ENOSYS:
+  case EOPNOTSUPP:
+    *code = "not_implemented";
+    return 501;
+  case ECONNREFUSED:
+  case ECONNRESET:
+  case EPIPE:
+  case EPROTO:
+    *code = "sandbox_unreachable";
+    return 502;
+  case EAGAIN:
+    *code = "unavailable";
+    return 503;
+  case ETIMEDOUT:
+    *code = "timeout";
+    return 504;
+  case ENOSPC:
+  case EDQUOT:
+    *code = "insufficient_storage";
+    return 507;
+  default:
+    *code = "internal";
+    return 500;
+  }
+}
+
+const char *api_arg_get(const struct api_args *a, const char *key) {
+  for (size_t i = 0; i < a->n; i++)
+    if (strcmp(a->v[i].key, key) == 0)
+      return a->v[i].value;
+  return NULL;
+}
+
+int api_args_check(const struct api_args *a, const char *const *allowed, moat_error **err) {
+  for (size_t i = 0; i < a->n; i++) {
+    const char *k = a->v[i].key;
+    bool ok = false;
+    for (size_t j = 0; allowed && allowed[j]; j++) {
+      size_t n = strlen(allowed[j]);
+      if (n > 0 && allowed[j][n - 1] == '.') {
+        if (strncmp(k, allowed[j], n) == 0 && k[n] != '\0') {
+          ok = true;
+          break;
+        }
+      } else if (strcmp(k, allowed[j]) == 0) {
+        ok = true;
+        break;
+      }
+    }
+    if (!ok)
+      return moat_error_set(err, EINVAL, "unknown query parameter '%.128s'", k);
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(a->v[j].key, k) == 0)
+        return moat_error_set(err, EINVAL, "query parameter '%.128s' given more than once", k);
+  }
+  return 0;
+}
+
+int api_arg_bool(const struct api_args *a, const char *key, bool def, bool *out, moat_error **err) {
+  const char *v = api_arg_get(a, key);
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+    *out = true;
+  else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+    *out = false;
+  else
+    return moat_error_set(err, EINVAL, "query parameter '%s' must be true or false", key);
+  return 0;
+}
+
+int api_arg_path(const struct api_args *a, const char *key, const char **out, moat_error **err) {
+  const char *v = api_arg_get(a, key);
+  if (!v)
+    return moat_error_set(err, EINVAL, "query parameter '%s' is required", key);
+  /* NUL bytes were rejected when the arguments were collected (http.c). */
+  if (api_check_path(key, v, strlen(v), err) < 0)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+int api_arg_user(const struct api_args *a, const char **out, moat_error **err) {
+  const char *v = api_arg_get(a, "user");
+  *out = NULL;
+  if (!v)
+    return 0;
+  if (api_check_user("user", v, err) < 0)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+int api_arg_depth(const struct api_args *a, uint32_t *out, moat_error **err) {
+  const char *v = api_arg_get(a, "depth");
+  uint64_t d;
+  if (!v) {
+    *out = 1;
+    return 0;
+  }
+  if (parse_u64(v, &d) < 0 || d < 1 || d > API_MAX_DEPTH)
+    return moat_error_set(err, EINVAL, "query parameter 'depth' must be an integer from 1 to %d", API_MAX_DEPTH);
+  *out = (uint32_t)d;
+  return 0;
+}
+
+int api_arg_mode(const struct api_args *a, uint32_t *out, moat_error **err) {
+  const char *v = api_arg_get(a, "mode");
+  if (!v) {
+    *out = 0644;
+    return 0;
+  }
+  size_t n = strlen(v);
+  uint32_t m = 0;
+  if (n == 0 || n > 5)
+    goto bad;
+  for (size_t i = 0; i < n; i++) {
+    if (v[i] < '0' || v[i] > '7')
+      goto bad;
+    m = m * 8 + (uint32_t)(v[i] - '0');
+  }
+  if (m > 07777)
+    goto bad;
+  *out = m;
+  return 0;
+bad:
+  return moat_error_set(err, EINVAL, "query parameter 'mode' must be an octal mode from 0 to 07777");
+}
