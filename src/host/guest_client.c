@@ -1,0 +1,523 @@
+/* guest_client.c -- the host side of the guest protocol: one connection per operation */
+#include "guest_client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../common/util.h"
+#include "../proto/proto.h"
+
+#define DEFAULT_MAX_OUTPUT (16ull << 20)
+
+static int guest_connect(const char *sock_path, moat_error **err) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(sock_path) >= sizeof(sa.sun_path))
+    return moat_error_set(err, ENAMETOOLONG, "guest socket path too long");
+  strcpy(sa.sun_path, sock_path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return moat_error_errno(err, "socket");
+  while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    if (errno == EINTR)
+      continue;
+    moat_error_errno(err, "connect to sandbox guest");
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Turns a REP_ERROR frame into err (status = the guest's errno). */
+static int guest_error(const struct moat_msg *m, moat_error **err) {
+  int32_t e = EIO;
+  moat_msg_get_i32(m, MOAT_T_ERRNO, &e);
+  _cleanup_free_ char *text = moat_msg_get_str(m, MOAT_T_MESSAGE);
+  return moat_error_set(err, e > 0 ? e : EIO, "%s", text ? text : strerror(e));
+}
+
+static int unexpected(const struct moat_msg *m, const char *what, moat_error **err) {
+  if (m->type == MOAT_REP_ERROR)
+    return guest_error(m, err);
+  return moat_error_set(err, EPROTO, "guest protocol: unexpected frame type %u %s", m->type, what);
+}
+
+/* Receives one frame; EOF is an error here. */
+static int recv_frame(int fd, struct moat_msg *m, moat_error **err) {
+  int r = moat_msg_recv(fd, m, err);
+  if (r == 0)
+    return moat_error_set(err, EPIPE, "sandbox guest closed the connection");
+  return r < 0 ? -1 : 0;
+}
+
+static int simple_request(const char *sock_path, struct moat_msg *req, moat_error **err) {
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  if (moat_msg_send(fd, req) < 0)
+    return moat_error_errno(err, "send to sandbox guest");
+  struct moat_msg rep;
+  moat_msg_init(&rep, 0);
+  int ret = recv_frame(fd, &rep, err);
+  if (ret == 0 && rep.type != MOAT_REP_OK)
+    ret = unexpected(&rep, "instead of ok", err);
+  moat_msg_free(&rep);
+  return ret;
+}
+
+static void put_user(struct moat_msg *m, const char *user) {
+  if (user && *user)
+    moat_msg_put_str(m, MOAT_T_USER, user);
+}
+
+void moat_exec_result_free(struct moat_exec_result *r) {
+  free(r->out);
+  free(r->err);
+  memset(r, 0, sizeof(*r));
+}
+
+struct growbuf {
+  char *p;
+  size_t len, cap;
+};
+
+static void grow_append(struct growbuf *b, const void *data, size_t n) {
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + n + 1)
+      cap *= 2;
+    b->p = xrealloc(b->p, cap);
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, data, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+struct stdin_feed {
+  int fd;
+  const char *data;
+  size_t len;
+};
+
+static void *feed_stdin(void *arg) {
+  struct stdin_feed *f = arg;
+  for (size_t off = 0; off < f->len;) {
+    size_t n = f->len - off > MOAT_PROTO_CHUNK ? MOAT_PROTO_CHUNK : f->len - off;
+    if (moat_msg_send_data(f->fd, MOAT_MSG_DATA, f->data + off, n) < 0)
+      return NULL; /* the command exited without reading all of it */
+    off += n;
+  }
+  moat_msg_send_empty(f->fd, MOAT_MSG_END);
+  return NULL;
+}
+
+int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, struct moat_exec_result *res,
+                    moat_error **err) {
+  memset(res, 0, sizeof(*res));
+  if (!req->argv || !req->argv[0])
+    return moat_error_set(err, EINVAL, "exec: empty argv");
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_EXEC);
+  for (size_t i = 0; req->argv[i]; i++)
+    moat_msg_put_str(&m, MOAT_T_ARGV, req->argv[i]);
+  for (size_t i = 0; req->env && req->env[i]; i++)
+    moat_msg_put_str(&m, MOAT_T_ENV, req->env[i]);
+  if (req->cwd)
+    moat_msg_put_str(&m, MOAT_T_CWD, req->cwd);
+  put_user(&m, req->user);
+  if (req->timeout_ms)
+    moat_msg_put_u32(&m, MOAT_T_TIMEOUT_MS, req->timeout_ms);
+  moat_msg_put_u64(&m, MOAT_T_MAX_OUTPUT, req->max_output ? req->max_output : DEFAULT_MAX_OUTPUT);
+  bool has_stdin = req->stdin_data && req->stdin_len > 0;
+  if (has_stdin)
+    moat_msg_put_u32(&m, MOAT_T_STDIN_STREAM, 1);
+  int ret = -1;
+  struct growbuf out = {0}, errb = {0};
+  bool feeding = false;
+  pthread_t feeder;
+  if (moat_msg_send(fd, &m) < 0) {
+    moat_error_errno(err, "send exec request to sandbox guest");
+    goto done;
+  }
+  /* stdin is fed by a thread while this one drains output: a command that writes a lot before
+   * reading its input cannot deadlock the two directions. */
+  struct stdin_feed feed = {.fd = fd, .data = req->stdin_data, .len = req->stdin_len};
+  feeding = has_stdin && pthread_create(&feeder, NULL, feed_stdin, &feed) == 0;
+  if (has_stdin && !feeding) {
+    moat_error_set(err, EAGAIN, "exec: cannot start the stdin feeder");
+    goto done;
+  }
+  for (;;) {
+    if (recv_frame(fd, &m, err) < 0)
+      goto done;
+    struct moat_field f;
+    switch (m.type) {
+    case MOAT_REP_STARTED: {
+      int32_t pid = 0;
+      moat_msg_get_i32(&m, MOAT_T_PID, &pid);
+      res->pid = pid;
+      break;
+    }
+    case MOAT_REP_STDOUT:
+    case MOAT_REP_STDERR:
+      if (moat_msg_find(&m, MOAT_T_DATA, &f))
+        grow_append(m.type == MOAT_REP_STDOUT ? &out : &errb, f.data, f.len);
+      break;
+    case MOAT_REP_EXIT: {
+      int32_t code = -1, sig = 0;
+      uint32_t to = 0, t1 = 0, t2 = 0;
+      uint64_t dur = 0;
+      moat_msg_get_i32(&m, MOAT_T_EXIT_CODE, &code);
+      moat_msg_get_i32(&m, MOAT_T_SIGNAL, &sig);
+      moat_msg_get_u32(&m, MOAT_T_TIMED_OUT, &to);
+      moat_msg_get_u32(&m, MOAT_T_STDOUT_TRUNC, &t1);
+      moat_msg_get_u32(&m, MOAT_T_STDERR_TRUNC, &t2);
+      moat_msg_get_u64(&m, MOAT_T_DURATION_MS, &dur);
+      res->exit_code = code;
+      res->signal = sig;
+      res->timed_out = to != 0;
+      res->stdout_truncated = t1 != 0;
+      res->stderr_truncated = t2 != 0;
+      res->duration_ms = dur;
+      ret = 0;
+      goto done;
+    }
+    default:
+      unexpected(&m, "during exec", err);
+      goto done;
+    }
+  }
+done:
+  if (feeding) {
+    shutdown(fd, ret < 0 ? SHUT_RDWR : SHUT_RD); /* unblocks a feeder stuck on a dead guest */
+    pthread_join(feeder, NULL);
+  }
+  moat_msg_free(&m);
+  if (ret < 0) {
+    free(out.p);
+    free(errb.p);
+    return -1;
+  }
+  res->out = out.p ? out.p : xstrdup("");
+  res->out_len = out.len;
+  res->err = errb.p ? errb.p : xstrdup("");
+  res->err_len = errb.len;
+  return 0;
+}
+
+int moat_guest_ping(const char *sock_path, int timeout_ms, moat_error **err) {
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  if (moat_msg_send_empty(fd, MOAT_REQ_PING) < 0)
+    return moat_error_errno(err, "send ping");
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, timeout_ms) <= 0)
+    return moat_error_set(err, ETIMEDOUT, "sandbox guest did not answer a ping in %d ms", timeout_ms);
+  struct moat_msg m;
+  moat_msg_init(&m, 0);
+  int ret = recv_frame(fd, &m, err);
+  if (ret == 0 && m.type != MOAT_REP_OK)
+    ret = unexpected(&m, "to ping", err);
+  moat_msg_free(&m);
+  return ret;
+}
+
+void moat_file_entry_clear(struct moat_file_entry *e) {
+  free(e->path);
+  free(e->name);
+  free(e->link_target);
+  memset(e, 0, sizeof(*e));
+}
+
+void moat_file_entries_free(struct moat_file_entry *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    moat_file_entry_clear(&v[i]);
+  free(v);
+}
+
+static int parse_entry(const struct moat_msg *m, struct moat_file_entry *e, moat_error **err) {
+  memset(e, 0, sizeof(*e));
+  uint32_t type = 'o';
+  e->path = moat_msg_get_str(m, MOAT_T_PATH);
+  e->name = moat_msg_get_str(m, MOAT_T_NAME);
+  if (!e->path || !e->name) {
+    moat_file_entry_clear(e);
+    return moat_error_set(err, EPROTO, "guest protocol: entry without path or name");
+  }
+  moat_msg_get_u32(m, MOAT_T_TYPE, &type);
+  e->type = (char)type;
+  moat_msg_get_u64(m, MOAT_T_SIZE, &e->size);
+  moat_msg_get_u32(m, MOAT_T_MODE, &e->mode);
+  moat_msg_get_i64(m, MOAT_T_MTIME, &e->mtime_ms);
+  moat_msg_get_u32(m, MOAT_T_UID, &e->uid);
+  moat_msg_get_u32(m, MOAT_T_GID, &e->gid);
+  e->link_target = moat_msg_get_str(m, MOAT_T_LINK);
+  return 0;
+}
+
+int moat_guest_stat(const char *sock_path, const char *path, const char *user, struct moat_file_entry *out,
+                    moat_error **err) {
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_STAT);
+  moat_msg_put_str(&m, MOAT_T_PATH, path);
+  put_user(&m, user);
+  int ret = -1;
+  if (moat_msg_send(fd, &m) < 0)
+    moat_error_errno(err, "send stat");
+  else if (recv_frame(fd, &m, err) == 0)
+    ret = m.type == MOAT_REP_ENTRY ? parse_entry(&m, out, err) : unexpected(&m, "to stat", err);
+  moat_msg_free(&m);
+  return ret;
+}
+
+int moat_guest_list(const char *sock_path, const char *path, const char *user, uint32_t depth,
+                    struct moat_file_entry **out, size_t *n, moat_error **err) {
+  *out = NULL;
+  *n = 0;
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_LIST);
+  moat_msg_put_str(&m, MOAT_T_PATH, path);
+  put_user(&m, user);
+  moat_msg_put_u32(&m, MOAT_T_DEPTH, depth ? depth : 1);
+  int ret = -1;
+  size_t cap = 0;
+  struct moat_file_entry *v = NULL;
+  if (moat_msg_send(fd, &m) < 0) {
+    moat_error_errno(err, "send list");
+    goto out;
+  }
+  for (;;) {
+    if (recv_frame(fd, &m, err) < 0)
+      goto out;
+    if (m.type == MOAT_MSG_END)
+      break;
+    if (m.type != MOAT_REP_ENTRY) {
+      unexpected(&m, "in a listing", err);
+      goto out;
+    }
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 32;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    if (parse_entry(&m, &v[*n], err) < 0)
+      goto out;
+    (*n)++;
+  }
+  *out = steal_pointer(&v);
+  ret = 0;
+out:
+  if (ret < 0) {
+    moat_file_entries_free(v, *n);
+    *n = 0;
+  }
+  moat_msg_free(&m);
+  return ret;
+}
+
+int moat_guest_mkdir(const char *sock_path, const char *path, const char *user, bool parents, moat_error **err) {
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_MKDIR);
+  moat_msg_put_str(&m, MOAT_T_PATH, path);
+  put_user(&m, user);
+  moat_msg_put_u32(&m, MOAT_T_PARENTS, parents ? 1 : 0);
+  int r = simple_request(sock_path, &m, err);
+  moat_msg_free(&m);
+  return r;
+}
+
+int moat_guest_move(const char *sock_path, const char *src, const char *dst, const char *user, moat_error **err) {
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_MOVE);
+  moat_msg_put_str(&m, MOAT_T_PATH, src);
+  moat_msg_put_str(&m, MOAT_T_PATH2, dst);
+  put_user(&m, user);
+  int r = simple_request(sock_path, &m, err);
+  moat_msg_free(&m);
+  return r;
+}
+
+int moat_guest_remove(const char *sock_path, const char *path, const char *user, bool recursive,
+                      moat_error **err) {
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_REMOVE);
+  moat_msg_put_str(&m, MOAT_T_PATH, path);
+  put_user(&m, user);
+  moat_msg_put_u32(&m, MOAT_T_RECURSIVE, recursive ? 1 : 0);
+  int r = simple_request(sock_path, &m, err);
+  moat_msg_free(&m);
+  return r;
+}
+
+struct moat_guest_reader {
+  int fd;
+  struct moat_msg m;
+  size_t off;  /* consumed bytes of the current DATA field */
+  bool ended;
+};
+
+int moat_guest_read_open(const char *sock_path, const char *path, const char *user,
+                         struct moat_guest_reader **out, uint64_t *size, moat_error **err) {
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_READ);
+  moat_msg_put_str(&m, MOAT_T_PATH, path);
+  put_user(&m, user);
+  int ret = -1;
+  if (moat_msg_send(fd, &m) < 0) {
+    moat_error_errno(err, "send read");
+  } else if (recv_frame(fd, &m, err) == 0) {
+    if (m.type != MOAT_REP_OK) {
+      unexpected(&m, "to read", err);
+    } else {
+      uint64_t sz = 0;
+      moat_msg_get_u64(&m, MOAT_T_SIZE, &sz);
+      if (size)
+        *size = sz;
+      struct moat_guest_reader *r = xcalloc(1, sizeof(*r));
+      r->fd = steal_fd(&fd);
+      moat_msg_init(&r->m, 0);
+      *out = r;
+      ret = 0;
+    }
+  }
+  moat_msg_free(&m);
+  return ret;
+}
+
+ssize_t moat_guest_read_chunk(struct moat_guest_reader *r, void *buf, size_t cap, moat_error **err) {
+  for (;;) {
+    if (r->ended)
+      return 0;
+    struct moat_field f;
+    if (r->m.type == MOAT_MSG_DATA && moat_msg_find(&r->m, MOAT_T_DATA, &f) && r->off < f.len) {
+      size_t n = f.len - r->off;
+      if (n > cap)
+        n = cap;
+      memcpy(buf, f.data + r->off, n);
+      r->off += n;
+      return (ssize_t)n;
+    }
+    if (recv_frame(r->fd, &r->m, err) < 0)
+      return -1;
+    r->off = 0;
+    if (r->m.type == MOAT_MSG_END)
+      r->ended = true;
+    else if (r->m.type != MOAT_MSG_DATA)
+      return unexpected(&r->m, "while reading a file", err);
+  }
+}
+
+void moat_guest_reader_close(struct moat_guest_reader *r) {
+  if (!r)
+    return;
+  close(r->fd);
+  moat_msg_free(&r->m);
+  free(r);
+}
+
+struct moat_guest_writer {
+  int fd;
+  uint64_t sent;
+};
+
+int moat_guest_write_open(const char *sock_path, const char *path, const char *user, uint32_t mode,
+                          struct moat_guest_writer **out, moat_error **err) {
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_WRITE);
+  moat_msg_put_str(&m, MOAT_T_PATH, path);
+  put_user(&m, user);
+  if (mode)
+    moat_msg_put_u32(&m, MOAT_T_MODE, mode);
+  int ret = -1;
+  if (moat_msg_send(fd, &m) < 0) {
+    moat_error_errno(err, "send write");
+  } else if (recv_frame(fd, &m, err) == 0) {
+    if (m.type != MOAT_REP_OK) {
+      unexpected(&m, "to write", err);
+    } else {
+      struct moat_guest_writer *w = xcalloc(1, sizeof(*w));
+      w->fd = steal_fd(&fd);
+      *out = w;
+      ret = 0;
+    }
+  }
+  moat_msg_free(&m);
+  return ret;
+}
+
+/* If the guest gave up (ENOSPC, ...) it sent REP_ERROR and closed: fetch that reason. */
+static int writer_failure(struct moat_guest_writer *w, moat_error **err) {
+  struct moat_msg m;
+  moat_msg_init(&m, 0);
+  moat_error *e = NULL;
+  int r = moat_msg_recv(w->fd, &m, &e);
+  moat_error_free(&e);
+  if (r > 0 && m.type == MOAT_REP_ERROR)
+    guest_error(&m, err);
+  else
+    moat_error_set(err, EPIPE, "sandbox guest stopped accepting the upload");
+  moat_msg_free(&m);
+  return -1;
+}
+
+int moat_guest_write_chunk(struct moat_guest_writer *w, const void *buf, size_t len, moat_error **err) {
+  const char *p = buf;
+  while (len > 0) {
+    size_t n = len > MOAT_PROTO_CHUNK ? MOAT_PROTO_CHUNK : len;
+    if (moat_msg_send_data(w->fd, MOAT_MSG_DATA, p, n) < 0)
+      return writer_failure(w, err);
+    /* An early REP_ERROR (disk full) is waiting to be read: stop sending. */
+    struct pollfd pf = {.fd = w->fd, .events = POLLIN};
+    if (poll(&pf, 1, 0) > 0)
+      return writer_failure(w, err);
+    w->sent += n;
+    p += n;
+    len -= n;
+  }
+  return 0;
+}
+
+int moat_guest_write_finish(struct moat_guest_writer *w, uint64_t *written, moat_error **err) {
+  if (moat_msg_send_empty(w->fd, MOAT_MSG_END) < 0)
+    return writer_failure(w, err);
+  struct moat_msg m;
+  moat_msg_init(&m, 0);
+  int ret = recv_frame(w->fd, &m, err);
+  if (ret == 0 && m.type != MOAT_REP_OK)
+    ret = unexpected(&m, "to the end of an upload", err);
+  if (ret == 0 && written) {
+    uint64_t sz = w->sent;
+    moat_msg_get_u64(&m, MOAT_T_SIZE, &sz);
+    *written = sz;
+  }
+  moat_msg_free(&m);
+  return ret;
+}
+
+void moat_guest_writer_close(struct moat_guest_writer *w) {
+  if (!w)
+    return;
+  close(w->fd);
+  free(w);
+}
