@@ -186,6 +186,7 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   _cleanup_free_ char *img = xasprintf("%s/%d.img", h->disks_dir, n);
   int ret = -1;
   static const char *sub[] = {"lower", "disk", "root"};
+  _cleanup_free_ char *guest_target = xasprintf("%s/guest", dir);
   if (mkdir(dir, 0711) < 0 && errno != EEXIST) {
     moat_error_errno(err, "mkdir %s", dir);
     goto out;
@@ -194,6 +195,13 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
     _cleanup_free_ char *p = xasprintf("%s/%s", dir, sub[i]);
     if (mkdir(p, 0755) < 0 && errno != EEXIST) {
       moat_error_errno(err, "mkdir %s", p);
+      goto out;
+    }
+  }
+  {
+    _cleanup_close_ int gfd = open(guest_target, O_WRONLY | O_CREAT | O_CLOEXEC, 0755);
+    if (gfd < 0) {
+      moat_error_errno(err, "create %s", guest_target);
       goto out;
     }
   }

@@ -172,41 +172,27 @@ static void drop_caps(struct child_ctx *c) {
   CHECK(syscall(SYS_capset, &hdr, data), "capset");
 }
 
-/* Receives "go" and the three mount fds from the parent. */
-static void recv_fds(struct child_ctx *c, int fds[3]) {
+/* Waits for the parent's go: uid map written, cgroups joined, mounts attached in our namespace. */
+static void wait_go(struct child_ctx *c) {
   char byte;
-  struct iovec iov = {&byte, 1};
-  union {
-    char buf[CMSG_SPACE(3 * sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
   ssize_t r;
   do
-    r = recvmsg(c->sync_fd, &mh, MSG_CMSG_CLOEXEC);
+    r = read(c->sync_fd, &byte, 1);
   while (r < 0 && errno == EINTR);
-  if (r <= 0) /* parent gave up */
+  if (r != 1) /* parent gave up */
     _exit(1);
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-  if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(3 * sizeof(int))) {
-    errno = EPROTO;
-    child_fail(c->sync_fd, "receive mount fds");
-  }
-  memcpy(fds, CMSG_DATA(cm), 3 * sizeof(int));
 }
 
 static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
-  int fds[3]; /* lower (idmapped template), disk (writable layer), guest binary */
-  recv_fds(c, fds);
+  wait_go(c); /* lower/ (idmapped template), disk/ (writable layer) and guest are attached now */
   /* Still the host's uid here: enter the slot dir (0711, root's) before becoming the range's root. */
-  CHECK(fchdir(c->slot_fd), "enter slot dir");
+  /* By path, in our own mount namespace: an fd from before clone points into the host's. */
+  CHECK(chdir(c->spec->slot_dir), "enter slot dir");
   CHECK(setresgid(0, 0, 0), "setresgid");
   CHECK(setgroups(0, NULL), "setgroups");
   CHECK(setresuid(0, 0, 0), "setresuid");
   CHECK(unshare(CLONE_NEWCGROUP), "unshare cgroup namespace");
   CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make / private");
-  CHECK(move_mount(fds[0], "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH), "attach template");
-  CHECK(move_mount(fds[1], "", AT_FDCWD, "disk", MOVE_MOUNT_F_EMPTY_PATH), "attach disk");
   CHECK(mount("overlay", "root", "overlay", MS_NODEV,
               "lowerdir=lower,upperdir=disk/upper,workdir=disk/work,userxattr"),
         "mount overlay root");
@@ -214,8 +200,8 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   setup_dev(c);
   CHECK(mount("tmpfs", "root/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=16384k"), "mount /run");
   CHECK(mkdir("root/run/moat", 0755), "mkdir /run/moat");
-  CHECK(touch_file("root/run/moat/guest", 0755), "create /run/moat/guest");
-  CHECK(move_mount(fds[2], "", AT_FDCWD, "root/run/moat/guest", MOVE_MOUNT_F_EMPTY_PATH), "attach guest");
+  CHECK(touch_file("root/run/moat/moat-guest", 0755), "create /run/moat/moat-guest");
+  CHECK(mount("guest", "root/run/moat/moat-guest", NULL, MS_BIND, NULL), "bind guest");
   CHECK(sethostname("sandbox", 7), "sethostname");
   loopback_up(c);
   CHECK(chdir("root"), "enter new root");
@@ -247,16 +233,18 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   CHECK(dup3(hi + 2, 5, O_CLOEXEC), "place sync fd");
   c->sync_fd = 5;
   CHECK(syscall(SYS_close_range, 6, ~0U, 0), "close inherited fds");
-  drop_caps(c);
+  /* The filter goes in while CAP_SYS_ADMIN is still ours (no no_new_privs: setuid programs such
+   * as su keep working inside); capset and prctl are not in the deny-list. */
   int r = moat_seccomp_install(c->spec->seccomp);
   if (r < 0) {
     errno = -r;
     child_fail(c->sync_fd, "install seccomp filter");
   }
+  drop_caps(c);
   char *argv[] = {"moat-guest", NULL};
   char *envp[] = {"MOAT_GUEST_LISTEN_FD=3", "MOAT_GUEST_READY_FD=4",
                   "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-  execve("/run/moat/guest", argv, envp);
+  execve("/run/moat/moat-guest", argv, envp);
   child_fail(c->sync_fd, "exec moat-guest");
 }
 
@@ -288,23 +276,58 @@ static int write_id_maps(pid_t pid, uid_t base, moat_error **err) {
   return write_file(path, map, err);
 }
 
-static int send_fds(int sock, const int fds[3], moat_error **err) {
-  char byte = 'G';
-  struct iovec iov = {&byte, 1};
-  union {
-    char buf[CMSG_SPACE(3 * sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  memset(&u, 0, sizeof(u));
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(3 * sizeof(int));
-  memcpy(CMSG_DATA(cm), fds, 3 * sizeof(int));
-  while (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
+struct attach_job {
+  int mntns_fd;
+  const char *slot_dir;
+  const int *fds; /* lower, disk, guest */
+  int failed_errno;
+  int failed_index;
+};
+
+/* Runs in a vfork child: enters the sandbox's mount namespace (as the host's root, which owns
+ * it) and attaches the detached mounts at SLOT/lower, SLOT/disk and SLOT/guest. A detached mount
+ * cannot be attached from inside the sandbox's user namespace. Syscalls only. */
+static int attach_child(void *arg) {
+  struct attach_job *j = arg;
+  static const char *names[] = {"lower", "disk", "guest"};
+  char path[4096 + 16];
+  if (setns(j->mntns_fd, CLONE_NEWNS) < 0) {
+    j->failed_errno = errno;
+    j->failed_index = -1;
+    _exit(1);
+  }
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof(path), "%s/%s", j->slot_dir, names[i]);
+    if (move_mount(j->fds[i], "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+      j->failed_errno = errno;
+      j->failed_index = i;
+      _exit(1);
+    }
+  }
+  _exit(0);
+}
+
+static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3], moat_error **err) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
+  _cleanup_close_ int mntns = open(path, O_RDONLY | O_CLOEXEC);
+  if (mntns < 0)
+    return moat_error_errno(err, "open %s", path);
+  struct attach_job job = {.mntns_fd = mntns, .slot_dir = slot_dir, .fds = fds};
+  static const size_t stack_size = 64 * 1024;
+  _cleanup_free_ char *stack = xmalloc(stack_size);
+  pid_t h = clone(attach_child, stack + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, &job);
+  if (h < 0)
+    return moat_error_errno(err, "clone mount helper");
+  int status;
+  while (waitpid(h, &status, __WALL) < 0)
     if (errno != EINTR)
-      return moat_error_errno(err, "send mount fds to the sandbox");
+      return moat_error_errno(err, "wait mount helper");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    static const char *what[] = {"template", "disk", "guest binary"};
+    errno = job.failed_errno ? job.failed_errno : EIO;
+    return moat_error_errno(err, "attach %s", job.failed_index < 0 ? "(setns)" : what[job.failed_index]);
+  }
   return 0;
 }
 
@@ -439,7 +462,13 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   if (guest_fd < 0)
     goto fail;
   int fds[3] = {lower_fd, disk_fd, guest_fd};
-  if (send_fds(sync[0], fds, err) < 0 || wait_ready(ready[0], sync[0], pidfd, err) < 0)
+  if (attach_mounts(pid, spec->slot_dir, fds, err) < 0)
+    goto fail;
+  if (write(sync[0], "G", 1) != 1) {
+    moat_error_errno(err, "start sandbox init");
+    goto fail;
+  }
+  if (wait_ready(ready[0], sync[0], pidfd, err) < 0)
     goto fail;
   out->pid = pid;
   out->pidfd = steal_fd(&pidfd);
