@@ -1,0 +1,65 @@
+"""probe.py -- build tests/lib/probe.c statically on the host, upload it into sandboxes, run it.
+
+The probe prints one line per operation, "OK [k=v ...]" or "ERR ENAME [k=v ...]"; run() parses it
+into a Result so that tests can assert the errno name an attack failed with.
+"""
+
+import hashlib
+import os
+import subprocess
+import threading
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "probe.c")
+SANDBOX_PATH = "/tmp/moat-probe"
+_lock = threading.Lock()
+_built = None
+
+
+def build():
+    """Compiles the probe once per source version (cached under /var/tmp) and returns its bytes."""
+    global _built
+    with _lock:
+        if _built is not None:
+            return _built
+        with open(SRC, "rb") as f:
+            src = f.read()
+        digest = hashlib.sha256(src).hexdigest()[:16]
+        out = "/var/tmp/moat-test-probe-%s" % digest
+        if not os.path.exists(out):
+            tmp = out + ".tmp%d" % os.getpid()
+            subprocess.run(["cc", "-static", "-O2", "-Wall", "-o", tmp, SRC], check=True)
+            os.rename(tmp, out)
+        with open(out, "rb") as f:
+            _built = f.read()
+        return _built
+
+
+class Result:
+    def __init__(self, exec_result):
+        self.raw = exec_result
+        out = exec_result.get("stdout", "")
+        self.line = out.splitlines()[0] if out else ""
+        parts = self.line.split()
+        self.ok = bool(parts) and parts[0] == "OK"
+        self.errno = parts[1] if parts and parts[0] == "ERR" and len(parts) > 1 else None
+        self.fields = {}
+        for p in parts[1:]:
+            if "=" in p:
+                k, v = p.split("=", 1)
+                self.fields[k] = v
+        self.rest = out[len(self.line) + 1:] if out else ""
+
+    def __repr__(self):
+        return "Probe(%r, exit=%r, signal=%r, stderr=%r)" % (self.line, self.raw.get("exit_code"),
+                                                             self.raw.get("signal"), self.raw.get("stderr", "")[:200])
+
+
+def install(client, sid):
+    client.put_file(sid, SANDBOX_PATH, build(), mode="0755")
+
+
+def run(client, sid, *args, **kw):
+    """Runs the probe in sandbox sid (install() first) and returns a Result."""
+    r = client.exec(sid, argv=[SANDBOX_PATH] + [str(a) for a in args], **kw)
+    return Result(r)
