@@ -1,0 +1,192 @@
+/* main.c -- moat-guest: PID 1 of a sandbox; accepts guest-protocol connections, forks a worker each
+ *
+ * Started by the linux driver with MOAT_GUEST_LISTEN_FD (a bound, listening unix socket) and
+ * MOAT_GUEST_READY_FD (write one 'R' there once accepting, then close it), or for development
+ * as `moat-guest --listen PATH` (binds PATH itself). The main loop never blocks on a client: it
+ * accepts, forks a worker that serves the one request of that connection and exits, and reaps
+ * every child and orphan as SIGCHLD arrives (through a signalfd).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+#include "guest.h"
+
+static int env_fd(const char *name) {
+  const char *s = getenv(name);
+  uint64_t v;
+  if (!s || parse_u64(s, &v) < 0 || v > INT32_MAX)
+    return -1;
+  return (int)v;
+}
+
+static int listen_on(const char *path, moat_error **err) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof(sa.sun_path))
+    return moat_error_set(err, ENAMETOOLONG, "listen %s: path too long for a unix socket", path);
+  strcpy(sa.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return moat_error_errno(err, "socket");
+  unlink(path);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 512) < 0) {
+    moat_error_errno(err, "listen %s", path);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Makes sure fds 0-2 are open, so no pipe or socket of ours lands there. */
+static void ensure_std_fds(void) {
+  for (int i = 0; i < 3; i++) {
+    if (fcntl(i, F_GETFD) >= 0)
+      continue;
+    int fd = open("/dev/null", O_RDWR);
+    if (fd < 0)
+      fd = open("/", O_RDONLY | O_DIRECTORY); /* no /dev/null: any fd holds the slot */
+    if (fd >= 0 && fd != i) {
+      dup2(fd, i);
+      close(fd);
+    }
+  }
+}
+
+static void reap_all(void) {
+  for (;;) {
+    pid_t p = waitpid(-1, NULL, WNOHANG);
+    if (p > 0)
+      continue;
+    if (p < 0 && errno == EINTR)
+      continue;
+    break;
+  }
+}
+
+static void serve_child(int conn, int lfd, int sfd, const char *etc_dir) {
+  close(lfd);
+  close(sfd);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  guest_serve(conn, etc_dir);
+  close(conn);
+  _exit(0);
+}
+
+static void accept_all(int lfd, int sfd, const char *etc_dir) {
+  for (;;) {
+    int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (conn < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        /* EMFILE, ENOBUFS...: back off instead of spinning on a readable listener */
+        log_warn("accept: %s", strerror(errno));
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+      }
+      return;
+    }
+    pid_t pid = fork();
+    if (pid == 0)
+      serve_child(conn, lfd, sfd, etc_dir);
+    if (pid < 0) /* a fresh socket's buffer takes this small frame without blocking */
+      moat_msg_send_error(conn, errno, "guest: fork: %s", strerror(errno));
+    close(conn);
+  }
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: moat-guest [--listen PATH] [--etc DIR]\n"
+                  "  without --listen: MOAT_GUEST_LISTEN_FD and MOAT_GUEST_READY_FD come from the driver\n");
+}
+
+int main(int argc, char **argv) {
+  const char *listen_path = NULL, *etc_dir = "/etc";
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc)
+      listen_path = argv[++i];
+    else if (strcmp(argv[i], "--etc") == 0 && i + 1 < argc)
+      etc_dir = argv[++i];
+    else {
+      usage();
+      return 2;
+    }
+  }
+  ensure_std_fds();
+  signal(SIGPIPE, SIG_IGN);
+  umask(022);
+
+  moat_error *err = NULL;
+  int lfd, ready = -1;
+  if (listen_path) {
+    lfd = listen_on(listen_path, &err);
+    if (lfd < 0) {
+      fprintf(stderr, "moat-guest: %s\n", moat_error_msg(err));
+      return 1;
+    }
+  } else {
+    lfd = env_fd("MOAT_GUEST_LISTEN_FD");
+    ready = env_fd("MOAT_GUEST_READY_FD");
+    if (lfd < 0 || fcntl(lfd, F_GETFD) < 0) {
+      fprintf(stderr, "moat-guest: MOAT_GUEST_LISTEN_FD is not an open fd (or use --listen PATH)\n");
+      return 1;
+    }
+    fd_set_cloexec(lfd, true);
+    if (ready >= 0)
+      fd_set_cloexec(ready, true);
+    unsetenv("MOAT_GUEST_LISTEN_FD");
+    unsetenv("MOAT_GUEST_READY_FD");
+  }
+  fd_set_nonblock(lfd, true);
+  /* Outside a pid namespace (development), orphans of commands come back to us, not to init. */
+  if (getpid() != 1)
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) {
+    fprintf(stderr, "moat-guest: signalfd: %s\n", strerror(errno));
+    return 1;
+  }
+  if (ready >= 0) {
+    (void)!write(ready, "R", 1);
+    close(ready);
+  }
+  for (;;) {
+    struct pollfd p[2] = {{.fd = lfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    if (p[1].revents & POLLIN) {
+      struct signalfd_siginfo si[16];
+      while (read(sfd, si, sizeof(si)) > 0)
+        ;
+      reap_all();
+    }
+    if (p[0].revents & POLLIN)
+      accept_all(lfd, sfd, etc_dir);
+  }
+}
