@@ -10,10 +10,8 @@
 /* The guest socket of the request's sandbox (caller frees), after control's org/state checks. */
 static char *guest_sock(struct api_req *r, moat_error **err) {
   char *sock = NULL;
-  char **env = NULL;
-  if (moat_control_guest(api_control(r), r->org, r->route.id, &sock, &env, err) < 0)
+  if (moat_control_guest(api_control(r), r->org, r->route.id, &sock, NULL, err) < 0)
     return NULL;
-  strv_free(env);
   return sock;
 }
 

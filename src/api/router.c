@@ -321,7 +321,7 @@ int api_arg_depth(const struct api_args *a, uint32_t *out, moat_error **err) {
 int api_arg_mode(const struct api_args *a, uint32_t *out, moat_error **err) {
   const char *v = api_arg_get(a, "mode");
   if (!v) {
-    *out = 0644;
+    *out = 0; /* the guest's default */
     return 0;
   }
   size_t n = strlen(v);

@@ -1,0 +1,172 @@
+/* test_api_router.c -- route matching (404/405/501), id checks and query-argument parsing */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_internal.h"
+#include "test_api_tap.h"
+
+#define ID "sb-0123456789abcdefg"
+
+static void route(const char *method, const char *path, enum api_match want, enum api_route_kind kind) {
+  struct api_route r;
+  enum api_match m = api_route_match(method, path, &r);
+  bool ok = m == want && (want != API_MATCH_OK || r.kind == kind);
+  OK(ok, "%s %s -> %d %s (got %d %s)", method, path, want, api_route_name(kind), m, api_route_name(r.kind));
+}
+
+static void test_routes(void) {
+  route("GET", "/healthz", API_MATCH_OK, API_R_HEALTHZ);
+  route("GET", "/v1/sandboxes", API_MATCH_OK, API_R_SANDBOXES_LIST);
+  route("POST", "/v1/sandboxes", API_MATCH_OK, API_R_SANDBOXES_CREATE);
+  route("GET", "/v1/sandboxes/" ID, API_MATCH_OK, API_R_SANDBOX_GET);
+  route("PATCH", "/v1/sandboxes/" ID, API_MATCH_OK, API_R_SANDBOX_PATCH);
+  route("DELETE", "/v1/sandboxes/" ID, API_MATCH_OK, API_R_SANDBOX_DELETE);
+  route("POST", "/v1/sandboxes/" ID "/exec", API_MATCH_OK, API_R_EXEC);
+  route("GET", "/v1/sandboxes/" ID "/files", API_MATCH_OK, API_R_FILES_GET);
+  route("PUT", "/v1/sandboxes/" ID "/files", API_MATCH_OK, API_R_FILES_PUT);
+  route("DELETE", "/v1/sandboxes/" ID "/files", API_MATCH_OK, API_R_FILES_DELETE);
+  route("GET", "/v1/sandboxes/" ID "/files/list", API_MATCH_OK, API_R_FILES_LIST);
+  route("GET", "/v1/sandboxes/" ID "/files/stat", API_MATCH_OK, API_R_FILES_STAT);
+  route("POST", "/v1/sandboxes/" ID "/files/mkdir", API_MATCH_OK, API_R_FILES_MKDIR);
+  route("POST", "/v1/sandboxes/" ID "/files/move", API_MATCH_OK, API_R_FILES_MOVE);
+  route("GET", "/v1/templates", API_MATCH_OK, API_R_TEMPLATES_LIST);
+  route("POST", "/v1/templates/base/build", API_MATCH_OK, API_R_TEMPLATE_BUILD);
+
+  route("POST", "/healthz", API_MATCH_BAD_METHOD, 0);
+  route("PUT", "/v1/sandboxes", API_MATCH_BAD_METHOD, 0);
+  route("POST", "/v1/sandboxes/" ID, API_MATCH_BAD_METHOD, 0);
+  route("GET", "/v1/sandboxes/" ID "/exec", API_MATCH_BAD_METHOD, 0);
+  route("POST", "/v1/sandboxes/" ID "/files", API_MATCH_BAD_METHOD, 0);
+  route("GET", "/v1/templates/base/build", API_MATCH_BAD_METHOD, 0);
+
+  route("GET", "/", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/sb-abc", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/sb-0123456789ABCDEFG", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/sb-0123456789abcdefgh", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/xx-0123456789abcdefg", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/sb-0123456789abcde.g", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/" ID "/", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/" ID "/nope", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/" ID "/files/", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/" ID "/files/list/x", API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/healthz", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/templates/Base/build", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/templates/../build", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/templates//build", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/templates/base", API_MATCH_NOT_FOUND, 0);
+
+  route("POST", "/v1/sandboxes/" ID "/pause", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("POST", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("GET", "/v1/sandboxes/" ID "/files/watch", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("GET", "/v1/snapshots", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("GET", "/metrics", API_MATCH_NOT_IMPLEMENTED, 0);
+
+  struct api_route r;
+  OK(api_route_match("POST", "/v1/sandboxes/" ID, &r) == API_MATCH_BAD_METHOD && strcmp(r.allow, "GET, PATCH, DELETE") == 0,
+     "405 carries the Allow list");
+  OK(api_route_match("PATCH", "/v1/sandboxes/" ID, &r) == API_MATCH_OK && strcmp(r.id, ID) == 0 && r.json_body &&
+         r.needs_auth,
+     "id captured, JSON body, auth");
+  OK(api_route_match("GET", "/healthz", &r) == API_MATCH_OK && !r.needs_auth, "healthz needs no auth");
+  OK(api_route_match("PUT", "/v1/sandboxes/" ID "/files", &r) == API_MATCH_OK && !r.json_body,
+     "files PUT is streamed, not a JSON body");
+  OK(api_route_match("POST", "/v1/templates/code-interpreter/build", &r) == API_MATCH_OK &&
+         strcmp(r.name, "code-interpreter") == 0,
+     "template name captured");
+  OK(api_valid_sandbox_id(ID) && !api_valid_sandbox_id("sb-") && !api_valid_sandbox_id("sb-0123456789abcdef_"),
+     "sandbox id syntax");
+  OK(api_valid_template_name("base") && !api_valid_template_name(".x") && !api_valid_template_name(""),
+     "template name syntax");
+}
+
+static struct api_args args(int n, ...) {
+  struct api_args a = {0};
+  va_list ap;
+  va_start(ap, n);
+  for (int i = 0; i < n; i++) {
+    a.v[i].key = va_arg(ap, char *);
+    a.v[i].value = va_arg(ap, char *);
+  }
+  va_end(ap);
+  a.n = (size_t)n;
+  return a;
+}
+
+static void test_args(void) {
+  moat_error *err = NULL;
+  static const char *const allowed[] = {"path", "user", "metadata.", NULL};
+  struct api_args a = args(3, "path", "/x", "user", "bob", "metadata.team", "a");
+  OK(api_args_check(&a, allowed, &err) == 0, "allowed args pass");
+  a = args(1, "bogus", "1");
+  OK(api_args_check(&a, allowed, &err) < 0 && err->status == EINVAL && strstr(err->msg, "'bogus'"),
+     "unknown parameter named");
+  moat_error_free(&err);
+  a = args(1, "metadata.", "1");
+  OK(api_args_check(&a, allowed, &err) < 0, "bare 'metadata.' rejected");
+  moat_error_free(&err);
+  a = args(2, "path", "/a", "path", "/b");
+  OK(api_args_check(&a, allowed, &err) < 0 && strstr(err->msg, "more than once"), "repeated parameter rejected");
+  moat_error_free(&err);
+
+  uint32_t d;
+  a = args(0);
+  OK(api_arg_depth(&a, &d, &err) == 0 && d == 1, "depth default 1");
+  const char *bad_depths[] = {"0", "17", "-1", "1.5", "", "abc", "99999999999999999999"};
+  for (size_t i = 0; i < ARRAY_SIZE(bad_depths); i++) {
+    a = args(1, "depth", bad_depths[i]);
+    OK(api_arg_depth(&a, &d, &err) < 0 && err->status == EINVAL, "depth '%s' rejected", bad_depths[i]);
+    moat_error_free(&err);
+  }
+  a = args(1, "depth", "16");
+  OK(api_arg_depth(&a, &d, &err) == 0 && d == 16, "depth 16 ok");
+
+  uint32_t m;
+  a = args(1, "mode", "0755");
+  OK(api_arg_mode(&a, &m, &err) == 0 && m == 0755, "mode 0755");
+  a = args(1, "mode", "600");
+  OK(api_arg_mode(&a, &m, &err) == 0 && m == 0600, "mode 600");
+  const char *bad_modes[] = {"0778", "", "rwx", "017777", "-1"};
+  for (size_t i = 0; i < ARRAY_SIZE(bad_modes); i++) {
+    a = args(1, "mode", bad_modes[i]);
+    OK(api_arg_mode(&a, &m, &err) < 0, "mode '%s' rejected", bad_modes[i]);
+    moat_error_free(&err);
+  }
+
+  const char *p;
+  a = args(0);
+  OK(api_arg_path(&a, "path", &p, &err) < 0 && strstr(err->msg, "required"), "path required");
+  moat_error_free(&err);
+  a = args(1, "path", "");
+  OK(api_arg_path(&a, "path", &p, &err) < 0, "empty path rejected");
+  moat_error_free(&err);
+  char *longp = xmalloc(API_MAX_PATH + 2);
+  memset(longp, 'a', API_MAX_PATH + 1);
+  longp[API_MAX_PATH + 1] = '\0';
+  a = args(1, "path", longp);
+  OK(api_arg_path(&a, "path", &p, &err) < 0 && err->status == EINVAL, "path of 4097 bytes rejected");
+  moat_error_free(&err);
+  free(longp);
+
+  bool b;
+  a = args(1, "recursive", "true");
+  OK(api_arg_bool(&a, "recursive", false, &b, &err) == 0 && b, "recursive=true");
+  a = args(1, "recursive", "yes");
+  OK(api_arg_bool(&a, "recursive", false, &b, &err) < 0, "recursive=yes rejected");
+  moat_error_free(&err);
+
+  const char *u;
+  a = args(1, "user", "root;rm");
+  OK(api_arg_user(&a, &u, &err) < 0, "user with ';' rejected");
+  moat_error_free(&err);
+  a = args(1, "user", "agent");
+  OK(api_arg_user(&a, &u, &err) == 0 && strcmp(u, "agent") == 0, "user agent");
+}
+
+int main(void) {
+  test_routes();
+  test_args();
+  return tap_done();
+}
