@@ -276,57 +276,45 @@ static int write_id_maps(pid_t pid, uid_t base, moat_error **err) {
   return write_file(path, map, err);
 }
 
-struct attach_job {
-  int mntns_fd;
-  const char *slot_dir;
-  const int *fds; /* lower, disk, guest */
-  int failed_errno;
-  int failed_index;
-};
-
-/* Runs in a vfork child: enters the sandbox's mount namespace (as the host's root, which owns
- * it) and attaches the detached mounts at SLOT/lower, SLOT/disk and SLOT/guest. A detached mount
- * cannot be attached from inside the sandbox's user namespace. Syscalls only. */
-static int attach_child(void *arg) {
-  struct attach_job *j = arg;
-  static const char *names[] = {"lower", "disk", "guest"};
-  char path[4096 + 16];
-  if (setns(j->mntns_fd, CLONE_NEWNS) < 0) {
-    j->failed_errno = errno;
-    j->failed_index = -1;
-    _exit(1);
-  }
-  for (int i = 0; i < 3; i++) {
-    snprintf(path, sizeof(path), "%s/%s", j->slot_dir, names[i]);
-    if (move_mount(j->fds[i], "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
-      j->failed_errno = errno;
-      j->failed_index = i;
-      _exit(1);
-    }
-  }
-  _exit(0);
-}
-
+/* Enters the sandbox's mount namespace (as the host's root, which owns it) and attaches the
+ * detached mounts at SLOT/lower, SLOT/disk and SLOT/guest: a detached mount cannot be attached
+ * from inside the sandbox's user namespace. Runs in a vfork child: syscalls only. */
 static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3], moat_error **err) {
+  static const char *names[] = {"lower", "disk", "guest"};
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
   _cleanup_close_ int mntns = open(path, O_RDONLY | O_CLOEXEC);
   if (mntns < 0)
     return moat_error_errno(err, "open %s", path);
-  struct attach_job job = {.mntns_fd = mntns, .slot_dir = slot_dir, .fds = fds};
-  static const size_t stack_size = 64 * 1024;
-  _cleanup_free_ char *stack = xmalloc(stack_size);
-  pid_t h = clone(attach_child, stack + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, &job);
+  char targets[3][4096 + 16];
+  for (int i = 0; i < 3; i++)
+    snprintf(targets[i], sizeof(targets[i]), "%s/%s", slot_dir, names[i]);
+  volatile int failed_errno = 0, failed_index = 0;
+  pid_t h = vfork();
   if (h < 0)
-    return moat_error_errno(err, "clone mount helper");
+    return moat_error_errno(err, "vfork mount helper");
+  if (h == 0) {
+    if (setns(mntns, CLONE_NEWNS) < 0) {
+      failed_errno = errno;
+      failed_index = -1;
+      _exit(1);
+    }
+    for (int i = 0; i < 3; i++)
+      if (move_mount(fds[i], "", AT_FDCWD, targets[i], MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+        failed_errno = errno;
+        failed_index = i;
+        _exit(1);
+      }
+    _exit(0);
+  }
   int status;
   while (waitpid(h, &status, __WALL) < 0)
     if (errno != EINTR)
       return moat_error_errno(err, "wait mount helper");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     static const char *what[] = {"template", "disk", "guest binary"};
-    errno = job.failed_errno ? job.failed_errno : EIO;
-    return moat_error_errno(err, "attach %s", job.failed_index < 0 ? "(setns)" : what[job.failed_index]);
+    errno = failed_errno ? failed_errno : EIO;
+    return moat_error_errno(err, "attach %s", failed_index < 0 ? "(setns)" : what[failed_index]);
   }
   return 0;
 }
