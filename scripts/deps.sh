@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# deps.sh -- installs (apt-get) the Debian packages moat needs that are not installed yet.
+# Checks each with dpkg-query first; runs `apt-get update` only when something is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Build tools, the runtime's helpers and what the tests and benchmark use.
+pkgs=(
+  build-essential make pkg-config   # gcc, libc6-dev (static libc for moat-guest), make
+  debootstrap                       # builds template root images
+  e2fsprogs util-linux procps       # mkfs.ext4 (sandbox disks), mount/losetup, ps
+  python3                           # integration and attack tests
+  curl                              # scripts/run.sh checks moatd's /healthz with it
+  bubblewrap                        # the benchmark's peer
+)
+# Development packages for every library the Makefile links (-lNAME).
+lib_pkg() {
+  case "$1" in
+    microhttpd) echo libmicrohttpd-dev ;;
+    jansson) echo libjansson-dev ;;
+    sqlite3) echo libsqlite3-dev ;;
+    seccomp) echo libseccomp-dev ;;
+    curl) echo libcurl4-openssl-dev ;;
+    mnl) echo libmnl-dev ;;
+    nl-3 | nl-route-3 | nl-genl-3) echo "libnl-3-dev libnl-route-3-dev libnl-genl-3-dev" ;;
+    nftables) echo libnftables-dev ;;
+    cap) echo libcap-dev ;;
+    ssl | crypto) echo libssl-dev ;;
+    z) echo zlib1g-dev ;;
+    uring) echo liburing-dev ;;
+    pq) echo libpq-dev ;;
+    pthread | m | dl | rt | c | util) ;; # part of libc6-dev
+    *) echo "deps.sh: no package known for -l$1; add it to scripts/deps.sh" >&2 ;;
+  esac
+}
+# shellcheck disable=SC2013
+for lib in $(grep -o -- '-l[A-Za-z0-9_+.-]*' Makefile | sed 's/^-l//' | sort -u); do
+  # shellcheck disable=SC2207
+  pkgs+=($(lib_pkg "$lib"))
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" != "install ok installed" ]; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+echo "deps.sh: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps.sh: missing packages and not root: run as root, or: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
