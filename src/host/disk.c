@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -89,19 +91,78 @@ static int loop_attach(int img_fd, char *path, size_t path_len, moat_error **err
   return moat_error_set(err, EBUSY, "no free loop device after 64 tries");
 }
 
+static pthread_mutex_t golden_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A freshly formatted image of size_mb next to img_path's dir (../golden/SIZE.img), made once. */
+static char *golden_image(const char *img_path, uint64_t size_mb, moat_error **err) {
+  _cleanup_free_ char *dir = xstrdup(img_path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *slash = '\0';
+  char *path = xasprintf("%s/golden-%llu.img", dir, (unsigned long long)size_mb);
+  pthread_mutex_lock(&golden_lock);
+  if (access(path, F_OK) == 0) {
+    pthread_mutex_unlock(&golden_lock);
+    return path;
+  }
+  _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
+  int ret = -1;
+  unlink(tmp);
+  {
+    _cleanup_close_ int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)(size_mb << 20)) < 0)
+      moat_error_errno(err, "create %s", tmp);
+    else if (run_mkfs(tmp, err) == 0 && rename(tmp, path) == 0)
+      ret = 0;
+  }
+  pthread_mutex_unlock(&golden_lock);
+  if (ret < 0) {
+    unlink(tmp);
+    free(path);
+    return NULL;
+  }
+  return path;
+}
+
+/* Copies the data extents of src into a new sparse file dst of the same size. */
+static int copy_sparse(const char *src, const char *dst, moat_error **err) {
+  _cleanup_close_ int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0)
+    return moat_error_errno(err, "open %s", src);
+  _cleanup_close_ int out = open(dst, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0)
+    return moat_error_errno(err, "create %s", dst);
+  struct stat st;
+  if (fstat(in, &st) < 0 || ftruncate(out, st.st_size) < 0)
+    return moat_error_errno(err, "size %s", dst);
+  off_t off = 0;
+  for (;;) {
+    off_t data = lseek(in, off, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO)
+        break;
+      return moat_error_errno(err, "seek %s", src);
+    }
+    off_t hole = lseek(in, data, SEEK_HOLE);
+    if (hole < 0)
+      return moat_error_errno(err, "seek %s", src);
+    loff_t o_in = data, o_out = data;
+    while (o_in < hole) {
+      ssize_t n = copy_file_range(in, &o_in, out, &o_out, (size_t)(hole - o_in), 0);
+      if (n <= 0)
+        return moat_error_errno(err, "copy %s", src);
+    }
+    off = hole;
+  }
+  return 0;
+}
+
 int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err) {
   unlink(img_path);
-  {
-    _cleanup_close_ int fd = open(img_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-      return moat_error_errno(err, "create %s", img_path);
-    if (ftruncate(fd, (off_t)(size_mb << 20)) < 0) {
-      moat_error_errno(err, "truncate %s", img_path);
-      unlink(img_path);
-      return -1;
-    }
-  }
-  if (run_mkfs(img_path, err) < 0) {
+  _cleanup_free_ char *golden = golden_image(img_path, size_mb, err);
+  if (!golden)
+    return -1;
+  if (copy_sparse(golden, img_path, err) < 0) {
     unlink(img_path);
     return -1;
   }

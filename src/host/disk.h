@@ -7,7 +7,8 @@
 
 #include "../common/error.h"
 
-/* Makes a sparse image of size_mb at img_path, formats it ext4 (no journal), attaches it to a
+/* Makes a sparse image of size_mb at img_path (a copy of the data extents of a golden image
+ * formatted once per size, DIR/golden-SIZE.img, ext4 without journal), attaches it to a
  * free loop device with autoclear, unlinks the image path (the loop device holds the file, so a
  * crash leaks no file) and mounts it detached (fsmount: in no mount namespace). Creates upper/
  * and work/ owned by owner:owner. Returns the mount fd, or -1. Closing the fd while it is

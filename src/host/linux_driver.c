@@ -62,7 +62,7 @@ struct moat_host {
   bool stopping;
   pthread_cond_t wake; /* pool filler and teardown worker */
   struct slot *teardown_head;
-  pthread_t filler, reaper;
+  pthread_t filler, reaper; /* pool filler, teardown worker */
   bool threads_started;
 };
 
@@ -354,10 +354,9 @@ static bool template_ready(struct moat_host *h, const char *name) {
   return access(ready, F_OK) == 0;
 }
 
-/* Keeps pool_size warm shells of pool_template and runs teardowns. */
-static void *worker_main(void *arg) {
+/* Runs queued teardowns off the request path. */
+static void *teardown_main(void *arg) {
   struct moat_host *h = arg;
-  unsigned failures = 0;
   pthread_mutex_lock(&h->lock);
   while (!h->stopping) {
     if (h->teardown_head) {
@@ -366,6 +365,18 @@ static void *worker_main(void *arg) {
       pthread_mutex_lock(&h->lock);
       continue;
     }
+    pthread_cond_wait(&h->wake, &h->lock);
+  }
+  pthread_mutex_unlock(&h->lock);
+  return NULL;
+}
+
+/* Keeps pool_size warm shells of pool_template. */
+static void *filler_main(void *arg) {
+  struct moat_host *h = arg;
+  unsigned failures = 0;
+  pthread_mutex_lock(&h->lock);
+  while (!h->stopping) {
     bool want = h->pool_template && h->pooled < h->pool_size && h->live < h->max_slots;
     if (want && template_ready(h, h->pool_template)) {
       pthread_mutex_unlock(&h->lock);
@@ -437,8 +448,18 @@ out:
 static void start_threads(struct moat_host *h) {
   if (h->threads_started)
     return;
-  if (pthread_create(&h->filler, NULL, worker_main, h) == 0)
-    h->threads_started = true;
+  if (pthread_create(&h->filler, NULL, filler_main, h) != 0)
+    return;
+  if (pthread_create(&h->reaper, NULL, teardown_main, h) != 0) {
+    pthread_mutex_lock(&h->lock);
+    h->stopping = true;
+    pthread_cond_broadcast(&h->wake);
+    pthread_mutex_unlock(&h->lock);
+    pthread_join(h->filler, NULL);
+    h->stopping = false;
+    return;
+  }
+  h->threads_started = true;
 }
 
 void moat_host_shutdown(struct moat_host *h) {
@@ -448,8 +469,10 @@ void moat_host_shutdown(struct moat_host *h) {
   h->stopping = true;
   pthread_cond_broadcast(&h->wake);
   pthread_mutex_unlock(&h->lock);
-  if (h->threads_started)
+  if (h->threads_started) {
     pthread_join(h->filler, NULL);
+    pthread_join(h->reaper, NULL);
+  }
   /* Warm shells nobody uses go; assigned sandboxes stay for the next moatd to adopt. */
   pthread_mutex_lock(&h->lock);
   for (int i = 0; i < MOAT_MAX_RANGES && h->slots; i++) {
@@ -577,7 +600,7 @@ int moat_host_reconcile(struct moat_host *h, moat_error **err) {
   if (dp) {
     struct dirent *de;
     while ((de = readdir(dp)) != NULL)
-      if (de->d_name[0] != '.')
+      if (de->d_name[0] != '.' && strncmp(de->d_name, "golden-", 7) != 0)
         unlinkat(dirfd(dp), de->d_name, 0);
     closedir(dp);
   }
