@@ -37,7 +37,7 @@ int cli_parse(int argc, char **argv, const struct cli_opt *opts, int max_pos, bo
 
 /* Prints "moat: <fmt>\n" to stderr. */
 void cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Prints "moat: <fmt>" and the command's usage hint; returns EXIT_USAGE. */
+/* Prints "moat: <fmt>" (nothing when it formats to "") and the usage; returns EXIT_USAGE. */
 int cli_usage_error(const char *usage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Splits "K=V" into a new reference in obj; -1 (printed) when there is no '='. */

@@ -26,12 +26,13 @@ void cli_errorf(const char *fmt, ...) {
 }
 
 int cli_usage_error(const char *usage, const char *fmt, ...) {
+  char msg[512];
   va_list ap;
   va_start(ap, fmt);
-  fputs("moat: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  if (msg[0]) /* empty when the parser already said what was wrong */
+    fprintf(stderr, "moat: %s\n", msg);
   if (usage)
     fprintf(stderr, "usage: %s", usage);
   return EXIT_USAGE;

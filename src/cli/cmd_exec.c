@@ -213,7 +213,7 @@ int cmd_exec(int argc, char **argv) {
   }
   if (r < 0 || a.npos != 1 || a.nrest < 1) {
     json_decref(e.exec);
-    return cli_usage_error(exec_usage, "%s", r < 0 ? "bad arguments" : "exec needs a sandbox id and a command");
+    return cli_usage_error(exec_usage, "%s", r < 0 ? "" : "exec needs a sandbox id and a command");
   }
   set_argv(e.exec, &a);
   if (e.stdin_in && add_stdin(e.exec) < 0) {
@@ -256,7 +256,7 @@ int cmd_run(int argc, char **argv) {
       printf("usage: %s", run_usage);
       return 0;
     }
-    return cli_usage_error(run_usage, "%s", r < 0 ? "bad arguments" : "run needs a command");
+    return cli_usage_error(run_usage, "%s", r < 0 ? "" : "run needs a command");
   }
   set_argv(e.exec, &a);
   if (e.stdin_in && add_stdin(e.exec) < 0) {

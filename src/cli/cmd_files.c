@@ -158,7 +158,7 @@ int cmd_cp(int argc, char **argv) {
     return 0;
   }
   if (r < 0 || a.npos != 2)
-    return cli_usage_error(cp_usage, "%s", r < 0 ? "bad arguments" : "cp takes SRC and DST");
+    return cli_usage_error(cp_usage, "%s", r < 0 ? "" : "cp takes SRC and DST");
   _cleanup_free_ char *sid = NULL, *did = NULL;
   const char *spath = NULL, *dpath = NULL;
   bool src_remote = split_remote(pos[0], &sid, &spath);

@@ -206,7 +206,7 @@ int cmd_get(int argc, char **argv) {
     return 0;
   }
   if (r < 0 || a.npos != 1)
-    return cli_usage_error(usage, "%s", r < 0 ? "bad arguments" : "get takes one sandbox id");
+    return cli_usage_error(usage, "%s", r < 0 ? "" : "get takes one sandbox id");
   _cleanup_free_ char *id = cli_escape(pos[0]);
   _cleanup_free_ char *path = xasprintf("/v1/sandboxes/%s", id);
   struct cli_resp resp;
@@ -229,7 +229,7 @@ int cmd_rm(int argc, char **argv) {
     return 0;
   }
   if (r < 0 || a.npos < 1)
-    return cli_usage_error(usage, "%s", r < 0 ? "bad arguments" : "rm takes at least one sandbox id");
+    return cli_usage_error(usage, "%s", r < 0 ? "" : "rm takes at least one sandbox id");
   int ret = 0;
   for (int i = 0; i < a.npos; i++) {
     _cleanup_free_ char *id = cli_escape(pos[i]);

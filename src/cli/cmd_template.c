@@ -40,7 +40,7 @@ int cmd_template(int argc, char **argv) {
     return 0;
   }
   if (r < 0 || a.npos < 1)
-    return cli_usage_error(template_usage, "%s", r < 0 ? "bad arguments" : "template needs a subcommand");
+    return cli_usage_error(template_usage, "%s", r < 0 ? "" : "template needs a subcommand");
   struct cli_resp resp;
   if (strcmp(pos[0], "ls") == 0) {
     if (a.npos != 1)
@@ -57,7 +57,7 @@ int cmd_template(int argc, char **argv) {
   if (strcmp(pos[0], "build") == 0) {
     if (a.npos != 2)
       return cli_usage_error(template_usage, "template build takes one NAME");
-    fprintf(stderr, "moat: building template '%s' (about a minute the first time; moatd's log shows progress)\n",
+    fprintf(stderr, "moat: building template '%s' (waits for the build; progress in moatd's log)\n",
             pos[1]);
     _cleanup_free_ char *name = cli_escape(pos[1]);
     _cleanup_free_ char *path = xasprintf("/v1/templates/%s/build", name);
