@@ -568,7 +568,8 @@ void guest_exec(int fd, const struct moat_msg *req, const char *etc_dir) {
   uint64_t max_output = DEFAULT_MAX_OUTPUT;
   moat_msg_get_u32(req, MOAT_T_TIMEOUT_MS, &timeout_ms);
   moat_msg_get_u32(req, MOAT_T_STDIN_STREAM, &stdin_stream);
-  moat_msg_get_u64(req, MOAT_T_MAX_OUTPUT, &max_output);
+  if (moat_msg_get_u64(req, MOAT_T_MAX_OUTPUT, &max_output) == 0 && max_output == 0)
+    max_output = DEFAULT_MAX_OUTPUT; /* 0 = the default, as guest_client.h documents */
 
   moat_error *err = NULL;
   struct guest_user u;
