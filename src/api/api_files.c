@@ -126,7 +126,7 @@ int api_files_put_chunk(struct api_req *r, const char *data, size_t len, moat_er
   if (moat_guest_write_chunk(r->writer, data, len, err) < 0) {
     moat_guest_writer_close(r->writer); /* discards the partial file; the old one stays */
     r->writer = NULL;
-    return moat_error_wrap(err, "write %.256s", r->file_path);
+    return -1;
   }
   return 0;
 }
