@@ -168,7 +168,8 @@ int moat_msg_parse(const uint8_t *frame, size_t len, struct moat_msg *m, moat_er
   m->type = frame[4];
   m->len = 0;
   reserve(m, len - 5);
-  memcpy(m->buf, frame + 5, len - 5);
+  if (len > 5) /* m->buf may still be NULL for a frame without fields */
+    memcpy(m->buf, frame + 5, len - 5);
   m->len = len - 5;
   return 1;
 }
