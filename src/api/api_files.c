@@ -18,8 +18,8 @@ static char *guest_sock(struct api_req *r, moat_error **err) {
 /* Checks the query (allowed keys, path, user). Replies and returns -1 on a bad one. */
 static int file_args(struct api_req *r, const char *const *allowed, const char **path, const char **user) {
   moat_error *err = NULL;
-  if (api_args_check(&r->args, allowed, &err) < 0 || (path && api_arg_path(&r->args, "path", path, &err) < 0) ||
-      api_arg_user(&r->args, user, &err) < 0) {
+  if (api_args_check(&r->args, allowed, &err) < 0 ||
+      (path && api_arg_path(&r->args, "path", path, &err) < 0) || api_arg_user(&r->args, user, &err) < 0) {
     api_reply_moat_error(r, &err);
     return -1;
   }
@@ -27,7 +27,8 @@ static int file_args(struct api_req *r, const char *const *allowed, const char *
 }
 
 /* Replies with the entry of path (status), or, when stat fails, with fallback (may be NULL). */
-static int reply_entry(struct api_req *r, const char *sock, const char *path, const char *user, unsigned status) {
+static int reply_entry(struct api_req *r, const char *sock, const char *path, const char *user,
+                       unsigned status) {
   moat_error *err = NULL;
   struct moat_file_entry e;
   memset(&e, 0, sizeof(e));
@@ -89,7 +90,8 @@ int api_h_files_get(struct api_req *r) {
     return api_reply_moat_error(r, &err);
   }
   st->desc = xasprintf("%s:%.256s", r->route.id, path);
-  struct MHD_Response *resp = MHD_create_response_from_callback(st->size, API_FILE_BLOCK, read_cb, st, read_free);
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(st->size, API_FILE_BLOCK, read_cb, st, read_free);
   if (!resp) {
     read_free(st);
     return api_reply_error(r, 500, "internal", "could not create a response");
@@ -148,7 +150,8 @@ int api_files_put_finish(struct api_req *r) {
   if (moat_guest_stat(r->sock_path, r->file_path, r->file_user, &e, &err) == 0 && e.path)
     path = e.path;
   moat_error_free(&err);
-  int ret = api_reply_json(r, 200, json_pack("{s:o, s:I}", "path", api_str_json(path), "size", (json_int_t)written));
+  int ret = api_reply_json(r, 200,
+                           json_pack("{s:o, s:I}", "path", api_str_json(path), "size", (json_int_t)written));
   moat_file_entry_clear(&e);
   return ret;
 }

@@ -19,9 +19,9 @@
 #include "../host/guest_client.h"
 #include "api.h"
 
-#define API_MAX_BODY (1024 * 1024)   /* JSON bodies; larger -> 413 */
-#define API_MAX_PATH 4096            /* file paths inside a sandbox */
-#define API_FILE_BLOCK (256 * 1024)  /* GET files response block */
+#define API_MAX_BODY (1024 * 1024)  /* JSON bodies; larger -> 413 */
+#define API_MAX_PATH 4096           /* file paths inside a sandbox */
+#define API_FILE_BLOCK (256 * 1024) /* GET files response block */
 #define API_MAX_QUERY_ARGS 64
 #define API_MAX_META_KEYS 64
 #define API_MAX_META_KEY 128
@@ -189,7 +189,7 @@ struct api_req {
   char *path; /* decoded request path, owned */
   struct api_route route;
   struct api_args args;
-  char *org; /* authenticated org, owned */
+  char *org;       /* authenticated org, owned */
   unsigned status; /* status queued, for the access log */
   bool responded;  /* a response was queued (or written) */
   /* JSON body */

@@ -20,8 +20,8 @@ int api_body_parse(const char *buf, size_t len, bool empty_ok, json_t **out, moa
   json_error_t je;
   json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
   if (!j)
-    return moat_error_set(err, EBADMSG, "invalid JSON: %s (line %d, column %d, position %d)", je.text, je.line,
-                          je.column, je.position);
+    return moat_error_set(err, EBADMSG, "invalid JSON: %s (line %d, column %d, position %d)", je.text,
+                          je.line, je.column, je.position);
   if (!json_is_object(j)) {
     json_decref(j);
     return moat_error_set(err, EINVAL, "request body must be a JSON object");
@@ -32,7 +32,8 @@ int api_body_parse(const char *buf, size_t len, bool empty_ok, json_t **out, moa
 
 /* ---- field helpers: each names the field in its error ---- */
 
-static int want_int(json_t *v, const char *name, long long lo, long long hi, long long *out, moat_error **err) {
+static int want_int(json_t *v, const char *name, long long lo, long long hi, long long *out,
+                    moat_error **err) {
   if (!json_is_integer(v))
     return moat_error_set(err, EINVAL, "field '%s' must be an integer", name);
   long long x = json_integer_value(v);
@@ -93,8 +94,8 @@ int api_check_user(const char *what, const char *u, moat_error **err) {
     return moat_error_set(err, EINVAL, "'%s' must not start with '-'", what);
   for (size_t i = 0; i < n; i++) {
     char c = u[i];
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-          c == '.'))
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-' || c == '.'))
       return moat_error_set(err, EINVAL, "'%s' may hold only letters, digits, '.', '_' and '-'", what);
   }
   return 0;
@@ -137,7 +138,8 @@ static int unknown_field(const char *k, const char *const *later, moat_error **e
   return moat_error_set(err, EINVAL, "unknown field '%.128s'", k);
 }
 
-int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_spec *spec, moat_error **err) {
+int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_spec *spec,
+                     moat_error **err) {
   static const char *const later[] = {"network", "from_snapshot", NULL};
   memset(spec, 0, sizeof(*spec));
   uint64_t max_mem = MOAT_MAX_MEMORY_MB;
@@ -211,8 +213,8 @@ int api_parse_patch(json_t *body, struct moat_sandbox_patch *patch, moat_error *
         return -1;
       patch->metadata = v;
     } else {
-      return moat_error_set(err, EINVAL, "unknown field '%.128s' (PATCH accepts ttl_seconds, persistent, metadata)",
-                            k);
+      return moat_error_set(err, EINVAL,
+                            "unknown field '%.128s' (PATCH accepts ttl_seconds, persistent, metadata)", k);
     }
   }
   return 0;

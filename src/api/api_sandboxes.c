@@ -36,8 +36,9 @@ int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sa
   const char *st = api_arg_get(a, "state");
   if (st) {
     if (moat_sandbox_state_parse(st, state) < 0)
-      return moat_error_set(err, EINVAL,
-                            "query parameter 'state' must be one of creating, running, paused, hibernated, killed");
+      return moat_error_set(
+          err, EINVAL,
+          "query parameter 'state' must be one of creating, running, paused, hibernated, killed");
     *has_state = true;
   }
   for (size_t i = 0; i < a->n; i++) {

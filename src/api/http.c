@@ -36,7 +36,9 @@ struct moat_api {
   int listen_fd;
 };
 
-struct moat_control *api_control(const struct api_req *r) { return r->api->control; }
+struct moat_control *api_control(const struct api_req *r) {
+  return r->api->control;
+}
 const char *api_version(const struct api_req *r) { return r->api->version ? r->api->version : "dev"; }
 
 /* Set by the unescape callback when a %00 decodes into a NUL in the request line; read and
@@ -66,7 +68,8 @@ int api_reply_response(struct api_req *r, unsigned status, struct MHD_Response *
 }
 
 /* Queues body (consumed) as JSON, with one extra header when hname is non-NULL. */
-static int reply_json_hdr(struct api_req *r, unsigned status, json_t *body, const char *hname, const char *hval) {
+static int reply_json_hdr(struct api_req *r, unsigned status, json_t *body, const char *hname,
+                          const char *hval) {
   char *s = json_dumps(body, JSON_COMPACT);
   json_decref(body);
   if (!s)
@@ -489,15 +492,16 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
   a->control = control;
   a->version = xstrdup(cfg->version ? cfg->version : "dev");
   a->port = port;
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
-                   MHD_USE_POLL;
+  unsigned flags =
+      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
   if (ss.ss_family == AF_INET6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
-  a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                               MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-                               NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER,
-                               mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_END);
+  a->daemon =
+      MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                       MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
+                       NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+                       mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_END);
   if (!a->daemon) {
     free(a->version);
     free(a);

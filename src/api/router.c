@@ -100,8 +100,8 @@ static const struct shape sh_template_build = {"POST", {{"POST", API_R_TEMPLATE_
 
 /* Sub-resources of a sandbox that DESIGN.md names for later issues: 501, not 404. */
 static const char *const later_sandbox_subs[] = {
-    "exec/stream", "processes", "pty",       "contexts", "pause",  "resume", "hibernate", "wake",
-    "snapshots",   "fork",      "explore",   "rollback", "events", "metrics", "mcp",      "files/watch",
+    "exec/stream", "processes", "pty",     "contexts", "pause",  "resume",  "hibernate", "wake",
+    "snapshots",   "fork",      "explore", "rollback", "events", "metrics", "mcp",       "files/watch",
 };
 
 static bool later_sub(const char *sub) {
@@ -313,7 +313,8 @@ int api_arg_depth(const struct api_args *a, uint32_t *out, moat_error **err) {
     return 0;
   }
   if (parse_u64(v, &d) < 0 || d < 1 || d > API_MAX_DEPTH)
-    return moat_error_set(err, EINVAL, "query parameter 'depth' must be an integer from 1 to %d", API_MAX_DEPTH);
+    return moat_error_set(err, EINVAL, "query parameter 'depth' must be an integer from 1 to %d",
+                          API_MAX_DEPTH);
   *out = (uint32_t)d;
   return 0;
 }

@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n;
   bool valid;
   char *u = api_utf8_sanitize(buf, len, &n, &valid);
-  if (!api_utf8_valid(u, n) || valid != api_utf8_valid(buf, len) || (valid && (n != len || memcmp(u, buf, len))))
+  if (!api_utf8_valid(u, n) || valid != api_utf8_valid(buf, len) ||
+      (valid && (n != len || memcmp(u, buf, len))))
     abort();
   free(u);
   unsigned char *d;
@@ -65,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 0: {
     struct moat_sandbox_spec spec;
     if (api_parse_create(body, 1024, &spec, &err) == 0) {
-      if (spec.limits.memory_mb && (spec.limits.memory_mb < MOAT_MIN_MEMORY_MB || spec.limits.memory_mb > 1024))
+      if (spec.limits.memory_mb &&
+          (spec.limits.memory_mb < MOAT_MIN_MEMORY_MB || spec.limits.memory_mb > 1024))
         abort();
       if (spec.ttl_seconds < 0 || spec.ttl_seconds > MOAT_MAX_TTL_S)
         abort();

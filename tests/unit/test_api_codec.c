@@ -31,14 +31,21 @@ static bool sanitized_is(const char *in, size_t inlen, const char *want, bool wa
 
 static void test_utf8(void) {
   OK(sanitized_is("hello", 5, "hello", true), "ASCII unchanged");
-  OK(sanitized_is("h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80", 15, "h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80", true),
+  OK(sanitized_is("h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80", 15,
+                  "h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80", true),
      "2-, 3- and 4-byte sequences unchanged");
-  OK(sanitized_is("a\xFF" "b", 3, "a" FFFD "b", false), "0xFF -> U+FFFD");
+  OK(sanitized_is("a\xFF"
+                  "b",
+                  3, "a" FFFD "b", false),
+     "0xFF -> U+FFFD");
   OK(sanitized_is("\xC0\xAF", 2, FFFD FFFD, false), "overlong C0 AF -> two U+FFFD");
   OK(sanitized_is("\xE0\x80\xAF", 3, FFFD FFFD FFFD, false), "overlong E0 80 AF -> three U+FFFD");
   OK(sanitized_is("\xED\xA0\x80", 3, FFFD FFFD FFFD, false), "surrogate ED A0 80 rejected");
   OK(sanitized_is("\xF4\x90\x80\x80", 4, FFFD FFFD FFFD FFFD, false), "code point above U+10FFFF rejected");
-  OK(sanitized_is("\xE2\x82" "x", 3, FFFD "x", false), "truncated 3-byte sequence is one U+FFFD (maximal subpart)");
+  OK(sanitized_is("\xE2\x82"
+                  "x",
+                  3, FFFD "x", false),
+     "truncated 3-byte sequence is one U+FFFD (maximal subpart)");
   OK(sanitized_is("x\xF0\x9F\x98", 4, "x" FFFD, false), "truncated 4-byte sequence at the end is one U+FFFD");
   OK(sanitized_is("\x80\x80", 2, FFFD FFFD, false), "lone continuation bytes, one U+FFFD each");
   OK(sanitized_is_n("a\0b", 3, "a\0b", 3, true), "NUL bytes are valid UTF-8 and kept");
@@ -105,15 +112,17 @@ static void test_base64(void) {
 static void test_rfc3339(void) {
   char b[48];
   OK(strcmp(api_rfc3339_ms(0, b, sizeof(b)), "1970-01-01T00:00:00.000Z") == 0, "epoch");
-  OK(strcmp(api_rfc3339_ms(1795943796123LL, b, sizeof(b)), "2026-11-29T09:16:36.123Z") == 0, "2026-11-29T09:16:36.123Z (%s)",
-     b);
-  OK(strcmp(api_rfc3339_ms(951782400007LL, b, sizeof(b)), "2000-02-29T00:00:00.007Z") == 0, "leap day, 7 ms (%s)", b);
+  OK(strcmp(api_rfc3339_ms(1795943796123LL, b, sizeof(b)), "2026-11-29T09:16:36.123Z") == 0,
+     "2026-11-29T09:16:36.123Z (%s)", b);
+  OK(strcmp(api_rfc3339_ms(951782400007LL, b, sizeof(b)), "2000-02-29T00:00:00.007Z") == 0,
+     "leap day, 7 ms (%s)", b);
   OK(strcmp(api_rfc3339_ms(-1, b, sizeof(b)), "1969-12-31T23:59:59.999Z") == 0, "negative ms floors (%s)", b);
   json_t *j = api_time_json(0, true);
   OK(json_is_null(j), "0 -> null when null_if_zero");
   json_decref(j);
   j = api_time_json(1000, true);
-  OK(json_is_string(j) && strcmp(json_string_value(j), "1970-01-01T00:00:01.000Z") == 0, "time as JSON string");
+  OK(json_is_string(j) && strcmp(json_string_value(j), "1970-01-01T00:00:01.000Z") == 0,
+     "time as JSON string");
   json_decref(j);
 }
 
@@ -126,14 +135,17 @@ static void test_listen(void) {
   OK(api_parse_listen("127.0.0.1:7070", &ss, &sl, &err) == 0 && ss.ss_family == AF_INET &&
          ntohs(in4->sin_port) == 7070 && in4->sin_addr.s_addr == htonl(INADDR_LOOPBACK),
      "127.0.0.1:7070");
-  OK(api_parse_listen("localhost:0", &ss, &sl, &err) == 0 && ss.ss_family == AF_INET && ntohs(in4->sin_port) == 0,
+  OK(api_parse_listen("localhost:0", &ss, &sl, &err) == 0 && ss.ss_family == AF_INET &&
+         ntohs(in4->sin_port) == 0,
      "localhost:0");
-  OK(api_parse_listen("[::1]:8080", &ss, &sl, &err) == 0 && ss.ss_family == AF_INET6 && ntohs(in6->sin6_port) == 8080 &&
-         sl == sizeof(*in6),
+  OK(api_parse_listen("[::1]:8080", &ss, &sl, &err) == 0 && ss.ss_family == AF_INET6 &&
+         ntohs(in6->sin6_port) == 8080 && sl == sizeof(*in6),
      "[::1]:8080");
-  OK(api_parse_listen("::1:8080", &ss, &sl, &err) == 0 && ss.ss_family == AF_INET6, "::1:8080 without brackets");
-  static const char *bad[] = {"", "7070", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1",
-                              "example.com:80", "[::1:80", ":80", "1.2.3.4:8x"};
+  OK(api_parse_listen("::1:8080", &ss, &sl, &err) == 0 && ss.ss_family == AF_INET6,
+     "::1:8080 without brackets");
+  static const char *bad[] = {
+      "",        "7070", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1", "example.com:80",
+      "[::1:80", ":80",  "1.2.3.4:8x"};
   for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
     int rc = api_parse_listen(bad[i], &ss, &sl, &err);
     OK(rc < 0 && err && err->status == EINVAL, "'%s' rejected", bad[i]);

@@ -69,23 +69,27 @@ static void test_body_parse(void) {
   OK(api_body_parse("", 0, true, &j, &err) == 0 && json_is_object(j) && json_object_size(j) == 0,
      "empty body -> {} when allowed");
   json_decref(j);
-  OK(api_body_parse("  \n", 3, false, &j, &err) < 0 && err->status == EINVAL, "empty body rejected when required");
+  OK(api_body_parse("  \n", 3, false, &j, &err) < 0 && err->status == EINVAL,
+     "empty body rejected when required");
   moat_error_free(&err);
-  OK(api_body_parse("{\"a\":", 5, true, &j, &err) < 0 && err->status == EBADMSG && strstr(err->msg, "position"),
+  OK(api_body_parse("{\"a\":", 5, true, &j, &err) < 0 && err->status == EBADMSG &&
+         strstr(err->msg, "position"),
      "truncated JSON -> EBADMSG with position (%s)", moat_error_msg(err));
   moat_error_free(&err);
   OK(api_body_parse("[1]", 3, true, &j, &err) < 0 && err->status == EINVAL, "array body -> EINVAL");
   moat_error_free(&err);
   OK(api_body_parse("42", 2, true, &j, &err) < 0 && err->status == EBADMSG, "scalar body -> invalid JSON");
   moat_error_free(&err);
-  OK(api_body_parse("{\"a\":1,\"a\":2}", 13, true, &j, &err) < 0 && err->status == EBADMSG, "duplicate keys rejected");
+  OK(api_body_parse("{\"a\":1,\"a\":2}", 13, true, &j, &err) < 0 && err->status == EBADMSG,
+     "duplicate keys rejected");
   moat_error_free(&err);
   OK(api_body_parse("{} x", 4, true, &j, &err) < 0 && err->status == EBADMSG, "trailing garbage rejected");
   moat_error_free(&err);
   OK(api_body_parse("{\"a\":\"\\u0000\"}", 14, true, &j, &err) < 0 && err->status == EBADMSG,
      "\\u0000 in a string rejected");
   moat_error_free(&err);
-  OK(api_body_parse("{\"a\":\"\xff\"}", 8, true, &j, &err) < 0 && err->status == EBADMSG, "invalid UTF-8 rejected");
+  OK(api_body_parse("{\"a\":\"\xff\"}", 8, true, &j, &err) < 0 && err->status == EBADMSG,
+     "invalid UTF-8 rejected");
   moat_error_free(&err);
   OK(api_body_parse("{\"a\":99999999999999999999999}", 29, true, &j, &err) < 0 && err->status == EBADMSG,
      "integer overflow rejected");
@@ -107,7 +111,8 @@ static void test_create(void) {
   OK(check(CREATE, "{\"memory_mb\":4097}", "memory_mb") == EINVAL, "create: memory above host RAM rejected");
   OK(check(CREATE, "{\"memory_mb\":\"2048\"}", "memory_mb") == EINVAL, "create: memory as string rejected");
   OK(check(CREATE, "{\"ttl_seconds\":0}", "ttl_seconds") == EINVAL, "create: ttl 0 rejected");
-  OK(check(CREATE, "{\"ttl_seconds\":2592001}", "ttl_seconds") == EINVAL, "create: ttl above 30 days rejected");
+  OK(check(CREATE, "{\"ttl_seconds\":2592001}", "ttl_seconds") == EINVAL,
+     "create: ttl above 30 days rejected");
   OK(check(CREATE, "{\"ttl_seconds\":2592000}", NULL) == 0, "create: ttl 30 days ok");
   OK(check(CREATE, "{\"cpu\":0.01}", "cpu") == EINVAL, "create: cpu 0.01 rejected");
   OK(check(CREATE, "{\"cpu\":65}", "cpu") == EINVAL, "create: cpu 65 rejected");
@@ -118,14 +123,18 @@ static void test_create(void) {
   OK(check(CREATE, "{\"persistent\":1}", "persistent") == EINVAL, "create: persistent 1 rejected");
   OK(check(CREATE, "{\"template\":5}", "template") == EINVAL, "create: template number rejected");
   OK(check(CREATE, "{\"template\":\"\"}", "template") == EINVAL, "create: empty template rejected");
-  OK(check(CREATE, "{\"metadata\":{\"a\":1}}", "metadata.a") == EINVAL, "create: metadata value number rejected");
+  OK(check(CREATE, "{\"metadata\":{\"a\":1}}", "metadata.a") == EINVAL,
+     "create: metadata value number rejected");
   OK(check(CREATE, "{\"metadata\":[]}", "metadata") == EINVAL, "create: metadata array rejected");
-  OK(check(CREATE, "{\"metadata\":{\"\":\"x\"}}", "metadata") == EINVAL, "create: empty metadata key rejected");
-  OK(check(CREATE, "{\"env\":{\"1A\":\"x\"}}", "not a valid variable name") == EINVAL, "create: env name 1A rejected");
+  OK(check(CREATE, "{\"metadata\":{\"\":\"x\"}}", "metadata") == EINVAL,
+     "create: empty metadata key rejected");
+  OK(check(CREATE, "{\"env\":{\"1A\":\"x\"}}", "not a valid variable name") == EINVAL,
+     "create: env name 1A rejected");
   OK(check(CREATE, "{\"env\":{\"A=B\":\"x\"}}", "env") == EINVAL, "create: env name with = rejected");
   OK(check(CREATE, "{\"bogus\":1}", "'bogus'") == EINVAL, "create: unknown field named");
   OK(check(CREATE, "{\"network\":{}}", "not supported yet") == ENOSYS, "create: network -> not implemented");
-  OK(check(CREATE, "{\"from_snapshot\":\"x\"}", "from_snapshot") == ENOSYS, "create: from_snapshot -> not implemented");
+  OK(check(CREATE, "{\"from_snapshot\":\"x\"}", "from_snapshot") == ENOSYS,
+     "create: from_snapshot -> not implemented");
   /* metadata limits */
   char big[4096];
   strcpy(big, "{\"metadata\":{");
@@ -148,20 +157,23 @@ static void test_create(void) {
   struct moat_sandbox_spec spec;
   moat_error *err = NULL;
   OK(j && api_parse_create(j, 0, &spec, &err) == 0 && strcmp(spec.template_name, "python") == 0 &&
-         spec.limits.memory_mb == 512 && spec.limits.cpu == 1.5 && spec.limits.pids == 0 && spec.ttl_seconds == 0,
+         spec.limits.memory_mb == 512 && spec.limits.cpu == 1.5 && spec.limits.pids == 0 &&
+         spec.ttl_seconds == 0,
      "create: values land in the spec, unset ones stay 0");
   json_decref(j);
 }
 
 static void test_patch(void) {
   OK(check(PATCH, "{}", NULL) == 0, "patch: empty ok");
-  OK(check(PATCH, "{\"ttl_seconds\":10,\"persistent\":false,\"metadata\":{}}", NULL) == 0, "patch: all fields ok");
+  OK(check(PATCH, "{\"ttl_seconds\":10,\"persistent\":false,\"metadata\":{}}", NULL) == 0,
+     "patch: all fields ok");
   OK(check(PATCH, "{\"cpu\":1}", "'cpu'") == EINVAL, "patch: cpu rejected by name");
   OK(check(PATCH, "{\"ttl_seconds\":-5}", "ttl_seconds") == EINVAL, "patch: negative ttl rejected");
   json_t *j = body("{\"ttl_seconds\":10,\"metadata\":{\"a\":\"b\"}}");
   struct moat_sandbox_patch p;
   moat_error *err = NULL;
-  OK(j && api_parse_patch(j, &p, &err) == 0 && p.has_ttl && p.ttl_seconds == 10 && !p.has_persistent && p.metadata,
+  OK(j && api_parse_patch(j, &p, &err) == 0 && p.has_ttl && p.ttl_seconds == 10 && !p.has_persistent &&
+         p.metadata,
      "patch: fields land in the patch");
   json_decref(j);
 }
@@ -177,8 +189,10 @@ static void test_exec(void) {
   OK(check(EXEC, "{\"argv\":\"ls\"}", "argv") == EINVAL, "exec: argv string rejected");
   OK(check(EXEC, "{\"cmd\":\"\"}", "cmd") == EINVAL, "exec: empty cmd rejected");
   OK(check(EXEC, "{\"cmd\":\"x\",\"timeout_ms\":0}", "timeout_ms") == EINVAL, "exec: timeout 0 rejected");
-  OK(check(EXEC, "{\"cmd\":\"x\",\"timeout_ms\":86400001}", "timeout_ms") == EINVAL, "exec: timeout > 1 day rejected");
-  OK(check(EXEC, "{\"cmd\":\"x\",\"timeout_ms\":1.5}", "timeout_ms") == EINVAL, "exec: fractional timeout rejected");
+  OK(check(EXEC, "{\"cmd\":\"x\",\"timeout_ms\":86400001}", "timeout_ms") == EINVAL,
+     "exec: timeout > 1 day rejected");
+  OK(check(EXEC, "{\"cmd\":\"x\",\"timeout_ms\":1.5}", "timeout_ms") == EINVAL,
+     "exec: fractional timeout rejected");
   OK(check(EXEC, "{\"cmd\":\"x\",\"env\":{\"A\":1}}", "env.A") == EINVAL, "exec: env value number rejected");
   OK(check(EXEC, "{\"cmd\":\"x\",\"env\":{\"A-B\":\"1\"}}", "env") == EINVAL, "exec: env name A-B rejected");
   OK(check(EXEC, "{\"cmd\":\"x\",\"stdin\":\"a\",\"stdin_b64\":\"YQ==\"}", "stdin") == EINVAL,
@@ -189,8 +203,9 @@ static void test_exec(void) {
   OK(check(EXEC, "{\"cmd\":\"x\",\"cwd\":7}", "cwd") == EINVAL, "exec: cwd number rejected");
   OK(check(EXEC, "{\"cmd\":\"x\",\"max_output\":7}", "'max_output'") == EINVAL, "exec: unknown field named");
 
-  json_t *j = body("{\"cmd\":\"echo $A\",\"env\":{\"A\":\"1\",\"B\":\"x=y\"},\"stdin_b64\":\"AP8=\",\"timeout_ms\":500,"
-                   "\"user\":\"agent\",\"cwd\":\"/tmp\"}");
+  json_t *j = body(
+      "{\"cmd\":\"echo $A\",\"env\":{\"A\":\"1\",\"B\":\"x=y\"},\"stdin_b64\":\"AP8=\",\"timeout_ms\":500,"
+      "\"user\":\"agent\",\"cwd\":\"/tmp\"}");
   struct moat_exec_req r;
   moat_error *err = NULL;
   bool ok = j && api_parse_exec(j, &r, &err) == 0;
@@ -213,7 +228,8 @@ static void test_files_bodies(void) {
   OK(check(MKDIR, "{\"path\":\"/a/b\"}", NULL) == 0, "mkdir: path ok");
   OK(check(MKDIR, "{}", "'path' is required") == EINVAL, "mkdir: path required");
   OK(check(MKDIR, "{\"path\":\"\"}", "path") == EINVAL, "mkdir: empty path rejected");
-  OK(check(MKDIR, "{\"path\":\"/a\",\"parents\":\"yes\"}", "parents") == EINVAL, "mkdir: parents string rejected");
+  OK(check(MKDIR, "{\"path\":\"/a\",\"parents\":\"yes\"}", "parents") == EINVAL,
+     "mkdir: parents string rejected");
   OK(check(MKDIR, "{\"path\":\"/a\",\"mode\":\"0755\"}", "'mode'") == EINVAL, "mkdir: unknown field named");
   OK(check(MOVE, "{\"from\":\"a\",\"to\":\"b\"}", NULL) == 0, "move: ok");
   OK(check(MOVE, "{\"from\":\"a\"}", "'to'") == EINVAL, "move: to required");
@@ -234,7 +250,8 @@ static void test_files_bodies(void) {
   moat_error_free(&err);
   json_t *j = body("{\"path\":\"/x\",\"user\":\"bob\"}");
   struct api_mkdir_req mk;
-  OK(j && api_parse_mkdir(j, "alice", &mk, &err) < 0 && err->status == EINVAL, "mkdir: query and body users disagree");
+  OK(j && api_parse_mkdir(j, "alice", &mk, &err) < 0 && err->status == EINVAL,
+     "mkdir: query and body users disagree");
   moat_error_free(&err);
   OK(j && api_parse_mkdir(j, NULL, &mk, &err) == 0 && mk.parents && strcmp(mk.user, "bob") == 0,
      "mkdir: parents default true, user from body");
@@ -247,20 +264,32 @@ static void test_errno_map(void) {
     unsigned http;
     const char *code;
   } t[] = {
-      {ENOENT, 404, "not_found"},        {EINVAL, 400, "invalid_request"},       {EEXIST, 409, "already_exists"},
-      {EBUSY, 409, "conflict"},          {EAGAIN, 503, "unavailable"},           {ENOTDIR, 400, "invalid_request"},
-      {EISDIR, 400, "invalid_request"},  {EACCES, 403, "forbidden"},             {EPERM, 403, "forbidden"},
-      {ENOSPC, 507, "insufficient_storage"}, {EDQUOT, 507, "insufficient_storage"},
-      {ENAMETOOLONG, 400, "invalid_request"}, {ECONNREFUSED, 502, "sandbox_unreachable"},
-      {EPIPE, 502, "sandbox_unreachable"},    {EPROTO, 502, "sandbox_unreachable"},
-      {EBADMSG, 400, "invalid_json"},     {ENOSYS, 501, "not_implemented"},      {EMSGSIZE, 413, "payload_too_large"},
-      {EIO, 500, "internal"},             {0, 500, "internal"},
+      {ENOENT, 404, "not_found"},
+      {EINVAL, 400, "invalid_request"},
+      {EEXIST, 409, "already_exists"},
+      {EBUSY, 409, "conflict"},
+      {EAGAIN, 503, "unavailable"},
+      {ENOTDIR, 400, "invalid_request"},
+      {EISDIR, 400, "invalid_request"},
+      {EACCES, 403, "forbidden"},
+      {EPERM, 403, "forbidden"},
+      {ENOSPC, 507, "insufficient_storage"},
+      {EDQUOT, 507, "insufficient_storage"},
+      {ENAMETOOLONG, 400, "invalid_request"},
+      {ECONNREFUSED, 502, "sandbox_unreachable"},
+      {EPIPE, 502, "sandbox_unreachable"},
+      {EPROTO, 502, "sandbox_unreachable"},
+      {EBADMSG, 400, "invalid_json"},
+      {ENOSYS, 501, "not_implemented"},
+      {EMSGSIZE, 413, "payload_too_large"},
+      {EIO, 500, "internal"},
+      {0, 500, "internal"},
   };
   for (size_t i = 0; i < ARRAY_SIZE(t); i++) {
     const char *code = NULL;
     unsigned h = api_errno_http(t[i].e, &code);
-    OK(h == t[i].http && strcmp(code, t[i].code) == 0, "errno %d -> %u %s (got %u %s)", t[i].e, t[i].http, t[i].code, h,
-       code);
+    OK(h == t[i].http && strcmp(code, t[i].code) == 0, "errno %d -> %u %s (got %u %s)", t[i].e, t[i].http,
+       t[i].code, h, code);
   }
 }
 
@@ -276,15 +305,18 @@ static void test_output(void) {
   res.pid = 42;
   res.duration_ms = 17;
   json_t *j = api_exec_result_json(&res);
-  OK(strcmp(json_string_value(json_object_get(j, "stdout")), "ok\n") == 0 && !json_object_get(j, "stdout_b64"),
+  OK(strcmp(json_string_value(json_object_get(j, "stdout")), "ok\n") == 0 &&
+         !json_object_get(j, "stdout_b64"),
      "exec result: valid stdout has no stdout_b64");
   OK(strcmp(json_string_value(json_object_get(j, "stderr")), "bad\xEF\xBF\xBD") == 0 &&
          strcmp(json_string_value(json_object_get(j, "stderr_b64")), "YmFk/w==") == 0,
      "exec result: invalid stderr repaired, raw bytes in stderr_b64");
   OK(json_is_true(json_object_get(j, "truncated")) && json_is_false(json_object_get(j, "stdout_truncated")) &&
          json_integer_value(json_object_get(j, "exit_code")) == -1 &&
-         json_integer_value(json_object_get(j, "signal")) == 9 && json_integer_value(json_object_get(j, "pid")) == 42 &&
-         json_integer_value(json_object_get(j, "duration_ms")) == 17 && json_is_false(json_object_get(j, "timed_out")),
+         json_integer_value(json_object_get(j, "signal")) == 9 &&
+         json_integer_value(json_object_get(j, "pid")) == 42 &&
+         json_integer_value(json_object_get(j, "duration_ms")) == 17 &&
+         json_is_false(json_object_get(j, "timed_out")),
      "exec result: flags and numbers");
   json_decref(j);
   res.out = "a\0b";
@@ -295,8 +327,15 @@ static void test_output(void) {
   free(dump);
   json_decref(j);
 
-  struct moat_file_entry e = {.path = "/root/x", .name = "x", .type = 'l', .size = 5, .mode = 0100644,
-                              .mtime_ms = 1000, .uid = 1, .gid = 2, .link_target = "/etc/passwd"};
+  struct moat_file_entry e = {.path = "/root/x",
+                              .name = "x",
+                              .type = 'l',
+                              .size = 5,
+                              .mode = 0100644,
+                              .mtime_ms = 1000,
+                              .uid = 1,
+                              .gid = 2,
+                              .link_target = "/etc/passwd"};
   j = api_file_entry_json(&e);
   OK(strcmp(json_string_value(json_object_get(j, "type")), "symlink") == 0 &&
          strcmp(json_string_value(json_object_get(j, "mode")), "0644") == 0 &&

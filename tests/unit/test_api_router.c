@@ -65,10 +65,11 @@ static void test_routes(void) {
   route("GET", "/metrics", API_MATCH_NOT_IMPLEMENTED, 0);
 
   struct api_route r;
-  OK(api_route_match("POST", "/v1/sandboxes/" ID, &r) == API_MATCH_BAD_METHOD && strcmp(r.allow, "GET, PATCH, DELETE") == 0,
+  OK(api_route_match("POST", "/v1/sandboxes/" ID, &r) == API_MATCH_BAD_METHOD &&
+         strcmp(r.allow, "GET, PATCH, DELETE") == 0,
      "405 carries the Allow list");
-  OK(api_route_match("PATCH", "/v1/sandboxes/" ID, &r) == API_MATCH_OK && strcmp(r.id, ID) == 0 && r.json_body &&
-         r.needs_auth,
+  OK(api_route_match("PATCH", "/v1/sandboxes/" ID, &r) == API_MATCH_OK && strcmp(r.id, ID) == 0 &&
+         r.json_body && r.needs_auth,
      "id captured, JSON body, auth");
   OK(api_route_match("GET", "/healthz", &r) == API_MATCH_OK && !r.needs_auth, "healthz needs no auth");
   OK(api_route_match("PUT", "/v1/sandboxes/" ID "/files", &r) == API_MATCH_OK && !r.json_body,
@@ -76,7 +77,8 @@ static void test_routes(void) {
   OK(api_route_match("POST", "/v1/templates/code-interpreter/build", &r) == API_MATCH_OK &&
          strcmp(r.name, "code-interpreter") == 0,
      "template name captured");
-  OK(api_valid_sandbox_id(ID) && !api_valid_sandbox_id("sb-") && !api_valid_sandbox_id("sb-0123456789abcdef_"),
+  OK(api_valid_sandbox_id(ID) && !api_valid_sandbox_id("sb-") &&
+         !api_valid_sandbox_id("sb-0123456789abcdef_"),
      "sandbox id syntax");
   OK(api_valid_template_name("base") && !api_valid_template_name(".x") && !api_valid_template_name(""),
      "template name syntax");
@@ -108,7 +110,8 @@ static void test_args(void) {
   OK(api_args_check(&a, allowed, &err) < 0, "bare 'metadata.' rejected");
   moat_error_free(&err);
   a = args(2, "path", "/a", "path", "/b");
-  OK(api_args_check(&a, allowed, &err) < 0 && strstr(err->msg, "more than once"), "repeated parameter rejected");
+  OK(api_args_check(&a, allowed, &err) < 0 && strstr(err->msg, "more than once"),
+     "repeated parameter rejected");
   moat_error_free(&err);
 
   uint32_t d;
