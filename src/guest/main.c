@@ -154,9 +154,18 @@ int main(int argc, char **argv) {
     unsetenv("MOAT_GUEST_READY_FD");
   }
   fd_set_nonblock(lfd, true);
-  /* Outside a pid namespace (development), orphans of commands come back to us, not to init. */
-  if (getpid() != 1)
+  if (getpid() == 1) {
+    /* CRIU wants the sandbox's init to lead its own session and hold no stdin from outside. */
+    (void)setsid();
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null >= 0) {
+      dup2(null, 0);
+      close(null);
+    }
+  } else {
+    /* Outside a pid namespace (development), orphans of commands come back to us, not to init. */
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  }
 
   sigset_t mask;
   sigemptyset(&mask);
@@ -188,5 +197,9 @@ int main(int argc, char **argv) {
     }
     if (p[0].revents & POLLIN)
       accept_all(lfd, sfd, etc_dir);
+    if ((p[0].revents | p[1].revents) & (POLLERR | POLLNVAL)) { /* never spin on a broken fd */
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
   }
 }
