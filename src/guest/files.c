@@ -21,7 +21,8 @@
 
 #define LIST_MAX_DEPTH 16
 #define REMOVE_MAX_DEPTH 1024
-#define DISCARD_MAX (256ull << 20) /* upload bytes swallowed after a failed write, so the host sees the error */
+#define DISCARD_MAX                                                                                          \
+  (256ull << 20) /* upload bytes swallowed after a failed write, so the host sees the error */
 
 /* Frames to the host, batched into one buffer. */
 struct wbuf {
@@ -94,7 +95,8 @@ static char entry_type(mode_t m) {
 }
 
 /* Fills m with the REP_ENTRY of name in dirfd (not following a symlink), reported as path. */
-static int make_entry(struct moat_msg *m, int dirfd, const char *name, const char *path, const struct stat *st) {
+static int make_entry(struct moat_msg *m, int dirfd, const char *name, const char *path,
+                      const struct stat *st) {
   moat_msg_reset(m, MOAT_REP_ENTRY);
   moat_msg_put_str(m, MOAT_T_PATH, path);
   moat_msg_put_str(m, MOAT_T_NAME, strcmp(path, "/") == 0 ? "/" : base_name(path));

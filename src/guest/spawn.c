@@ -28,7 +28,7 @@
 #define DEFAULT_MAX_OUTPUT (16ull << 20)
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define OBUF_HIGH (1u << 20) /* stop reading the command's output while this much waits for the host */
-#define FRAME_HDR 11          /* u32 length, u8 type, u16 tag, u32 field length */
+#define FRAME_HDR 11         /* u32 length, u8 type, u16 tag, u32 field length */
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -560,7 +560,8 @@ void guest_exec(int fd, const struct moat_msg *req, const char *etc_dir) {
   }
   _cleanup_free_ char *cwd_arg = moat_msg_get_str(req, MOAT_T_CWD);
   _cleanup_free_ char *user_arg = moat_msg_get_str(req, MOAT_T_USER);
-  if ((!cwd_arg && moat_msg_find(req, MOAT_T_CWD, &f)) || (!user_arg && moat_msg_find(req, MOAT_T_USER, &f))) {
+  if ((!cwd_arg && moat_msg_find(req, MOAT_T_CWD, &f)) ||
+      (!user_arg && moat_msg_find(req, MOAT_T_USER, &f))) {
     moat_msg_send_error(fd, EINVAL, "exec: cwd or user holds a NUL byte");
     return;
   }
@@ -633,8 +634,8 @@ void guest_exec(int fd, const struct moat_msg *req, const char *etc_dir) {
   };
   uint64_t t0 = now_ns();
   int pidfd = -1;
-  pid_t pid = clone(child_main, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
-                    &a, &pidfd);
+  pid_t pid = clone(child_main, child_stack + sizeof(child_stack),
+                    CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &a, &pidfd);
   if (pid < 0 && errno == EINVAL) /* kernels without CLONE_PIDFD */
     pid = clone(child_main, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
   int clone_errno = errno;

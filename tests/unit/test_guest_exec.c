@@ -48,12 +48,15 @@ static void test_basic(void) {
 
 static void test_env_cwd(void) {
   struct x_res r;
-  x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "echo $PATH;echo $HOME;echo $USER;echo $LANG;echo $TERM;echo $FOO;pwd"),
+  x_run(&(struct x_opts){.argv = ARGV("sh", "-c",
+                                      "echo $PATH;echo $HOME;echo $USER;echo $LANG;echo $TERM;echo $FOO;pwd"),
                          .env = ARGV("FOO=1", "FOO=2")},
         &r);
   char want[512];
-  snprintf(want, sizeof(want), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n/root\nroot\nC.UTF-8\nxterm\n2\n%s\n",
-           access("/root", F_OK) == 0 ? "/root" : "/");
+  snprintf(
+      want, sizeof(want),
+      "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n/root\nroot\nC.UTF-8\nxterm\n2\n%s\n",
+      access("/root", F_OK) == 0 ? "/root" : "/");
   CHECK(strcmp(r.out, want) == 0, "default env, later ENV wins, cwd = home: '%s'", r.out);
   x_res_free(&r);
 
@@ -79,15 +82,16 @@ static void test_env_cwd(void) {
 
   /* only 0, 1, 2 reach the command */
   x_run(&(struct x_opts){.argv = ARGV("/bin/sh", "-c",
-                                        "for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do "
-                                        "[ -e /proc/$$/fd/$i ] && echo $i; done; true")},
+                                      "for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do "
+                                      "[ -e /proc/$$/fd/$i ] && echo $i; done; true")},
         &r);
   CHECK(strcmp(r.out, "0\n1\n2\n") == 0, "command inherits only fds 0-2: '%s'", r.out);
   x_res_free(&r);
 
   /* SIGPIPE is default again in the command: `yes | head -n1` ends quietly */
   x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "yes | head -n1; echo done")}, &r);
-  CHECK(strcmp(r.out, "y\ndone\n") == 0 && r.err_len == 0, "SIGPIPE default in commands (stderr '%s')", r.err);
+  CHECK(strcmp(r.out, "y\ndone\n") == 0 && r.err_len == 0, "SIGPIPE default in commands (stderr '%s')",
+        r.err);
   x_res_free(&r);
 }
 
@@ -103,7 +107,8 @@ static void test_users(void) {
     return;
   }
   x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "id -u; id -g; echo $USER"), .user = "nobody"}, &r);
-  CHECK(r.err_no == 0 && strcmp(r.out, "65534\n65534\nnobody\n") == 0, "runs as nobody: '%s' %s", r.out, r.msg);
+  CHECK(r.err_no == 0 && strcmp(r.out, "65534\n65534\nnobody\n") == 0, "runs as nobody: '%s' %s", r.out,
+        r.msg);
   x_res_free(&r);
 }
 
@@ -111,8 +116,8 @@ static void test_not_found(void) {
   struct x_res r;
   x_run(&(struct x_opts){.argv = ARGV("no-such-command-moat", "x")}, &r);
   CHECK(r.err_no == 0 && r.pid > 0 && r.exit_code == 127, "not found starts and exits 127 (%d)", r.exit_code);
-  CHECK(strcmp(r.err, "moat: exec no-such-command-moat: No such file or directory\n") == 0, "not found message: '%s'",
-        r.err);
+  CHECK(strcmp(r.err, "moat: exec no-such-command-moat: No such file or directory\n") == 0,
+        "not found message: '%s'", r.err);
   x_res_free(&r);
 
   char path[400];
@@ -143,8 +148,8 @@ static void test_timeout(void) {
   uint64_t el = (t_now_us() - t0) / 1000;
   CHECK(r.err_no == 0 && r.timed_out == 1 && r.exit_code == -1 && r.sig == SIGKILL,
         "timeout kills: timed_out %u exit %d sig %d", r.timed_out, r.exit_code, r.sig);
-  CHECK(el >= 290 && el < 3000 && r.duration_ms >= 290 && r.duration_ms < 3000, "timeout after %llu ms (reported %llu)",
-        (unsigned long long)el, (unsigned long long)r.duration_ms);
+  CHECK(el >= 290 && el < 3000 && r.duration_ms >= 290 && r.duration_ms < 3000,
+        "timeout after %llu ms (reported %llu)", (unsigned long long)el, (unsigned long long)r.duration_ms);
   pid_t bg = atoi(r.out);
   CHECK(bg > 0 && gone(bg, 2000), "background sleep %d in the group is killed too", bg);
   x_res_free(&r);
@@ -152,7 +157,9 @@ static void test_timeout(void) {
 
 static void test_truncation(void) {
   struct x_res r;
-  x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "head -c 100000 /dev/zero; echo tiny >&2"), .max_output = 1000}, &r);
+  x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "head -c 100000 /dev/zero; echo tiny >&2"),
+                         .max_output = 1000},
+        &r);
   CHECK(r.out_len == 1000 && r.out_trunc == 1 && r.err_trunc == 0 && strcmp(r.err, "tiny\n") == 0,
         "MAX_OUTPUT 1000: kept %zu, trunc %u/%u", r.out_len, r.out_trunc, r.err_trunc);
   CHECK(r.exit_code == 0, "command still runs to the end past the cap");
@@ -178,8 +185,10 @@ static void test_stdin(void) {
         "1 MiB of stdin streamed through cat (%zu bytes back) %s", r.out_len, r.msg);
   x_res_free(&r);
 
-  x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "head -c 10 >/dev/null; echo read10"), .stdin_data = data,
-                         .stdin_len = n, .stream = true},
+  x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "head -c 10 >/dev/null; echo read10"),
+                         .stdin_data = data,
+                         .stdin_len = n,
+                         .stream = true},
         &r);
   CHECK(r.err_no == 0 && r.exit_code == 0 && strcmp(r.out, "read10\n") == 0,
         "command that stops reading stdin early: '%s' %s", r.out, r.msg);
@@ -227,15 +236,16 @@ static void test_host_drop(void) {
   moat_msg_free(&rep);
   moat_error_free(&err);
   close(fd);
-  CHECK(pid > 0 && bg > 0 && gone(pid, 2000) && gone(bg, 2000), "host drop mid-exec kills the group (%d, %d)", pid, bg);
+  CHECK(pid > 0 && bg > 0 && gone(pid, 2000) && gone(bg, 2000), "host drop mid-exec kills the group (%d, %d)",
+        pid, bg);
 }
 
 static void test_malformed(void) {
   static const uint8_t bad[][16] = {
-      {0xff, 0xff, 0xff, 0x7f, 2},                /* huge length */
-      {0, 0, 0, 0, 2},                            /* zero length */
-      {8, 0, 0, 0, 2, 1, 0, 200, 0, 0, 0, 'a'},   /* field past the frame */
-      {3, 0, 0, 0, 2, 1, 0},                      /* truncated field header */
+      {0xff, 0xff, 0xff, 0x7f, 2},              /* huge length */
+      {0, 0, 0, 0, 2},                          /* zero length */
+      {8, 0, 0, 0, 2, 1, 0, 200, 0, 0, 0, 'a'}, /* field past the frame */
+      {3, 0, 0, 0, 2, 1, 0},                    /* truncated field header */
   };
   static const size_t lens[] = {5, 5, 12, 7};
   for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
@@ -342,8 +352,8 @@ static void test_latency(void) {
   qsort(direct, N, sizeof(uint64_t), cmp_u64);
   qsort(via, N, sizeof(uint64_t), cmp_u64);
   printf("# /bin/true: fork+exec+wait p50 %llu us p95 %llu us; via guest socket p50 %llu us p95 %llu us\n",
-         (unsigned long long)direct[N / 2], (unsigned long long)direct[N * 95 / 100], (unsigned long long)via[N / 2],
-         (unsigned long long)via[N * 95 / 100]);
+         (unsigned long long)direct[N / 2], (unsigned long long)direct[N * 95 / 100],
+         (unsigned long long)via[N / 2], (unsigned long long)via[N * 95 / 100]);
   CHECK(via[N / 2] < direct[N / 2] + 1000, "exec round trip adds < 1 ms at p50 (%lld us)",
         (long long)via[N / 2] - (long long)direct[N / 2]);
 }

@@ -40,9 +40,10 @@ static void test_round_trip(void) {
   uint32_t mode = 0;
   int r = f_read(tp("big/nested/file.bin"), NULL, &back, &len, &size, &mode);
   uint64_t t2 = t_now_us();
-  CHECK(w == 0, "write 20 MiB (parents created) in %llu ms (%s)", (unsigned long long)(t1 - t0) / 1000, f_msg);
-  CHECK(r == 0 && len == n && size == n && memcmp(back, data, n) == 0, "read back 20 MiB identical in %llu ms",
-        (unsigned long long)(t2 - t1) / 1000);
+  CHECK(w == 0, "write 20 MiB (parents created) in %llu ms (%s)", (unsigned long long)(t1 - t0) / 1000,
+        f_msg);
+  CHECK(r == 0 && len == n && size == n && memcmp(back, data, n) == 0,
+        "read back 20 MiB identical in %llu ms", (unsigned long long)(t2 - t1) / 1000);
   CHECK(mode == 0644, "default mode 0644 (%o)", mode);
   struct f_entry e;
   r = f_stat(tp("big/nested"), NULL, &e);
@@ -56,12 +57,12 @@ static void test_round_trip(void) {
     small[i] = (char)('a' + i % 26);
   CHECK(f_write(tp("small.txt"), small, sizeof(small), NULL, 0600, 7) == 0, "write in 7-byte frames");
   r = f_read(tp("small.txt"), NULL, &back, &len, NULL, &mode);
-  CHECK(r == 0 && len == sizeof(small) && memcmp(back, small, len) == 0 && mode == 0600, "read back, mode 0600 (%o)",
-        mode);
+  CHECK(r == 0 && len == sizeof(small) && memcmp(back, small, len) == 0 && mode == 0600,
+        "read back, mode 0600 (%o)", mode);
   free(back);
   char *eback = NULL;
-  CHECK(f_write(tp("empty"), "", 0, NULL, -1, 1) == 0 && f_read(tp("empty"), NULL, &eback, &len, NULL, NULL) == 0 &&
-            len == 0,
+  CHECK(f_write(tp("empty"), "", 0, NULL, -1, 1) == 0 &&
+            f_read(tp("empty"), NULL, &eback, &len, NULL, NULL) == 0 && len == 0,
         "empty file round trip");
   free(eback);
 }
@@ -74,7 +75,8 @@ static void test_atomic_replace(void) {
   size_t len;
   uint32_t mode = 0;
   f_read(p, NULL, &back, &len, NULL, &mode);
-  CHECK(len == 3 && memcmp(back, "new", 3) == 0 && mode == 0640, "new content, existing mode kept (%o)", mode);
+  CHECK(len == 3 && memcmp(back, "new", 3) == 0 && mode == 0640, "new content, existing mode kept (%o)",
+        mode);
   free(back);
 
   /* an upload that fails midway (protocol error) leaves the old file and no temp file */
@@ -118,7 +120,8 @@ static void test_atomic_replace(void) {
   int e = f_write(fp, big, n, NULL, -1, 65536);
   CHECK(e == ENOSPC, "ENOSPC reported (%d: %s)", e, f_msg);
   f_read(fp, NULL, &back, &len, NULL, NULL);
-  CHECK(len == 4 && memcmp(back, "keep", 4) == 0 && count_dir(mnt) == 1, "after ENOSPC: old content, no temp file");
+  CHECK(len == 4 && memcmp(back, "keep", 4) == 0 && count_dir(mnt) == 1,
+        "after ENOSPC: old content, no temp file");
   free(back);
   free(big);
   umount2(mnt, MNT_DETACH);
@@ -134,7 +137,8 @@ static void test_errors(void) {
   mkdir(tp("adir"), 0755);
   CHECK(f_write(tp("adir"), "x", 1, NULL, -1, 1) == EISDIR, "write onto dir -> EISDIR");
   f_write(tp("afile"), "x", 1, NULL, -1, 1);
-  CHECK(f_write(tp("afile/sub"), "x", 1, NULL, -1, 1) == ENOTDIR, "write below a file -> ENOTDIR (%s)", f_msg);
+  CHECK(f_write(tp("afile/sub"), "x", 1, NULL, -1, 1) == ENOTDIR, "write below a file -> ENOTDIR (%s)",
+        f_msg);
   struct f_entry *e;
   size_t n;
   CHECK(f_list(tp("afile"), NULL, 1, &e, &n) == ENOTDIR, "list a file -> ENOTDIR");
@@ -174,12 +178,14 @@ static void test_errors(void) {
 }
 
 static void test_mkdir_list_stat(void) {
-  CHECK(f_simple(MOAT_REQ_MKDIR, tp("m/a/b"), NULL, NULL, 0, NULL) == ENOENT, "mkdir without parents -> ENOENT");
+  CHECK(f_simple(MOAT_REQ_MKDIR, tp("m/a/b"), NULL, NULL, 0, NULL) == ENOENT,
+        "mkdir without parents -> ENOENT");
   CHECK(f_simple(MOAT_REQ_MKDIR, tp("m/a/b"), NULL, NULL, 1, NULL) == 0, "mkdir -p");
   CHECK(f_simple(MOAT_REQ_MKDIR, tp("m/a/b"), NULL, NULL, 1, NULL) == 0, "mkdir -p on existing dir succeeds");
   CHECK(f_simple(MOAT_REQ_MKDIR, tp("m/a/b"), NULL, NULL, 0, NULL) == EEXIST, "mkdir on existing -> EEXIST");
   f_write(tp("m/a/file"), "hello", 5, NULL, -1, 5);
-  CHECK(f_simple(MOAT_REQ_MKDIR, tp("m/a/file"), NULL, NULL, 1, NULL) == EEXIST, "mkdir -p on a file -> EEXIST");
+  CHECK(f_simple(MOAT_REQ_MKDIR, tp("m/a/file"), NULL, NULL, 1, NULL) == EEXIST,
+        "mkdir -p on a file -> EEXIST");
   symlink("/etc", tp("m/a/link"));
   f_write(tp("m/a/b/deep"), "x", 1, NULL, -1, 1);
 
@@ -188,13 +194,13 @@ static void test_mkdir_list_stat(void) {
   int r = f_list(tp("m/a"), NULL, 0, &e, &n);
   CHECK(r == 0 && n == 3, "list depth 1: %zu entries", n);
   if (r == 0 && n == 3) {
-    CHECK(strcmp(e[0].name, "b") == 0 && e[0].type == 'd' && strcmp(e[0].path, tp("m/a/b")) == 0, "entry b dir %s",
-          e[0].path);
+    CHECK(strcmp(e[0].name, "b") == 0 && e[0].type == 'd' && strcmp(e[0].path, tp("m/a/b")) == 0,
+          "entry b dir %s", e[0].path);
     CHECK(strcmp(e[1].name, "file") == 0 && e[1].type == 'f' && e[1].size == 5 && e[1].mode == 0644 &&
               e[1].uid == geteuid(),
           "entry file: size %llu mode %o", (unsigned long long)e[1].size, e[1].mode);
-    CHECK(strcmp(e[2].name, "link") == 0 && e[2].type == 'l' && strcmp(e[2].link, "/etc") == 0, "entry link -> %s",
-          e[2].link);
+    CHECK(strcmp(e[2].name, "link") == 0 && e[2].type == 'l' && strcmp(e[2].link, "/etc") == 0,
+          "entry link -> %s", e[2].link);
     int64_t now = (int64_t)time(NULL) * 1000;
     CHECK(e[1].mtime > now - 60000 && e[1].mtime <= now + 1000, "mtime in ms");
   }
@@ -209,12 +215,14 @@ static void test_mkdir_list_stat(void) {
   free(e);
 
   struct f_entry s;
-  CHECK(f_stat(tp("m/a/link"), NULL, &s) == 0 && s.type == 'l' && strcmp(s.link, "/etc") == 0, "stat does not follow");
+  CHECK(f_stat(tp("m/a/link"), NULL, &s) == 0 && s.type == 'l' && strcmp(s.link, "/etc") == 0,
+        "stat does not follow");
   CHECK(f_stat(tp("m/./a//b/../file"), NULL, &s) == 0 && strcmp(s.path, tp("m/a/file")) == 0 &&
             strcmp(s.name, "file") == 0,
         "path normalised: %s", s.path);
   CHECK(f_stat("/", NULL, &s) == 0 && strcmp(s.path, "/") == 0 && s.type == 'd', "stat / (name %s)", s.name);
-  CHECK(f_stat(".", NULL, &s) == 0 && strcmp(s.path, "/root") == 0, "relative path resolves against home (%s)", s.path);
+  CHECK(f_stat(".", NULL, &s) == 0 && strcmp(s.path, "/root") == 0,
+        "relative path resolves against home (%s)", s.path);
 }
 
 static void test_move_remove(void) {
@@ -224,7 +232,8 @@ static void test_move_remove(void) {
   CHECK(!exists(tp("mv/src.txt")) && exists(tp("mv/new/parent/dst.txt")), "moved");
 
   f_write(tp("rm/file"), "x", 1, NULL, -1, 1);
-  CHECK(f_simple(MOAT_REQ_REMOVE, tp("rm/file"), NULL, NULL, 0, NULL) == 0 && !exists(tp("rm/file")), "remove file");
+  CHECK(f_simple(MOAT_REQ_REMOVE, tp("rm/file"), NULL, NULL, 0, NULL) == 0 && !exists(tp("rm/file")),
+        "remove file");
   mkdir(tp("rm/empty"), 0755);
   CHECK(f_simple(MOAT_REQ_REMOVE, tp("rm/empty"), NULL, NULL, 0, NULL) == 0 && !exists(tp("rm/empty")),
         "remove empty dir");
@@ -233,8 +242,10 @@ static void test_move_remove(void) {
   f_write(tp("rm/tree/a/b/c"), "x", 1, NULL, -1, 1);
   symlink(tp("outside"), tp("rm/tree/a/escape"));
   symlink(tp("outside"), tp("rm/dirlink"));
-  CHECK(f_simple(MOAT_REQ_REMOVE, tp("rm/tree"), NULL, NULL, 0, NULL) == ENOTEMPTY, "non-empty without recursive -> ENOTEMPTY");
-  CHECK(f_simple(MOAT_REQ_REMOVE, tp("rm/tree"), NULL, NULL, 1, NULL) == 0 && !exists(tp("rm/tree")), "recursive remove");
+  CHECK(f_simple(MOAT_REQ_REMOVE, tp("rm/tree"), NULL, NULL, 0, NULL) == ENOTEMPTY,
+        "non-empty without recursive -> ENOTEMPTY");
+  CHECK(f_simple(MOAT_REQ_REMOVE, tp("rm/tree"), NULL, NULL, 1, NULL) == 0 && !exists(tp("rm/tree")),
+        "recursive remove");
   CHECK(exists(tp("outside/precious")), "recursive remove does not follow symlinks");
   CHECK(f_simple(MOAT_REQ_REMOVE, tp("rm/dirlink"), NULL, NULL, 1, NULL) == 0 && !exists(tp("rm/dirlink")) &&
             exists(tp("outside/precious")),
@@ -244,7 +255,8 @@ static void test_move_remove(void) {
     mkdir(tp("rm/mnt/m"), 0755);
     if (mount("tmpfs", tp("rm/mnt/m"), "tmpfs", 0, "size=1m") == 0) {
       int r = f_simple(MOAT_REQ_REMOVE, tp("rm/mnt"), NULL, NULL, 1, NULL);
-      CHECK(r == EBUSY && exists(tp("rm/mnt/m")), "recursive remove stops at a mount point (%d %s)", r, f_msg);
+      CHECK(r == EBUSY && exists(tp("rm/mnt/m")), "recursive remove stops at a mount point (%d %s)", r,
+            f_msg);
       umount2(tp("rm/mnt/m"), MNT_DETACH);
     }
   }
@@ -261,16 +273,18 @@ static void test_user_files(void) {
   CHECK(f_write(tp("shared/sub/by-nobody"), "n", 1, "nobody", -1, 1) == 0, "nobody writes in a 0777 dir");
   struct f_entry s;
   int r = f_stat(tp("shared/sub/by-nobody"), NULL, &s);
-  CHECK(r == 0 && s.uid == 65534 && s.gid == 65534,
-        "file owned by nobody (%u:%u)", s.uid, s.gid);
+  CHECK(r == 0 && s.uid == 65534 && s.gid == 65534, "file owned by nobody (%u:%u)", s.uid, s.gid);
   CHECK(f_stat(tp("shared/sub"), NULL, &s) == 0 && s.uid == 65534, "parent made by nobody owned by nobody");
-  CHECK(f_write(tp("root-only/x"), "n", 1, "nobody", -1, 1) == EACCES, "nobody cannot write in root's dir (%s)", f_msg);
+  CHECK(f_write(tp("root-only/x"), "n", 1, "nobody", -1, 1) == EACCES,
+        "nobody cannot write in root's dir (%s)", f_msg);
   f_write(tp("secret"), "s", 1, NULL, 0600, 1);
   char *b = NULL;
   size_t len;
-  CHECK(f_read(tp("secret"), "nobody", &b, &len, NULL, NULL) == EACCES, "nobody cannot read a 0600 root file");
+  CHECK(f_read(tp("secret"), "nobody", &b, &len, NULL, NULL) == EACCES,
+        "nobody cannot read a 0600 root file");
   free(b);
-  CHECK(f_simple(MOAT_REQ_REMOVE, tp("secret"), NULL, "nobody", 0, NULL) == EACCES, "nobody cannot remove it");
+  CHECK(f_simple(MOAT_REQ_REMOVE, tp("secret"), NULL, "nobody", 0, NULL) == EACCES,
+        "nobody cannot remove it");
   /* root replacing nobody's file keeps the owner */
   r = f_write(tp("shared/sub/by-nobody"), "r", 1, NULL, -1, 1);
   CHECK(r == 0 && f_stat(tp("shared/sub/by-nobody"), NULL, &s) == 0 && s.uid == 65534,

@@ -51,7 +51,8 @@ int main(void) {
   char c2;
   ssize_t n2 = read(rp[0], &c2, 1);
   close(rp[0]);
-  CHECK(n == 1 && c == 'R' && n2 == 0, "ready byte 'R' then EOF (after %llu us)", (unsigned long long)ready_us);
+  CHECK(n == 1 && c == 'R' && n2 == 0, "ready byte 'R' then EOF (after %llu us)",
+        (unsigned long long)ready_us);
 
   struct x_res r;
   x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "echo $$; env | grep -c MOAT_GUEST; true")}, &r);

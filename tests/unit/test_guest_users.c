@@ -39,14 +39,16 @@ static void test_users(void) {
     g100 |= u.groups[i] == 100;
     g29 |= u.groups[i] == 29;
   }
-  CHECK(u.ngroups == 3 && u.groups[0] == 1000 && g27 && g100 && !g29, "groups: primary + sudo + users (%zu)", u.ngroups);
+  CHECK(u.ngroups == 3 && u.groups[0] == 1000 && g27 && g100 && !g29, "groups: primary + sudo + users (%zu)",
+        u.ngroups);
   guest_user_clear(&u);
 
   CHECK(guest_user_lookup(etc, NULL, &u, &err) == 0 && u.uid == 0 && strcmp(u.name, "root") == 0 &&
             strcmp(u.shell, "/bin/bash") == 0,
         "absent user = root");
   guest_user_clear(&u);
-  CHECK(guest_user_lookup(etc, "nohome", &u, &err) == 0 && strcmp(u.home, "/") == 0 && strcmp(u.shell, "/bin/sh") == 0,
+  CHECK(guest_user_lookup(etc, "nohome", &u, &err) == 0 && strcmp(u.home, "/") == 0 &&
+            strcmp(u.shell, "/bin/sh") == 0,
         "empty home/shell default to / and /bin/sh");
   guest_user_clear(&u);
   CHECK(guest_user_lookup(etc, "bad", &u, &err) < 0 && err->status == EINVAL, "malformed uid line ignored");
@@ -87,8 +89,8 @@ static void test_paths(void) {
   for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
     moat_error *err = NULL;
     char *p = guest_path_resolve(cases[i][0], cases[i][1], &err);
-    CHECK(p && strcmp(p, cases[i][2]) == 0, "resolve '%s' in %s -> %s (%s)", cases[i][1], cases[i][0], cases[i][2],
-          p ? p : moat_error_msg(err));
+    CHECK(p && strcmp(p, cases[i][2]) == 0, "resolve '%s' in %s -> %s (%s)", cases[i][1], cases[i][0],
+          cases[i][2], p ? p : moat_error_msg(err));
     free(p);
     moat_error_free(&err);
   }
@@ -102,10 +104,12 @@ static void test_paths(void) {
   moat_error_free(&err);
   memset(longp, 'a', 4000);
   longp[4000] = 0;
-  CHECK(guest_path_resolve("/home/very/long/home/directory/for/this/test/case/that/pushes/it/over/the/limit/of/4096/bytes/total/when/joined/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-                           longp, &err) == NULL &&
-            err->status == EINVAL,
-        "too long after joining home -> EINVAL");
+  CHECK(
+      guest_path_resolve("/home/very/long/home/directory/for/this/test/case/that/pushes/it/over/the/limit/of/"
+                         "4096/bytes/total/when/joined/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                         longp, &err) == NULL &&
+          err->status == EINVAL,
+      "too long after joining home -> EINVAL");
   moat_error_free(&err);
   free(longp);
 }

@@ -1,4 +1,5 @@
-/* test_guest_util.h -- TAP output, a moat-guest started with --listen, and a tiny protocol client for tests */
+/* test_guest_util.h -- TAP output, a moat-guest started with --listen, and a tiny protocol client for tests
+ */
 #ifndef MOAT_TEST_GUEST_UTIL_H
 #define MOAT_TEST_GUEST_UTIL_H
 
@@ -339,7 +340,8 @@ static int f_request(struct moat_msg *req, struct moat_msg *rep, int *status) {
 }
 
 /* A simple request: returns 0 on REP_OK / REP_ENTRY (entry filled if e), the errno of REP_ERROR. */
-static int f_simple(uint8_t type, const char *path, const char *path2, const char *user, int flag, struct f_entry *e) {
+static int f_simple(uint8_t type, const char *path, const char *path2, const char *user, int flag,
+                    struct f_entry *e) {
   struct moat_msg req, rep;
   moat_msg_init(&req, type);
   moat_msg_init(&rep, 0);
@@ -399,7 +401,8 @@ static int f_list(const char *path, const char *user, uint32_t depth, struct f_e
 }
 
 /* Writes data to path in chunks of chunk bytes. mode < 0: not sent. 0 or errno (-1 protocol). */
-static int f_write(const char *path, const void *data, size_t len, const char *user, long mode, size_t chunk) {
+static int f_write(const char *path, const void *data, size_t len, const char *user, long mode,
+                   size_t chunk) {
   struct moat_msg req, rep;
   moat_msg_init(&req, MOAT_REQ_WRITE);
   moat_msg_init(&rep, 0);
@@ -432,7 +435,8 @@ static int f_write(const char *path, const void *data, size_t len, const char *u
 }
 
 /* Reads path into a new buffer. 0 or errno (-1 protocol). size/mode as REP_OK reported them. */
-static int f_read(const char *path, const char *user, char **data, size_t *len, uint64_t *size, uint32_t *mode) {
+static int f_read(const char *path, const char *user, char **data, size_t *len, uint64_t *size,
+                  uint32_t *mode) {
   struct moat_msg req, rep;
   moat_msg_init(&req, MOAT_REQ_READ);
   moat_msg_init(&rep, 0);

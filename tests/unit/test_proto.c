@@ -46,13 +46,15 @@ static void test_round_trip(void) {
   moat_msg_put(&m, MOAT_T_DATA, "a\0b", 3);
   size_t len;
   uint8_t *b = wire(&m, &len);
-  check(len == 5 + m.len && b[0] == (uint8_t)(m.len + 1) && b[4] == MOAT_REQ_EXEC, "frame header: LE length + type");
+  check(len == 5 + m.len && b[0] == (uint8_t)(m.len + 1) && b[4] == MOAT_REQ_EXEC,
+        "frame header: LE length + type");
   moat_error *err = NULL;
   check(moat_msg_parse(b, len, &d, &err) == 1 && d.type == MOAT_REQ_EXEC && d.len == m.len &&
             memcmp(d.buf, m.buf, m.len) == 0,
         "parse gives back the same fields");
   char **argv = moat_msg_get_strv(&d, MOAT_T_ARGV);
-  check(argv && strv_len(argv) == 3 && strcmp(argv[0], "sh") == 0 && strcmp(argv[1], "-c") == 0 && argv[2][0] == 0,
+  check(argv && strv_len(argv) == 3 && strcmp(argv[0], "sh") == 0 && strcmp(argv[1], "-c") == 0 &&
+            argv[2][0] == 0,
         "repeated strings in order (empty one kept)");
   strv_free(argv);
   uint32_t u32 = 0;
@@ -63,11 +65,13 @@ static void test_round_trip(void) {
   check(moat_msg_get_i32(&d, MOAT_T_EXIT_CODE, &i32) == 0 && i32 == -1, "i32 negative");
   check(moat_msg_get_u64(&d, MOAT_T_MAX_OUTPUT, &u64) == 0 && u64 == 0x0102030405060708ull, "u64");
   check(moat_msg_get_i64(&d, MOAT_T_MTIME, &i64) == 0 && i64 == -1234567890123ll, "i64 negative");
-  check(moat_msg_get_u32(&d, MOAT_T_MAX_OUTPUT, &u32) < 0 && u32 == 0xdeadbeef, "wrong width rejected, value untouched");
+  check(moat_msg_get_u32(&d, MOAT_T_MAX_OUTPUT, &u32) < 0 && u32 == 0xdeadbeef,
+        "wrong width rejected, value untouched");
   check(moat_msg_get_u32(&d, MOAT_T_PID, &u32) < 0, "absent field");
   check(moat_msg_get_str(&d, MOAT_T_DATA) == NULL, "string with NUL rejected");
   struct moat_field f;
-  check(moat_msg_find(&d, MOAT_T_DATA, &f) && f.len == 3 && memcmp(f.data, "a\0b", 3) == 0, "bytes field keeps NUL");
+  check(moat_msg_find(&d, MOAT_T_DATA, &f) && f.len == 3 && memcmp(f.data, "a\0b", 3) == 0,
+        "bytes field keeps NUL");
   char *s = moat_msg_get_str(&d, MOAT_T_ENV);
   check(s && strcmp(s, "A=1") == 0, "string getter");
   free(s);
@@ -87,12 +91,13 @@ static void test_round_trip(void) {
     _exit(0);
   }
   close(sv[0]);
-  check(moat_msg_recv(sv[1], &d, &err) == 1 && d.type == MOAT_MSG_DATA && moat_msg_find(&d, MOAT_T_DATA, &f) &&
-            f.len == sizeof(chunk) && memcmp(f.data, chunk, sizeof(chunk)) == 0,
+  check(moat_msg_recv(sv[1], &d, &err) == 1 && d.type == MOAT_MSG_DATA &&
+            moat_msg_find(&d, MOAT_T_DATA, &f) && f.len == sizeof(chunk) &&
+            memcmp(f.data, chunk, sizeof(chunk)) == 0,
         "256 KiB DATA frame over a socket");
   check(moat_msg_recv(sv[1], &d, &err) == 1 && d.type == MOAT_MSG_END && d.len == 0, "END frame");
-  check(moat_msg_recv(sv[1], &d, &err) == 1 && d.type == MOAT_REP_ERROR && moat_msg_get_i32(&d, MOAT_T_ERRNO, &i32) == 0 &&
-            i32 == ENOENT,
+  check(moat_msg_recv(sv[1], &d, &err) == 1 && d.type == MOAT_REP_ERROR &&
+            moat_msg_get_i32(&d, MOAT_T_ERRNO, &i32) == 0 && i32 == ENOENT,
         "error frame errno");
   s = moat_msg_get_str(&d, MOAT_T_MESSAGE);
   check(s && strcmp(s, "open /x: No such file or directory") == 0, "error frame message");
