@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -323,8 +324,11 @@ int moat_template_remove_leftovers(struct moat_templates *t, const char *name, m
 }
 
 /* Runs argv with stdout+stderr streamed line by line to the log as "template NAME: ...".
- * stdin_path (or /dev/null) is its stdin. Returns 0 when it exits 0, else -1. */
-static int run_logged(const char *name, char *const argv[], const char *stdin_path, moat_error **err) {
+ * stdin_path (or /dev/null) is its stdin. lock_fd (the build lock) is passed down as fd 3, so that
+ * the lock stays held while any descendant lives: should moatd die mid-build, the next build waits
+ * for debootstrap's orphans before it removes their directory. Returns 0 when it exits 0, else -1. */
+static int run_logged(const char *name, char *const argv[], const char *stdin_path, int lock_fd,
+                      moat_error **err) {
   int pfd[2];
   if (pipe2(pfd, O_CLOEXEC) < 0)
     return moat_error_errno(err, "pipe");
@@ -360,10 +364,15 @@ static int run_logged(const char *name, char *const argv[], const char *stdin_pa
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* the building thread waits for us; if it dies, stop */
     dup2(in, 0);
     dup2(pfd[1], 1);
     dup2(pfd[1], 2);
-    syscall(SYS_close_range, 3, ~0u, 0);
+    if (lock_fd >= 0 && lock_fd != 3)
+      dup2(lock_fd, 3); /* dup2 clears O_CLOEXEC on the copy */
+    else if (lock_fd == 3)
+      fcntl(3, F_SETFD, 0);
+    syscall(SYS_close_range, lock_fd >= 0 ? 4 : 3, ~0u, 0);
     execve(argv[0], argv, envp);
     _exit(127);
   }
@@ -456,7 +465,7 @@ static unsigned long long tree_size(int fd0) {
 
 /* Builds NAME into tmp (TEMPLATE_DIR/NAME.tmp-XXXXXX) and renames it into place. Build lock held. */
 static int build_into(struct moat_templates *t, const char *name, const char *digest, const char *tmp,
-                      moat_error **err) {
+                      int lock_fd, moat_error **err) {
   _cleanup_free_ char *recipe = xasprintf("%s/%s", t->recipes_dir, name);
   _cleanup_free_ char *rootfs = xasprintf("%s/rootfs", tmp);
   _cleanup_free_ char *packages = NULL;
@@ -482,7 +491,7 @@ static int build_into(struct moat_templates *t, const char *name, const char *di
   deb_argv[a++] = rootfs;
   deb_argv[a++] = (char *)mirror;
   deb_argv[a] = NULL;
-  int r = run_logged(name, deb_argv, NULL, err);
+  int r = run_logged(name, deb_argv, NULL, lock_fd, err);
   umount_below(rootfs); /* debootstrap mounts /proc and /sys in the target; a failure can leave them */
   if (r < 0)
     return moat_error_wrap(err, "debootstrap");
@@ -497,7 +506,7 @@ static int build_into(struct moat_templates *t, const char *name, const char *di
                        "set -e; tar -C \"$1\" --owner=0 --group=0 --numeric-owner -cf - . | "
                        "chroot \"$2\" tar -xpf - -C / --keep-directory-symlink --no-overwrite-dir",
                        "sh", files, rootfs, NULL};
-    if (run_logged(name, cp_argv, NULL, err) < 0)
+    if (run_logged(name, cp_argv, NULL, lock_fd, err) < 0)
       return moat_error_wrap(err, "copy files/");
   }
 
@@ -518,7 +527,7 @@ static int build_into(struct moat_templates *t, const char *name, const char *di
     if (sfd < 0 || write_all(sfd, script, strlen(script)) < 0)
       return moat_error_errno(err, "copy recipe script into %s", tmpdir);
     char *run_argv[] = {"/usr/sbin/chroot", rootfs, "/bin/sh", "-e", "/tmp/.moat-recipe-run", NULL};
-    r = run_logged(name, run_argv, NULL, err);
+    r = run_logged(name, run_argv, NULL, lock_fd, err);
     umount_below(rootfs);
     unlinkat(tfd, ".moat-recipe-run", 0);
     if (r < 0)
@@ -553,7 +562,18 @@ static int build_into(struct moat_templates *t, const char *name, const char *di
 
   _cleanup_free_ char *final = xasprintf("%s/%s", t->template_dir, name);
   if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-    /* tmp now holds the old template; the caller removes tmp. */
+    /* tmp now holds the old image. Sandboxes may still run on it, and nothing here can tell (their
+     * idmapped views of it are detached mounts): deleting it would pull files from under them. So it
+     * is parked as NAME.old-XXXXXX and left for whoever runs moatd to remove. */
+    char suffix[7];
+    random_id(suffix, 6);
+    _cleanup_free_ char *old = xasprintf("%s/%s.old-%s", t->template_dir, name, suffix);
+    if (rename(tmp, old) < 0)
+      log_warn("template %s: park the replaced image at %s: %s; removing it", name, old, strerror(errno));
+    else
+      log_warn("template %s: the replaced image is kept at %s; remove it (rm -rf) once no sandbox created "
+               "before now runs",
+               name, old);
   } else if (errno == ENOENT) {
     if (rename(tmp, final) < 0)
       return moat_error_errno(err, "rename %s to %s", tmp, final);
@@ -592,7 +612,7 @@ static int build(struct moat_templates *t, const char *name, moat_error **err) {
   if (!mkdtemp(tmp))
     return moat_error_errno(err, "mkdtemp %s", tmp);
   chmod(tmp, 0755);
-  int r = build_into(t, name, digest, tmp, err);
+  int r = build_into(t, name, digest, tmp, lfd, err);
   moat_error *rm_err = NULL;
   if (remove_tree(tmp, &rm_err) < 0) {
     log_warn("template %s: %s", name, moat_error_msg(rm_err));
