@@ -27,7 +27,7 @@
 
 #define DEFAULT_MAX_OUTPUT (16ull << 20)
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#define OBUF_HIGH (1u << 20) /* stop reading the command's output while this much waits for the host */
+#define OBUF_HIGH (4u << 20) /* stop reading the command's output while this much waits for the host */
 #define FRAME_HDR 11         /* u32 length, u8 type, u16 tag, u32 field length */
 
 #ifndef CLONE_PIDFD

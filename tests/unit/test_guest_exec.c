@@ -185,6 +185,14 @@ static void test_stdin(void) {
         "1 MiB of stdin streamed through cat (%zu bytes back) %s", r.out_len, r.msg);
   x_res_free(&r);
 
+  x_run(
+      &(struct x_opts){
+          .argv = ARGV("cat"), .stdin_data = data, .stdin_len = n, .stream = true, .write_first = true},
+      &r);
+  CHECK(r.err_no == 0 && r.exit_code == 0 && r.out_len == n && memcmp(r.out, data, n) == 0,
+        "a host that sends all 1 MiB of stdin before reading does not deadlock %s", r.msg);
+  x_res_free(&r);
+
   x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "head -c 10 >/dev/null; echo read10"),
                          .stdin_data = data,
                          .stdin_len = n,

@@ -124,7 +124,8 @@ struct x_opts {
   uint64_t max_output; /* 0: not sent */
   const void *stdin_data;
   size_t stdin_len;
-  bool stream; /* send STDIN_STREAM=1 and the data as DATA frames + END */
+  bool stream;      /* send STDIN_STREAM=1 and the data as DATA frames + END */
+  bool write_first; /* with stream: send all of stdin before reading anything (a naive host) */
 };
 
 struct x_res {
@@ -264,10 +265,12 @@ static int x_run(const struct x_opts *o, struct x_res *r) {
   }
   pthread_t th;
   struct feeder fe = {fd, o->stdin_data, o->stdin_len};
-  if (o->stream)
+  if (o->stream && o->write_first)
+    feed_stdin(&fe);
+  else if (o->stream)
     pthread_create(&th, NULL, feed_stdin, &fe);
   int ret = x_collect(fd, r);
-  if (o->stream) {
+  if (o->stream && !o->write_first) {
     shutdown(fd, SHUT_RDWR); /* unblocks a feeder stuck on a guest that stopped reading */
     pthread_join(th, NULL);
   }
