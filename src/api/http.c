@@ -33,8 +33,10 @@ struct moat_api {
   struct moat_control *control;
   char *version;
   unsigned port;
-  int listen_fd;
+  int inflight; /* requests between their first access-handler call and completion (atomic) */
 };
+
+#define API_STOP_WAIT_S 30 /* moat_api_stop waits this long for in-flight requests */
 
 struct moat_control *api_control(const struct api_req *r) {
   return r->api->control;
@@ -393,6 +395,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     r->conn = conn;
     r->start_ns = now_ns();
     *con_cls = r;
+    __atomic_add_fetch(&api->inflight, 1, __ATOMIC_SEQ_CST);
     req_begin(r, url, method);
     return MHD_YES;
   }
@@ -444,8 +447,10 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
   else if (toe == MHD_REQUEST_TERMINATED_WITH_ERROR)
     how = " (aborted)";
   log_info("%s %s %u %.1fms%s", r->method, r->path ? r->path : "?", r->status, ms, how);
+  struct moat_api *api = r->api;
   req_free(r);
   *con_cls = NULL;
+  __atomic_sub_fetch(&api->inflight, 1, __ATOMIC_SEQ_CST);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -507,7 +512,7 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
     free(a);
     return moat_error_set(err, EIO, "listen on %s: libmicrohttpd failed to start", cfg->listen);
   }
-  a->listen_fd = steal_fd(&fd); /* MHD closes it in MHD_stop_daemon */
+  fd = -1; /* MHD owns the listening socket now */
   log_info("api listening on %s (port %u)", cfg->listen, port);
   *out = a;
   return 0;
@@ -518,7 +523,18 @@ unsigned moat_api_port(const struct moat_api *a) { return a ? a->port : 0; }
 void moat_api_stop(struct moat_api *a) {
   if (!a)
     return;
-  MHD_stop_daemon(a->daemon); /* joins every connection thread: in-flight requests finish */
+  /* Stop accepting, let requests in flight finish and send their responses (up to
+   * API_STOP_WAIT_S), then close every connection and join its thread. */
+  MHD_socket lfd = MHD_quiesce_daemon(a->daemon);
+  if (lfd != MHD_INVALID_SOCKET)
+    close(lfd);
+  uint64_t deadline = now_ns() + API_STOP_WAIT_S * 1000000000ULL;
+  int n = __atomic_load_n(&a->inflight, __ATOMIC_SEQ_CST);
+  if (n > 0)
+    log_info("api: waiting for %d request(s) in flight", n);
+  while (__atomic_load_n(&a->inflight, __ATOMIC_SEQ_CST) > 0 && now_ns() < deadline)
+    usleep(20000);
+  MHD_stop_daemon(a->daemon);
   free(a->version);
   free(a);
 }
