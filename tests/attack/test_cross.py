@@ -61,7 +61,9 @@ class CrossSandboxTest(DaemonTest):
                     continue
                 self.assertEqual(r.errno, "ESRCH", r)
         # a blanket kill from B reaches only B
-        self.c.exec(self.b, cmd="kill -9 -1 2>/dev/null; true")
+        # (kill -1 may take the guest's own helper for this exec with it: 502 is then fair)
+        self.c.exec(self.b, cmd="kill -9 -1 2>/dev/null; true", expect=(200, 502))
+        self.assertAlive(self.b)
         self.assertTrue(self.a_alive(self.a_sleeper))
         self.assertTrue(self.a_alive(self.a_listener))
 

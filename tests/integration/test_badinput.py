@@ -138,34 +138,56 @@ class BadInputTest(DaemonTest):
         big = json.dumps({"metadata": {"k": "v" * (2 << 20)}}).encode()
         self.assertApiError(413, "payload_too_large", self.post_raw, "/v1/sandboxes", big)
 
-    def test_2gib_body_rejected_fast(self):
-        """Declares a 2 GiB body and streams it: the daemon must answer 413 without reading it all."""
+    def stream_body(self, path, declared, body_chunks, limit_s=30):
+        """Sends a request declaring `declared` bytes and streams body_chunks (an iterator) while
+        watching for an early answer. Returns (status, body, bytes sent, seconds)."""
         s = socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30)
         try:
-            head = ("POST /v1/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
-                    "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (self.c.key, 2 << 30))
+            head = ("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+                    "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (path, self.c.key, declared))
             s.sendall(head.encode())
-            chunk = b" " * (256 << 10)
             sent = 0
             t0 = time.time()
-            status = None
             s.setblocking(False)
-            while time.time() - t0 < 30 and sent < (2 << 30):
+            pending = b""
+            while time.time() - t0 < limit_s:
+                if not pending:
+                    pending = next(body_chunks, b"")
+                    if not pending:
+                        break
                 r, w, _ = select.select([s], [s], [], 1.0)
                 if r:
                     break
                 if w:
                     try:
-                        sent += s.send(chunk)
+                        n = s.send(pending)
+                        sent += n
+                        pending = pending[n:]
                     except (BlockingIOError, InterruptedError):
                         pass
                     except (BrokenPipeError, ConnectionResetError):
                         break
             s.setblocking(True)
             status, headers, body = read_http_response(s, 10)
-            dt = time.time() - t0
+            return status, body, sent, time.time() - t0
         finally:
             s.close()
+
+    def test_json_body_over_1mib(self):
+        big = json.dumps({"metadata": {"k": "v" * (2 << 20)}}).encode()
+        chunks = iter([big[i:i + 65536] for i in range(0, len(big), 65536)])
+        status, body, sent, dt = self.stream_body("/v1/sandboxes", len(big), chunks)
+        self.assertEqual(status, 413, body)
+        self.assertEqual(json.loads(body)["code"], "payload_too_large")
+
+    def test_2gib_body_rejected_fast(self):
+        """Declares a 2 GiB body and streams it: the daemon must answer 413 without reading it all."""
+        chunk = b" " * (256 << 10)
+
+        def gen():
+            while True:
+                yield chunk
+        status, body, sent, dt = self.stream_body("/v1/sandboxes", 2 << 30, gen())
         self.assertEqual(status, 413, body)
         self.assertEqual(json.loads(body)["code"], "payload_too_large")
         self.assertLess(sent, 256 << 20, "daemon read %d bytes of a 2 GiB body" % sent)

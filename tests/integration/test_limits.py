@@ -55,3 +55,33 @@ class LimitsTest(DaemonTest):
         self.assertAlive(sid)
         # space is usable again
         self.c.sh(sid, "head -c 4194304 /dev/zero > /root/after.bin")
+
+
+class CgroupPlacementTest(DaemonTest):
+    """moatd puts every sandbox cgroup beneath the cgroup it was started in (the harness starts it
+    in a cgroup of its own), in every hierarchy, never at a hierarchy's root."""
+
+    def test_sandbox_cgroups_beneath_daemon(self):
+        import time
+        import uuid
+        import moatd
+        if not self.daemon.cgroups:
+            self.skipTest("daemon not started in a test cgroup (MOAT_TEST_CGROUP=0)")
+        sid = self.with_probe(memory_mb=256)
+        tag = "cgplace-" + uuid.uuid4().hex[:10]
+        self.assertTrue(self.probe(sid, "sleepd", 60, tag).ok)
+        time.sleep(0.2)
+        pids = moatd.find_pids_by_cmdline(tag)
+        self.assertEqual(len(pids), 1)
+        dirs = moatd.pid_cgroup_dirs(pids[0])
+        daemon_dirs = moatd.pid_cgroup_dirs(self.daemon.proc.pid)
+        for test_cg in self.daemon.cgroups:
+            hier = test_cg[:test_cg.index("/", len(moatd.CG_ROOT) + 1)] if test_cg.count("/") > 4 else test_cg
+            mine = [d for d in dirs if d == hier or d.startswith(hier + "/")]
+            if hier.endswith(("/cpuset", "/blkio", "/devices", "/freezer")):
+                continue  # hierarchies moatd does not use
+            with self.subTest(hierarchy=hier):
+                self.assertTrue(mine, "sandbox in no cgroup of %s: %r" % (hier, dirs))
+                self.assertTrue(mine[0].startswith(test_cg + "/"),
+                                "sandbox cgroup %s is not beneath moatd's cgroup %s (moatd is in %r)"
+                                % (mine[0], test_cg, daemon_dirs))

@@ -468,7 +468,8 @@ class MoatDaemon:
         probe = Client(self.port, None)
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("moatd exited with %s; log tail:\n%s" % (self.proc.returncode, self.log_tail()))
+                raise RuntimeError("moatd exited with %s; log tail:\n%s%s" % (self.proc.returncode, self.log_tail(),
+                                                                             self.lock_holders()))
             try:
                 probe.healthz()
                 break
@@ -481,6 +482,29 @@ class MoatDaemon:
         if key not in self.keys:
             self.keys.append(key)
         return self.client
+
+    def lock_holders(self):
+        """Diagnostics: processes holding an fd on DATA/lock (they keep a restart from starting)."""
+        lock = os.path.join(self.data_dir, "lock")
+        out = []
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                fds = os.listdir("/proc/%s/fd" % p)
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    if os.readlink("/proc/%s/fd/%s" % (p, fd)) == lock:
+                        with open("/proc/%s/cmdline" % p, "rb") as f:
+                            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                        with open("/proc/%s/wchan" % p) as f:
+                            wchan = f.read()
+                        out.append("pid %s fd %s wchan %s cmd %s nfds %d" % (p, fd, wchan, cmd, len(fds)))
+                except OSError:
+                    pass
+        return ("\nholders of %s:\n  " % lock + "\n  ".join(out)) if out else ""
 
     def read_key(self):
         deadline = time.time() + 30
@@ -577,8 +601,17 @@ class MoatDaemon:
         if not keep_data:
             self.cgroups = []
 
-    def leftovers(self, netns=()):
-        """What the daemon left behind after it stopped: a dict of non-empty lists."""
+    def leftovers(self, netns=(), grace_s=5):
+        """What the daemon left behind after it stopped: a dict of non-empty lists. Waits up to
+        grace_s for the kernel to finish tearing down processes that were already killed."""
+        deadline = time.time() + grace_s
+        while True:
+            out = self._leftovers(netns)
+            if not out or time.time() >= deadline:
+                return out
+            time.sleep(0.1)
+
+    def _leftovers(self, netns):
         out = {}
         cg = []
         for d in self.cgroups:
