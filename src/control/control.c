@@ -360,6 +360,10 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
   int rc = moat_host_create(c->host, tmpl, &limits, &inst, err);
   uint64_t ready_us = (now_ns() - t0) / 1000;
   if (rc < 0) {
+    /* The spec was validated above: a host failure is ours (500), unless it says "no capacity"
+     * (EAGAIN: 503) or "out of disk" (ENOSPC: 507). */
+    if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
+      (*err)->status = EIO;
     moat_error_wrap(err, "create sandbox");
     log_warn("create %s failed: %s", id, moat_error_msg(*err));
     moat_error *e2 = NULL;

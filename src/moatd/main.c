@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -262,15 +261,22 @@ int main(int argc, char **argv) {
     die("data dir: %s", moat_error_msg(err));
   chmod(data_dir, 0700);
 
-  /* One moatd per data dir. The lock is released by the kernel however moatd ends (kill -9
-   * included); O_CLOEXEC keeps sandboxes from inheriting it. */
+  /* One moatd per data dir. A POSIX record lock (not flock): it belongs to this process, so the
+   * kernel drops it when moatd dies (kill -9 included) even if a forked, not yet exec'd child of
+   * moatd still holds a copy of the fd for a moment. Never closed: closing any fd of the file
+   * would drop the lock. */
   _cleanup_free_ char *lock_path = xasprintf("%s/lock", data_dir);
   int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lock_fd < 0)
     die("open %s: %s", lock_path, strerror(errno));
-  if (flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-    if (errno == EWOULDBLOCK)
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  if (fcntl(lock_fd, F_SETLK, &fl) < 0) {
+    if (errno == EACCES || errno == EAGAIN) {
+      struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+      if (fcntl(lock_fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK)
+        die("another moatd (pid %d) is running with data dir %s", (int)who.l_pid, data_dir);
       die("another moatd is running with data dir %s", data_dir);
+    }
     die("lock %s: %s", lock_path, strerror(errno));
   }
 
@@ -347,6 +353,5 @@ int main(int argc, char **argv) {
   moat_api_stop(api);
   moat_control_close(control);
   log_info("stopped");
-  close(lock_fd);
   return 0;
 }
