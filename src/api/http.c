@@ -239,14 +239,12 @@ static void req_free(struct api_req *r) {
 /* The API key from "Authorization: Bearer K" or "X-API-Key: K", or NULL. */
 static const char *api_key(struct MHD_Connection *c) {
   const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (h) {
-    if (strncasecmp(h, "Bearer ", 7) == 0) {
-      h += 7;
-      while (*h == ' ')
-        h++;
-      return *h ? h : NULL;
-    }
-    return NULL;
+  if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+    h += 7;
+    while (*h == ' ')
+      h++;
+    if (*h)
+      return h;
   }
   h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-Key");
   return h && *h ? h : NULL;
