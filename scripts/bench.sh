@@ -1,0 +1,10 @@
+#!/bin/sh
+# bench.sh -- `make bench`: builds the C timing helpers and runs bench/bench.py (see docs/benchmarks.md).
+# Extra arguments go to bench.py (e.g. --creates 500 --idle 1000). MOAT_BUILD picks the build dir.
+set -eu
+cd "$(dirname "$0")/.."
+B="${MOAT_BUILD:-build}"
+mkdir -p build/bench
+${CC:-cc} -O2 -Wall -Wextra -Werror -o build/bench/spawn_time bench/spawn_time.c
+command -v bwrap >/dev/null 2>&1 || { echo "bench: bwrap is missing (apt-get install bubblewrap)" >&2; exit 1; }
+exec env MOAT_BUILD="$B" python3 bench/bench.py --spawn-time build/bench/spawn_time "$@"
