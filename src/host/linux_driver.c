@@ -32,6 +32,7 @@
 #define MOAT_MAX_RANGES 49150
 #define RANGES_DIR "/run/moat/ranges"
 #define POOL_DISK_MB 10240
+#define MAX_BUILDS 4
 
 enum slot_state { SLOT_BUILDING = 1, SLOT_POOLED, SLOT_ASSIGNED, SLOT_TEARDOWN };
 
@@ -61,6 +62,8 @@ struct moat_host {
   unsigned pooled;
   bool stopping;
   pthread_cond_t wake; /* pool filler and teardown worker */
+  unsigned building;       /* shell builds in progress */
+  pthread_cond_t build_slot; /* signalled when a build finishes */
   struct slot *teardown_head;
   pthread_t filler, reaper; /* pool filler, teardown worker */
   bool threads_started;
@@ -182,6 +185,13 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   h->live++;
   pthread_mutex_unlock(&h->lock);
 
+  /* At most MAX_BUILDS shells are built at once: on a small host, twenty parallel builds each
+   * forking, formatting and mounting thrash instead of finishing. */
+  pthread_mutex_lock(&h->lock);
+  while (h->building >= MAX_BUILDS)
+    pthread_cond_wait(&h->build_slot, &h->lock);
+  h->building++;
+  pthread_mutex_unlock(&h->lock);
   _cleanup_free_ char *dir = slot_path(h, n);
   _cleanup_free_ char *img = xasprintf("%s/%d.img", h->disks_dir, n);
   int ret = -1;
@@ -228,6 +238,8 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   ret = 0;
 out:
   pthread_mutex_lock(&h->lock);
+  h->building--;
+  pthread_cond_signal(&h->build_slot);
   if (ret < 0) {
     h->slots[n] = NULL;
     h->live--;
@@ -407,6 +419,7 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   struct moat_host *h = xcalloc(1, sizeof(*h));
   pthread_mutex_init(&h->lock, NULL);
   pthread_cond_init(&h->wake, NULL);
+  pthread_cond_init(&h->build_slot, NULL);
   h->slots = xcalloc(MOAT_MAX_RANGES, sizeof(struct slot *));
   char *real = realpath(cfg->data_dir, NULL);
   h->data_dir = real ? real : xstrdup(cfg->data_dir);
@@ -504,6 +517,7 @@ void moat_host_shutdown(struct moat_host *h) {
   free(h->pool_template);
   pthread_mutex_destroy(&h->lock);
   pthread_cond_destroy(&h->wake);
+  pthread_cond_destroy(&h->build_slot);
   free(h);
 }
 

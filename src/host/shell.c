@@ -365,11 +365,11 @@ static int bind_guest_socket(const char *slot_dir, moat_error **err) {
 /* Waits for the guest's ready byte or the child's failure report. */
 static int wait_ready(int ready_fd, int sync_fd, int pidfd, moat_error **err) {
   struct pollfd p[2] = {{.fd = ready_fd, .events = POLLIN}, {.fd = sync_fd, .events = POLLIN}};
-  uint64_t deadline = now_ns() + 20ull * 1000000000ull;
+  uint64_t deadline = now_ns() + 60ull * 1000000000ull;
   for (;;) {
     uint64_t now = now_ns();
     if (now >= deadline)
-      return moat_error_set(err, ETIMEDOUT, "sandbox init did not become ready in 20 s");
+      return moat_error_set(err, ETIMEDOUT, "sandbox init did not become ready in 60 s");
     int r = poll(p, 2, (int)((deadline - now) / 1000000ull) + 1);
     if (r < 0 && errno != EINTR)
       return moat_error_errno(err, "poll");
