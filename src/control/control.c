@@ -639,13 +639,29 @@ static int ensure_api_key(struct moat_control *c, moat_error **err) {
     if (strlen(key) < 16)
       return moat_error_set(err, EINVAL, "%s: not an API key; remove it to have a new one made", path);
   } else {
+    /* Written beside, then linked into place: a crash never leaves an empty or partial key file,
+     * and link() fails with EEXIST like O_EXCL if another process made one meanwhile. */
     key = new_key();
-    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
+    unlink(tmp);
+    _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
-      return moat_error_errno(err, "create %s", path);
+      return moat_error_errno(err, "create %s", tmp);
     _cleanup_free_ char *line = xasprintf("%s\n", key);
-    if (write_all(fd, line, strlen(line)) < 0 || fsync(fd) < 0)
-      return moat_error_errno(err, "write %s", path);
+    if (write_all(fd, line, strlen(line)) < 0 || fsync(fd) < 0) {
+      moat_error_errno(err, "write %s", tmp);
+      unlink(tmp);
+      return -1;
+    }
+    int lr = link(tmp, path);
+    int saved = errno;
+    unlink(tmp);
+    errno = saved;
+    if (lr < 0)
+      return moat_error_errno(err, "create %s", path);
+    _cleanup_close_ int dfd = open(c->data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0)
+      fsync(dfd);
     log_info("wrote a new API key to %s", path);
   }
   if (register_key(c->store, DEFAULT_ORG, key, err) < 0)
