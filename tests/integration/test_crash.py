@@ -65,6 +65,7 @@ class CrashTest(unittest.TestCase):
         for name, (_, host) in markers.items():
             self.assertTrue(pid_alive(host), "%s sandbox died with moatd" % name)
         self.assertFalse(pid_alive(self.d.proc.pid))
+        self.assertEqual(self.d.stray_children(), [], "forked moatd children outlived moatd")
 
         # kill every process of `dead` while moatd is down
         dead_host = markers["dead"][1]
@@ -118,10 +119,11 @@ class CrashTest(unittest.TestCase):
     def test_kill9_during_creates(self):
         """kill -9 while creates are in flight; after a restart and deleting all, nothing leaks."""
         errs = []
+        quick = moatd.Client(self.d.port, self.c.key, timeout=20)
 
         def create():
             try:
-                self.c.create()
+                quick.create()
             except Exception as e:  # the connection dies with moatd: expected
                 errs.append(e)
         ts = [threading.Thread(target=create) for _ in range(6)]
@@ -130,7 +132,10 @@ class CrashTest(unittest.TestCase):
         time.sleep(0.02)
         self.d.kill9()
         for t in ts:
-            t.join(60)
+            t.join(30)
+        hung = [e for e in errs if "timed out" in str(e)]
+        self.assertEqual(hung, [], "client connections outlived moatd (a forked child holds them): %s"
+                         % moatd.find_pids_by_cmdline("--data-dir\0" + self.d.data_dir + "\0"))
         self.d.start()
         self.c = self.d.client
         for s in self.c.list():

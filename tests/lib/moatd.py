@@ -580,9 +580,20 @@ class MoatDaemon:
         if self in _live:
             _live.remove(self)
 
+    def stray_children(self):
+        """Processes still running moatd's code for this data dir (forked children of a daemon
+        that is gone: they share its cmdline) other than the live daemon itself."""
+        me = self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+        return [p for p in find_pids_by_cmdline("--data-dir\0" + self.data_dir + "\0") if p != me]
+
     def force_cleanup(self, keep_data=False):
         for d in self.cgroups:
             kill_cgroup_tree(d)
+        for pid in self.stray_children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         # processes outside our cgroups that still sit in the data dir
         for pid, _, _ in procs_under(self.data_dir):
             try:
@@ -627,6 +638,9 @@ class MoatDaemon:
         p = procs_under(self.data_dir)
         if p:
             out["processes"] = p
+        strays = self.stray_children()
+        if strays:
+            out["moatd_children"] = strays
         m = mounts_under(self.data_dir)
         if m:
             out["mounts"] = m
