@@ -34,10 +34,10 @@
 struct live {
   char id[MOAT_ID_LEN + 1];
   char *org;
-  struct live *next; /* hash chain; c->lock */
-  unsigned refs;     /* c->lock: the table's reference plus one per user */
-  bool in_table;     /* c->lock */
-  int inflight;      /* execs running now; atomic */
+  struct live *next;     /* hash chain; c->lock */
+  unsigned refs;         /* c->lock: the table's reference plus one per user */
+  bool in_table;         /* c->lock */
+  int inflight;          /* execs running now; atomic */
   int64_t expires_at_ms; /* atomic reads allowed (get/list overlay it); written under m */
 
   pthread_mutex_t m; /* guards the rest */
@@ -197,7 +197,8 @@ static char *dump_object(json_t *j) {
   return s;
 }
 
-static void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r, struct moat_sandbox_info *out) {
+static void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
+                          struct moat_sandbox_info *out) {
   memset(out, 0, sizeof(*out));
   snprintf(out->id, sizeof(out->id), "%s", r->id);
   out->org = xstrdup(r->org);
@@ -263,7 +264,8 @@ static int not_live_error(struct moat_control *c, const char *org, const char *i
   }
   int ret;
   if (strcmp(r.state, "killed") == 0)
-    ret = moat_error_set(err, ENOENT, "sandbox %s was killed (%s)", id, r.killed_reason ? r.killed_reason : "?");
+    ret = moat_error_set(err, ENOENT, "sandbox %s was killed (%s)", id,
+                         r.killed_reason ? r.killed_reason : "?");
   else
     ret = moat_error_set(err, EBUSY, "sandbox %s is %s", id, r.state);
   moat_store_sandbox_clear(&r);
@@ -383,8 +385,8 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
   e->pid = inst.pid;
   e->start_time = inst.start_time;
   e->sock_path = xstrdup(inst.sock_path);
-  if (moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires, err) <
-      0) {
+  if (moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
+                                     err) < 0) {
     moat_error_wrap(err, "create sandbox");
     kill_locked(c, e, "error");
     pthread_mutex_unlock(&e->m);
@@ -415,11 +417,12 @@ int moat_control_get(struct moat_control *c, const char *org, const char *id, st
   return 0;
 }
 
-int moat_control_list(struct moat_control *c, const char *org, const enum moat_sandbox_state *state, json_t *meta,
-                      struct moat_sandbox_info **out, size_t *n, moat_error **err) {
+int moat_control_list(struct moat_control *c, const char *org, const enum moat_sandbox_state *state,
+                      json_t *meta, struct moat_sandbox_info **out, size_t *n, moat_error **err) {
   if (meta && !json_is_object(meta))
     return moat_error_set(err, EINVAL, "metadata filter must be an object");
-  struct moat_store_filter f = {.org = org, .state = state ? moat_sandbox_state_name(*state) : NULL, .metadata = meta};
+  struct moat_store_filter f = {
+      .org = org, .state = state ? moat_sandbox_state_name(*state) : NULL, .metadata = meta};
   struct moat_store_sandbox *rows;
   size_t nr;
   if (moat_store_sandbox_list(c->store, &f, &rows, &nr, err) < 0)
@@ -434,7 +437,8 @@ int moat_control_list(struct moat_control *c, const char *org, const enum moat_s
 }
 
 int moat_control_update(struct moat_control *c, const char *org, const char *id,
-                        const struct moat_sandbox_patch *patch, struct moat_sandbox_info *out, moat_error **err) {
+                        const struct moat_sandbox_patch *patch, struct moat_sandbox_info *out,
+                        moat_error **err) {
   if (patch->has_ttl && (patch->ttl_seconds < 1 || patch->ttl_seconds > MOAT_MAX_TTL_S))
     return moat_error_set(err, EINVAL, "ttl_seconds: must be between 1 and %lld", (long long)MOAT_MAX_TTL_S);
   if (moat_spec_check_metadata(patch->metadata, err) < 0)
@@ -573,8 +577,8 @@ int moat_control_guest(struct moat_control *c, const char *org, const char *id, 
   return 0;
 }
 
-int moat_control_exec(struct moat_control *c, const char *org, const char *id, const struct moat_exec_req *req,
-                      struct moat_exec_result *res, moat_error **err) {
+int moat_control_exec(struct moat_control *c, const char *org, const char *id,
+                      const struct moat_exec_req *req, struct moat_exec_result *res, moat_error **err) {
   _cleanup_free_ char *sock = NULL;
   json_t *envj = NULL;
   struct live *e = acquire_running(c, org, id, &sock, &envj, err);
@@ -602,7 +606,9 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id, c
   return rc < 0 ? moat_error_wrap(err, "exec in %s", id) : 0;
 }
 
-struct moat_templates *moat_control_templates(struct moat_control *c) { return c->templates; }
+struct moat_templates *moat_control_templates(struct moat_control *c) {
+  return c->templates;
+}
 
 /* ---- API keys ---- */
 
@@ -830,8 +836,8 @@ static int recover(struct moat_control *c, moat_error **err) {
     moat_error_free(&e2);
   }
   if (adopted || lost || cleaned > 0)
-    log_info("recovery: %u sandboxes adopted, %u recorded killed (host_restart), %d leftover slots cleaned", adopted,
-             lost, cleaned);
+    log_info("recovery: %u sandboxes adopted, %u recorded killed (host_restart), %d leftover slots cleaned",
+             adopted, lost, cleaned);
   return 0;
 }
 

@@ -62,16 +62,16 @@ static int check_u64(const char *field, uint64_t *v, uint64_t def, uint64_t min,
   if (*v == 0) {
     *v = def < host ? def : host;
     if (*v < min)
-      return moat_error_set(err, EINVAL, "%s: the host's %s (%llu MiB) is below the minimum %llu", field, host_what,
-                            (unsigned long long)host, (unsigned long long)min);
+      return moat_error_set(err, EINVAL, "%s: the host's %s (%llu MiB) is below the minimum %llu", field,
+                            host_what, (unsigned long long)host, (unsigned long long)min);
     return 0;
   }
   if (*v < min || *v > max)
     return moat_error_set(err, EINVAL, "%s: must be between %llu and %llu", field, (unsigned long long)min,
                           (unsigned long long)max);
   if (*v > host)
-    return moat_error_set(err, EINVAL, "%s: %llu exceeds the host's %s (%llu MiB)", field, (unsigned long long)*v,
-                          host_what, (unsigned long long)host);
+    return moat_error_set(err, EINVAL, "%s: %llu exceeds the host's %s (%llu MiB)", field,
+                          (unsigned long long)*v, host_what, (unsigned long long)host);
   return 0;
 }
 
@@ -87,8 +87,8 @@ int moat_spec_resolve(const struct moat_sandbox_spec *spec, const struct moat_sp
     return moat_error_set(err, EINVAL, "cpu: must be between %g and %g", MOAT_MIN_CPU, MOAT_MAX_CPU);
   if (check_u64("memory_mb", &l.memory_mb, MOAT_DEFAULT_MEMORY_MB, MOAT_MIN_MEMORY_MB, MOAT_MAX_MEMORY_MB,
                 b->host_memory_mb, "memory", err) < 0 ||
-      check_u64("disk_mb", &l.disk_mb, MOAT_DEFAULT_DISK_MB, MOAT_MIN_DISK_MB, MOAT_MAX_DISK_MB, b->disk_fs_mb,
-                "data filesystem size", err) < 0)
+      check_u64("disk_mb", &l.disk_mb, MOAT_DEFAULT_DISK_MB, MOAT_MIN_DISK_MB, MOAT_MAX_DISK_MB,
+                b->disk_fs_mb, "data filesystem size", err) < 0)
     return -1;
   if (l.pids == 0)
     l.pids = MOAT_DEFAULT_PIDS;

@@ -22,17 +22,16 @@
 #define MOAT_VERSION "0.1.0"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: moatd [--listen HOST:PORT] [--data-dir DIR] [--template-dir DIR] [--recipes DIR]\n"
-          "             [--guest PATH] [--pool N] [--log-level debug|info|warn|error]\n"
-          "       moatd key create --data-dir DIR --org ORG\n"
-          "\n"
-          "  --listen HOST:PORT   address to serve the API on (default 127.0.0.1:7070)\n"
-          "  --data-dir DIR       state: moat.db, api-key, sandboxes (default ./.moat)\n"
-          "  --template-dir DIR   built templates (default $MOAT_TEMPLATE_DIR, else DIR/templates)\n"
-          "  --recipes DIR        template recipes (default: the repository's templates/)\n"
-          "  --guest PATH         the static moat-guest binary (default: next to moatd)\n"
-          "  --pool N             warm shells of the base template kept ready (default 4)\n");
+  fprintf(f, "usage: moatd [--listen HOST:PORT] [--data-dir DIR] [--template-dir DIR] [--recipes DIR]\n"
+             "             [--guest PATH] [--pool N] [--log-level debug|info|warn|error]\n"
+             "       moatd key create --data-dir DIR --org ORG\n"
+             "\n"
+             "  --listen HOST:PORT   address to serve the API on (default 127.0.0.1:7070)\n"
+             "  --data-dir DIR       state: moat.db, api-key, sandboxes (default ./.moat)\n"
+             "  --template-dir DIR   built templates (default $MOAT_TEMPLATE_DIR, else DIR/templates)\n"
+             "  --recipes DIR        template recipes (default: the repository's templates/)\n"
+             "  --guest PATH         the static moat-guest binary (default: next to moatd)\n"
+             "  --pool N             warm shells of the base template kept ready (default 4)\n");
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -187,16 +186,21 @@ int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "key") == 0 && strcmp(argv[2], "create") == 0)
     return key_create(argc - 2, argv + 2);
 
-  const char *listen_addr = "127.0.0.1:7070", *data_opt = "./.moat", *template_opt = NULL, *recipes_opt = NULL,
-             *guest_opt = NULL;
+  const char *listen_addr = "127.0.0.1:7070", *data_opt = "./.moat", *template_opt = NULL,
+             *recipes_opt = NULL, *guest_opt = NULL;
   unsigned pool = 4;
   enum moat_log_level level = MOAT_LOG_INFO;
   static const struct option opts[] = {
-      {"listen", required_argument, NULL, 'l'},   {"data-dir", required_argument, NULL, 'd'},
-      {"template-dir", required_argument, NULL, 't'}, {"recipes", required_argument, NULL, 'r'},
-      {"guest", required_argument, NULL, 'g'},    {"pool", required_argument, NULL, 'p'},
-      {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, 'V'},        {NULL, 0, NULL, 0},
+      {"listen", required_argument, NULL, 'l'},
+      {"data-dir", required_argument, NULL, 'd'},
+      {"template-dir", required_argument, NULL, 't'},
+      {"recipes", required_argument, NULL, 'r'},
+      {"guest", required_argument, NULL, 'g'},
+      {"pool", required_argument, NULL, 'p'},
+      {"log-level", required_argument, NULL, 'L'},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0},
   };
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -296,7 +300,8 @@ int main(int argc, char **argv) {
   else if (repo)
     recipes = xasprintf("%s/templates", repo);
   else
-    die("cannot find the template recipes (templates/base above %s); pass --recipes DIR", exe ? exe : "moatd");
+    die("cannot find the template recipes (templates/base above %s); pass --recipes DIR",
+        exe ? exe : "moatd");
   if (guest_opt) {
     guest = absolute(guest_opt);
   } else {

@@ -95,7 +95,8 @@ static int status_of(int rc) {
 }
 
 static int db_error(struct moat_store *s, int rc, moat_error **err, const char *what) {
-  return moat_error_set(err, status_of(rc), "%s: %s", what, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+  return moat_error_set(err, status_of(rc), "%s: %s", what,
+                        s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 }
 
 /* Returns a reset statement for sql (a string constant), preparing it on first use. Lock held. */
@@ -208,14 +209,16 @@ int moat_store_open(struct moat_store **out, const char *path, moat_error **err)
   pthread_mutex_init(&s->lock, NULL);
   int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL);
   if (rc != SQLITE_OK) {
-    moat_error_set(err, status_of(rc), "open %s: %s", path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+    moat_error_set(err, status_of(rc), "open %s: %s", path,
+                   s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
     moat_store_close(s);
     return -1;
   }
   sqlite3_busy_timeout(s->db, 10000);
   /* WAL with synchronous=NORMAL: a crash of moatd loses nothing; a power loss may lose the last
    * transactions but never corrupts the file. */
-  if (exec_sql(s, "PRAGMA journal_mode = WAL", err) < 0 || exec_sql(s, "PRAGMA synchronous = NORMAL", err) < 0 ||
+  if (exec_sql(s, "PRAGMA journal_mode = WAL", err) < 0 ||
+      exec_sql(s, "PRAGMA synchronous = NORMAL", err) < 0 ||
       exec_sql(s, "PRAGMA foreign_keys = ON", err) < 0 || migrate(s, err) < 0) {
     moat_error_wrap(err, "open %s", path);
     moat_store_close(s);
@@ -362,8 +365,8 @@ void moat_store_sandboxes_free(struct moat_store_sandbox *v, size_t n) {
   free(v);
 }
 
-#define SANDBOX_COLS                                                                                            \
-  "id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, persistent, metadata, env, cpu, "     \
+#define SANDBOX_COLS                                                                                         \
+  "id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, persistent, metadata, env, cpu, "    \
   "memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, killed_reason, killed_at_ms, updated_at_ms"
 
 static void read_row(sqlite3_stmt *st, struct moat_store_sandbox *r) {
@@ -392,8 +395,8 @@ static void read_row(sqlite3_stmt *st, struct moat_store_sandbox *r) {
 
 static int add_event(struct moat_store *s, const char *id, int64_t at_ms, const char *from, const char *to,
                      const char *reason, moat_error **err) {
-  static const char sql[] =
-      "INSERT INTO sandbox_events (sandbox_id, at_ms, from_state, to_state, reason) VALUES (?1, ?2, ?3, ?4, ?5)";
+  static const char sql[] = "INSERT INTO sandbox_events (sandbox_id, at_ms, from_state, to_state, reason) "
+                            "VALUES (?1, ?2, ?3, ?4, ?5)";
   sqlite3_stmt *st = stmt(s, sql, err);
   if (!st)
     return -1;
@@ -408,7 +411,8 @@ static int add_event(struct moat_store *s, const char *id, int64_t at_ms, const 
 int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sandbox *r, const char *reason,
                               moat_error **err) {
   static const char sql[] =
-      "INSERT INTO sandboxes (id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, persistent, "
+      "INSERT INTO sandboxes (id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, "
+      "persistent, "
       "metadata, env, cpu, memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, updated_at_ms) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
   int ret = -1;
@@ -460,9 +464,10 @@ out:
   return ret;
 }
 
-int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id, struct moat_store_sandbox *out,
-                           moat_error **err) {
-  static const char sql[] = "SELECT " SANDBOX_COLS " FROM sandboxes WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
+int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id,
+                           struct moat_store_sandbox *out, moat_error **err) {
+  static const char sql[] =
+      "SELECT " SANDBOX_COLS " FROM sandboxes WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
   sqlite3_stmt *st = stmt(s, sql, err);
@@ -499,16 +504,18 @@ static bool metadata_matches(const char *text, json_t *filter) {
     if (!ok)
       break;
     json_t *have = json_object_get(m, k);
-    ok = have && json_is_string(have) && json_is_string(want) && strcmp(json_string_value(have), json_string_value(want)) == 0;
+    ok = have && json_is_string(have) && json_is_string(want) &&
+         strcmp(json_string_value(have), json_string_value(want)) == 0;
   }
   json_decref(m);
   return ok;
 }
 
-int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f, struct moat_store_sandbox **out,
-                            size_t *n, moat_error **err) {
-  static const char sql[] = "SELECT " SANDBOX_COLS " FROM sandboxes WHERE (?1 IS NULL OR org = ?1) AND "
-                            "((?2 IS NULL AND state != 'killed') OR state = ?2) ORDER BY created_at_ms, rowid";
+int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f,
+                            struct moat_store_sandbox **out, size_t *n, moat_error **err) {
+  static const char sql[] =
+      "SELECT " SANDBOX_COLS " FROM sandboxes WHERE (?1 IS NULL OR org = ?1) AND "
+      "((?2 IS NULL AND state != 'killed') OR state = ?2) ORDER BY created_at_ms, rowid";
   struct moat_store_sandbox *v = NULL;
   size_t len = 0, cap = 0;
   int ret = -1;
@@ -569,8 +576,8 @@ static int read_state(struct moat_store *s, const char *id, char *buf, size_t si
 int moat_store_sandbox_transition(struct moat_store *s, const char *id, const char *from, const char *to,
                                   const char *reason, moat_error **err) {
   static const char upd[] = "UPDATE sandboxes SET state = ?2, updated_at_ms = ?3 WHERE id = ?1";
-  static const char upd_kill[] =
-      "UPDATE sandboxes SET state = ?2, updated_at_ms = ?3, killed_reason = ?4, killed_at_ms = ?3 WHERE id = ?1";
+  static const char upd_kill[] = "UPDATE sandboxes SET state = ?2, updated_at_ms = ?3, killed_reason = ?4, "
+                                 "killed_at_ms = ?3 WHERE id = ?1";
   int ret = -1;
   int64_t now = now_unix_ms();
   bool kill = strcmp(to, "killed") == 0;
@@ -603,8 +610,9 @@ out:
   return ret;
 }
 
-int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slot, int64_t pid, uint64_t start_time,
-                                   uint64_t ready_us, int64_t expires_at_ms, moat_error **err) {
+int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slot, int64_t pid,
+                                   uint64_t start_time, uint64_t ready_us, int64_t expires_at_ms,
+                                   moat_error **err) {
   static const char sql[] = "UPDATE sandboxes SET state = 'running', slot = ?2, pid = ?3, start_time = ?4, "
                             "ready_us = ?5, expires_at_ms = ?6, updated_at_ms = ?7 WHERE id = ?1";
   int ret = -1;

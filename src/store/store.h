@@ -72,8 +72,8 @@ int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sand
                               moat_error **err);
 
 /* Reads a row. org NULL = any org; with an org, another org's row is ENOENT. */
-int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id, struct moat_store_sandbox *out,
-                           moat_error **err);
+int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id,
+                           struct moat_store_sandbox *out, moat_error **err);
 
 struct moat_store_filter {
   const char *org;   /* NULL = every org */
@@ -81,8 +81,8 @@ struct moat_store_filter {
   json_t *metadata;  /* object key -> string value; every pair must match; NULL = no filter */
 };
 /* Rows matching f, oldest first. *out is NULL when *n is 0; free with moat_store_sandboxes_free. */
-int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f, struct moat_store_sandbox **out,
-                            size_t *n, moat_error **err);
+int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f,
+                            struct moat_store_sandbox **out, size_t *n, moat_error **err);
 
 /* Moves a sandbox from state `from` (NULL = any state but "killed") to `to`, recording the event
  * with reason. When `to` is "killed", killed_reason = reason and killed_at_ms = now. ENOENT when
@@ -91,8 +91,9 @@ int moat_store_sandbox_transition(struct moat_store *s, const char *id, const ch
                                   const char *reason, moat_error **err);
 
 /* creating -> running with the host's coordinates, readiness time and first expiry. */
-int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slot, int64_t pid, uint64_t start_time,
-                                   uint64_t ready_us, int64_t expires_at_ms, moat_error **err);
+int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slot, int64_t pid,
+                                   uint64_t start_time, uint64_t ready_us, int64_t expires_at_ms,
+                                   moat_error **err);
 
 /* Changes TTL, expiry, persistence and/or metadata of a sandbox that is not killed. Fields not
  * set are kept. ENOENT (unknown or killed). */

@@ -17,18 +17,18 @@
 #include "store/store.h"
 
 static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                    \
-  do {                                                                                                      \
-    n_test++;                                                                                               \
-    if (cond) {                                                                                             \
-      printf("ok %d - ", n_test);                                                                           \
-    } else {                                                                                                \
-      n_fail++;                                                                                             \
-      printf("not ok %d - ", n_test);                                                                       \
-    }                                                                                                       \
-    printf(__VA_ARGS__);                                                                                    \
-    printf("\n");                                                                                           \
-    fflush(stdout);                                                                                         \
+#define CHECK(cond, ...)                                                                                     \
+  do {                                                                                                       \
+    n_test++;                                                                                                \
+    if (cond) {                                                                                              \
+      printf("ok %d - ", n_test);                                                                            \
+    } else {                                                                                                 \
+      n_fail++;                                                                                              \
+      printf("not ok %d - ", n_test);                                                                        \
+    }                                                                                                        \
+    printf(__VA_ARGS__);                                                                                     \
+    printf("\n");                                                                                            \
+    fflush(stdout);                                                                                          \
   } while (0)
 
 static char data_dir[] = "/tmp/moat-test-control-XXXXXX";
@@ -61,7 +61,8 @@ static char *repo_path(const char *rel) {
 }
 
 /* Runs cmd with /bin/sh -c; returns exit code, or -100 on error; *out gets stdout (caller frees). */
-static int run(struct moat_control *c, const char *org, const char *id, const char *cmd, char **env, char **out) {
+static int run(struct moat_control *c, const char *org, const char *id, const char *cmd, char **env,
+               char **out) {
   char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
   struct moat_exec_req req = {.argv = argv, .env = env, .timeout_ms = 20000};
   struct moat_exec_result res;
@@ -80,8 +81,8 @@ static int run(struct moat_control *c, const char *org, const char *id, const ch
   return code;
 }
 
-static int create(struct moat_control *c, const char *org, int64_t ttl, bool persistent, json_t *meta, json_t *env,
-                  struct moat_sandbox_info *info) {
+static int create(struct moat_control *c, const char *org, int64_t ttl, bool persistent, json_t *meta,
+                  json_t *env, struct moat_sandbox_info *info) {
   struct moat_sandbox_spec spec = {.template_name = "base",
                                    .ttl_seconds = ttl,
                                    .persistent = persistent,
@@ -164,7 +165,8 @@ static void *race_exec(void *p) {
 }
 
 int main(void) {
-  const char *tdir = getenv("MOAT_TEST_TEMPLATE_DIR") ? getenv("MOAT_TEST_TEMPLATE_DIR") : "/var/tmp/moat-test-templates";
+  const char *tdir =
+      getenv("MOAT_TEST_TEMPLATE_DIR") ? getenv("MOAT_TEST_TEMPLATE_DIR") : "/var/tmp/moat-test-templates";
   char *ready = xasprintf("%s/base/ready", tdir);
   if (geteuid() != 0 || access(ready, F_OK) != 0) {
     printf("1..0 # SKIP needs root and a built base template in %s\n0 passed, 0 failed\n", tdir);
@@ -198,16 +200,17 @@ int main(void) {
   if (key)
     key[strcspn(key, "\n")] = 0;
   char *org = NULL;
-  CHECK(key && strncmp(key, "moat_", 5) == 0 && strlen(key) == 69 && moat_control_auth(c, key, &org, &err) == 0 &&
-            strcmp(org, "default") == 0,
+  CHECK(key && strncmp(key, "moat_", 5) == 0 && strlen(key) == 69 &&
+            moat_control_auth(c, key, &org, &err) == 0 && strcmp(org, "default") == 0,
         "the key file's key authenticates as org default");
   free(org);
   org = NULL;
-  CHECK(moat_control_auth(c, "moat_wrong", &org, &err) < 0 && err && err->status == EACCES, "a wrong key is EACCES");
+  CHECK(moat_control_auth(c, "moat_wrong", &org, &err) < 0 && err && err->status == EACCES,
+        "a wrong key is EACCES");
   moat_error_free(&err);
   char *other_key = NULL;
-  CHECK(moat_control_key_create(data_dir, "other", &other_key, &err) == 0 && moat_control_auth(c, other_key, &org, &err) == 0 &&
-            strcmp(org, "other") == 0,
+  CHECK(moat_control_key_create(data_dir, "other", &other_key, &err) == 0 &&
+            moat_control_auth(c, other_key, &org, &err) == 0 && strcmp(org, "other") == 0,
         "key create for org other works while control has the store open");
   note(&err);
   free(org);
@@ -234,13 +237,14 @@ int main(void) {
   char *out = NULL;
   char *req_env[] = {"BAR=request", NULL};
   int code = run(c, "default", a.id, "echo $FOO $BAR", req_env, &out);
-  CHECK(code == 0 && strcmp(out, "sandbox request\n") == 0, "exec sees sandbox env under request env: %s", out);
+  CHECK(code == 0 && strcmp(out, "sandbox request\n") == 0, "exec sees sandbox env under request env: %s",
+        out);
   free(out);
 
   /* Org scoping. */
   CHECK(err_status_of_get(c, "other", a.id) == ENOENT, "another org's get is ENOENT");
-  CHECK(run(c, "other", a.id, "true", NULL, &out) == -100 && strstr(out, "error 2:"), "another org's exec is ENOENT: %s",
-        out);
+  CHECK(run(c, "other", a.id, "true", NULL, &out) == -100 && strstr(out, "error 2:"),
+        "another org's exec is ENOENT: %s", out);
   free(out);
   CHECK(moat_control_kill(c, "other", a.id, "api", &err) < 0 && err && err->status == ENOENT,
         "another org's kill is ENOENT");
@@ -248,10 +252,12 @@ int main(void) {
   struct moat_sandbox_info *list;
   size_t n;
   json_t *filter = json_pack("{s:s}", "owner", "test");
-  CHECK(moat_control_list(c, "default", NULL, filter, &list, &n, &err) == 0 && n == 1 && strcmp(list[0].id, a.id) == 0,
+  CHECK(moat_control_list(c, "default", NULL, filter, &list, &n, &err) == 0 && n == 1 &&
+            strcmp(list[0].id, a.id) == 0,
         "list by metadata finds A");
   moat_sandbox_infos_free(list, n);
-  CHECK(moat_control_list(c, "other", NULL, filter, &list, &n, &err) == 0 && n == 0, "org other lists nothing");
+  CHECK(moat_control_list(c, "other", NULL, filter, &list, &n, &err) == 0 && n == 0,
+        "org other lists nothing");
   moat_sandbox_infos_free(list, n);
   json_decref(filter);
 
@@ -264,9 +270,11 @@ int main(void) {
   CHECK(strcmp(s, "running") == 0, "A still running after 3.2 s of exec every 0.8 s (ttl 2 s): %s", s);
   free(s);
   char *reason = wait_killed(c, a.id, 4000);
-  CHECK(reason && strcmp(reason, "ttl") == 0, "idle A is reaped with reason ttl (%s)", reason ? reason : "not killed");
+  CHECK(reason && strcmp(reason, "ttl") == 0, "idle A is reaped with reason ttl (%s)",
+        reason ? reason : "not killed");
   free(reason);
-  CHECK(run(c, "default", a.id, "true", NULL, &out) == -100 && strstr(out, "killed (ttl)"), "exec on killed A: %s", out);
+  CHECK(run(c, "default", a.id, "true", NULL, &out) == -100 && strstr(out, "killed (ttl)"),
+        "exec on killed A: %s", out);
   free(out);
   CHECK(err_status_of_get(c, "default", a.id) == 0, "get still returns killed A");
   CHECK(moat_control_kill(c, "default", a.id, "api", &err) < 0 && err && err->status == ENOENT,
@@ -276,20 +284,23 @@ int main(void) {
 
   /* Persistent: not reaped; patch back to a short TTL and it is. */
   struct moat_sandbox_info p = {0};
-  CHECK(create(c, "default", 1, true, NULL, NULL, &p) == 0 && p.expires_at_ms == 0, "create persistent P (ttl 1 s)");
+  CHECK(create(c, "default", 1, true, NULL, NULL, &p) == 0 && p.expires_at_ms == 0,
+        "create persistent P (ttl 1 s)");
   usleep(1800 * 1000);
   s = state_of(c, p.id, NULL);
   CHECK(strcmp(s, "running") == 0, "persistent P survives past its ttl: %s", s);
   free(s);
-  struct moat_sandbox_patch patch = {.has_persistent = true, .persistent = false, .has_ttl = true, .ttl_seconds = 1};
+  struct moat_sandbox_patch patch = {
+      .has_persistent = true, .persistent = false, .has_ttl = true, .ttl_seconds = 1};
   struct moat_sandbox_info pi = {0};
-  CHECK(moat_control_update(c, "default", p.id, &patch, &pi, &err) == 0 && !pi.persistent && pi.ttl_seconds == 1 &&
-            pi.expires_at_ms > now_unix_ms() - 100,
+  CHECK(moat_control_update(c, "default", p.id, &patch, &pi, &err) == 0 && !pi.persistent &&
+            pi.ttl_seconds == 1 && pi.expires_at_ms > now_unix_ms() - 100,
         "patch P to non-persistent, ttl 1");
   note(&err);
   moat_sandbox_info_clear(&pi);
   reason = wait_killed(c, p.id, 3000);
-  CHECK(reason && strcmp(reason, "ttl") == 0, "P reaped after the patch (%s)", reason ? reason : "not killed");
+  CHECK(reason && strcmp(reason, "ttl") == 0, "P reaped after the patch (%s)",
+        reason ? reason : "not killed");
   free(reason);
   moat_sandbox_info_clear(&p);
 
@@ -319,7 +330,8 @@ int main(void) {
 
   /* Restart: a live sandbox is adopted, one whose init died meanwhile is host_restart. */
   struct moat_sandbox_info k = {0}, g = {0};
-  CHECK(create(c, "default", 600, false, NULL, NULL, &k) == 0 && create(c, "default", 600, false, NULL, NULL, &g) == 0,
+  CHECK(create(c, "default", 600, false, NULL, NULL, &k) == 0 &&
+            create(c, "default", 600, false, NULL, NULL, &g) == 0,
         "create K and G");
   moat_control_close(c);
   c = NULL;

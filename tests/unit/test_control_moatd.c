@@ -23,18 +23,18 @@
 #include "store/store.h"
 
 static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                    \
-  do {                                                                                                      \
-    n_test++;                                                                                               \
-    if (cond) {                                                                                             \
-      printf("ok %d - ", n_test);                                                                           \
-    } else {                                                                                                \
-      n_fail++;                                                                                             \
-      printf("not ok %d - ", n_test);                                                                       \
-    }                                                                                                       \
-    printf(__VA_ARGS__);                                                                                    \
-    printf("\n");                                                                                           \
-    fflush(stdout);                                                                                         \
+#define CHECK(cond, ...)                                                                                     \
+  do {                                                                                                       \
+    n_test++;                                                                                                \
+    if (cond) {                                                                                              \
+      printf("ok %d - ", n_test);                                                                            \
+    } else {                                                                                                 \
+      n_fail++;                                                                                              \
+      printf("not ok %d - ", n_test);                                                                        \
+    }                                                                                                        \
+    printf(__VA_ARGS__);                                                                                     \
+    printf("\n");                                                                                            \
+    fflush(stdout);                                                                                          \
   } while (0)
 
 static char moatd[4096];
@@ -57,7 +57,8 @@ static struct proc spawn(char **args, bool as_nobody) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* no daemon outlives a test that dies */
     dup2(p[1], 1);
     dup2(p[1], 2);
-    if (as_nobody && (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0))
+    if (as_nobody &&
+        (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0))
       _exit(99);
     execv(moatd, args);
     _exit(98);
@@ -142,7 +143,8 @@ static int http_status(int port, const char *path) {
 
 /* Starts a daemon on a free port; returns its proc and port (0 on failure). */
 static struct proc start_daemon(int *port, char **log) {
-  char *args[] = {moatd, "--listen", "127.0.0.1:0", "--data-dir", data, "--template-dir", tdir, "--pool", "0", NULL};
+  char *args[] = {moatd, "--listen", "127.0.0.1:0", "--data-dir", data, "--template-dir",
+                  tdir,  "--pool",   "0",           NULL};
   struct proc p = spawn(args, false);
   *log = read_until(p.out, "listening on http://127.0.0.1:", 60000);
   *port = 0;

@@ -10,17 +10,17 @@
 #include "control/spec.h"
 
 static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                    \
-  do {                                                                                                      \
-    n_test++;                                                                                               \
-    if (cond) {                                                                                             \
-      printf("ok %d - ", n_test);                                                                           \
-    } else {                                                                                                \
-      n_fail++;                                                                                             \
-      printf("not ok %d - ", n_test);                                                                       \
-    }                                                                                                       \
-    printf(__VA_ARGS__);                                                                                    \
-    printf("\n");                                                                                           \
+#define CHECK(cond, ...)                                                                                     \
+  do {                                                                                                       \
+    n_test++;                                                                                                \
+    if (cond) {                                                                                              \
+      printf("ok %d - ", n_test);                                                                            \
+    } else {                                                                                                 \
+      n_fail++;                                                                                              \
+      printf("not ok %d - ", n_test);                                                                        \
+    }                                                                                                        \
+    printf(__VA_ARGS__);                                                                                     \
+    printf("\n");                                                                                            \
   } while (0)
 
 static const struct moat_spec_bounds big = {.host_memory_mb = 24000, .disk_fs_mb = 100000};
@@ -48,16 +48,18 @@ static void test_defaults(void) {
   struct moat_limits l;
   int64_t ttl;
   CHECK(resolve(&spec, &big, NULL, &l, &ttl) == 0 && ttl == MOAT_DEFAULT_TTL_S && l.cpu == MOAT_DEFAULT_CPU &&
-            l.memory_mb == MOAT_DEFAULT_MEMORY_MB && l.pids == MOAT_DEFAULT_PIDS && l.disk_mb == MOAT_DEFAULT_DISK_MB,
-        "empty spec gets the defaults (ttl %lld, cpu %g, mem %llu, pids %llu, disk %llu)", (long long)ttl, l.cpu,
-        (unsigned long long)l.memory_mb, (unsigned long long)l.pids, (unsigned long long)l.disk_mb);
+            l.memory_mb == MOAT_DEFAULT_MEMORY_MB && l.pids == MOAT_DEFAULT_PIDS &&
+            l.disk_mb == MOAT_DEFAULT_DISK_MB,
+        "empty spec gets the defaults (ttl %lld, cpu %g, mem %llu, pids %llu, disk %llu)", (long long)ttl,
+        l.cpu, (unsigned long long)l.memory_mb, (unsigned long long)l.pids, (unsigned long long)l.disk_mb);
   struct moat_spec_bounds small = {.host_memory_mb = 1000, .disk_fs_mb = 5000};
   CHECK(resolve(&spec, &small, NULL, &l, &ttl) == 0 && l.memory_mb == 1000 && l.disk_mb == 5000,
         "defaults shrink to a small host (mem %llu, disk %llu)", (unsigned long long)l.memory_mb,
         (unsigned long long)l.disk_mb);
-  spec = (struct moat_sandbox_spec){.ttl_seconds = 5, .limits = {.cpu = 0.5, .memory_mb = 64, .pids = 10, .disk_mb = 100}};
-  CHECK(resolve(&spec, &big, NULL, &l, &ttl) == 0 && ttl == 5 && l.cpu == 0.5 && l.memory_mb == 64 && l.pids == 10 &&
-            l.disk_mb == 100,
+  spec = (struct moat_sandbox_spec){.ttl_seconds = 5,
+                                    .limits = {.cpu = 0.5, .memory_mb = 64, .pids = 10, .disk_mb = 100}};
+  CHECK(resolve(&spec, &big, NULL, &l, &ttl) == 0 && ttl == 5 && l.cpu == 0.5 && l.memory_mb == 64 &&
+            l.pids == 10 && l.disk_mb == 100,
         "explicit values are kept");
 }
 
@@ -81,10 +83,11 @@ static void test_bounds(void) {
       {{.limits = {.disk_mb = 200000}}, "disk_mb"}, /* above the filesystem's 100000 */
   };
   for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
-    CHECK(resolve(&bad[i].spec, &big, bad[i].field, NULL, NULL) == EINVAL, "bad %s (case %zu) is EINVAL naming it",
-          bad[i].field, i);
-  struct moat_sandbox_spec edge = {.ttl_seconds = MOAT_MAX_TTL_S,
-                                   .limits = {.cpu = MOAT_MIN_CPU, .memory_mb = 24000, .pids = MOAT_MIN_PIDS, .disk_mb = 100000}};
+    CHECK(resolve(&bad[i].spec, &big, bad[i].field, NULL, NULL) == EINVAL,
+          "bad %s (case %zu) is EINVAL naming it", bad[i].field, i);
+  struct moat_sandbox_spec edge = {
+      .ttl_seconds = MOAT_MAX_TTL_S,
+      .limits = {.cpu = MOAT_MIN_CPU, .memory_mb = 24000, .pids = MOAT_MIN_PIDS, .disk_mb = 100000}};
   CHECK(resolve(&edge, &big, NULL, NULL, NULL) == 0, "values exactly at the bounds are accepted");
 }
 
@@ -166,7 +169,8 @@ static void test_env_merge(void) {
   char *over[] = {"A=9", "C=3", NULL};
   char **v = moat_env_merge(base, over);
   char *s = joined(v);
-  CHECK(strcmp(s, "AB=x B=2 A=9 C=3") == 0, "request env overrides the sandbox's; 'A' does not touch 'AB': %s", s);
+  CHECK(strcmp(s, "AB=x B=2 A=9 C=3") == 0,
+        "request env overrides the sandbox's; 'A' does not touch 'AB': %s", s);
   free(s);
   strv_free(v);
   v = moat_env_merge(NULL, over);

@@ -8,17 +8,17 @@
 #include "common/util.h"
 
 static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                    \
-  do {                                                                                                      \
-    n_test++;                                                                                               \
-    if (cond) {                                                                                             \
-      printf("ok %d - ", n_test);                                                                           \
-    } else {                                                                                                \
-      n_fail++;                                                                                             \
-      printf("not ok %d - ", n_test);                                                                       \
-    }                                                                                                       \
-    printf(__VA_ARGS__);                                                                                    \
-    printf("\n");                                                                                           \
+#define CHECK(cond, ...)                                                                                     \
+  do {                                                                                                       \
+    n_test++;                                                                                                \
+    if (cond) {                                                                                              \
+      printf("ok %d - ", n_test);                                                                            \
+    } else {                                                                                                 \
+      n_fail++;                                                                                              \
+      printf("not ok %d - ", n_test);                                                                        \
+    }                                                                                                        \
+    printf(__VA_ARGS__);                                                                                     \
+    printf("\n");                                                                                            \
   } while (0)
 
 static void hex_of(const uint8_t d[32], char out[65]) {
@@ -35,7 +35,8 @@ int main(void) {
       {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
       {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
-      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
+      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopq"
+       "rstnopqrstu",
        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
   };
   for (size_t i = 0; i < sizeof(vectors) / sizeof(vectors[0]); i++) {
@@ -120,8 +121,8 @@ int main(void) {
       if (strncmp(line, hex, 64) != 0)
         bad++;
     }
-    CHECK(ran > 0 && bad == 0, "random data of 11 lengths matches sha256sum (%d compared, %d mismatches)", ran,
-          bad);
+    CHECK(ran > 0 && bad == 0, "random data of 11 lengths matches sha256sum (%d compared, %d mismatches)",
+          ran, bad);
   }
 
   printf("1..%d\n%d passed, %d failed\n", n_test, n_test - n_fail, n_fail);

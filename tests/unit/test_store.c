@@ -13,17 +13,17 @@
 #include "store/store.h"
 
 static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                    \
-  do {                                                                                                      \
-    n_test++;                                                                                               \
-    if (cond) {                                                                                             \
-      printf("ok %d - ", n_test);                                                                           \
-    } else {                                                                                                \
-      n_fail++;                                                                                             \
-      printf("not ok %d - ", n_test);                                                                       \
-    }                                                                                                       \
-    printf(__VA_ARGS__);                                                                                    \
-    printf("\n");                                                                                           \
+#define CHECK(cond, ...)                                                                                     \
+  do {                                                                                                       \
+    n_test++;                                                                                                \
+    if (cond) {                                                                                              \
+      printf("ok %d - ", n_test);                                                                            \
+    } else {                                                                                                 \
+      n_fail++;                                                                                              \
+      printf("not ok %d - ", n_test);                                                                        \
+    }                                                                                                        \
+    printf(__VA_ARGS__);                                                                                     \
+    printf("\n");                                                                                            \
   } while (0)
 
 static char dir[] = "/tmp/moat-test-store-XXXXXX";
@@ -112,7 +112,8 @@ static void test_keys(struct moat_store *s) {
   moat_error_free(&err);
 
   /* The key itself is nowhere in the file, only its hash. */
-  char *cmd = xasprintf("grep -c moat_key_one %s %s-wal 2>/dev/null | grep -v ':0$' | grep -c . ", db_path, db_path);
+  char *cmd =
+      xasprintf("grep -c moat_key_one %s %s-wal 2>/dev/null | grep -v ':0$' | grep -c . ", db_path, db_path);
   FILE *p = popen(cmd, "r");
   char line[32] = "";
   if (p) {
@@ -156,10 +157,12 @@ static void test_crud(struct moat_store *s) {
   moat_error_free(&err);
 
   /* Transitions and events. */
-  CHECK(moat_store_sandbox_set_running(s, "sb-a1", 7, 4242, 99999, 1234, 5555, &err) == 0, "sb-a1 -> running");
+  CHECK(moat_store_sandbox_set_running(s, "sb-a1", 7, 4242, 99999, 1234, 5555, &err) == 0,
+        "sb-a1 -> running");
   moat_error_free(&err);
-  CHECK(moat_store_sandbox_get(s, "a", "sb-a1", &r, &err) == 0 && strcmp(r.state, "running") == 0 && r.slot == 7 &&
-            r.pid == 4242 && r.start_time == 99999 && r.ready_us == 1234 && r.expires_at_ms == 5555,
+  CHECK(moat_store_sandbox_get(s, "a", "sb-a1", &r, &err) == 0 && strcmp(r.state, "running") == 0 &&
+            r.slot == 7 && r.pid == 4242 && r.start_time == 99999 && r.ready_us == 1234 &&
+            r.expires_at_ms == 5555,
         "running row has slot, pid, start_time, ready_us, expiry");
   moat_store_sandbox_clear(&r);
   CHECK(moat_store_sandbox_set_running(s, "sb-a1", 8, 1, 1, 1, 1, &err) < 0 && err && err->status == EBUSY,
@@ -173,10 +176,13 @@ static void test_crud(struct moat_store *s) {
             err->status == ENOENT,
         "transition of an unknown id is ENOENT");
   moat_error_free(&err);
-  CHECK(moat_store_sandbox_transition(s, "sb-a1", "running", "paused", "api", &err) == 0, "running -> paused");
-  CHECK(moat_store_sandbox_transition(s, "sb-a1", NULL, "killed", "ttl", &err) == 0, "paused -> killed (ttl)");
+  CHECK(moat_store_sandbox_transition(s, "sb-a1", "running", "paused", "api", &err) == 0,
+        "running -> paused");
+  CHECK(moat_store_sandbox_transition(s, "sb-a1", NULL, "killed", "ttl", &err) == 0,
+        "paused -> killed (ttl)");
   moat_error_free(&err);
-  CHECK(moat_store_sandbox_transition(s, "sb-a1", NULL, "killed", "api", &err) < 0 && err && err->status == EBUSY,
+  CHECK(moat_store_sandbox_transition(s, "sb-a1", NULL, "killed", "api", &err) < 0 && err &&
+            err->status == EBUSY,
         "killing a killed sandbox is EBUSY");
   moat_error_free(&err);
   CHECK(moat_store_sandbox_get(s, "a", "sb-a1", &r, &err) == 0 && strcmp(r.state, "killed") == 0 &&
@@ -186,9 +192,11 @@ static void test_crud(struct moat_store *s) {
 
   struct moat_store_event *ev;
   size_t nev;
-  CHECK(moat_store_events(s, "sb-a1", &ev, &nev, &err) == 0 && nev == 4, "4 events recorded for sb-a1 (%zu)", nev);
+  CHECK(moat_store_events(s, "sb-a1", &ev, &nev, &err) == 0 && nev == 4, "4 events recorded for sb-a1 (%zu)",
+        nev);
   if (nev == 4) {
-    CHECK(ev[0].from_state == NULL && strcmp(ev[0].to_state, "creating") == 0 && strcmp(ev[0].reason, "api") == 0,
+    CHECK(ev[0].from_state == NULL && strcmp(ev[0].to_state, "creating") == 0 &&
+              strcmp(ev[0].reason, "api") == 0,
           "event 1: null -> creating (api)");
     CHECK(strcmp(ev[1].from_state, "creating") == 0 && strcmp(ev[1].to_state, "running") == 0 &&
               strcmp(ev[1].reason, "created") == 0,
@@ -231,16 +239,21 @@ static void test_crud(struct moat_store *s) {
   free(ids);
 
   /* Patch. */
-  struct moat_store_patch p = {.set_ttl = true, .ttl_seconds = 60, .set_expires = true, .expires_at_ms = 777,
+  struct moat_store_patch p = {.set_ttl = true,
+                               .ttl_seconds = 60,
+                               .set_expires = true,
+                               .expires_at_ms = 777,
                                .metadata_json = "{\"team\":\"z\"}"};
   CHECK(moat_store_sandbox_patch(s, "sb-a2", &p, &err) == 0, "patch sb-a2 ttl, expiry and metadata");
-  CHECK(moat_store_sandbox_get(s, "a", "sb-a2", &r, &err) == 0 && r.ttl_seconds == 60 && r.expires_at_ms == 777 &&
-            !r.persistent && strcmp(r.metadata_json, "{\"team\":\"z\"}") == 0,
+  CHECK(moat_store_sandbox_get(s, "a", "sb-a2", &r, &err) == 0 && r.ttl_seconds == 60 &&
+            r.expires_at_ms == 777 && !r.persistent && strcmp(r.metadata_json, "{\"team\":\"z\"}") == 0,
         "patched fields stored, others kept");
   moat_store_sandbox_clear(&r);
-  struct moat_store_patch p2 = {.set_persistent = true, .persistent = true, .set_expires = true, .expires_at_ms = 0};
-  CHECK(moat_store_sandbox_patch(s, "sb-a2", &p2, &err) == 0 && moat_store_sandbox_get(s, "a", "sb-a2", &r, &err) == 0 &&
-            r.persistent && r.expires_at_ms == 0 && r.ttl_seconds == 60 && strcmp(r.metadata_json, "{\"team\":\"z\"}") == 0,
+  struct moat_store_patch p2 = {
+      .set_persistent = true, .persistent = true, .set_expires = true, .expires_at_ms = 0};
+  CHECK(moat_store_sandbox_patch(s, "sb-a2", &p2, &err) == 0 &&
+            moat_store_sandbox_get(s, "a", "sb-a2", &r, &err) == 0 && r.persistent && r.expires_at_ms == 0 &&
+            r.ttl_seconds == 60 && strcmp(r.metadata_json, "{\"team\":\"z\"}") == 0,
         "patch persistent keeps ttl and metadata");
   moat_store_sandbox_clear(&r);
   CHECK(moat_store_sandbox_patch(s, "sb-a1", &p, &err) < 0 && err && err->status == ENOENT,
@@ -287,7 +300,8 @@ static void test_threads(struct moat_store *s) {
   moat_error *err = NULL;
   moat_store_sandbox_list(s, &f, &v, &n, &err);
   moat_store_sandboxes_free(v, n);
-  CHECK(failures == 0 && n == 200, "4 threads x 50 create/run/kill: %d failures, %zu killed rows", failures, n);
+  CHECK(failures == 0 && n == 200, "4 threads x 50 create/run/kill: %d failures, %zu killed rows", failures,
+        n);
 }
 
 static int sql_run(const char *path, const char *sql) {
@@ -319,8 +333,8 @@ static void test_migrations(void) {
   char h[65], *org = NULL;
   moat_sha256_hex("shared", 6, h);
   CHECK(moat_store_open(&s, db_path, &err) == 0 && moat_store_open(&s2, db_path, &err) == 0 &&
-            moat_store_key_add(s, "shared-org", h, &err) == 0 && moat_store_key_lookup(s2, h, &org, &err) == 0 &&
-            org && strcmp(org, "shared-org") == 0,
+            moat_store_key_add(s, "shared-org", h, &err) == 0 &&
+            moat_store_key_lookup(s2, h, &org, &err) == 0 && org && strcmp(org, "shared-org") == 0,
         "a second handle sees a key the first added");
   free(org);
   moat_store_close(s);
@@ -329,13 +343,16 @@ static void test_migrations(void) {
 
   /* A version-1 database (keys only) upgrades and keeps its keys. */
   char *v1 = xasprintf("%s/v1.db", dir);
-  int rc = sql_run(v1, "CREATE TABLE orgs (id TEXT PRIMARY KEY, created_at_ms INTEGER NOT NULL);"
-                       "CREATE TABLE api_keys (key_hash TEXT PRIMARY KEY, org TEXT NOT NULL REFERENCES orgs(id),"
-                       " created_at_ms INTEGER NOT NULL);"
-                       "CREATE INDEX api_keys_org ON api_keys(org);"
-                       "INSERT INTO orgs VALUES ('old', 1);"
-                       "INSERT INTO api_keys VALUES ('" "abcd" "', 'old', 1);"
-                       "PRAGMA user_version = 1;");
+  int rc =
+      sql_run(v1, "CREATE TABLE orgs (id TEXT PRIMARY KEY, created_at_ms INTEGER NOT NULL);"
+                  "CREATE TABLE api_keys (key_hash TEXT PRIMARY KEY, org TEXT NOT NULL REFERENCES orgs(id),"
+                  " created_at_ms INTEGER NOT NULL);"
+                  "CREATE INDEX api_keys_org ON api_keys(org);"
+                  "INSERT INTO orgs VALUES ('old', 1);"
+                  "INSERT INTO api_keys VALUES ('"
+                  "abcd"
+                  "', 'old', 1);"
+                  "PRAGMA user_version = 1;");
   CHECK(rc == 0 && moat_store_open(&s, v1, &err) == 0, "open a version-1 database");
   CHECK(s && moat_store_schema_version(s, &version, &err) == 0 && version == MOAT_STORE_SCHEMA_VERSION,
         "migrated to %d", version);
@@ -370,7 +387,8 @@ int main(void) {
     return 1;
   }
   struct stat st;
-  CHECK(stat(db_path, &st) == 0 && (st.st_mode & 0777) == 0600, "moat.db has mode 0600 (%o)", st.st_mode & 0777);
+  CHECK(stat(db_path, &st) == 0 && (st.st_mode & 0777) == 0600, "moat.db has mode 0600 (%o)",
+        st.st_mode & 0777);
   int version = -1;
   CHECK(moat_store_schema_version(s, &version, &err) == 0 && version == MOAT_STORE_SCHEMA_VERSION,
         "new store is at schema version %d", version);
