@@ -216,6 +216,8 @@ def main():
         res["create_server"], res["create_client"] = summary(srv), summary(cli)
         print("(c) %d execs of true" % a.execs, flush=True)
         res["exec"] = summary(bench_execs(d, a.execs))
+        ka = KeepAlive(d.port, d.client.key)
+        res["healthz"] = summary([ka.call("GET", "/healthz")[2] * 1000 for _ in range(a.execs)])
         print("(d) %d idle sandboxes" % a.idle, flush=True)
         res["idle"] = bench_idle(d, a.idle)
     finally:
@@ -250,7 +252,8 @@ def main():
             ("(a') moat create, client-side, cold (--pool 0)", "cold_client"),
             ("(b) bwrap --unshare-all ... /bin/true (spawn+wait)", "bwrap"),
             ("(c) moat exec argv [\"true\"], client round trip", "exec"),
-            ("(c) local posix_spawn+wait /bin/true", "spawn")]
+            ("(c) local posix_spawn+wait /bin/true", "spawn"),
+            ("HTTP floor of this client: GET /healthz round trip", "healthz")]
     for label, k in rows:
         if k in res:
             s = res[k]
