@@ -73,7 +73,7 @@ static int find_own(char **v2_own, char *v1_own[V1_COUNT], moat_error **err) {
       continue;
     *c2 = '\0';
     const char *ctrls = c1 + 1, *path = c2 + 1;
-    if (strncmp(line, "0", 2) == 0 && *ctrls == '\0') {
+    if (c1 == line + 1 && line[0] == '0' && *ctrls == '\0') { /* "0::/path": the v2 tree */
       free(*v2_own);
       *v2_own = xstrdup(path);
       continue;

@@ -172,6 +172,27 @@ static void drop_caps(struct child_ctx *c) {
   CHECK(syscall(SYS_capset, &hdr, data), "capset");
 }
 
+/* Closes every inherited fd but stdio and our three: copies of moatd's sockets (the HTTP
+ * listener, clients, other sandboxes' sync sockets) must not outlive moatd in a half-built child. */
+static void close_other_fds(struct child_ctx *c) {
+  int keep[3] = {c->sync_fd, c->listen_fd, c->ready_fd};
+  for (int i = 0; i < 3; i++) /* sort three */
+    for (int j = i + 1; j < 3; j++)
+      if (keep[j] < keep[i]) {
+        int t = keep[i];
+        keep[i] = keep[j];
+        keep[j] = t;
+      }
+  unsigned lo = 3;
+  for (int i = 0; i < 3; i++) {
+    if ((unsigned)keep[i] > lo)
+      syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0);
+    if ((unsigned)keep[i] + 1 > lo)
+      lo = (unsigned)keep[i] + 1;
+  }
+  syscall(SYS_close_range, lo, ~0U, 0);
+}
+
 /* Waits for the parent's go: uid map written, cgroups joined, mounts attached in our namespace. */
 static void wait_go(struct child_ctx *c) {
   char byte;
@@ -184,6 +205,9 @@ static void wait_go(struct child_ctx *c) {
 }
 
 static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
+  /* Until the guest runs, die with the thread that created us (it waits for our ready byte). */
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  close_other_fds(c);
   wait_go(c); /* lower/ (idmapped template), disk/ (writable layer) and guest are attached now */
   /* Still the host's uid here: enter the slot dir (0711, root's) before becoming the range's root. */
   /* By path, in our own mount namespace: an fd from before clone points into the host's. */
@@ -244,6 +268,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   char *argv[] = {"moat-guest", NULL};
   char *envp[] = {"MOAT_GUEST_LISTEN_FD=3", "MOAT_GUEST_READY_FD=4",
                   "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+  prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* the sandbox outlives moatd from here on */
   execve("/run/moat/moat-guest", argv, envp);
   child_fail(c->sync_fd, "exec moat-guest");
 }
