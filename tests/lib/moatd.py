@@ -547,7 +547,7 @@ class MoatDaemon:
     def delete_all(self):
         """DELETE every sandbox every known key can see."""
         for key in self.keys:
-            c = Client(self.port, key, timeout=60)
+            c = Client(self.port, key, timeout=15)
             try:
                 for sb in c.list():
                     try:
