@@ -167,7 +167,7 @@ static int on_exec_opt(int id, const char *value, void *ctx) {
 static const struct cli_opt exec_opts[] = {EXEC_OPTS, {NULL, false, 0}};
 static const char exec_usage[] = "moat exec ID [OPTIONS] [--] CMD [ARG...]\n" EXEC_USAGE;
 static const char run_usage[] =
-    "moat run [OPTIONS] [--] CMD [ARG...]   (create a sandbox, run CMD, kill the sandbox)\n" CREATE_USAGE EXEC_USAGE;
+    "moat run [OPTIONS] [--] CMD [ARG...]   (create a sandbox, run CMD, kill the sandbox)\n" CREATE_USAGE_COMMON EXEC_USAGE;
 
 /* Reads all of stdin into body.stdin_b64. */
 static int add_stdin(json_t *body) {
