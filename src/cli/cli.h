@@ -97,14 +97,14 @@ struct create_opts {
 extern const struct cli_opt cli_create_opts[];
 extern const size_t cli_create_nopts;
 int cli_create_opt(int id, const char *value, struct create_opts *c);
-#define CREATE_USAGE_COMMON                                                                           \
-  "  --template T      template name (default base)\n"                                               \
-  "  --ttl S           seconds until it is killed (default 3600; refreshed by API activity)\n"       \
-  "  --persistent      no TTL\n"                                                                      \
-  "  --meta K=V        metadata (repeatable)\n"                                                       \
-  "  --cpu N           vCPUs (default 2)\n"                                                           \
-  "  --memory MB       memory limit (default 2048)\n"                                                 \
-  "  --pids N          process limit (default 4096)\n"                                                \
+#define CREATE_USAGE_COMMON                                                                                  \
+  "  --template T      template name (default base)\n"                                                       \
+  "  --ttl S           seconds until it is killed (default 3600; refreshed by API activity)\n"               \
+  "  --persistent      no TTL\n"                                                                             \
+  "  --meta K=V        metadata (repeatable)\n"                                                              \
+  "  --cpu N           vCPUs (default 2)\n"                                                                  \
+  "  --memory MB       memory limit (default 2048)\n"                                                        \
+  "  --pids N          process limit (default 4096)\n"                                                       \
   "  --disk MB         writable layer size (default 10240)\n"
 #define CREATE_USAGE CREATE_USAGE_COMMON "  --env K=V         environment for every exec (repeatable)\n"
 

@@ -153,21 +153,22 @@ static int on_exec_opt(int id, const char *value, void *ctx) {
   return cli_create_opt(id, value, &e->create);
 }
 
-#define EXEC_OPTS                                                                                     \
-  {"env", true, E_ENV}, {"cwd", true, E_CWD}, {"user", true, E_USER}, {"timeout", true, E_TIMEOUT},  \
-      {"stdin", false, E_STDIN}
-#define EXEC_USAGE                                                                                    \
-  "  --env K=V         environment variable (repeatable)\n"                                           \
-  "  --cwd DIR         working directory (default: the user's home)\n"                                \
-  "  --user U          root (default) or user\n"                                                      \
-  "  --timeout MS      kill the command after MS milliseconds (exit code 124)\n"                       \
-  "  --stdin           send this program's stdin to the command\n"                                     \
+#define EXEC_OPTS                                                                                            \
+  {"env", true, E_ENV}, {"cwd", true, E_CWD}, {"user", true, E_USER}, {"timeout", true, E_TIMEOUT}, {        \
+    "stdin", false, E_STDIN                                                                                  \
+  }
+#define EXEC_USAGE                                                                                           \
+  "  --env K=V         environment variable (repeatable)\n"                                                  \
+  "  --cwd DIR         working directory (default: the user's home)\n"                                       \
+  "  --user U          root (default) or user\n"                                                             \
+  "  --timeout MS      kill the command after MS milliseconds (exit code 124)\n"                             \
+  "  --stdin           send this program's stdin to the command\n"                                           \
   "Exit code: the command's, 128+N when killed by signal N, 124 on timeout, 1 on an API error.\n"
 
 static const struct cli_opt exec_opts[] = {EXEC_OPTS, {NULL, false, 0}};
 static const char exec_usage[] = "moat exec ID [OPTIONS] [--] CMD [ARG...]\n" EXEC_USAGE;
-static const char run_usage[] =
-    "moat run [OPTIONS] [--] CMD [ARG...]   (create a sandbox, run CMD, kill the sandbox)\n" CREATE_USAGE_COMMON EXEC_USAGE;
+static const char run_usage[] = "moat run [OPTIONS] [--] CMD [ARG...]   (create a sandbox, run CMD, kill the "
+                                "sandbox)\n" CREATE_USAGE_COMMON EXEC_USAGE;
 
 /* Reads all of stdin into body.stdin_b64. */
 static int add_stdin(json_t *body) {

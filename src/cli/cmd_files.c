@@ -49,7 +49,8 @@ static int upload(const char *local, const char *id, const char *rpath) {
     }
     struct stat st;
     if (fstat(fileno(in), &st) < 0 || S_ISDIR(st.st_mode)) {
-      cli_errorf("%s: %s", local, S_ISDIR(st.st_mode) ? "is a directory (cp copies one file)" : strerror(errno));
+      cli_errorf("%s: %s", local,
+                 S_ISDIR(st.st_mode) ? "is a directory (cp copies one file)" : strerror(errno));
       fclose(in);
       return EXIT_API;
     }
@@ -69,7 +70,8 @@ static int upload(const char *local, const char *id, const char *rpath) {
   }
   _cleanup_free_ char *eid = cli_escape(id);
   _cleanup_free_ char *epath = cli_escape(target);
-  _cleanup_free_ char *url = xasprintf("/v1/sandboxes/%s/files?path=%s&mode=%04o", eid, epath, (unsigned)mode);
+  _cleanup_free_ char *url =
+      xasprintf("/v1/sandboxes/%s/files?path=%s&mode=%04o", eid, epath, (unsigned)mode);
   struct cli_resp resp;
   int r = cli_upload(url, in, size, &resp);
   if (in != stdin)

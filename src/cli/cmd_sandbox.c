@@ -7,11 +7,16 @@
 
 enum { O_TEMPLATE = 1, O_TTL, O_PERSISTENT, O_META, O_ENV, O_CPU, O_MEMORY, O_PIDS, O_DISK };
 
-const struct cli_opt cli_create_opts[] = {
-    {"template", true, O_TEMPLATE}, {"ttl", true, O_TTL},   {"persistent", false, O_PERSISTENT},
-    {"meta", true, O_META},         {"env", true, O_ENV},   {"cpu", true, O_CPU},
-    {"memory", true, O_MEMORY},     {"pids", true, O_PIDS}, {"disk", true, O_DISK},
-    {NULL, false, 0}};
+const struct cli_opt cli_create_opts[] = {{"template", true, O_TEMPLATE},
+                                          {"ttl", true, O_TTL},
+                                          {"persistent", false, O_PERSISTENT},
+                                          {"meta", true, O_META},
+                                          {"env", true, O_ENV},
+                                          {"cpu", true, O_CPU},
+                                          {"memory", true, O_MEMORY},
+                                          {"pids", true, O_PIDS},
+                                          {"disk", true, O_DISK},
+                                          {NULL, false, 0}};
 const size_t cli_create_nopts = sizeof(cli_create_opts) / sizeof(cli_create_opts[0]) - 1;
 
 static json_t *object_field(json_t *body, const char *key) {

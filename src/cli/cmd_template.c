@@ -5,10 +5,13 @@
 #include "../common/util.h"
 #include "cli.h"
 
-static const char template_usage[] = "moat template build NAME   build (or rebuild) a template; waits for it\n"
-                                     "moat template ls           list templates and their state\n";
+static const char template_usage[] =
+    "moat template build NAME   build (or rebuild) a template; waits for it\n"
+    "moat template ls           list templates and their state\n";
 
-static void print_header(void) { printf("%-20s %-9s %-10s %-24s %s\n", "NAME", "STATE", "SIZE", "BUILT", "ERROR"); }
+static void print_header(void) {
+  printf("%-20s %-9s %-10s %-24s %s\n", "NAME", "STATE", "SIZE", "BUILT", "ERROR");
+}
 
 static void print_row(json_t *t) {
   const char *name = json_string_value(json_object_get(t, "name"));
@@ -24,7 +27,8 @@ static void print_row(json_t *t) {
     snprintf(builtbuf, sizeof(builtbuf), "%s", json_string_value(built));
   else if (json_is_integer(built) && json_integer_value(built) > 0)
     snprintf(builtbuf, sizeof(builtbuf), "%lld", (long long)json_integer_value(built));
-  printf("%-20s %-9s %-10s %-24s %s\n", name ? name : "-", state ? state : "-", sizebuf, builtbuf, err ? err : "");
+  printf("%-20s %-9s %-10s %-24s %s\n", name ? name : "-", state ? state : "-", sizebuf, builtbuf,
+         err ? err : "");
 }
 
 static const struct cli_opt no_opts[] = {{NULL, false, 0}};
@@ -57,8 +61,7 @@ int cmd_template(int argc, char **argv) {
   if (strcmp(pos[0], "build") == 0) {
     if (a.npos != 2)
       return cli_usage_error(template_usage, "template build takes one NAME");
-    fprintf(stderr, "moat: building template '%s' (waits for the build; progress in moatd's log)\n",
-            pos[1]);
+    fprintf(stderr, "moat: building template '%s' (waits for the build; progress in moatd's log)\n", pos[1]);
     _cleanup_free_ char *name = cli_escape(pos[1]);
     _cleanup_free_ char *path = xasprintf("/v1/templates/%s/build", name);
     if (cli_request("POST", path, NULL, &resp) < 0)

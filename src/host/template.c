@@ -332,7 +332,8 @@ static int run_logged(const char *name, char *const argv[], const char *stdin_pa
   int pfd[2];
   if (pipe2(pfd, O_CLOEXEC) < 0)
     return moat_error_errno(err, "pipe");
-  _cleanup_free_ char *http_proxy = getenv("http_proxy") ? xasprintf("http_proxy=%s", getenv("http_proxy")) : NULL;
+  _cleanup_free_ char *http_proxy =
+      getenv("http_proxy") ? xasprintf("http_proxy=%s", getenv("http_proxy")) : NULL;
   char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                   "HOME=/root",
                   "LANG=C.UTF-8",
@@ -502,10 +503,14 @@ static int build_into(struct moat_templates *t, const char *name, const char *di
   _cleanup_free_ char *files = xasprintf("%s/files", recipe);
   struct stat st;
   if (stat(files, &st) == 0 && S_ISDIR(st.st_mode)) {
-    char *cp_argv[] = {"/bin/sh", "-c",
+    char *cp_argv[] = {"/bin/sh",
+                       "-c",
                        "set -e; tar -C \"$1\" --owner=0 --group=0 --numeric-owner -cf - . | "
                        "chroot \"$2\" tar -xpf - -C / --keep-directory-symlink --no-overwrite-dir",
-                       "sh", files, rootfs, NULL};
+                       "sh",
+                       files,
+                       rootfs,
+                       NULL};
     if (run_logged(name, cp_argv, NULL, lock_fd, err) < 0)
       return moat_error_wrap(err, "copy files/");
   }
@@ -747,7 +752,8 @@ static bool locked_elsewhere(struct moat_templates *t, const char *name) {
   return false;
 }
 
-int moat_template_list(struct moat_templates *t, struct moat_template_info **out, size_t *n, moat_error **err) {
+int moat_template_list(struct moat_templates *t, struct moat_template_info **out, size_t *n,
+                       moat_error **err) {
   _cleanup_strv_ char **names = NULL;
   if (list_dir_sorted(t->recipes_dir, &names, err) < 0)
     return moat_error_wrap(err, "list templates");

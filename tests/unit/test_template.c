@@ -105,7 +105,7 @@ static enum moat_template_state state_of(struct moat_templates *t, const char *n
   struct moat_template_info *v = NULL;
   size_t n = 0;
   moat_error *err = NULL;
-  enum moat_template_state s = (enum moat_template_state)-1;
+  enum moat_template_state s = (enum moat_template_state) - 1;
   if (moat_template_list(t, &v, &n, &err) < 0) {
     moat_error_free(&err);
     return s;
@@ -159,8 +159,8 @@ static void test_names(void) {
   size_t n = 0;
   r = moat_template_list(t, &v, &n, &err);
   bool ok = r == 0 && n == 2 && strcmp(v[0].name, "a_b.c-9") == 0 && strcmp(v[1].name, "base") == 0 &&
-            v[0].state == MOAT_TEMPLATE_MISSING && v[1].state == MOAT_TEMPLATE_MISSING && v[1].error == NULL &&
-            v[1].built_at == 0 && v[1].size_bytes == 0;
+            v[0].state == MOAT_TEMPLATE_MISSING && v[1].state == MOAT_TEMPLATE_MISSING &&
+            v[1].error == NULL && v[1].built_at == 0 && v[1].size_bytes == 0;
   check(ok, "list reports exactly the valid recipes, sorted, as missing (got %zu)", n);
   for (size_t i = 0; i < n; i++)
     printf("#   %s %s\n", v[i].name, moat_template_state_name(v[i].state));
@@ -240,20 +240,23 @@ static void test_ready(void) {
   check(state_of(t, "r", NULL) == MOAT_TEMPLATE_READY, "a built image whose ready holds the digest is ready");
   char *rootfs = moat_template_rootfs(t, "r");
   char *want = xasprintf("%s/r/rootfs", built);
-  check(rootfs && strcmp(rootfs, want) == 0, "rootfs path is TEMPLATE_DIR/NAME/rootfs (%s)", rootfs ? rootfs : "NULL");
+  check(rootfs && strcmp(rootfs, want) == 0, "rootfs path is TEMPLATE_DIR/NAME/rootfs (%s)",
+        rootfs ? rootfs : "NULL");
   free(rootfs);
   free(want);
   moat_error *err = NULL;
   uint64_t t0 = now_ns();
   int r = moat_template_ensure(t, "r", &err);
   uint64_t dt = now_ns() - t0;
-  check(r == 0 && dt < 50u * 1000 * 1000, "ensure of a ready template returns at once (%.3f ms)", (double)dt / 1e6);
+  check(r == 0 && dt < 50u * 1000 * 1000, "ensure of a ready template returns at once (%.3f ms)",
+        (double)dt / 1e6);
   moat_error_free(&err);
   moat_templates_close(t);
 
   put("recipes/r/packages", "procps\nless\n", 0644);
   t = open_t();
-  check(state_of(t, "r", NULL) == MOAT_TEMPLATE_MISSING, "after the recipe changes the old image counts as missing");
+  check(state_of(t, "r", NULL) == MOAT_TEMPLATE_MISSING,
+        "after the recipe changes the old image counts as missing");
   check(moat_template_rootfs(t, "r") == NULL, "and has no rootfs path");
   moat_templates_close(t);
 
@@ -283,9 +286,11 @@ static void test_leftovers(bool is_root) {
   int r = moat_template_remove_leftovers(t, "lo", &err);
   check(r == 0, "leftover removal succeeds%s%s", err ? ": " : "", err ? moat_error_msg(err) : "");
   moat_error_free(&err);
-  check(!exists("built/lo.tmp-abc123") && !exists("built/lo.tmp-def456"), "NAME.tmp-* build dirs are removed");
+  check(!exists("built/lo.tmp-abc123") && !exists("built/lo.tmp-def456"),
+        "NAME.tmp-* build dirs are removed");
   if (is_root)
-    check(mounted && !exists("built/lo.tmp-abc123"), "even one with a mount left inside (crash during debootstrap)");
+    check(mounted && !exists("built/lo.tmp-abc123"),
+          "even one with a mount left inside (crash during debootstrap)");
   else
     skip("mount inside a leftover needs root");
   check(exists("built/lo.tmp-keep/ready"), "a template whose name merely looks like a build dir is kept");
