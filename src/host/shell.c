@@ -212,9 +212,11 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   /* Still the host's uid here: enter the slot dir (0711, root's) before becoming the range's root. */
   /* By path, in our own mount namespace: an fd from before clone points into the host's. */
   CHECK(chdir(c->spec->slot_dir), "enter slot dir");
-  CHECK(setresgid(0, 0, 0), "setresgid");
-  CHECK(setgroups(0, NULL), "setgroups");
-  CHECK(setresuid(0, 0, 0), "setresuid");
+  /* Raw syscalls: glibc's set*id wrappers broadcast to the threads it believes exist (this is
+   * a clone3 child of a multi-threaded process) and block on a lock one of them held. */
+  CHECK(syscall(SYS_setresgid, 0, 0, 0), "setresgid");
+  CHECK(syscall(SYS_setgroups, 0, NULL), "setgroups");
+  CHECK(syscall(SYS_setresuid, 0, 0, 0), "setresuid");
   CHECK(unshare(CLONE_NEWCGROUP), "unshare cgroup namespace");
   CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make / private");
   CHECK(mount("overlay", "root", "overlay", MS_NODEV,
