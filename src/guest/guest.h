@@ -38,6 +38,9 @@ char *guest_path_resolve(const char *home, const char *path, moat_error **err);
 /* Handles one connection: reads the request frame and serves it. Does not close fd. Never
  * returns an error: failures are reported to the peer as REP_ERROR. */
 void guest_serve(int fd, const char *etc_dir);
+/* Touches the pages a worker writes while serving (stacks, heap), so that a spare worker pays
+ * its copy-on-write faults before a request arrives rather than during it. */
+void guest_prefault(void);
 
 /* The operations, given the request already received. fd is the connection. */
 void guest_exec(int fd, const struct moat_msg *req, const char *etc_dir);
