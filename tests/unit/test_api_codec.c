@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
-#include "test_api_tap.h"
+#include "tap.h"
 
 static bool sanitized_is_n(const char *in, size_t inlen, const char *want, size_t wantlen, bool want_valid) {
   size_t n;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
-#include "test_api_tap.h"
+#include "tap.h"
 
 static json_t *body(const char *s) {
   json_t *j = NULL;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
-#include "test_api_tap.h"
+#include "tap.h"
 
 #define ID "sb-0123456789abcdefg"
 

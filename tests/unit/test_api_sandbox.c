@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
-#include "test_api_tap.h"
+#include "tap.h"
 
 static struct api_args args2(const char *k1, const char *v1, const char *k2, const char *v2) {
   struct api_args a = {0};

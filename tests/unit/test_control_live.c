@@ -16,20 +16,7 @@
 #include "control/control.h"
 #include "store/store.h"
 
-static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    n_test++;                                                                                                \
-    if (cond) {                                                                                              \
-      printf("ok %d - ", n_test);                                                                            \
-    } else {                                                                                                 \
-      n_fail++;                                                                                              \
-      printf("not ok %d - ", n_test);                                                                        \
-    }                                                                                                        \
-    printf(__VA_ARGS__);                                                                                     \
-    printf("\n");                                                                                            \
-    fflush(stdout);                                                                                          \
-  } while (0)
+#include "tap.h"
 
 static char data_dir[] = "/tmp/moat-test-control-XXXXXX";
 static struct moat_control_config cfg;
@@ -365,6 +352,5 @@ done:
   free((char *)cfg.recipes_dir);
   free((char *)cfg.guest_path);
   rm_rf(data_dir, NULL);
-  printf("1..%d\n%d passed, %d failed\n", n_test, n_test - n_fail, n_fail);
-  return n_fail ? 1 : 0;
+  return tap_done();
 }

@@ -22,20 +22,7 @@
 #include "common/util.h"
 #include "store/store.h"
 
-static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    n_test++;                                                                                                \
-    if (cond) {                                                                                              \
-      printf("ok %d - ", n_test);                                                                            \
-    } else {                                                                                                 \
-      n_fail++;                                                                                              \
-      printf("not ok %d - ", n_test);                                                                        \
-    }                                                                                                        \
-    printf(__VA_ARGS__);                                                                                     \
-    printf("\n");                                                                                            \
-    fflush(stdout);                                                                                          \
-  } while (0)
+#include "tap.h"
 
 static char moatd[4096];
 static char dir[] = "/tmp/moat-test-moatd-XXXXXX";
@@ -301,6 +288,5 @@ int main(void) {
   free(second_key);
 
   rm_rf(dir, NULL);
-  printf("1..%d\n%d passed, %d failed\n", n_test, n_test - n_fail, n_fail);
-  return n_fail ? 1 : 0;
+  return tap_done();
 }

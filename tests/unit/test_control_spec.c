@@ -9,19 +9,7 @@
 #include "control/control.h"
 #include "control/spec.h"
 
-static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    n_test++;                                                                                                \
-    if (cond) {                                                                                              \
-      printf("ok %d - ", n_test);                                                                            \
-    } else {                                                                                                 \
-      n_fail++;                                                                                              \
-      printf("not ok %d - ", n_test);                                                                        \
-    }                                                                                                        \
-    printf(__VA_ARGS__);                                                                                     \
-    printf("\n");                                                                                            \
-  } while (0)
+#include "tap.h"
 
 static const struct moat_spec_bounds big = {.host_memory_mb = 24000, .disk_fs_mb = 100000};
 
@@ -209,6 +197,5 @@ int main(void) {
   test_metadata_env();
   test_env_merge();
   test_states();
-  printf("1..%d\n%d passed, %d failed\n", n_test, n_test - n_fail, n_fail);
-  return n_fail ? 1 : 0;
+  return tap_done();
 }

@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,41 +22,7 @@
 #include "common/util.h"
 #include "proto/proto.h"
 
-/* ---- TAP ---- */
-static int tap_n, tap_pass, tap_fail;
-
-static bool tap_check(bool cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool tap_check(bool cond, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s %d - ", cond ? "ok" : "not ok", ++tap_n);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  fflush(stdout);
-  if (cond)
-    tap_pass++;
-  else
-    tap_fail++;
-  return cond;
-}
-#define CHECK(cond, ...) tap_check((cond), __VA_ARGS__)
-
-static void tap_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void tap_skip(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("ok %d # SKIP ", ++tap_n);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  tap_pass++;
-}
-
-static int tap_done(void) {
-  printf("1..%d\n%d passed, %d failed\n", tap_n, tap_pass, tap_fail);
-  return tap_fail ? 1 : 0;
-}
+#include "tap.h"
 
 /* ---- the guest under test ---- */
 static char g_dir[64];

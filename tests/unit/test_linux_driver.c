@@ -13,17 +13,12 @@
 #include "host/driver.h"
 #include "host/guest_client.h"
 
-static int passed, failed, n;
+#include "tap.h"
 
+/* A test named name; detail (may be NULL) is added to the line only when it failed. */
 static void ok(bool cond, const char *name, const char *detail) {
-  n++;
-  if (cond) {
-    passed++;
-    printf("ok %d - %s\n", n, name);
-  } else {
-    failed++;
-    printf("not ok %d - %s%s%s\n", n, name, detail ? ": " : "", detail ? detail : "");
-  }
+  bool show = !cond && detail;
+  tap_ok(cond, "%s%s%s", name, show ? ": " : "", show ? detail : "");
 }
 
 static char *exec_out(const char *sock, const char *cmd, int *code) {
@@ -134,6 +129,5 @@ int main(void) {
   moat_host_shutdown(h);
   moat_error_free(&err);
   rm_rf(data, NULL);
-  printf("1..%d\n%d passed, %d failed\n", n, passed, failed);
-  return failed ? 1 : 0;
+  return tap_done();
 }

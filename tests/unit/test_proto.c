@@ -9,13 +9,9 @@
 #include "common/util.h"
 #include "proto/proto.h"
 
-static int n_run, n_fail;
+#include "tap.h"
 
-static void check(bool cond, const char *name) {
-  printf("%s %d - %s\n", cond ? "ok" : "not ok", ++n_run, name);
-  if (!cond)
-    n_fail++;
-}
+#define check(cond, name) CHECK((cond), "%s", (name))
 
 /* The wire bytes of m, as moat_msg_send writes them (through a socketpair). */
 static uint8_t *wire(const struct moat_msg *m, size_t *len) {
@@ -170,6 +166,5 @@ static void test_malformed(void) {
 int main(void) {
   test_round_trip();
   test_malformed();
-  printf("1..%d\n%d passed, %d failed\n", n_run, n_run - n_fail, n_fail);
-  return n_fail ? 1 : 0;
+  return tap_done();
 }

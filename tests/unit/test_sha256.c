@@ -7,19 +7,7 @@
 #include "common/sha256.h"
 #include "common/util.h"
 
-static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    n_test++;                                                                                                \
-    if (cond) {                                                                                              \
-      printf("ok %d - ", n_test);                                                                            \
-    } else {                                                                                                 \
-      n_fail++;                                                                                              \
-      printf("not ok %d - ", n_test);                                                                        \
-    }                                                                                                        \
-    printf(__VA_ARGS__);                                                                                     \
-    printf("\n");                                                                                            \
-  } while (0)
+#include "tap.h"
 
 static void hex_of(const uint8_t d[32], char out[65]) {
   for (int i = 0; i < 32; i++)
@@ -125,6 +113,5 @@ int main(void) {
           ran, bad);
   }
 
-  printf("1..%d\n%d passed, %d failed\n", n_test, n_test - n_fail, n_fail);
-  return n_fail ? 1 : 0;
+  return tap_done();
 }

@@ -12,19 +12,7 @@
 #include "common/util.h"
 #include "store/store.h"
 
-static int n_test, n_fail;
-#define CHECK(cond, ...)                                                                                     \
-  do {                                                                                                       \
-    n_test++;                                                                                                \
-    if (cond) {                                                                                              \
-      printf("ok %d - ", n_test);                                                                            \
-    } else {                                                                                                 \
-      n_fail++;                                                                                              \
-      printf("not ok %d - ", n_test);                                                                        \
-    }                                                                                                        \
-    printf(__VA_ARGS__);                                                                                     \
-    printf("\n");                                                                                            \
-  } while (0)
+#include "tap.h"
 
 static char dir[] = "/tmp/moat-test-store-XXXXXX";
 static char db_path[256];
@@ -383,7 +371,7 @@ int main(void) {
   struct moat_store *s = NULL;
   CHECK(moat_store_open(&s, db_path, &err) == 0, "open a new store: %s", err ? err->msg : "ok");
   if (!s) {
-    printf("1..%d\n%d passed, %d failed\n", n_test, n_test - n_fail, n_fail);
+    tap_done();
     return 1;
   }
   struct stat st;
@@ -404,6 +392,5 @@ int main(void) {
 
   moat_error_free(&err);
   rm_rf(dir, NULL);
-  printf("1..%d\n%d passed, %d failed\n", n_test, n_test - n_fail, n_fail);
-  return n_fail ? 1 : 0;
+  return tap_done();
 }

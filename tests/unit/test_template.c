@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,25 +22,10 @@
 int moat_template_digest(struct moat_templates *t, const char *name, char out[65], moat_error **err);
 int moat_template_remove_leftovers(struct moat_templates *t, const char *name, moat_error **err);
 
-static int n_test, n_pass, n_fail;
+#include "tap.h"
 
-static bool check(bool cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool check(bool cond, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s %d - ", cond ? "ok" : "not ok", ++n_test);
-  vprintf(fmt, ap);
-  printf("\n");
-  fflush(stdout);
-  va_end(ap);
-  cond ? n_pass++ : n_fail++;
-  return cond;
-}
-
-static void skip(const char *why) {
-  printf("ok %d # SKIP %s\n", ++n_test, why);
-  n_pass++;
-}
+#define check(...) CHECK(__VA_ARGS__)
+#define skip(why) tap_skip("%s", (why))
 
 static char root[256], recipes[300], built[300];
 
@@ -404,6 +388,5 @@ int main(void) {
     fprintf(stderr, "cleanup: %s\n", moat_error_msg(err));
     moat_error_free(&err);
   }
-  printf("1..%d\n%d passed, %d failed\n", n_test, n_pass, n_fail);
-  return n_fail ? 1 : 0;
+  return tap_done();
 }
