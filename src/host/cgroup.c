@@ -19,8 +19,8 @@ static const char *v1_names[V1_COUNT] = {"memory", "cpu", "pids", "cpuacct"};
 
 struct moat_cgroups {
   bool hybrid;
-  char *v2;            /* OWN/moat-INSTANCE in the v2 tree */
-  char *v1[V1_COUNT];  /* OWN/moat-INSTANCE in each v1 hierarchy (hybrid only; NULL if absent) */
+  char *v2;           /* OWN/moat-INSTANCE in the v2 tree */
+  char *v1[V1_COUNT]; /* OWN/moat-INSTANCE in each v1 hierarchy (hybrid only; NULL if absent) */
 };
 
 bool moat_cgroups_hybrid(const struct moat_cgroups *cg) { return cg->hybrid; }
@@ -209,7 +209,8 @@ int moat_cgroup_set_limits(struct moat_cgroups *cg, int slot, const struct moat_
   _cleanup_free_ char *dc = slot_dir(cg->v1[V1_CPU], slot);
   _cleanup_free_ char *dp = slot_dir(cg->v1[V1_PIDS], slot);
   snprintf(cpu, sizeof(cpu), "%" PRIu64, quota);
-  if (write_at(dm, "memory.limit_in_bytes", mem, err) < 0 || write_at(dc, "cpu.cfs_period_us", "100000", err) < 0 ||
+  if (write_at(dm, "memory.limit_in_bytes", mem, err) < 0 ||
+      write_at(dc, "cpu.cfs_period_us", "100000", err) < 0 ||
       write_at(dc, "cpu.cfs_quota_us", cpu, err) < 0 || write_at(dp, "pids.max", pids, err) < 0)
     return moat_error_wrap(err, "set limits of slot %d", slot);
   /* Where swap accounting exists, the limit covers memory+swap too (ignore if absent). */
@@ -219,7 +220,8 @@ int moat_cgroup_set_limits(struct moat_cgroups *cg, int slot, const struct moat_
   return 0;
 }
 
-int moat_cgroup_create(struct moat_cgroups *cg, int slot, const struct moat_limits *limits, moat_error **err) {
+int moat_cgroup_create(struct moat_cgroups *cg, int slot, const struct moat_limits *limits,
+                       moat_error **err) {
   _cleanup_free_ char *d2 = slot_dir(cg->v2, slot);
   if (mkdir(d2, 0755) < 0 && errno != EEXIST)
     return moat_error_errno(err, "mkdir %s", d2);

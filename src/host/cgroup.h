@@ -25,7 +25,8 @@ bool moat_cgroups_hybrid(const struct moat_cgroups *cg);
 /* Creates slot-N everywhere and writes limits. Returns an O_DIRECTORY fd of the v2 dir (for
  * clone3's CLONE_INTO_CGROUP; the caller closes it) or -1. */
 int moat_cgroup_create(struct moat_cgroups *cg, int slot, const struct moat_limits *limits, moat_error **err);
-int moat_cgroup_set_limits(struct moat_cgroups *cg, int slot, const struct moat_limits *limits, moat_error **err);
+int moat_cgroup_set_limits(struct moat_cgroups *cg, int slot, const struct moat_limits *limits,
+                           moat_error **err);
 /* Moves pid into the slot's v1 cgroups (a no-op on pure v2 hosts). */
 int moat_cgroup_attach_v1(struct moat_cgroups *cg, int slot, pid_t pid, moat_error **err);
 /* Kills every process in the slot (cgroup.kill) and waits up to timeout_ms for it to empty. */

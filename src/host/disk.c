@@ -22,8 +22,8 @@
 extern char **environ;
 
 static int run_mkfs(const char *img, moat_error **err) {
-  char *argv[] = {"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", "-m", "0",
-                  "-b", "4096", (char *)img, NULL};
+  char *argv[] = {"mkfs.ext4", "-q", "-F", "-O",   "^has_journal", "-E", "lazy_itable_init=1,nodiscard",
+                  "-m",        "0",  "-b", "4096", (char *)img,    NULL};
   static const char *paths[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"};
   const char *bin = NULL;
   for (size_t i = 0; i < ARRAY_SIZE(paths) && !bin; i++)
@@ -179,7 +179,8 @@ int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, moat_e
   if (fs < 0)
     return moat_error_errno(err, "fsopen ext4");
   if (fsconfig(fs, FSCONFIG_SET_STRING, "source", loop_path, 0) < 0 ||
-      fsconfig(fs, FSCONFIG_SET_FLAG, "nodelalloc", NULL, 0) < 0 || fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+      fsconfig(fs, FSCONFIG_SET_FLAG, "nodelalloc", NULL, 0) < 0 ||
+      fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
     return moat_error_errno(err, "mount ext4 on %s", loop_path);
   int mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
   if (mnt < 0)

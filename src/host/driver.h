@@ -29,21 +29,21 @@ struct moat_host_config {
 };
 
 struct moat_limits {
-  double cpu;          /* vCPUs (cfs quota = cpu * period) */
-  uint64_t memory_mb;  /* hard memory limit */
-  uint64_t pids;       /* max processes */
-  uint64_t disk_mb;    /* writable layer size; writes past it fail with ENOSPC */
+  double cpu;         /* vCPUs (cfs quota = cpu * period) */
+  uint64_t memory_mb; /* hard memory limit */
+  uint64_t pids;      /* max processes */
+  uint64_t disk_mb;   /* writable layer size; writes past it fail with ENOSPC */
 };
 
 /* What the host tells control about a running sandbox; control stores it to adopt later. */
 struct moat_instance {
-  int slot;              /* slot index */
-  pid_t pid;             /* host pid of the sandbox's init (moat-guest) */
-  uint64_t start_time;   /* init's start time (clock ticks after boot, /proc/PID/stat field 22):
-                            with pid it names the process across pid reuse */
-  char sock_path[4096];  /* guest socket, for guest_client.h */
-  uint64_t ready_ns;     /* how long create took inside the host, for metrics */
-  bool from_pool;        /* a warm shell was used */
+  int slot;             /* slot index */
+  pid_t pid;            /* host pid of the sandbox's init (moat-guest) */
+  uint64_t start_time;  /* init's start time (clock ticks after boot, /proc/PID/stat field 22):
+                           with pid it names the process across pid reuse */
+  char sock_path[4096]; /* guest socket, for guest_client.h */
+  uint64_t ready_ns;    /* how long create took inside the host, for metrics */
+  bool from_pool;       /* a warm shell was used */
 };
 
 /* Sets up the host: finds or creates moat's cgroup subtree beneath the cgroups moatd runs in,

@@ -330,7 +330,8 @@ out:
   return ret;
 }
 
-int moat_guest_mkdir(const char *sock_path, const char *path, const char *user, bool parents, moat_error **err) {
+int moat_guest_mkdir(const char *sock_path, const char *path, const char *user, bool parents,
+                     moat_error **err) {
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_MKDIR);
   moat_msg_put_str(&m, MOAT_T_PATH, path);
@@ -341,7 +342,8 @@ int moat_guest_mkdir(const char *sock_path, const char *path, const char *user, 
   return r;
 }
 
-int moat_guest_move(const char *sock_path, const char *src, const char *dst, const char *user, moat_error **err) {
+int moat_guest_move(const char *sock_path, const char *src, const char *dst, const char *user,
+                    moat_error **err) {
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_MOVE);
   moat_msg_put_str(&m, MOAT_T_PATH, src);
@@ -367,7 +369,7 @@ int moat_guest_remove(const char *sock_path, const char *path, const char *user,
 struct moat_guest_reader {
   int fd;
   struct moat_msg m;
-  size_t off;  /* consumed bytes of the current DATA field */
+  size_t off; /* consumed bytes of the current DATA field */
   bool ended;
 };
 

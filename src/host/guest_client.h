@@ -67,8 +67,10 @@ int moat_guest_stat(const char *sock_path, const char *path, const char *user, s
                     moat_error **err);
 int moat_guest_list(const char *sock_path, const char *path, const char *user, uint32_t depth,
                     struct moat_file_entry **out, size_t *n, moat_error **err);
-int moat_guest_mkdir(const char *sock_path, const char *path, const char *user, bool parents, moat_error **err);
-int moat_guest_move(const char *sock_path, const char *src, const char *dst, const char *user, moat_error **err);
+int moat_guest_mkdir(const char *sock_path, const char *path, const char *user, bool parents,
+                     moat_error **err);
+int moat_guest_move(const char *sock_path, const char *src, const char *dst, const char *user,
+                    moat_error **err);
 int moat_guest_remove(const char *sock_path, const char *path, const char *user, bool recursive,
                       moat_error **err);
 

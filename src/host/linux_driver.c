@@ -61,15 +61,16 @@ struct moat_host {
   unsigned live;       /* slots in any state */
   unsigned pooled;
   bool stopping;
-  pthread_cond_t wake; /* pool filler and teardown worker */
-  unsigned building;       /* shell builds in progress */
+  pthread_cond_t wake;       /* pool filler and teardown worker */
+  unsigned building;         /* shell builds in progress */
   pthread_cond_t build_slot; /* signalled when a build finishes */
   struct slot *teardown_head;
   pthread_t filler, reaper; /* pool filler, teardown worker */
   bool threads_started;
 };
 
-static const struct moat_limits default_limits = {.cpu = 2.0, .memory_mb = 2048, .pids = 4096, .disk_mb = POOL_DISK_MB};
+static const struct moat_limits default_limits = {
+    .cpu = 2.0, .memory_mb = 2048, .pids = 4096, .disk_mb = POOL_DISK_MB};
 
 static uid_t slot_uid_base(int index) { return MOAT_UID_BASE + (uid_t)index * MOAT_UID_RANGE; }
 
@@ -534,8 +535,8 @@ int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_tim
   h->slots[slot] = s;
   h->live++;
   pthread_mutex_unlock(&h->lock);
-  bool alive = pid > 0 && start_time != 0 && moat_proc_start_time(pid) == start_time && range_is_ours(h, slot) &&
-               moat_cgroup_populated(h->cgroups, slot);
+  bool alive = pid > 0 && start_time != 0 && moat_proc_start_time(pid) == start_time &&
+               range_is_ours(h, slot) && moat_cgroup_populated(h->cgroups, slot);
   if (alive) {
     s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     alive = s->pidfd >= 0 && moat_proc_start_time(pid) == start_time; /* pid not reused meanwhile */

@@ -66,10 +66,10 @@ static __attribute__((noreturn)) void child_fail(int sync_fd, const char *step) 
   _exit(1);
 }
 
-#define CHECK(expr, step)                                                                                   \
-  do {                                                                                                      \
-    if ((expr) < 0)                                                                                         \
-      child_fail(c->sync_fd, step);                                                                         \
+#define CHECK(expr, step)                                                                                    \
+  do {                                                                                                       \
+    if ((expr) < 0)                                                                                          \
+      child_fail(c->sync_fd, step);                                                                          \
   } while (0)
 
 static int touch_file(const char *path, mode_t mode) {
@@ -110,11 +110,13 @@ static void setup_dev(struct child_ctx *c) {
     CHECK(mount(src, dst, NULL, MS_BIND, NULL), "bind /dev node");
   }
   CHECK(mkdir("root/dev/pts", 0755), "mkdir /dev/pts");
-  CHECK(mount("devpts", "root/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"),
-        "mount /dev/pts");
+  CHECK(
+      mount("devpts", "root/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"),
+      "mount /dev/pts");
   CHECK(symlink("pts/ptmx", "root/dev/ptmx"), "symlink /dev/ptmx");
   CHECK(mkdir("root/dev/shm", 01777), "mkdir /dev/shm");
-  CHECK(mount("shm", "root/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k"), "mount /dev/shm");
+  CHECK(mount("shm", "root/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k"),
+        "mount /dev/shm");
   CHECK(mkdir("root/dev/mqueue", 0755), "mkdir /dev/mqueue");
   CHECK(mount("mqueue", "root/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount mqueue");
   CHECK(symlink("/proc/self/fd", "root/dev/fd"), "symlink /dev/fd");
@@ -125,13 +127,13 @@ static void setup_dev(struct child_ctx *c) {
 
 static void setup_proc_sys(struct child_ctx *c) {
   CHECK(mount("proc", "root/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /proc");
-  CHECK(mount("sysfs", "root/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /sys");
-  static const char *masked[] = {"root/proc/kcore",         "root/proc/keys",     "root/proc/key-users",
-                                 "root/proc/timer_list",    "root/proc/sched_debug", "root/proc/latency_stats",
-                                 "root/proc/kallsyms",      "root/proc/kmsg",     "root/proc/acpi",
-                                 "root/proc/scsi",          "root/proc/asound",   "root/proc/driver",
-                                 "root/sys/firmware",       "root/sys/kernel/security", "root/sys/kernel/debug",
-                                 "root/sys/fs/cgroup"};
+  CHECK(mount("sysfs", "root/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL),
+        "mount /sys");
+  static const char *masked[] = {
+      "root/proc/kcore",       "root/proc/keys",           "root/proc/key-users",   "root/proc/timer_list",
+      "root/proc/sched_debug", "root/proc/latency_stats",  "root/proc/kallsyms",    "root/proc/kmsg",
+      "root/proc/acpi",        "root/proc/scsi",           "root/proc/asound",      "root/proc/driver",
+      "root/sys/firmware",     "root/sys/kernel/security", "root/sys/kernel/debug", "root/sys/fs/cgroup"};
   for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
     CHECK(mask_path(masked[i]), "mask a /proc or /sys path");
   static const char *ro[] = {"root/proc/sys", "root/proc/sysrq-trigger", "root/proc/irq", "root/proc/bus",
@@ -407,7 +409,8 @@ static int wait_ready(int ready_fd, int sync_fd, int pidfd, moat_error **err) {
       ssize_t n = read(sync_fd, &rep, sizeof(rep));
       if (n == (ssize_t)sizeof(rep)) {
         rep.step[sizeof(rep.step) - 1] = '\0';
-        return moat_error_set(err, rep.err ? rep.err : EIO, "sandbox init: %s: %s", rep.step, strerror(rep.err));
+        return moat_error_set(err, rep.err ? rep.err : EIO, "sandbox init: %s: %s", rep.step,
+                              strerror(rep.err));
       }
     }
     if (p[0].revents & (POLLIN | POLLHUP)) {
@@ -454,8 +457,8 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   args.pidfd = (uint64_t)(uintptr_t)&pidfd;
   args.exit_signal = SIGCHLD;
   args.cgroup = (uint64_t)cg_fd;
-  struct child_ctx ctx = {.spec = spec, .sync_fd = sync[1], .slot_fd = slot_fd, .listen_fd = listen_fd,
-                          .ready_fd = ready[1]};
+  struct child_ctx ctx = {
+      .spec = spec, .sync_fd = sync[1], .slot_fd = slot_fd, .listen_fd = listen_fd, .ready_fd = ready[1]};
   pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
   if (pid < 0) {
     moat_error_errno(err, "clone3");
@@ -468,7 +471,8 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   close(ready[1]);
   ready[1] = -1;
 
-  if (write_id_maps(pid, spec->uid_base, err) < 0 || moat_cgroup_attach_v1(spec->cgroups, spec->slot, pid, err) < 0)
+  if (write_id_maps(pid, spec->uid_base, err) < 0 ||
+      moat_cgroup_attach_v1(spec->cgroups, spec->slot, pid, err) < 0)
     goto fail;
   lower_fd = idmapped_template(spec->rootfs, pid, err);
   if (lower_fd < 0)

@@ -14,19 +14,19 @@
 
 struct moat_shell_spec {
   int slot;
-  uid_t uid_base;          /* root inside maps to uid_base outside; MOAT_UID_RANGE ids */
-  const char *slot_dir;    /* host dir: lower/ disk/ root/ mount points, guest.sock */
-  const char *rootfs;      /* template root image (read-only, root-owned) */
-  const char *guest_path;  /* static moat-guest binary */
-  int disk_fd;             /* detached mount of the writable layer (disk.h); consumed */
+  uid_t uid_base;         /* root inside maps to uid_base outside; MOAT_UID_RANGE ids */
+  const char *slot_dir;   /* host dir: lower/ disk/ root/ mount points, guest.sock */
+  const char *rootfs;     /* template root image (read-only, root-owned) */
+  const char *guest_path; /* static moat-guest binary */
+  int disk_fd;            /* detached mount of the writable layer (disk.h); consumed */
   const struct sock_fprog *seccomp;
   struct moat_cgroups *cgroups;
   const struct moat_limits *limits;
 };
 
 struct moat_shell {
-  pid_t pid;        /* host pid of the guest (the sandbox's init) */
-  int pidfd;        /* owned */
+  pid_t pid; /* host pid of the guest (the sandbox's init) */
+  int pidfd; /* owned */
   uint64_t start_time;
   uint64_t build_ns;
 };

@@ -16,7 +16,12 @@
 
 #include "../common/error.h"
 
-enum moat_template_state { MOAT_TEMPLATE_MISSING = 0, MOAT_TEMPLATE_BUILDING, MOAT_TEMPLATE_READY, MOAT_TEMPLATE_FAILED };
+enum moat_template_state {
+  MOAT_TEMPLATE_MISSING = 0,
+  MOAT_TEMPLATE_BUILDING,
+  MOAT_TEMPLATE_READY,
+  MOAT_TEMPLATE_FAILED
+};
 
 const char *moat_template_state_name(enum moat_template_state s);
 
@@ -37,12 +42,13 @@ int moat_template_ensure(struct moat_templates *t, const char *name, moat_error 
 struct moat_template_info {
   char *name;
   enum moat_template_state state;
-  char *error; /* last build error, or NULL */
+  char *error;        /* last build error, or NULL */
   long long built_at; /* unix seconds, 0 if not built */
   unsigned long long size_bytes;
 };
 /* Lists every recipe with its state. Caller frees with moat_template_infos_free. */
-int moat_template_list(struct moat_templates *t, struct moat_template_info **out, size_t *n, moat_error **err);
+int moat_template_list(struct moat_templates *t, struct moat_template_info **out, size_t *n,
+                       moat_error **err);
 void moat_template_infos_free(struct moat_template_info *v, size_t n);
 
 /* Path of a built template's rootfs (caller frees), or NULL when not ready. */

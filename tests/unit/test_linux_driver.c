@@ -56,8 +56,12 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
-  struct moat_host_config cfg = {.data_dir = data, .template_dir = tdir, .guest_path = guest,
-                                 .pool_size = 0, .pool_template = "base", .max_slots = 64};
+  struct moat_host_config cfg = {.data_dir = data,
+                                 .template_dir = tdir,
+                                 .guest_path = guest,
+                                 .pool_size = 0,
+                                 .pool_template = "base",
+                                 .max_slots = 64};
   struct moat_host *h = NULL;
   moat_error *err = NULL;
   int r = moat_host_init(&h, &cfg, &err);
@@ -81,7 +85,8 @@ int main(void) {
   _cleanup_free_ char *uid = exec_out(inst.sock_path, "id -u", &code);
   ok(code == 0 && strcmp(uid, "0") == 0, "root inside", uid);
   _cleanup_free_ char *map = exec_out(inst.sock_path, "cat /proc/self/uid_map | tr -s ' '", &code);
-  ok(strstr(map, " 0 1073741824") == NULL && strstr(map, "65536") != NULL, "uid range is not the host's root", map);
+  ok(strstr(map, " 0 1073741824") == NULL && strstr(map, "65536") != NULL, "uid range is not the host's root",
+     map);
   _cleanup_free_ char *pid1 = exec_out(inst.sock_path, "cat /proc/1/comm", &code);
   ok(strcmp(pid1, "moat-guest") == 0, "moat-guest is pid 1", pid1);
   _cleanup_free_ char *nproc = exec_out(inst.sock_path, "ls /proc | grep -c '^[0-9]'", &code);
@@ -91,9 +96,11 @@ int main(void) {
   _cleanup_free_ char *mnt = exec_out(inst.sock_path, "mount -t tmpfs none /mnt 2>&1; echo rc=$?", &code);
   ok(strstr(mnt, "rc=0") == NULL, "mount is denied", mnt);
   _cleanup_free_ char *dd =
-      exec_out(inst.sock_path, "dd if=/dev/zero of=/big bs=1M count=200 2>&1 | grep -o 'No space left' ; rm -f /big", &code);
+      exec_out(inst.sock_path,
+               "dd if=/dev/zero of=/big bs=1M count=200 2>&1 | grep -o 'No space left' ; rm -f /big", &code);
   ok(strstr(dd, "No space left") != NULL || strstr(dd, "space") != NULL, "disk limit gives ENOSPC", dd);
-  _cleanup_free_ char *net = exec_out(inst.sock_path, "cat /sys/class/net/lo/operstate; ls /sys/class/net | wc -l", &code);
+  _cleanup_free_ char *net =
+      exec_out(inst.sock_path, "cat /sys/class/net/lo/operstate; ls /sys/class/net | wc -l", &code);
   ok(code == 0, "sysfs mounted, loopback only", net);
 
   r = moat_host_destroy(h, inst.slot, &err);
