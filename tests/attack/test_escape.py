@@ -176,6 +176,39 @@ class EscapeTest(DaemonTest):
                 self.assertEqual(r.errno, "EPERM", r)
         self.assertAlive(self.sid)
 
+    def test_more_syscalls_denied(self):
+        """io_uring, terminal input injection and new user namespaces are refused by seccomp;
+        clone3 answers ENOSYS so that libc falls back to clone, whose flags the filter can see."""
+        for name, want in (("io_uring_setup", "EPERM"), ("tiocsti", "EPERM"), ("clone_newuser", "EPERM"),
+                           ("clone3", "ENOSYS")):
+            with self.subTest(sys=name):
+                r = self.run_("sys", name)
+                self.assertEqual(r.errno, want, r)
+        self.assertAlive(self.sid)
+
+    def test_capabilities_bounded(self):
+        """Root inside keeps no capability that reaches past its own namespaces or makes devices."""
+        r = self.c.exec(self.sid, cmd="grep -E '^Cap(Bnd|Eff|Prm)' /proc/self/status")
+        caps = dict(line.split(":\t") for line in r["stdout"].strip().splitlines())
+        for name in ("CapBnd", "CapEff", "CapPrm"):
+            v = int(caps[name].strip(), 16)
+            for bit, cap in ((21, "CAP_SYS_ADMIN"), (16, "CAP_SYS_MODULE"), (27, "CAP_MKNOD"), (13, "CAP_NET_RAW"),
+                             (17, "CAP_SYS_RAWIO"), (19, "CAP_SYS_PTRACE"), (25, "CAP_SYS_TIME"),
+                             (12, "CAP_NET_ADMIN")):
+                self.assertFalse(v & (1 << bit), "%s has %s (%s)" % (name, cap, caps[name]))
+
+    def test_masked_proc_paths(self):
+        """Kernel memory, keys and timers are masked; /proc/sys is read-only."""
+        r = self.c.exec(self.sid, cmd="for f in /proc/kcore /proc/keys /proc/timer_list /proc/kallsyms; do "
+                                      "[ -e $f ] && printf '%s %s\\n' $f $(head -c 4096 $f | wc -c); done; "
+                                      "echo 1 > /proc/sys/vm/drop_caches 2>&1; echo rc=$?")
+        for line in r["stdout"].splitlines():
+            if line.startswith("/proc/"):
+                path, n = line.split()
+                self.assertEqual(n, "0", "%s is readable inside: %s bytes" % (path, n))
+        self.assertIn("Read-only file system", r["stdout"] + r["stderr"])
+        self.assertNotIn("rc=0", r["stdout"])
+
     def test_device_nodes_denied(self):
         for args in (("/tmp/sda", "b", 8, 0), ("/tmp/mem", "c", 1, 1), ("/tmp/kmsg", "c", 1, 11)):
             with self.subTest(node=args[0]):

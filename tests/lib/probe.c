@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
@@ -162,6 +163,40 @@ static int op_sys(const char *name) {
   if (!strcmp(name, "syslog")) {
     static char buf[4096];
     return res(syscall(SYS_syslog, 3 /* SYSLOG_ACTION_READ_ALL */, buf, (int)sizeof buf));
+  }
+  if (!strcmp(name, "io_uring_setup")) {
+    static char params[120]; /* struct io_uring_params */
+    return res(syscall(SYS_io_uring_setup, 1, params));
+  }
+  if (!strcmp(name, "tiocsti")) {
+    int fd = open("/dev/ptmx", O_RDWR | O_NOCTTY);
+    if (fd < 0)
+      return res(-1);
+    char c = 'x';
+    long rc = ioctl(fd, TIOCSTI, &c);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return res(rc);
+  }
+  if (!strcmp(name, "clone_newuser")) {
+    long rc = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+    if (rc == 0)
+      _exit(0);
+    if (rc > 0)
+      waitpid((pid_t)rc, NULL, 0);
+    return res(rc);
+  }
+  if (!strcmp(name, "clone3")) {
+    uint64_t args[11] = {0};
+    args[0] = CLONE_NEWUSER; /* flags */
+    args[4] = SIGCHLD;       /* exit_signal */
+    long rc = syscall(SYS_clone3, args, sizeof(args));
+    if (rc == 0)
+      _exit(0);
+    if (rc > 0)
+      waitpid((pid_t)rc, NULL, 0);
+    return res(rc);
   }
   if (!strcmp(name, "mount_tmpfs")) {
     mkdir("/tmp/moat-probe-mnt", 0755);
