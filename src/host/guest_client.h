@@ -26,6 +26,14 @@ struct moat_exec_req {
   size_t stdin_len;
 };
 
+/* Options of a streamed or background exec (issue 3); zero = defaults. */
+struct moat_exec_opts {
+  bool background;          /* reply with the pid at once; the process runs on */
+  const char *tag;          /* NULL or [A-Za-z0-9_.-]{1,64} */
+  uint32_t pty_cols, pty_rows; /* both non-zero: run on a pseudo-terminal */
+  bool keep_on_disconnect;  /* a dropped stream connection does not kill the process */
+};
+
 struct moat_exec_result {
   int pid;
   int exit_code; /* -1 when killed by a signal */
@@ -45,6 +53,81 @@ void moat_exec_result_free(struct moat_exec_result *r);
  * timeouts), or -1 when the command could not be started (err->status from the guest). */
 int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, struct moat_exec_result *res,
                     moat_error **err);
+
+/* A live connection to one process: the output of an exec/stream or of an attach. Events are
+ * pulled one at a time; input may be pushed while output flows. Close with
+ * moat_proc_stream_close in every case (for an exec without keep_on_disconnect, closing before
+ * the exit kills the process group). Not thread-safe except that one thread may pull events
+ * while another sends input. */
+struct moat_proc_stream;
+
+enum moat_proc_event_type {
+  MOAT_PROC_STDOUT = 1,
+  MOAT_PROC_STDERR,
+  MOAT_PROC_DROPPED, /* replay: bytes lost from the ring buffer before what follows (size) */
+  MOAT_PROC_EXIT,    /* the end: exit_code, signal, timed_out */
+};
+
+struct moat_proc_event {
+  enum moat_proc_event_type type;
+  const char *data; /* STDOUT/STDERR bytes: valid until the next call on the stream */
+  size_t len;
+  uint64_t dropped;
+  int exit_code, signal;
+  bool timed_out;
+};
+
+/* Description of a process, as PROCS and ATTACH report it. */
+struct moat_proc_info {
+  int pid;
+  char *tag;   /* or NULL */
+  char **argv; /* NULL-terminated */
+  int64_t started_at_ms;
+  bool running, pty, background;
+  int exit_code, signal; /* when !running */
+};
+void moat_proc_info_clear(struct moat_proc_info *p);
+void moat_proc_infos_free(struct moat_proc_info *v, size_t n);
+
+/* Starts a command and returns its stream; *pid is set from REP_STARTED. For opts->background
+ * the guest closes at once: *out is set to NULL and only *pid is meaningful. */
+int moat_guest_exec_start(const char *sock_path, const struct moat_exec_req *req, const struct moat_exec_opts *opts,
+                          struct moat_proc_stream **out, int *pid, moat_error **err);
+/* Attaches to a process by pid (> 0) or tag; replay sends the retained output first. info may be
+ * NULL. ESRCH when there is no such process. */
+int moat_guest_attach(const char *sock_path, int pid, const char *tag, bool replay, struct moat_proc_stream **out,
+                      struct moat_proc_info *info, moat_error **err);
+/* Returns 1 and fills ev, 0 when the stream ended without an exit event (guest closed), -1 on
+ * error. timeout_ms < 0 waits forever; on timeout returns -1 with ETIMEDOUT (the stream stays usable). */
+int moat_proc_stream_next(struct moat_proc_stream *s, struct moat_proc_event *ev, int timeout_ms, moat_error **err);
+int moat_proc_stream_input(struct moat_proc_stream *s, const void *data, size_t len, moat_error **err);
+int moat_proc_stream_close_input(struct moat_proc_stream *s, moat_error **err);
+int moat_proc_stream_resize(struct moat_proc_stream *s, uint32_t cols, uint32_t rows, moat_error **err);
+/* The socket, for poll() by callers that multiplex (readable = an event may be pulled). */
+int moat_proc_stream_fd(const struct moat_proc_stream *s);
+void moat_proc_stream_close(struct moat_proc_stream *s);
+
+/* One-shot process operations, by pid (> 0) or tag. */
+int moat_guest_proc_stdin(const char *sock_path, int pid, const char *tag, const void *data, size_t len,
+                          bool close_stdin, moat_error **err);
+int moat_guest_proc_signal(const char *sock_path, int pid, const char *tag, int signal, moat_error **err);
+int moat_guest_proc_resize(const char *sock_path, int pid, const char *tag, uint32_t cols, uint32_t rows,
+                           moat_error **err);
+int moat_guest_procs(const char *sock_path, struct moat_proc_info **out, size_t *n, moat_error **err);
+
+/* File system events under a path (inotify in the guest). */
+struct moat_watch;
+struct moat_watch_event {
+  const char *event; /* "create", "write", "remove", "rename", "overflow"; valid until the next call */
+  const char *path;
+  const char *path2; /* rename destination or NULL */
+};
+int moat_guest_watch(const char *sock_path, const char *path, const char *user, bool recursive,
+                     struct moat_watch **out, moat_error **err);
+/* 1 with an event, 0 at end, -1 on error (ETIMEDOUT after timeout_ms; the watch stays usable). */
+int moat_watch_next(struct moat_watch *w, struct moat_watch_event *ev, int timeout_ms, moat_error **err);
+int moat_watch_fd(const struct moat_watch *w);
+void moat_watch_close(struct moat_watch *w);
 
 /* Returns 0 once the guest answers a ping within timeout_ms, or -1. */
 int moat_guest_ping(const char *sock_path, int timeout_ms, moat_error **err);

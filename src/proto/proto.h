@@ -25,6 +25,28 @@
  *   STAT:   -> REQ_STAT{PATH, USER?}          <- REP_ENTRY{...}      | REP_ERROR
  *   MKDIR:  -> REQ_MKDIR{PATH, USER?, PARENTS?, MODE?}      <- REP_OK | REP_ERROR (EEXIST)
  *   MOVE:   -> REQ_MOVE{PATH, PATH2, USER?}                 <- REP_OK | REP_ERROR
+ *
+ * Processes (issue 3). Every process started by EXEC is owned by PID 1's process table until it
+ * has exited and been listed/attached past its retention (the last 256 finished ones are kept).
+ * Each keeps a ring buffer of its last 1 MiB per stream for replay.
+ *   EXEC with BACKGROUND=1: <- REP_STARTED{PID} and the guest closes the connection; the process
+ *           runs on. Without BACKGROUND the connection streams as above; KILL_ON_DISCONNECT (default
+ *           1) says whether a dropped connection kills the process group before its exit. PTY_COLS
+ *           and PTY_ROWS run it on a pseudo-terminal (one stream, REP_STDOUT). TAG names it.
+ *           On any exec connection the host may send DATA (input) / END (close stdin) / REQ_RESIZE
+ *           frames while output flows, whether or not STDIN_STREAM was set.
+ *   ATTACH: -> REQ_ATTACH{PID | TAG, REPLAY?}  <- REP_PROC{...} then, when REPLAY=1, the retained
+ *           output (REP_DROPPED{SIZE} first if the ring overflowed), then live REP_STDOUT/REP_STDERR
+ *           and REP_EXIT (at once when it already exited). The host may send DATA/END/REQ_RESIZE.
+ *           Closing an attach connection never kills the process. ESRCH: unknown pid or tag.
+ *   STDIN:  -> REQ_STDIN{PID | TAG, DATA?, CLOSE?}             <- REP_OK | REP_ERROR (ESRCH, EPIPE)
+ *   SIGNAL: -> REQ_SIGNAL{PID | TAG, SIGNAL}                   <- REP_OK | REP_ERROR (ESRCH, EINVAL)
+ *   RESIZE: -> REQ_RESIZE{PID | TAG, PTY_COLS, PTY_ROWS}       <- REP_OK | REP_ERROR (ENOTTY, EINVAL)
+ *   PROCS:  -> REQ_PROCS                     <- REP_PROC{...}* END
+ *   REP_PROC = {PID, TAG?, ARGV+, STARTED_AT, RUNNING, EXIT_CODE?, SIGNAL?, PTY?, BACKGROUND?}
+ *   WATCH:  -> REQ_WATCH{PATH, USER?, RECURSIVE?}  <- REP_OK, then REP_EVENT{EVENT, PATH, PATH2?}*
+ *           until the host closes the connection (ENOTDIR / ENOENT as REP_ERROR instead of OK).
+ *           EVENT is "create", "write", "remove", "rename" or "overflow".
  * Paths are absolute or relative to the user's home; they are resolved inside the sandbox's own
  * root, so ".." and symlinks cannot leave it. ERRNO is a Linux errno value.
  */
@@ -50,6 +72,12 @@ enum moat_msg_type {
   MOAT_REQ_STAT = 7,
   MOAT_REQ_MKDIR = 8,
   MOAT_REQ_MOVE = 9,
+  MOAT_REQ_ATTACH = 10,
+  MOAT_REQ_STDIN = 11,
+  MOAT_REQ_SIGNAL = 12,
+  MOAT_REQ_RESIZE = 13,
+  MOAT_REQ_PROCS = 14,
+  MOAT_REQ_WATCH = 15,
 
   MOAT_MSG_DATA = 20,
   MOAT_MSG_END = 21,
@@ -61,6 +89,9 @@ enum moat_msg_type {
   MOAT_REP_STDERR = 34,
   MOAT_REP_EXIT = 35,
   MOAT_REP_ENTRY = 36,
+  MOAT_REP_PROC = 37,
+  MOAT_REP_DROPPED = 38,
+  MOAT_REP_EVENT = 39,
 };
 
 enum moat_tag {
@@ -94,6 +125,17 @@ enum moat_tag {
   MOAT_T_GID = 28,         /* u32 */
   MOAT_T_LINK = 29,        /* string: symlink target */
   MOAT_T_STDIN_STREAM = 30, /* u32 0/1 */
+  MOAT_T_BACKGROUND = 31,   /* u32 0/1 */
+  MOAT_T_TAG = 32,          /* string, [A-Za-z0-9_.-]{1,64}; unique among running processes */
+  MOAT_T_PTY_COLS = 33,     /* u32 1..1000 */
+  MOAT_T_PTY_ROWS = 34,     /* u32 1..1000 */
+  MOAT_T_KILL_ON_DISCONNECT = 35, /* u32 0/1 */
+  MOAT_T_REPLAY = 36,       /* u32 0/1 */
+  MOAT_T_CLOSE = 37,        /* u32 0/1: close stdin after DATA */
+  MOAT_T_STARTED_AT = 38,   /* i64 unix milliseconds */
+  MOAT_T_RUNNING = 39,      /* u32 0/1 */
+  MOAT_T_EVENT = 40,        /* string */
+  MOAT_T_PTY = 41,          /* u32 0/1 */
 };
 
 struct moat_msg {
