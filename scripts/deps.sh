@@ -28,6 +28,7 @@ lib_pkg() {
     ssl | crypto) echo libssl-dev ;;
     z) echo zlib1g-dev ;;
     uring) echo liburing-dev ;;
+    wslay) echo libwslay-dev ;;
     pq) echo libpq-dev ;;
     pthread | m | dl | rt | c | util) ;; # part of libc6-dev
     *) echo "deps.sh: no package known for -l$1; add it to scripts/deps.sh" >&2 ;;
