@@ -11,7 +11,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/dqblk_xfs.h>
+#include <linux/fs.h>
 #include <sys/mount.h>
+#include <sys/quota.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -196,4 +200,73 @@ int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, moat_e
   /* lost+found belongs to the host's root: hide nothing, but let the sandbox's root own it. */
   fchownat(mnt, "lost+found", owner, owner, AT_SYMLINK_NOFOLLOW);
   return mnt;
+}
+
+/* ---- project quotas (XFS prjquota) ---- */
+
+static long quotactl_fd_(int fd, unsigned cmd, int id, void *addr) {
+  return syscall(__NR_quotactl_fd, fd, cmd, id, addr);
+}
+
+bool moat_disk_prjquota_available(const char *dir) {
+  _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  struct fs_quota_stat qs;
+  memset(&qs, 0, sizeof(qs));
+  if (quotactl_fd_(fd, QCMD(Q_XGETQSTAT, PRJQUOTA), 0, &qs) < 0)
+    return false;
+  return (qs.qs_flags & FS_QUOTA_PDQ_ENFD) != 0;
+}
+
+static int set_limit(int fd, uint32_t projid, uint64_t size_mb, moat_error **err) {
+  struct fs_disk_quota dq;
+  memset(&dq, 0, sizeof(dq));
+  dq.d_version = FS_DQUOT_VERSION;
+  dq.d_flags = FS_PROJ_QUOTA;
+  dq.d_id = projid;
+  dq.d_fieldmask = FS_DQ_BHARD | FS_DQ_BSOFT;
+  dq.d_blk_hardlimit = size_mb << 11; /* 512-byte basic blocks */
+  dq.d_blk_softlimit = size_mb << 11;
+  if (quotactl_fd_(fd, QCMD(Q_XSETQLIM, PRJQUOTA), (int)projid, &dq) < 0)
+    return moat_error_errno(err, "set project quota %u", projid);
+  return 0;
+}
+
+int moat_disk_create_prjquota(const char *dir, uint32_t projid, uint64_t size_mb, uid_t owner, moat_error **err) {
+  if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+    return moat_error_errno(err, "mkdir %s", dir);
+  _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return moat_error_errno(err, "open %s", dir);
+  struct fsxattr fx;
+  if (ioctl(fd, FS_IOC_FSGETXATTR, &fx) < 0)
+    return moat_error_errno(err, "get project of %s", dir);
+  fx.fsx_projid = projid;
+  fx.fsx_xflags |= FS_XFLAG_PROJINHERIT;
+  if (ioctl(fd, FS_IOC_FSSETXATTR, &fx) < 0)
+    return moat_error_errno(err, "set project %u on %s", projid, dir);
+  if (set_limit(fd, projid, size_mb, err) < 0)
+    return -1;
+  static const char *dirs[] = {"upper", "work"};
+  for (size_t i = 0; i < ARRAY_SIZE(dirs); i++)
+    if ((mkdirat(fd, dirs[i], 0755) < 0 && errno != EEXIST) ||
+        fchownat(fd, dirs[i], owner, owner, AT_SYMLINK_NOFOLLOW) < 0)
+      return moat_error_errno(err, "prepare %s in %s", dirs[i], dir);
+  int mnt = open_tree(AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (mnt < 0)
+    return moat_error_errno(err, "open_tree %s", dir);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID};
+  if (mount_setattr(mnt, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+    moat_error_errno(err, "mount_setattr %s", dir);
+    close(mnt);
+    return -1;
+  }
+  return mnt;
+}
+
+void moat_disk_prjquota_release(const char *fs_dir, uint32_t projid) {
+  _cleanup_close_ int fd = open(fs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0)
+    set_limit(fd, projid, 0, NULL); /* 0 = no limit: the id is free again */
 }

@@ -53,6 +53,7 @@ struct moat_host {
   char *data_dir, *slots_dir, *disks_dir, *template_dir, *guest_path, *pool_template;
   char instance[17];
   unsigned pool_size, max_slots;
+  bool prjquota; /* the data dir's fs enforces project quotas: no loop images */
   struct moat_cgroups *cgroups;
   struct sock_fprog seccomp;
 
@@ -148,6 +149,8 @@ static int cleanup_slot(struct moat_host *h, int n, struct slot *s, moat_error *
   _cleanup_free_ char *dir = slot_path(h, n);
   if (ret == 0 && rm_rf(dir, err) < 0)
     ret = -1;
+  if (ret == 0 && h->prjquota)
+    moat_disk_prjquota_release(h->slots_dir, (uint32_t)n + 1);
   if (ret == 0)
     release_range(h, n);
   return ret;
@@ -216,7 +219,9 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
       goto out;
     }
   }
-  int disk = moat_disk_create(img, limits->disk_mb, slot_uid_base(n), err);
+  _cleanup_free_ char *fs_dir = xasprintf("%s/fs", dir);
+  int disk = h->prjquota ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
+                         : moat_disk_create(img, limits->disk_mb, slot_uid_base(n), err);
   if (disk < 0)
     goto out;
   struct moat_shell_spec spec = {.slot = n,
@@ -451,6 +456,9 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
    * data dir itself may stay 0700. */
   if (moat_cgroups_open(&h->cgroups, h->instance, err) < 0 || moat_seccomp_build(&h->seccomp, err) < 0)
     goto out;
+  h->prjquota = moat_disk_prjquota_available(h->slots_dir);
+  log_info("writable layers: %s", h->prjquota ? "directories under XFS project quotas"
+                                              : "sparse ext4 images on loop devices");
   *out = h;
   return 0;
 out:
