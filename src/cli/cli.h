@@ -79,6 +79,17 @@ int cli_download(const char *path, FILE *out);
 /* Percent-encodes s for a query string; caller frees. */
 char *cli_escape(const char *s);
 
+/* ---- codecs (codec.c) ---- */
+
+/* Standard base64 with padding; caller frees. */
+char *cli_b64_encode(const unsigned char *p, size_t n);
+/* Decodes s (padding optional, whitespace skipped) into a new buffer; -1 on a bad character. */
+int cli_b64_decode(const char *s, unsigned char **out, size_t *len);
+/* SHA-1 of data into out. */
+void cli_sha1(const void *data, size_t len, unsigned char out[20]);
+/* The Sec-WebSocket-Accept a server must answer to Sec-WebSocket-Key `key`; caller frees. */
+char *cli_ws_accept(const char *key);
+
 /* ---- commands ---- */
 int cmd_create(int argc, char **argv);
 int cmd_ls(int argc, char **argv);

@@ -1,63 +1,10 @@
 /* cmd_exec.c -- moat exec and moat run: run a command in a sandbox, relay output and exit code */
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../common/util.h"
 #include "cli.h"
-
-/* ---- base64 (RFC 4648), for stdin_b64 / stdout_b64 / stderr_b64 ---- */
-
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *b64_encode(const unsigned char *p, size_t n) {
-  char *out = xmalloc((n + 2) / 3 * 4 + 1), *o = out;
-  size_t i = 0;
-  for (; i + 2 < n; i += 3) {
-    uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
-    *o++ = b64[v >> 18];
-    *o++ = b64[(v >> 12) & 63];
-    *o++ = b64[(v >> 6) & 63];
-    *o++ = b64[v & 63];
-  }
-  if (i < n) {
-    uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0);
-    *o++ = b64[v >> 18];
-    *o++ = b64[(v >> 12) & 63];
-    *o++ = i + 1 < n ? b64[(v >> 6) & 63] : '=';
-    *o++ = '=';
-  }
-  *o = '\0';
-  return out;
-}
-
-/* Decodes s (padding optional, whitespace skipped) into a new buffer; -1 on a bad character. */
-static int b64_decode(const char *s, unsigned char **out, size_t *len) {
-  size_t n = strlen(s);
-  unsigned char *buf = xmalloc(n / 4 * 3 + 3), *o = buf;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (; *s; s++) {
-    if (*s == '=' || *s == '\n' || *s == '\r' || *s == ' ')
-      continue;
-    const char *p = strchr(b64, *s);
-    if (!p) {
-      free(buf);
-      return -1;
-    }
-    acc = acc << 6 | (uint32_t)(p - b64);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      *o++ = (unsigned char)(acc >> bits);
-      acc &= (1u << bits) - 1;
-    }
-  }
-  *out = buf;
-  *len = (size_t)(o - buf);
-  return 0;
-}
 
 /* ---- relaying a result ---- */
 
@@ -69,7 +16,7 @@ static int relay_stream(json_t *res, const char *name, FILE *f) {
   if (enc) {
     unsigned char *raw;
     size_t len;
-    if (b64_decode(enc, &raw, &len) < 0) {
+    if (cli_b64_decode(enc, &raw, &len) < 0) {
       cli_errorf("the answer's %s is not base64", bname);
       return -1;
     }
@@ -189,7 +136,7 @@ static int add_stdin(json_t *body) {
       break;
     }
   }
-  _cleanup_free_ char *enc = b64_encode(buf, n);
+  _cleanup_free_ char *enc = cli_b64_encode(buf, n);
   json_object_set_new(body, "stdin_b64", json_string(enc));
   return 0;
 }
