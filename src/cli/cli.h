@@ -76,6 +76,18 @@ int cli_upload(const char *path, FILE *in, long long size, struct cli_resp *resp
 /* GETs path, streaming the body into `out` only when the answer is 2xx. Returns 0 or -1 (printed). */
 int cli_download(const char *path, FILE *out);
 
+/* Server-sent events: fn(event, data, ctx) is called for each event as it arrives (data: the parsed
+ * JSON, NULL when the data is not JSON; borrowed). fn returns 0 to go on, 1 to end the stream
+ * (cli_sse returns 0) or -1 after printing an error (cli_sse returns -1). cli_sse returns 1 when the
+ * server ended the stream before fn asked to stop, -1 when the request failed (printed; also on an
+ * interrupt, cli_interrupted set). body may be NULL (a GET). */
+typedef int (*cli_sse_fn)(const char *event, json_t *data, void *ctx);
+int cli_sse(const char *method, const char *path, json_t *body, cli_sse_fn fn, void *ctx);
+
+/* MOAT_API_URL (no trailing '/') and the API key (NULL when none), after cli_client_init(). */
+const char *cli_api_url(void);
+const char *cli_api_key(void);
+
 /* Percent-encodes s for a query string; caller frees. */
 char *cli_escape(const char *s);
 
@@ -99,6 +111,10 @@ int cmd_exec(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
+int cmd_attach(int argc, char **argv);
+int cmd_kill(int argc, char **argv);
+int cmd_shell(int argc, char **argv);
 
 /* Builds the JSON body of POST /v1/sandboxes from create-style options; shared by create and run.
  * Returns the option ids it handles through cli_create_opt(). */
@@ -122,5 +138,14 @@ int cli_create_opt(int id, const char *value, struct create_opts *c);
 /* Runs argv in sandbox id (exec options already in body) and relays its output; returns the exit
  * code to pass through, or -1 when the request failed (printed). */
 int cli_exec_relay(const char *id, json_t *body);
+/* The same over POST .../exec/stream (with kill_on_disconnect): output is written as it arrives.
+ * Returns the exit code, 128+signal when this CLI was interrupted, or -1 (printed). */
+int cli_exec_stream(const char *id, json_t *body);
+/* POST .../exec with background: true; prints the pid. Returns 0 or -1 (printed). */
+int cli_exec_background(const char *id, json_t *body);
+/* Deletes sandbox id; says so on stderr when that failed. Call with cli_interrupted cleared. */
+void cli_kill_sandbox(const char *id);
+/* moat run --python: create a sandbox, run code in a python context, kill it. Returns the exit code. */
+int cli_run_python(const char *code, json_t *create_body);
 
 #endif

@@ -219,17 +219,93 @@ static void membuf_add(struct membuf *m, const void *p, size_t n) {
   m->data[m->len] = '\0';
 }
 
-/* What one transfer writes to: memory (JSON, errors) or a stream once the status is 2xx. */
+/* Server-sent events: the parser's state across chunks of a 2xx text/event-stream body. */
+struct sse {
+  cli_sse_fn fn;
+  void *ctx;
+  struct membuf line;  /* the line being read */
+  struct membuf data;  /* the event's data lines, joined by '\n' */
+  char event[64];      /* the event's name ("" = "message") */
+  bool has_data;
+  int stopped;         /* the callback's non-zero answer, which ended the transfer */
+};
+
+/* What one transfer writes to: memory (JSON, errors), a stream or an SSE parser once the status is 2xx. */
 struct sink {
   CURL *curl;
   struct membuf mem;
   FILE *out; /* NULL: everything to mem */
+  struct sse *sse;
   bool out_failed;
 };
+
+/* Handles one complete line (without its end of line) of an event stream; returns the callback's
+ * answer when an event was dispatched, else 0. */
+static int sse_line(struct sse *e, char *line, size_t len) {
+  if (len == 0) {
+    int r = 0;
+    if (e->has_data) {
+      json_error_t jerr;
+      json_t *j = json_loadb(e->data.data ? e->data.data : "", e->data.len, 0, &jerr);
+      r = e->fn(e->event[0] ? e->event : "message", j, e->ctx);
+      json_decref(j);
+    }
+    e->event[0] = '\0';
+    e->data.len = 0;
+    e->has_data = false;
+    return r;
+  }
+  if (line[0] == ':')
+    return 0; /* a comment (keep-alive) */
+  char *colon = memchr(line, ':', len);
+  size_t flen = colon ? (size_t)(colon - line) : len;
+  char *val = colon ? colon + 1 : line + len;
+  if (colon && *val == ' ')
+    val++;
+  size_t vlen = (size_t)(line + len - val);
+  if (flen == 5 && memcmp(line, "event", 5) == 0) {
+    size_t n = vlen < sizeof(e->event) - 1 ? vlen : sizeof(e->event) - 1;
+    memcpy(e->event, val, n);
+    e->event[n] = '\0';
+  } else if (flen == 4 && memcmp(line, "data", 4) == 0) {
+    if (e->has_data)
+      membuf_add(&e->data, "\n", 1);
+    membuf_add(&e->data, val, vlen);
+    e->has_data = true;
+  }
+  return 0;
+}
+
+/* Feeds a chunk of the body to the parser; returns non-zero when the callback asked to stop. */
+static int sse_feed(struct sse *e, const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] != '\n') {
+      const char *nl = memchr(p + i, '\n', n - i);
+      size_t run = nl ? (size_t)(nl - (p + i)) : n - i;
+      membuf_add(&e->line, p + i, run);
+      i += run - 1;
+      continue;
+    }
+    size_t l = e->line.len;
+    if (l && e->line.data[l - 1] == '\r')
+      l--;
+    int r = sse_line(e, l ? e->line.data : (char *)"", l);
+    e->line.len = 0;
+    if (r)
+      return e->stopped = r;
+  }
+  return 0;
+}
 
 static size_t on_write(char *p, size_t size, size_t n, void *ud) {
   struct sink *s = ud;
   size_t len = size * n;
+  if (s->sse) {
+    long code = 0;
+    curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &code);
+    if (code >= 200 && code < 300)
+      return sse_feed(s->sse, p, len) ? 0 : len;
+  }
   if (s->out) {
     long code = 0;
     curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &code);
@@ -286,7 +362,7 @@ static void report_http_error(long status, const struct membuf *m) {
 /* Performs one request. body_json (may be NULL) or upload (may be NULL) is the body; out (may be
  * NULL) receives a 2xx body. Returns 0 on 2xx with resp filled, else prints and returns -1. */
 static int perform(const char *method, const char *path, const char *body_json, struct upload *up,
-                   long long up_size, FILE *out, struct cli_resp *resp) {
+                   long long up_size, FILE *out, struct sse *sse, struct cli_resp *resp) {
   if (resp) {
     resp->status = 0;
     resp->json = NULL;
@@ -303,7 +379,7 @@ static int perform(const char *method, const char *path, const char *body_json, 
     hdrs = curl_slist_append(hdrs, auth);
   }
   hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue round trip before uploads */
-  struct sink sink = {.curl = c, .out = out};
+  struct sink sink = {.curl = c, .out = out, .sse = sse};
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 10000L); /* the only timeout: creates may build templates */
@@ -338,7 +414,11 @@ static int perform(const char *method, const char *path, const char *body_json, 
   curl_slist_free_all(hdrs);
   curl_easy_cleanup(c);
   int ret = -1;
-  if (rc != CURLE_OK) {
+  if (rc != CURLE_OK && sse && sse->stopped > 0) {
+    ret = 0; /* the callback ended the stream */
+  } else if (rc != CURLE_OK && sse && sse->stopped < 0) {
+    ret = -1; /* the callback printed why */
+  } else if (rc != CURLE_OK) {
     if (cli_interrupted)
       cli_errorf("interrupted");
     else if (sink.out_failed)
@@ -377,12 +457,26 @@ int cli_request(const char *method, const char *path, json_t *body, struct cli_r
     cli_errorf("cannot encode the request");
     return -1;
   }
-  return perform(method, path, text, NULL, -1, NULL, resp);
+  return perform(method, path, text, NULL, -1, NULL, NULL, resp);
 }
+
+int cli_sse(const char *method, const char *path, json_t *body, cli_sse_fn fn, void *ctx) {
+  _cleanup_free_ char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  struct sse e = {.fn = fn, .ctx = ctx};
+  int r = perform(method, path, text, NULL, -1, NULL, &e, NULL);
+  free(e.line.data);
+  free(e.data.data);
+  if (r == 0 && e.stopped == 0)
+    return 1; /* the server ended the stream without the event the caller waited for */
+  return r;
+}
+
+const char *cli_api_url(void) { return api_url; }
+const char *cli_api_key(void) { return api_key; }
 
 int cli_upload(const char *path, FILE *in, long long size, struct cli_resp *resp) {
   struct upload up = {.in = in};
-  return perform("PUT", path, NULL, &up, size, NULL, resp);
+  return perform("PUT", path, NULL, &up, size, NULL, NULL, resp);
 }
 
-int cli_download(const char *path, FILE *out) { return perform("GET", path, NULL, NULL, -1, out, NULL); }
+int cli_download(const char *path, FILE *out) { return perform("GET", path, NULL, NULL, -1, out, NULL, NULL); }

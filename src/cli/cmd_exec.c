@@ -62,12 +62,15 @@ int cli_exec_relay(const char *id, json_t *body) {
 
 /* ---- options ---- */
 
-enum { E_ENV = 100, E_CWD, E_USER, E_TIMEOUT, E_STDIN };
+enum { E_ENV = 100, E_CWD, E_USER, E_TIMEOUT, E_STDIN, E_STREAM, E_BACKGROUND, E_TAG, E_PYTHON };
 
 struct exec_ctx {
   json_t *exec;              /* the exec body */
   struct create_opts create; /* run only */
   bool stdin_in;
+  bool stream, background; /* exec only */
+  const char *tag;         /* exec --background only */
+  const char *python;      /* run only */
 };
 
 static int on_exec_opt(int id, const char *value, void *ctx) {
@@ -96,6 +99,18 @@ static int on_exec_opt(int id, const char *value, void *ctx) {
   case E_STDIN:
     e->stdin_in = true;
     return 0;
+  case E_STREAM:
+    e->stream = true;
+    return 0;
+  case E_BACKGROUND:
+    e->background = true;
+    return 0;
+  case E_TAG:
+    e->tag = value;
+    return 0;
+  case E_PYTHON:
+    e->python = value;
+    return 0;
   }
   return cli_create_opt(id, value, &e->create);
 }
@@ -112,10 +127,21 @@ static int on_exec_opt(int id, const char *value, void *ctx) {
   "  --stdin           send this program's stdin to the command\n"                                           \
   "Exit code: the command's, 128+N when killed by signal N, 124 on timeout, 1 on an API error.\n"
 
-static const struct cli_opt exec_opts[] = {EXEC_OPTS, {NULL, false, 0}};
-static const char exec_usage[] = "moat exec ID [OPTIONS] [--] CMD [ARG...]\n" EXEC_USAGE;
+static const struct cli_opt exec_opts[] = {
+    EXEC_OPTS, {"stream", false, E_STREAM}, {"background", false, E_BACKGROUND}, {"tag", true, E_TAG}, {NULL, false, 0}};
+static const char exec_usage[] =
+    "moat exec ID [OPTIONS] [--] CMD [ARG...]\n"
+    "  --stream          print output as it arrives (server-sent events); Ctrl-C ends the command\n"
+    "  --background      start CMD and print its pid at once (see moat ps, attach, kill)\n"
+    "  --tag T           with --background: a name to address the process by\n" EXEC_USAGE;
 static const char run_usage[] = "moat run [OPTIONS] [--] CMD [ARG...]   (create a sandbox, run CMD, kill the "
-                                "sandbox)\n" CREATE_USAGE_COMMON EXEC_USAGE;
+                                "sandbox)\n"
+                                "moat run --python CODE [OPTIONS]        (the same with CODE in a Python context; "
+                                "template code-interpreter)\n" CREATE_USAGE_COMMON EXEC_USAGE
+                                "  --python CODE     run CODE in a Python context: prints stdout, stderr and the "
+                                "value of the last\n"
+                                "                    expression, saves figures as ./moat-result-N.png; exit 1 on an "
+                                "exception\n";
 
 /* Reads all of stdin into body.stdin_b64. */
 static int add_stdin(json_t *body) {
@@ -163,18 +189,29 @@ int cmd_exec(int argc, char **argv) {
     json_decref(e.exec);
     return cli_usage_error(exec_usage, "%s", r < 0 ? "" : "exec needs a sandbox id and a command");
   }
+  if (e.stream && e.background) {
+    json_decref(e.exec);
+    return cli_usage_error(exec_usage, "--stream and --background exclude each other");
+  }
+  if (e.tag && !e.background) {
+    json_decref(e.exec);
+    return cli_usage_error(exec_usage, "--tag needs --background");
+  }
   set_argv(e.exec, &a);
   if (e.stdin_in && add_stdin(e.exec) < 0) {
     json_decref(e.exec);
     return EXIT_API;
   }
-  int code = cli_exec_relay(pos[0], e.exec);
+  if (e.tag)
+    json_object_set_new(e.exec, "tag", json_string(e.tag));
+  int code = e.stream ? cli_exec_stream(pos[0], e.exec)
+             : e.background ? cli_exec_background(pos[0], e.exec)
+                            : cli_exec_relay(pos[0], e.exec);
   json_decref(e.exec);
   return code < 0 ? EXIT_API : code;
 }
 
-/* Deletes sandbox id; an interrupt during the command does not stop this clean-up (a second one does). */
-static void kill_sandbox(const char *id) {
+void cli_kill_sandbox(const char *id) {
   _cleanup_free_ char *eid = cli_escape(id);
   _cleanup_free_ char *path = xasprintf("/v1/sandboxes/%s", eid);
   struct cli_resp resp;
@@ -185,7 +222,7 @@ static void kill_sandbox(const char *id) {
 }
 
 int cmd_run(int argc, char **argv) {
-  static const struct cli_opt run_opts_tmpl[] = {EXEC_OPTS};
+  static const struct cli_opt run_opts_tmpl[] = {EXEC_OPTS, {"python", true, E_PYTHON}};
   size_t n_exec = sizeof(run_opts_tmpl) / sizeof(run_opts_tmpl[0]);
   struct cli_opt *opts = xcalloc(n_exec + cli_create_nopts + 1, sizeof(*opts));
   memcpy(opts, run_opts_tmpl, sizeof(run_opts_tmpl));
@@ -197,14 +234,19 @@ int cmd_run(int argc, char **argv) {
   free(opts);
   _cleanup_free_ char **pos = a.pos;
   _cleanup_free_ char **rest = a.rest;
-  if (r != 0 || a.nrest < 1) {
+  if (r != 0 || (a.nrest < 1 && !e.python) || (a.nrest > 0 && e.python)) {
     json_decref(e.exec);
     json_decref(e.create.body);
     if (r == 1) {
       printf("usage: %s", run_usage);
       return 0;
     }
-    return cli_usage_error(run_usage, "%s", r < 0 ? "" : "run needs a command");
+    return cli_usage_error(run_usage, "%s",
+                           r < 0 ? "" : e.python ? "--python takes no command" : "run needs a command");
+  }
+  if (e.python) {
+    json_decref(e.exec);
+    return cli_run_python(e.python, e.create.body); /* takes create.body */
   }
   set_argv(e.exec, &a);
   if (e.stdin_in && add_stdin(e.exec) < 0) {
@@ -233,7 +275,7 @@ int cmd_run(int argc, char **argv) {
   json_decref(e.exec);
   int sig = cli_interrupted;
   cli_interrupted = 0;
-  kill_sandbox(id);
+  cli_kill_sandbox(id);
   if (sig)
     return 128 + sig;
   return code < 0 ? EXIT_API : code;

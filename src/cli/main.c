@@ -15,9 +15,13 @@ static const struct command commands[] = {
     {"ls", cmd_ls, "list sandboxes"},
     {"get", cmd_get, "show one sandbox as JSON"},
     {"exec", cmd_exec, "run a command in a sandbox; its exit code passes through"},
+    {"ps", cmd_ps, "list a sandbox's processes"},
+    {"attach", cmd_attach, "follow a process's output (replayed from its start) until it exits"},
+    {"kill", cmd_kill, "send a signal to a process of a sandbox"},
+    {"shell", cmd_shell, "a terminal in a sandbox (PTY over WebSocket)"},
     {"cp", cmd_cp, "copy a file into (ID:PATH as DST) or out of (ID:PATH as SRC) a sandbox"},
     {"rm", cmd_rm, "kill sandboxes"},
-    {"run", cmd_run, "create a sandbox, run a command, kill it"},
+    {"run", cmd_run, "create a sandbox, run a command (or --python CODE), kill it"},
     {"template", cmd_template, "template build NAME | template ls"},
 };
 
