@@ -301,6 +301,14 @@ static void ws_on_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_m
     if (write_all(STDOUT_FILENO, arg->msg, arg->msg_length) < 0)
       s->failed = true;
   } else if (arg->opcode == WSLAY_TEXT_FRAME) {
+    json_error_t jerr;
+    json_t *j = json_loadb((const char *)arg->msg, arg->msg_length, 0, &jerr);
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (type && strcmp(type, "error") == 0) { /* e.g. a refused resize; the session goes on */
+      const char *m = json_string_value(json_object_get(j, "message"));
+      fprintf(stderr, "\r\nmoat: %s\r\n", m ? m : "error");
+    }
+    json_decref(j);
     take_exit(s, arg->msg, arg->msg_length);
   } else if (arg->opcode == WSLAY_CONNECTION_CLOSE) {
     s->closed = true;
