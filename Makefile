@@ -76,7 +76,7 @@ $(O)/libguest.a: $(patsubst src/%.c,$(GUEST_O)/%.o,$(COMMON_SRC) $(GUEST_LIB_SRC
 # Unit tests link the library (and the guest's library for test_guest_*).
 $(O)/tests/test_guest_%: tests/unit/test_guest_%.c $(O)/libguest.a
 	@mkdir -p $(dir $@)
-	$(CC) $(GUEST_CFLAGS) $(SANFLAGS) -Itests/unit -o $@ $(filter %.c %.a,$^) $(SANFLAGS)
+	$(CC) $(GUEST_CFLAGS) $(SANFLAGS) -Itests/unit -o $@ $(filter tests/unit/%.c %.a,$^) $(SANFLAGS)
 
 $(O)/tests/%: tests/unit/%.c $(O)/libmoat.a
 	@mkdir -p $(dir $@)

@@ -1,4 +1,4 @@
-/* files.c -- file operations inside the sandbox's own view: READ WRITE REMOVE LIST STAT MKDIR MOVE
+/* files.c -- file operations inside the sandbox's own view: READ WRITE REMOVE LIST STAT MKDIR MOVE (WATCH)
  *
  * The worker takes on the user's file-system identity (setgroups + setfsgid + setfsuid) before it
  * touches anything, so permission checks are that user's and what it creates belongs to them.
@@ -116,7 +116,7 @@ static int make_entry(struct moat_msg *m, int dirfd, const char *name, const cha
 }
 
 /* Takes on the user's file-system identity. 0 or -1 with err. */
-static int become_user(const struct guest_user *u, moat_error **err) {
+int guest_become_user(const struct guest_user *u, moat_error **err) {
   if (geteuid() != 0) {
     if (u->uid != geteuid())
       return moat_error_set(err, EPERM, "cannot act as user '%s': the guest does not run as root", u->name);
@@ -548,7 +548,7 @@ void guest_file_op(int fd, const struct moat_msg *req, const char *etc_dir) {
     goto out;
   if (req->type == MOAT_REQ_MOVE && !(path2 = path_arg(fd, req, MOAT_T_PATH2, u.home)))
     goto out;
-  if (become_user(&u, &err) < 0) {
+  if (guest_become_user(&u, &err) < 0) {
     moat_msg_send_error(fd, err->status, "%s", moat_error_msg(err));
     moat_error_free(&err);
     goto out;
@@ -579,6 +579,10 @@ void guest_file_op(int fd, const struct moat_msg *req, const char *etc_dir) {
     break;
   case MOAT_REQ_MOVE:
     op_move(fd, path, path2);
+    break;
+  case MOAT_REQ_WATCH:
+    moat_msg_get_u32(req, MOAT_T_RECURSIVE, &flag);
+    guest_watch(fd, path, flag != 0);
     break;
   default:
     moat_msg_send_error(fd, EPROTO, "guest protocol: unknown request type %u", req->type);

@@ -35,15 +35,45 @@ void guest_user_clear(struct guest_user *u);
  * a new string, or NULL with err EINVAL (empty, longer than GUEST_PATH_MAX). */
 char *guest_path_resolve(const char *home, const char *path, moat_error **err);
 
-/* Handles one connection: reads the request frame and serves it. Does not close fd. Never
- * returns an error: failures are reported to the peer as REP_ERROR. */
-void guest_serve(int fd, const char *etc_dir);
+/* Handles one connection in a worker: reads the request frame and serves it. Does not close fd.
+ * Never fails: failures are reported to the peer as REP_ERROR. Returns 1 without consuming
+ * anything when the request is one PID 1 serves (EXEC, ATTACH, STDIN, SIGNAL, RESIZE, PROCS):
+ * the caller then hands fd to PID 1. busy(arg) is called once the worker is committed to this
+ * connection: at once when the request has not arrived yet, else before serving it in the worker. */
+int guest_serve(int fd, const char *etc_dir, void (*busy)(void *), void *arg);
 /* Touches the pages a worker writes while serving (stacks, heap), so that a spare worker pays
  * its copy-on-write faults before a request arrives rather than during it. */
 void guest_prefault(void);
 
 /* The operations, given the request already received. fd is the connection. */
-void guest_exec(int fd, const struct moat_msg *req, const char *etc_dir);
 void guest_file_op(int fd, const struct moat_msg *req, const char *etc_dir);
+/* WATCH, once the worker acts as the user: REP_OK (or REP_ERROR), then REP_EVENTs until the host
+ * closes the connection. path is resolved. */
+void guest_watch(int fd, const char *path, bool recursive);
+/* Takes on the user's file-system identity (setgroups, setfsgid, setfsuid). 0 or -1 with err. */
+int guest_become_user(const struct guest_user *u, moat_error **err);
+
+/* A command started by guest_spawn: its pid and PID 1's ends of its stdio (non-blocking,
+ * close-on-exec). On a pty, out_fd is the master and in_fd a duplicate of it; err_fd is -1. */
+struct guest_spawn {
+  pid_t pid;
+  int in_fd, out_fd, err_fd;
+  bool pty;
+  uint64_t t0_ns; /* when it was started (now_ns) */
+};
+/* Starts the command of an EXEC request (ARGV, ENV, CWD, USER, PTY_COLS/PTY_ROWS) in its own
+ * session. Returns 0, or -1 with err (status: the errno for REP_ERROR) when it could not start.
+ * Only from a single-threaded process (CLONE_VM|CLONE_VFORK). */
+int guest_spawn(const struct moat_msg *req, const char *etc_dir, struct guest_spawn *out, moat_error **err);
+
+/* PID 1's process table (procs.c). The main loop asks for the fds to poll after its own `base`
+ * entries (and the poll timeout), then hands back the results. */
+void guest_procs_init(const char *etc_dir);
+struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms);
+void guest_procs_dispatch(struct pollfd *p, size_t base, size_t n);
+/* Takes over a connection whose request (one PID 1 serves) is still unread. */
+void guest_procs_adopt(int conn);
+/* A child reaped by PID 1's waitpid(-1). */
+void guest_procs_reaped(pid_t pid, int status);
 
 #endif

@@ -2,9 +2,11 @@
  *
  * Started by the linux driver with MOAT_GUEST_LISTEN_FD (a bound, listening unix socket) and
  * MOAT_GUEST_READY_FD (write one 'R' there once accepting, then close it), or for development
- * as `moat-guest --listen PATH` (binds PATH itself). The main loop never blocks on a client: it
- * accepts, forks a worker that serves the one request of that connection and exits, and reaps
- * every child and orphan as SIGCHLD arrives (through a signalfd).
+ * as `moat-guest --listen PATH` (binds PATH itself). Pre-forked spare workers accept; a worker
+ * serves file operations and WATCH itself, and hands the connections of process requests (EXEC,
+ * ATTACH, STDIN, SIGNAL, RESIZE, PROCS) to PID 1 with SCM_RIGHTS, request unread, and exits: PID
+ * 1 owns every process (procs.c). The main loop never blocks on a client, and reaps every child
+ * and orphan as SIGCHLD arrives (through a signalfd).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -70,9 +73,11 @@ static void forget_spare(pid_t pid);
 
 static void reap_all(void) {
   for (;;) {
-    pid_t p = waitpid(-1, NULL, WNOHANG);
+    int status = 0;
+    pid_t p = waitpid(-1, &status, WNOHANG);
     if (p > 0) {
       forget_spare(p); /* a spare that died before serving is replaced */
+      guest_procs_reaped(p, status);
       continue;
     }
     if (p < 0 && errno == EINTR)
@@ -88,11 +93,58 @@ static void reap_all(void) {
 #define SPARES 1
 static pid_t spares[SPARES];
 
-static __attribute__((noreturn)) void spare_main(int lfd, int notify_w, const char *etc_dir, pid_t parent) {
+struct spare_busy {
+  int notify_w;
+  bool told;
+};
+
+/* Tells PID 1 this spare is taken, so that it forks the next one. */
+static void spare_busy(void *arg) {
+  struct spare_busy *b = arg;
+  pid_t me = getpid();
+  prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* a request in flight finishes even if PID 1 goes */
+  (void)!write(b->notify_w, &me, sizeof(me));
+  b->told = true;
+}
+
+/* Hands conn (request unread) to PID 1; pid says which spare that was (0: already told). */
+static void hand_over(int handoff_w, int conn, pid_t pid) {
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  memset(cbuf, 0, sizeof(cbuf));
+  struct iovec iov = {.iov_base = &pid, .iov_len = sizeof(pid)};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &conn, sizeof(int));
+  while (sendmsg(handoff_w, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR)
+    ;
+}
+
+/* Closes every fd but those in keep (sorted ascending): PID 1's clients, pipes and ptys. */
+static void close_others(const int *keep, size_t n) {
+  unsigned lo = 0;
+  for (size_t i = 0; i <= n; i++) {
+    unsigned hi = i < n ? (unsigned)keep[i] : ~0U;
+    if (hi > lo && syscall(SYS_close_range, lo, hi - 1, 0) < 0)
+      for (unsigned fd = lo; fd < hi && fd < 4096; fd++)
+        close((int)fd);
+    lo = hi + 1;
+  }
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+static __attribute__((noreturn)) void spare_main(int lfd, int notify_w, int handoff_w, const char *etc_dir,
+                                                 pid_t parent) {
   /* Outside a pid namespace (--listen) nothing else ends an idle spare when its parent goes. */
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (getppid() != parent)
     _exit(0);
+  int keep[] = {0, 1, 2, lfd, notify_w, handoff_w};
+  qsort(keep, ARRAY_SIZE(keep), sizeof(int), cmp_int);
+  close_others(keep, ARRAY_SIZE(keep));
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -109,28 +161,23 @@ static __attribute__((noreturn)) void spare_main(int lfd, int notify_w, const ch
       nanosleep(&ts, NULL);
       continue;
     }
-    pid_t me = getpid();
-    prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* a request in flight finishes even if PID 1 goes */
-    (void)!write(notify_w, &me, sizeof(me));
-    close(notify_w);
     close(lfd);
-    guest_serve(conn, etc_dir);
+    struct spare_busy b = {.notify_w = notify_w};
+    if (guest_serve(conn, etc_dir, spare_busy, &b) == 1)
+      hand_over(handoff_w, conn, b.told ? 0 : getpid());
     close(conn);
     _exit(0);
   }
 }
 
-static void fork_spares(int lfd, int sfd, int notify_r, int notify_w, const char *etc_dir) {
+static void fork_spares(int lfd, int notify_w, int handoff_w, const char *etc_dir) {
   for (int i = 0; i < SPARES; i++) {
     if (spares[i] > 0)
       continue;
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid == 0) {
-      close(sfd);
-      close(notify_r);
-      spare_main(lfd, notify_w, etc_dir, parent);
-    }
+    if (pid == 0)
+      spare_main(lfd, notify_w, handoff_w, etc_dir, parent);
     if (pid < 0)
       return; /* retried at the next event */
     spares[i] = pid;
@@ -141,6 +188,30 @@ static void forget_spare(pid_t pid) {
   for (int i = 0; i < SPARES; i++)
     if (spares[i] == pid)
       spares[i] = 0;
+}
+
+/* Connections that spares handed over, each with the spare's pid (0 when it told already). */
+static void receive_handoffs(int fd) {
+  for (;;) {
+    pid_t pid = 0;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = &pid, .iov_len = sizeof(pid)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+    ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      return;
+    }
+    if (r == (ssize_t)sizeof(pid) && pid > 0)
+      forget_spare(pid);
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+        int conn;
+        memcpy(&conn, CMSG_DATA(cm), sizeof(int));
+        guest_procs_adopt(conn);
+      }
+  }
 }
 
 static void usage(void) {
@@ -213,38 +284,55 @@ int main(int argc, char **argv) {
     fprintf(stderr, "moat-guest: pipe: %s\n", strerror(errno));
     return 1;
   }
+  int handoff[2];
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, handoff) < 0) {
+    fprintf(stderr, "moat-guest: socketpair: %s\n", strerror(errno));
+    return 1;
+  }
+  fd_set_nonblock(handoff[0], true);
+  guest_procs_init(etc_dir);
   if (ready >= 0) { /* before the first fork: spares must not hold the ready pipe open */
     (void)!write(ready, "R", 1);
     close(ready);
   }
-  fork_spares(lfd, sfd, notify[0], notify[1], etc_dir);
+  fork_spares(lfd, notify[1], handoff[1], etc_dir);
   for (;;) {
-    struct pollfd p[2] = {{.fd = notify[0], .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
     bool missing = false;
     for (int i = 0; i < SPARES; i++)
       missing |= spares[i] <= 0;
-    if (poll(p, 2, missing ? 50 : -1) < 0) { /* a failed fork (pids limit) is retried */
+    size_t n;
+    int timeout;
+    struct pollfd *p = guest_procs_pollfds(3, &n, &timeout);
+    p[0] = (struct pollfd){.fd = handoff[0], .events = POLLIN};
+    p[1] = (struct pollfd){.fd = notify[0], .events = POLLIN};
+    p[2] = (struct pollfd){.fd = sfd, .events = POLLIN};
+    if (missing && (timeout < 0 || timeout > 50))
+      timeout = 50; /* a failed fork (pids limit) is retried */
+    if (poll(p, n, timeout) < 0) {
       if (errno == EINTR)
         continue;
       struct timespec ts = {0, 10 * 1000 * 1000};
       nanosleep(&ts, NULL);
       continue;
     }
-    if (p[0].revents & POLLIN) {
+    if (p[0].revents & POLLIN)
+      receive_handoffs(handoff[0]);
+    if (p[1].revents & POLLIN) {
       pid_t busy[16];
-      ssize_t n;
-      while ((n = read(notify[0], busy, sizeof(busy))) > 0)
-        for (size_t i = 0; i < (size_t)n / sizeof(pid_t); i++)
+      ssize_t k;
+      while ((k = read(notify[0], busy, sizeof(busy))) > 0)
+        for (size_t i = 0; i < (size_t)k / sizeof(pid_t); i++)
           forget_spare(busy[i]);
     }
-    if (p[1].revents & POLLIN) {
+    if (p[2].revents & POLLIN) {
       struct signalfd_siginfo si[16];
       while (read(sfd, si, sizeof(si)) > 0)
         ;
       reap_all();
     }
-    fork_spares(lfd, sfd, notify[0], notify[1], etc_dir);
-    if ((p[0].revents | p[1].revents) & (POLLERR | POLLNVAL)) { /* never spin on a broken fd */
+    guest_procs_dispatch(p, 3, n);
+    fork_spares(lfd, notify[1], handoff[1], etc_dir);
+    if ((p[0].revents | p[1].revents | p[2].revents) & (POLLERR | POLLNVAL)) { /* never spin on a broken fd */
       struct timespec ts = {0, 10 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }

@@ -1,4 +1,4 @@
-/* guest_client.c -- the host side of the guest protocol: one connection per operation */
+/* guest_client.c -- the host side of the guest protocol: one connection per operation (exec, processes, files, watch) */
 #include "guest_client.h"
 
 #include <errno.h>
@@ -101,6 +101,7 @@ static void grow_append(struct growbuf *b, const void *data, size_t n) {
 
 struct stdin_feed {
   int fd;
+  pthread_mutex_t *lock;
   const char *data;
   size_t len;
 };
@@ -109,19 +110,77 @@ static void *feed_stdin(void *arg) {
   struct stdin_feed *f = arg;
   for (size_t off = 0; off < f->len;) {
     size_t n = f->len - off > MOAT_PROTO_CHUNK ? MOAT_PROTO_CHUNK : f->len - off;
-    if (moat_msg_send_data(f->fd, MOAT_MSG_DATA, f->data + off, n) < 0)
+    pthread_mutex_lock(f->lock);
+    int r = moat_msg_send_data(f->fd, MOAT_MSG_DATA, f->data + off, n);
+    pthread_mutex_unlock(f->lock);
+    if (r < 0)
       return NULL; /* the command exited without reading all of it */
     off += n;
   }
+  pthread_mutex_lock(f->lock);
   moat_msg_send_empty(f->fd, MOAT_MSG_END);
+  pthread_mutex_unlock(f->lock);
   return NULL;
 }
 
-int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, struct moat_exec_result *res,
-                    moat_error **err) {
-  memset(res, 0, sizeof(*res));
+struct moat_proc_stream {
+  int fd;
+  struct moat_msg m;
+  pthread_mutex_t send_lock; /* input, resize and the stdin feeder send whole frames */
+  bool feeding, ended;
+  pthread_t feeder;
+  struct stdin_feed feed;
+};
+
+static struct moat_proc_stream *stream_new(int fd) {
+  struct moat_proc_stream *s = xcalloc(1, sizeof(*s));
+  s->fd = fd;
+  moat_msg_init(&s->m, 0);
+  pthread_mutex_init(&s->send_lock, NULL);
+  return s;
+}
+
+void moat_proc_stream_close(struct moat_proc_stream *s) {
+  if (!s)
+    return;
+  if (s->feeding) {
+    shutdown(s->fd, SHUT_RDWR); /* unblocks a feeder stuck on a dead guest */
+    pthread_join(s->feeder, NULL);
+  }
+  close(s->fd);
+  moat_msg_free(&s->m);
+  pthread_mutex_destroy(&s->send_lock);
+  free(s);
+}
+
+int moat_proc_stream_fd(const struct moat_proc_stream *s) { return s->fd; }
+
+static void put_target(struct moat_msg *m, int pid, const char *tag) {
+  if (tag && *tag)
+    moat_msg_put_str(m, MOAT_T_TAG, tag);
+  else
+    moat_msg_put_i32(m, MOAT_T_PID, pid);
+}
+
+static int check_target(int pid, const char *tag, moat_error **err) {
+  if ((!tag || !*tag) && pid <= 0)
+    return moat_error_set(err, EINVAL, "a pid (> 0) or a tag is required");
+  return 0;
+}
+
+int moat_guest_exec_start(const char *sock_path, const struct moat_exec_req *req, const struct moat_exec_opts *opts,
+                          struct moat_proc_stream **out, int *pid, moat_error **err) {
+  static const struct moat_exec_opts none = {0};
+  if (!opts)
+    opts = &none;
+  if (out)
+    *out = NULL;
+  if (pid)
+    *pid = 0;
   if (!req->argv || !req->argv[0])
     return moat_error_set(err, EINVAL, "exec: empty argv");
+  if ((opts->pty_cols == 0) != (opts->pty_rows == 0))
+    return moat_error_set(err, EINVAL, "exec: a pty needs both columns and rows");
   _cleanup_close_ int fd = guest_connect(sock_path, err);
   if (fd < 0)
     return -1;
@@ -138,70 +197,438 @@ int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, stru
     moat_msg_put_u32(&m, MOAT_T_TIMEOUT_MS, req->timeout_ms);
   moat_msg_put_u64(&m, MOAT_T_MAX_OUTPUT, req->max_output ? req->max_output : DEFAULT_MAX_OUTPUT);
   bool has_stdin = req->stdin_data && req->stdin_len > 0;
-  if (has_stdin)
+  if (has_stdin && !opts->background)
     moat_msg_put_u32(&m, MOAT_T_STDIN_STREAM, 1);
+  if (opts->background)
+    moat_msg_put_u32(&m, MOAT_T_BACKGROUND, 1);
+  if (opts->tag)
+    moat_msg_put_str(&m, MOAT_T_TAG, opts->tag);
+  if (opts->pty_cols) {
+    moat_msg_put_u32(&m, MOAT_T_PTY_COLS, opts->pty_cols);
+    moat_msg_put_u32(&m, MOAT_T_PTY_ROWS, opts->pty_rows);
+  }
+  if (opts->keep_on_disconnect)
+    moat_msg_put_u32(&m, MOAT_T_KILL_ON_DISCONNECT, 0);
   int ret = -1;
-  struct growbuf out = {0}, errb = {0};
-  bool feeding = false;
-  pthread_t feeder;
   if (moat_msg_send(fd, &m) < 0) {
     moat_error_errno(err, "send exec request to sandbox guest");
     goto done;
   }
-  /* stdin is fed by a thread while this one drains output: a command that writes a lot before
-   * reading its input cannot deadlock the two directions. */
-  struct stdin_feed feed = {.fd = fd, .data = req->stdin_data, .len = req->stdin_len};
-  feeding = has_stdin && pthread_create(&feeder, NULL, feed_stdin, &feed) == 0;
-  if (has_stdin && !feeding) {
-    moat_error_set(err, EAGAIN, "exec: cannot start the stdin feeder");
+  if (recv_frame(fd, &m, err) < 0)
     goto done;
+  if (m.type != MOAT_REP_STARTED) {
+    unexpected(&m, "to exec", err);
+    goto done;
+  }
+  int32_t p = 0;
+  moat_msg_get_i32(&m, MOAT_T_PID, &p);
+  if (pid)
+    *pid = p;
+  if (opts->background) {
+    ret = has_stdin ? moat_guest_proc_stdin(sock_path, p, NULL, req->stdin_data, req->stdin_len, true, err) : 0;
+    goto done;
+  }
+  struct moat_proc_stream *s = stream_new(steal_fd(&fd));
+  if (has_stdin) {
+    /* stdin is fed by a thread while the caller drains output: a command that writes a lot before
+     * reading its input cannot deadlock the two directions. */
+    s->feed = (struct stdin_feed){.fd = s->fd, .lock = &s->send_lock, .data = req->stdin_data, .len = req->stdin_len};
+    s->feeding = pthread_create(&s->feeder, NULL, feed_stdin, &s->feed) == 0;
+    if (!s->feeding) {
+      moat_proc_stream_close(s);
+      moat_error_set(err, EAGAIN, "exec: cannot start the stdin feeder");
+      goto done;
+    }
+  }
+  if (out)
+    *out = s;
+  else
+    moat_proc_stream_close(s);
+  ret = 0;
+done:
+  moat_msg_free(&m);
+  return ret;
+}
+
+void moat_proc_info_clear(struct moat_proc_info *p) {
+  free(p->tag);
+  strv_free(p->argv);
+  memset(p, 0, sizeof(*p));
+}
+
+void moat_proc_infos_free(struct moat_proc_info *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    moat_proc_info_clear(&v[i]);
+  free(v);
+}
+
+static int parse_proc(const struct moat_msg *m, struct moat_proc_info *p, moat_error **err) {
+  memset(p, 0, sizeof(*p));
+  int32_t pid = 0, code = 0, sig = 0;
+  uint32_t running = 0, pty = 0, bg = 0;
+  if (moat_msg_get_i32(m, MOAT_T_PID, &pid) < 0)
+    return moat_error_set(err, EPROTO, "guest protocol: process without a pid");
+  p->argv = moat_msg_get_strv(m, MOAT_T_ARGV);
+  if (!p->argv)
+    return moat_error_set(err, EPROTO, "guest protocol: bad argv in a process entry");
+  p->pid = pid;
+  p->tag = moat_msg_get_str(m, MOAT_T_TAG);
+  moat_msg_get_i64(m, MOAT_T_STARTED_AT, &p->started_at_ms);
+  moat_msg_get_u32(m, MOAT_T_RUNNING, &running);
+  moat_msg_get_u32(m, MOAT_T_PTY, &pty);
+  moat_msg_get_u32(m, MOAT_T_BACKGROUND, &bg);
+  moat_msg_get_i32(m, MOAT_T_EXIT_CODE, &code);
+  moat_msg_get_i32(m, MOAT_T_SIGNAL, &sig);
+  p->running = running != 0;
+  p->pty = pty != 0;
+  p->background = bg != 0;
+  p->exit_code = code;
+  p->signal = sig;
+  return 0;
+}
+
+int moat_guest_attach(const char *sock_path, int pid, const char *tag, bool replay, struct moat_proc_stream **out,
+                      struct moat_proc_info *info, moat_error **err) {
+  *out = NULL;
+  if (info)
+    memset(info, 0, sizeof(*info));
+  if (check_target(pid, tag, err) < 0)
+    return -1;
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_ATTACH);
+  put_target(&m, pid, tag);
+  moat_msg_put_u32(&m, MOAT_T_REPLAY, replay ? 1 : 0);
+  int ret = -1;
+  if (moat_msg_send(fd, &m) < 0) {
+    moat_error_errno(err, "send attach");
+  } else if (recv_frame(fd, &m, err) == 0) {
+    if (m.type != MOAT_REP_PROC) {
+      unexpected(&m, "to attach", err);
+    } else if (!info || parse_proc(&m, info, err) == 0) {
+      *out = stream_new(steal_fd(&fd));
+      ret = 0;
+    }
+  }
+  moat_msg_free(&m);
+  return ret;
+}
+
+int moat_proc_stream_next(struct moat_proc_stream *s, struct moat_proc_event *ev, int timeout_ms, moat_error **err) {
+  memset(ev, 0, sizeof(*ev));
+  for (;;) {
+    if (s->ended)
+      return 0;
+    if (timeout_ms >= 0) {
+      struct pollfd p = {.fd = s->fd, .events = POLLIN};
+      int r;
+      while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
+        ;
+      if (r < 0)
+        return moat_error_errno(err, "poll");
+      if (r == 0)
+        return moat_error_set(err, ETIMEDOUT, "no event from the process in %d ms", timeout_ms);
+    }
+    int r = moat_msg_recv(s->fd, &s->m, err);
+    if (r < 0)
+      return -1;
+    if (r == 0) {
+      s->ended = true;
+      return 0;
+    }
+    struct moat_field f;
+    switch (s->m.type) {
+    case MOAT_REP_STARTED:
+    case MOAT_REP_PROC:
+      continue; /* consumed at start; never expected again */
+    case MOAT_REP_STDOUT:
+    case MOAT_REP_STDERR:
+      ev->type = s->m.type == MOAT_REP_STDOUT ? MOAT_PROC_STDOUT : MOAT_PROC_STDERR;
+      if (moat_msg_find(&s->m, MOAT_T_DATA, &f)) {
+        ev->data = (const char *)f.data;
+        ev->len = f.len;
+      } else {
+        ev->data = "";
+      }
+      return 1;
+    case MOAT_REP_DROPPED:
+      ev->type = MOAT_PROC_DROPPED;
+      moat_msg_get_u64(&s->m, MOAT_T_SIZE, &ev->dropped);
+      return 1;
+    case MOAT_REP_EXIT: {
+      int32_t code = -1, sig = 0;
+      uint32_t to = 0;
+      moat_msg_get_i32(&s->m, MOAT_T_EXIT_CODE, &code);
+      moat_msg_get_i32(&s->m, MOAT_T_SIGNAL, &sig);
+      moat_msg_get_u32(&s->m, MOAT_T_TIMED_OUT, &to);
+      ev->type = MOAT_PROC_EXIT;
+      ev->exit_code = code;
+      ev->signal = sig;
+      ev->timed_out = to != 0;
+      s->ended = true;
+      return 1;
+    }
+    default:
+      s->ended = true;
+      return unexpected(&s->m, "on a process stream", err);
+    }
+  }
+}
+
+static int stream_send(struct moat_proc_stream *s, const struct moat_msg *m, moat_error **err) {
+  pthread_mutex_lock(&s->send_lock);
+  int r = moat_msg_send(s->fd, m);
+  pthread_mutex_unlock(&s->send_lock);
+  if (r < 0)
+    return moat_error_errno(err, "send to the process stream");
+  return 0;
+}
+
+int moat_proc_stream_input(struct moat_proc_stream *s, const void *data, size_t len, moat_error **err) {
+  const char *p = data;
+  while (len > 0) {
+    size_t n = len > MOAT_PROTO_CHUNK ? MOAT_PROTO_CHUNK : len;
+    pthread_mutex_lock(&s->send_lock);
+    int r = moat_msg_send_data(s->fd, MOAT_MSG_DATA, p, n);
+    pthread_mutex_unlock(&s->send_lock);
+    if (r < 0)
+      return moat_error_errno(err, "send input to the process");
+    p += n;
+    len -= n;
+  }
+  return 0;
+}
+
+int moat_proc_stream_close_input(struct moat_proc_stream *s, moat_error **err) {
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_MSG_END);
+  return stream_send(s, &m, err);
+}
+
+int moat_proc_stream_resize(struct moat_proc_stream *s, uint32_t cols, uint32_t rows, moat_error **err) {
+  if (cols < 1 || cols > 1000 || rows < 1 || rows > 1000)
+    return moat_error_set(err, EINVAL, "pty size %ux%u out of 1..1000", cols, rows);
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_RESIZE);
+  moat_msg_put_u32(&m, MOAT_T_PTY_COLS, cols);
+  moat_msg_put_u32(&m, MOAT_T_PTY_ROWS, rows);
+  int r = stream_send(s, &m, err);
+  moat_msg_free(&m);
+  return r;
+}
+
+int moat_guest_proc_stdin(const char *sock_path, int pid, const char *tag, const void *data, size_t len,
+                          bool close_stdin, moat_error **err) {
+  if (check_target(pid, tag, err) < 0)
+    return -1;
+  const char *p = data;
+  do { /* frames of at most one chunk; CLOSE rides on the last */
+    size_t n = len > MOAT_PROTO_CHUNK ? MOAT_PROTO_CHUNK : len;
+    struct moat_msg m;
+    moat_msg_init(&m, MOAT_REQ_STDIN);
+    put_target(&m, pid, tag);
+    if (n)
+      moat_msg_put(&m, MOAT_T_DATA, p, n);
+    if (close_stdin && n == len)
+      moat_msg_put_u32(&m, MOAT_T_CLOSE, 1);
+    int r = simple_request(sock_path, &m, err);
+    moat_msg_free(&m);
+    if (r < 0)
+      return -1;
+    p += n;
+    len -= n;
+  } while (len > 0);
+  return 0;
+}
+
+int moat_guest_proc_signal(const char *sock_path, int pid, const char *tag, int signal, moat_error **err) {
+  if (check_target(pid, tag, err) < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_SIGNAL);
+  put_target(&m, pid, tag);
+  moat_msg_put_i32(&m, MOAT_T_SIGNAL, signal);
+  int r = simple_request(sock_path, &m, err);
+  moat_msg_free(&m);
+  return r;
+}
+
+int moat_guest_proc_resize(const char *sock_path, int pid, const char *tag, uint32_t cols, uint32_t rows,
+                           moat_error **err) {
+  if (check_target(pid, tag, err) < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_RESIZE);
+  put_target(&m, pid, tag);
+  moat_msg_put_u32(&m, MOAT_T_PTY_COLS, cols);
+  moat_msg_put_u32(&m, MOAT_T_PTY_ROWS, rows);
+  int r = simple_request(sock_path, &m, err);
+  moat_msg_free(&m);
+  return r;
+}
+
+int moat_guest_procs(const char *sock_path, struct moat_proc_info **out, size_t *n, moat_error **err) {
+  *out = NULL;
+  *n = 0;
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_PROCS);
+  int ret = -1;
+  size_t cap = 0;
+  struct moat_proc_info *v = NULL;
+  if (moat_msg_send(fd, &m) < 0) {
+    moat_error_errno(err, "send procs");
+    goto out;
   }
   for (;;) {
     if (recv_frame(fd, &m, err) < 0)
-      goto done;
-    struct moat_field f;
-    switch (m.type) {
-    case MOAT_REP_STARTED: {
-      int32_t pid = 0;
-      moat_msg_get_i32(&m, MOAT_T_PID, &pid);
-      res->pid = pid;
+      goto out;
+    if (m.type == MOAT_MSG_END)
+      break;
+    if (m.type != MOAT_REP_PROC) {
+      unexpected(&m, "in a process list", err);
+      goto out;
+    }
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 32;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    if (parse_proc(&m, &v[*n], err) < 0)
+      goto out;
+    (*n)++;
+  }
+  *out = steal_pointer(&v);
+  ret = 0;
+out:
+  if (ret < 0) {
+    moat_proc_infos_free(v, *n);
+    *n = 0;
+  }
+  moat_msg_free(&m);
+  return ret;
+}
+
+struct moat_watch {
+  int fd;
+  struct moat_msg m;
+  char *event, *path, *path2;
+};
+
+int moat_guest_watch(const char *sock_path, const char *path, const char *user, bool recursive,
+                     struct moat_watch **out, moat_error **err) {
+  *out = NULL;
+  _cleanup_close_ int fd = guest_connect(sock_path, err);
+  if (fd < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_WATCH);
+  moat_msg_put_str(&m, MOAT_T_PATH, path);
+  put_user(&m, user);
+  moat_msg_put_u32(&m, MOAT_T_RECURSIVE, recursive ? 1 : 0);
+  int ret = -1;
+  if (moat_msg_send(fd, &m) < 0) {
+    moat_error_errno(err, "send watch");
+  } else if (recv_frame(fd, &m, err) == 0) {
+    if (m.type != MOAT_REP_OK) {
+      unexpected(&m, "to watch", err);
+    } else {
+      struct moat_watch *w = xcalloc(1, sizeof(*w));
+      w->fd = steal_fd(&fd);
+      moat_msg_init(&w->m, 0);
+      *out = w;
+      ret = 0;
+    }
+  }
+  moat_msg_free(&m);
+  return ret;
+}
+
+int moat_watch_next(struct moat_watch *w, struct moat_watch_event *ev, int timeout_ms, moat_error **err) {
+  memset(ev, 0, sizeof(*ev));
+  if (timeout_ms >= 0) {
+    struct pollfd p = {.fd = w->fd, .events = POLLIN};
+    int r;
+    while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
+      ;
+    if (r < 0)
+      return moat_error_errno(err, "poll");
+    if (r == 0)
+      return moat_error_set(err, ETIMEDOUT, "no file event in %d ms", timeout_ms);
+  }
+  int r = moat_msg_recv(w->fd, &w->m, err);
+  if (r <= 0)
+    return r;
+  if (w->m.type != MOAT_REP_EVENT)
+    return unexpected(&w->m, "on a watch", err);
+  free(w->event);
+  free(w->path);
+  free(w->path2);
+  w->event = moat_msg_get_str(&w->m, MOAT_T_EVENT);
+  w->path = moat_msg_get_str(&w->m, MOAT_T_PATH);
+  w->path2 = moat_msg_get_str(&w->m, MOAT_T_PATH2);
+  if (!w->event || !w->path)
+    return moat_error_set(err, EPROTO, "guest protocol: event without a name or path");
+  ev->event = w->event;
+  ev->path = w->path;
+  ev->path2 = w->path2;
+  return 1;
+}
+
+int moat_watch_fd(const struct moat_watch *w) { return w->fd; }
+
+void moat_watch_close(struct moat_watch *w) {
+  if (!w)
+    return;
+  close(w->fd);
+  moat_msg_free(&w->m);
+  free(w->event);
+  free(w->path);
+  free(w->path2);
+  free(w);
+}
+
+int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, struct moat_exec_result *res,
+                    moat_error **err) {
+  memset(res, 0, sizeof(*res));
+  struct moat_proc_stream *s = NULL;
+  int pid = 0;
+  if (moat_guest_exec_start(sock_path, req, NULL, &s, &pid, err) < 0)
+    return -1;
+  res->pid = pid;
+  struct growbuf out = {0}, errb = {0};
+  int ret = -1;
+  for (;;) {
+    struct moat_proc_event ev;
+    int r = moat_proc_stream_next(s, &ev, -1, err);
+    if (r < 0)
+      break;
+    if (r == 0) {
+      moat_error_set(err, EPIPE, "sandbox guest closed the connection");
       break;
     }
-    case MOAT_REP_STDOUT:
-    case MOAT_REP_STDERR:
-      if (moat_msg_find(&m, MOAT_T_DATA, &f))
-        grow_append(m.type == MOAT_REP_STDOUT ? &out : &errb, f.data, f.len);
-      break;
-    case MOAT_REP_EXIT: {
-      int32_t code = -1, sig = 0;
-      uint32_t to = 0, t1 = 0, t2 = 0;
+    if (ev.type == MOAT_PROC_STDOUT || ev.type == MOAT_PROC_STDERR) {
+      grow_append(ev.type == MOAT_PROC_STDOUT ? &out : &errb, ev.data, ev.len);
+    } else if (ev.type == MOAT_PROC_EXIT) {
+      uint32_t t1 = 0, t2 = 0;
       uint64_t dur = 0;
-      moat_msg_get_i32(&m, MOAT_T_EXIT_CODE, &code);
-      moat_msg_get_i32(&m, MOAT_T_SIGNAL, &sig);
-      moat_msg_get_u32(&m, MOAT_T_TIMED_OUT, &to);
-      moat_msg_get_u32(&m, MOAT_T_STDOUT_TRUNC, &t1);
-      moat_msg_get_u32(&m, MOAT_T_STDERR_TRUNC, &t2);
-      moat_msg_get_u64(&m, MOAT_T_DURATION_MS, &dur);
-      res->exit_code = code;
-      res->signal = sig;
-      res->timed_out = to != 0;
+      moat_msg_get_u32(&s->m, MOAT_T_STDOUT_TRUNC, &t1);
+      moat_msg_get_u32(&s->m, MOAT_T_STDERR_TRUNC, &t2);
+      moat_msg_get_u64(&s->m, MOAT_T_DURATION_MS, &dur);
+      res->exit_code = ev.exit_code;
+      res->signal = ev.signal;
+      res->timed_out = ev.timed_out;
       res->stdout_truncated = t1 != 0;
       res->stderr_truncated = t2 != 0;
       res->duration_ms = dur;
       ret = 0;
-      goto done;
-    }
-    default:
-      unexpected(&m, "during exec", err);
-      goto done;
+      break;
     }
   }
-done:
-  if (feeding) {
-    shutdown(fd, ret < 0 ? SHUT_RDWR : SHUT_RD); /* unblocks a feeder stuck on a dead guest */
-    pthread_join(feeder, NULL);
-  }
-  moat_msg_free(&m);
+  moat_proc_stream_close(s);
   if (ret < 0) {
     free(out.p);
     free(errb.p);
