@@ -47,6 +47,24 @@ static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad) {
   return need + 1;
 }
 
+size_t api_utf8_stream_split(const char *buf, size_t len, bool *valid) {
+  const unsigned char *s = (const unsigned char *)buf;
+  size_t i = 0, bad;
+  *valid = true;
+  while (i < len) {
+    size_t k = utf8_seq(s + i, len - i, &bad);
+    if (k == 0) {
+      /* A valid lead byte whose sequence runs into the end of buf: carry it over. */
+      if (s[i] >= 0xC2 && s[i] <= 0xF4 && bad == len - i)
+        return i;
+      *valid = false;
+      return len;
+    }
+    i += k;
+  }
+  return len;
+}
+
 bool api_utf8_valid(const char *buf, size_t len) {
   const unsigned char *s = (const unsigned char *)buf;
   size_t i = 0, bad;
@@ -238,4 +256,61 @@ int api_parse_listen(const char *listen, struct sockaddr_storage *ss, socklen_t 
     return 0;
   }
   return moat_error_set(err, EINVAL, "listen address '%s': host must be an IP literal or localhost", listen);
+}
+
+/* ---- SHA-1 (RFC 3174), for Sec-WebSocket-Accept only ---- */
+
+static uint32_t rol(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
+
+static void sha1_block(uint32_t h[5], const unsigned char *p) {
+  uint32_t w[80];
+  for (int i = 0; i < 16; i++)
+    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+  for (int i = 16; i < 80; i++)
+    w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+  for (int i = 0; i < 80; i++) {
+    uint32_t f, k;
+    if (i < 20)
+      f = (b & c) | (~b & d), k = 0x5A827999;
+    else if (i < 40)
+      f = b ^ c ^ d, k = 0x6ED9EBA1;
+    else if (i < 60)
+      f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDC;
+    else
+      f = b ^ c ^ d, k = 0xCA62C1D6;
+    uint32_t t = rol(a, 5) + f + e + k + w[i];
+    e = d, d = c, c = rol(b, 30), b = a, a = t;
+  }
+  h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
+}
+
+static void sha1(const void *data, size_t len, unsigned char out[20]) {
+  uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
+  const unsigned char *p = data;
+  size_t n = len;
+  for (; n >= 64; n -= 64, p += 64)
+    sha1_block(h, p);
+  unsigned char last[128] = {0};
+  memcpy(last, p, n);
+  last[n] = 0x80;
+  size_t total = n + 9 <= 64 ? 64 : 128;
+  uint64_t bits = (uint64_t)len * 8;
+  for (int i = 0; i < 8; i++)
+    last[total - 1 - i] = (unsigned char)(bits >> (8 * i));
+  sha1_block(h, last);
+  if (total == 128)
+    sha1_block(h, last + 64);
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 4; j++)
+      out[4 * i + j] = (unsigned char)(h[i] >> (24 - 8 * j));
+}
+
+char *api_ws_accept(const char *key) {
+  static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+  _cleanup_free_ char *s = xasprintf("%s%s", key, guid);
+  unsigned char d[20];
+  sha1(s, strlen(s), d);
+  size_t n;
+  return api_base64_encode(d, sizeof(d), &n);
 }

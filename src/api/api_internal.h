@@ -33,6 +33,8 @@
 #define API_MAX_TIMEOUT_MS 86400000LL
 #define API_MAX_USER 64
 #define API_MAX_DEPTH 16
+#define API_MAX_TAG 64
+#define API_MAX_PTY 1000 /* pty columns and rows: 1..API_MAX_PTY */
 
 /* ---- routes (router.c) ---- */
 
@@ -54,6 +56,15 @@ enum api_route_kind {
   API_R_FILES_MOVE,
   API_R_TEMPLATES_LIST,
   API_R_TEMPLATE_BUILD,
+  /* issue 3: streams, processes, pty, watch (api_stream.c, api_procs.c, ws.c) */
+  API_R_EXEC_STREAM,
+  API_R_PROCS_LIST,
+  API_R_PROC_STDIN,
+  API_R_PROC_SIGNAL,
+  API_R_PROC_RESIZE,
+  API_R_PROC_STREAM,
+  API_R_PTY,
+  API_R_FILES_WATCH,
 };
 
 enum api_match {
@@ -67,6 +78,8 @@ struct api_route {
   enum api_route_kind kind;
   char id[MOAT_ID_LEN + 1]; /* sandbox routes */
   char name[64];            /* template routes */
+  int pid;                  /* process routes: the pid, or 0 when addressed by tag */
+  char tag[API_MAX_TAG + 1]; /* process routes addressed by tag */
   const char *allow;        /* BAD_METHOD: value of the Allow header (static) */
   bool json_body;           /* the route reads a JSON body */
   bool needs_auth;
@@ -79,6 +92,11 @@ bool api_valid_sandbox_id(const char *s);
 /* True when s matches ^[a-z0-9][a-z0-9._-]{0,62}$. */
 bool api_valid_template_name(const char *s);
 const char *api_route_name(enum api_route_kind k);
+/* True when s is a process tag: [A-Za-z0-9_.-]{1,64}, not all digits (that reads as a pid). */
+bool api_valid_tag(const char *s);
+/* Signal number of "TERM" "KILL" "INT" "HUP" "QUIT" "USR1" "USR2" "STOP" "CONT" (an optional
+ * "SIG" prefix allowed), or 0 for anything else. Pure. */
+int api_signal_parse(const char *name);
 
 /* ---- errors ---- */
 
@@ -126,6 +144,24 @@ int api_parse_patch(json_t *body, struct moat_sandbox_patch *patch, moat_error *
 int api_parse_exec(json_t *body, struct moat_exec_req *req, moat_error **err);
 void api_exec_req_clear(struct moat_exec_req *req);
 
+/* The issue-3 fields of an exec body, on top of api_parse_exec's. */
+enum {
+  API_EXEC_BACKGROUND = 1, /* POST .../exec: background, tag, pty (tag and pty need background) */
+  API_EXEC_STREAM = 2,     /* POST .../exec/stream: kill_on_disconnect, tag, pty */
+};
+struct api_exec_extra {
+  bool background;
+  bool kill_on_disconnect; /* default false */
+  const char *tag;         /* borrowed from body, or NULL */
+  uint32_t pty_cols, pty_rows; /* both 0 = no pty */
+};
+/* api_parse_exec plus the extra fields that allow (API_EXEC_*) admits; x may be NULL when allow
+ * is 0. Other fields are 400 as before. */
+int api_parse_exec_ex(json_t *body, unsigned allow, struct moat_exec_req *req, struct api_exec_extra *x,
+                      moat_error **err);
+/* {pid, tag, cmd, argv, started_at, running, exit_code, signal, pty, background} */
+json_t *api_proc_info_json(const struct moat_proc_info *p);
+
 struct api_mkdir_req {
   const char *path; /* borrowed from body */
   const char *user; /* NULL = root */
@@ -161,6 +197,12 @@ const char *api_file_type_name(char t);
 char *api_utf8_sanitize(const char *buf, size_t len, size_t *out_len, bool *was_valid);
 /* True when buf is valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF). */
 bool api_utf8_valid(const char *buf, size_t len);
+
+/* For output streamed in chunks: returns the length of the longest prefix of buf that is
+ * valid UTF-8 such that the rest (at most 3 bytes) is a sequence cut short by the end of buf,
+ * to be carried over to the next chunk. *valid is false when buf holds an ill-formed sequence
+ * (the caller then sends all of it as base64). */
+size_t api_utf8_stream_split(const char *buf, size_t len, bool *valid);
 
 /* Standard base64 with padding; caller frees. */
 char *api_base64_encode(const void *buf, size_t len, size_t *out_len);
@@ -201,6 +243,9 @@ struct api_req {
   const char *file_path; /* borrowed from args */
   const char *file_user;
   bool write_failed;
+  /* GET pty: the WebSocket state until the upgrade takes it (freed with the request otherwise) */
+  void *upgrade;
+  void (*upgrade_free)(void *);
 };
 
 struct moat_control *api_control(const struct api_req *r);
@@ -241,6 +286,38 @@ int api_files_put_chunk(struct api_req *r, const char *data, size_t len, moat_er
 int api_files_put_finish(struct api_req *r);
 /* Releases what a PUT left open (discarding an unfinished upload). */
 void api_files_put_release(struct api_req *r);
+
+/* Issue 3 (api_stream.c, api_procs.c, ws.c). */
+int api_h_exec_stream(struct api_req *r, json_t *body);
+int api_h_procs_list(struct api_req *r);
+int api_h_proc_stdin(struct api_req *r, json_t *body);
+int api_h_proc_signal(struct api_req *r, json_t *body);
+int api_h_proc_resize(struct api_req *r, json_t *body);
+int api_h_proc_stream(struct api_req *r);
+int api_h_pty(struct api_req *r);
+int api_h_files_watch(struct api_req *r);
+/* Turns an ENOENT of an exec into EINVAL when the sandbox is alive (a missing cwd). */
+void api_exec_enoent(struct api_req *r, moat_error *err);
+/* POST .../exec with background: true -> 201 {pid, tag}. body was parsed into req and x. */
+int api_exec_background(struct api_req *r, struct moat_exec_req *req, const struct api_exec_extra *x);
+/* The guest socket of the request's sandbox (caller frees) after control's org/state checks;
+ * with env non-NULL also the sandbox env ("K=V", strv_free). NULL and *err on failure. */
+char *api_guest_sock(struct api_req *r, char ***env, moat_error **err);
+/* sandbox env followed by req_env (the guest lets later entries win); caller strv_frees. */
+char **api_env_concat(char *const *sandbox_env, char *const *req_env);
+/* Replies to a failed process operation: ESRCH 404 process_not_found, ENOTTY 400 not_a_tty,
+ * EEXIST 409 tag_in_use, others as api_reply_moat_error. Frees *err. */
+int api_reply_proc_error(struct api_req *r, moat_error **err);
+/* Streams (SSE, WebSocket) check this to end when moatd stops; threads that outlive their
+ * request (WebSocket) hold the api while they run. */
+bool api_stopping(const struct moat_api *a);
+void api_hold(struct moat_api *a);
+void api_release(struct moat_api *a);
+/* The client socket of the request (for disconnect checks), or -1. */
+int api_conn_fd(const struct api_req *r);
+/* Sec-WebSocket-Accept for a Sec-WebSocket-Key (base64 of SHA-1 of key + the RFC 6455 GUID);
+ * caller frees. Pure. */
+char *api_ws_accept(const char *key);
 
 /* Sandbox JSON per CONTRACT.md (api_sandboxes.c). */
 json_t *api_sandbox_json(const struct moat_sandbox_info *s);

@@ -248,12 +248,67 @@ static char **json_to_argv(json_t *v, moat_error **err) {
   return argv;
 }
 
+/* pty: {cols, rows}, each 1..API_MAX_PTY. */
+static int want_pty(json_t *v, uint32_t *cols, uint32_t *rows, moat_error **err) {
+  long long x;
+  const char *k;
+  json_t *f;
+  if (!json_is_object(v))
+    return moat_error_set(err, EINVAL, "field 'pty' must be an object {\"cols\": N, \"rows\": M}");
+  *cols = *rows = 0;
+  json_object_foreach(v, k, f) {
+    if (strcmp(k, "cols") == 0) {
+      if (want_int(f, "pty.cols", 1, API_MAX_PTY, &x, err) < 0)
+        return -1;
+      *cols = (uint32_t)x;
+    } else if (strcmp(k, "rows") == 0) {
+      if (want_int(f, "pty.rows", 1, API_MAX_PTY, &x, err) < 0)
+        return -1;
+      *rows = (uint32_t)x;
+    } else {
+      return moat_error_set(err, EINVAL, "unknown field 'pty.%.128s'", k);
+    }
+  }
+  if (*cols == 0)
+    *cols = 80;
+  if (*rows == 0)
+    *rows = 24;
+  return 0;
+}
+
+/* One of the issue-3 exec fields, when allow admits it: 1 handled, 0 not one of them, -1 bad. */
+static int exec_extra(const char *k, json_t *v, unsigned allow, struct api_exec_extra *x, moat_error **err) {
+  if (allow == 0)
+    return 0;
+  if (strcmp(k, "background") == 0 && (allow & API_EXEC_BACKGROUND))
+    return want_bool(v, k, &x->background, err) < 0 ? -1 : 1;
+  if (strcmp(k, "kill_on_disconnect") == 0 && (allow & API_EXEC_STREAM))
+    return want_bool(v, k, &x->kill_on_disconnect, err) < 0 ? -1 : 1;
+  if (strcmp(k, "tag") == 0) {
+    if (!json_is_string(v) || !api_valid_tag(json_string_value(v)) ||
+        strlen(json_string_value(v)) != json_string_length(v))
+      return moat_error_set(err, EINVAL, "field 'tag' must match [A-Za-z0-9_.-]{1,64} and not be all digits");
+    x->tag = json_string_value(v);
+    return 1;
+  }
+  if (strcmp(k, "pty") == 0)
+    return want_pty(v, &x->pty_cols, &x->pty_rows, err) < 0 ? -1 : 1;
+  return 0;
+}
+
 int api_parse_exec(json_t *body, struct moat_exec_req *req, moat_error **err) {
+  return api_parse_exec_ex(body, 0, req, NULL, err);
+}
+
+int api_parse_exec_ex(json_t *body, unsigned allow, struct moat_exec_req *req, struct api_exec_extra *x,
+                      moat_error **err) {
   memset(req, 0, sizeof(*req));
+  if (x)
+    memset(x, 0, sizeof(*x));
   json_t *cmd = NULL, *argv = NULL, *stdin_s = NULL, *stdin_b = NULL;
   const char *k;
   json_t *v;
-  long long x;
+  long long ms;
   json_object_foreach(body, k, v) {
     if (strcmp(k, "cmd") == 0) {
       const char *s;
@@ -294,13 +349,22 @@ int api_parse_exec(json_t *body, struct moat_exec_req *req, moat_error **err) {
       }
       stdin_b = v;
     } else if (strcmp(k, "timeout_ms") == 0) {
-      if (want_int(v, k, 1, API_MAX_TIMEOUT_MS, &x, err) < 0)
+      if (want_int(v, k, 1, API_MAX_TIMEOUT_MS, &ms, err) < 0)
         goto fail;
-      req->timeout_ms = (uint32_t)x;
+      req->timeout_ms = (uint32_t)ms;
     } else {
-      unknown_field(k, NULL, err);
-      goto fail;
+      int rc = exec_extra(k, v, allow, x, err);
+      if (rc < 0)
+        goto fail;
+      if (rc == 0) {
+        unknown_field(k, NULL, err);
+        goto fail;
+      }
     }
+  }
+  if ((allow & API_EXEC_BACKGROUND) && !x->background && (x->tag || x->pty_cols)) {
+    moat_error_set(err, EINVAL, "fields 'tag' and 'pty' of exec need 'background': true (or use exec/stream)");
+    goto fail;
   }
   if ((cmd != NULL) == (argv != NULL)) {
     moat_error_set(err, EINVAL, "exactly one of fields 'cmd' and 'argv' is required");
@@ -483,4 +547,37 @@ json_t *api_file_entry_json(const struct moat_file_entry *e) {
   json_object_set_new(o, "gid", json_integer(e->gid));
   json_object_set_new(o, "symlink_target", api_str_json(e->link_target));
   return o;
+}
+
+json_t *api_proc_info_json(const struct moat_proc_info *p) {
+  json_t *argv = json_array();
+  size_t len = 0;
+  for (size_t i = 0; p->argv && p->argv[i]; i++) {
+    json_array_append_new(argv, api_str_json(p->argv[i]));
+    len += strlen(p->argv[i]) + 1;
+  }
+  /* cmd: argv joined by spaces, for display (not quoted: argv is the exact form) */
+  char *cmd = xmalloc(len + 1);
+  size_t o = 0;
+  for (size_t i = 0; p->argv && p->argv[i]; i++) {
+    if (i)
+      cmd[o++] = ' ';
+    size_t n = strlen(p->argv[i]);
+    memcpy(cmd + o, p->argv[i], n);
+    o += n;
+  }
+  cmd[o] = '\0';
+  json_t *j = json_object();
+  json_object_set_new(j, "pid", json_integer(p->pid));
+  json_object_set_new(j, "tag", api_str_json(p->tag));
+  json_object_set_new(j, "cmd", api_str_json(cmd));
+  free(cmd);
+  json_object_set_new(j, "argv", argv);
+  json_object_set_new(j, "started_at", api_time_json(p->started_at_ms, true));
+  json_object_set_new(j, "running", json_boolean(p->running));
+  json_object_set_new(j, "exit_code", p->running ? json_null() : json_integer(p->exit_code));
+  json_object_set_new(j, "signal", p->running ? json_null() : json_integer(p->signal));
+  json_object_set_new(j, "pty", json_boolean(p->pty));
+  json_object_set_new(j, "background", json_boolean(p->background));
+  return j;
 }

@@ -34,6 +34,8 @@ struct moat_api {
   char *version;
   unsigned port;
   int inflight; /* requests between their first access-handler call and completion (atomic) */
+  int holds;    /* WebSocket threads running (atomic) */
+  bool stopping; /* set first by moat_api_stop: streams end (atomic) */
 };
 
 #define API_STOP_WAIT_S 30 /* moat_api_stop waits this long for in-flight requests */
@@ -42,6 +44,15 @@ struct moat_control *api_control(const struct api_req *r) {
   return r->api->control;
 }
 const char *api_version(const struct api_req *r) { return r->api->version ? r->api->version : "dev"; }
+
+bool api_stopping(const struct moat_api *a) { return __atomic_load_n(&a->stopping, __ATOMIC_SEQ_CST); }
+void api_hold(struct moat_api *a) { __atomic_add_fetch(&a->holds, 1, __ATOMIC_SEQ_CST); }
+void api_release(struct moat_api *a) { __atomic_sub_fetch(&a->holds, 1, __ATOMIC_SEQ_CST); }
+
+int api_conn_fd(const struct api_req *r) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return ci ? ci->connect_fd : -1;
+}
 
 /* Set by the unescape callback when a %00 decodes into a NUL in the request line; read and
  * cleared at the request's first access-handler call, which runs on the same connection thread
@@ -225,6 +236,8 @@ static void req_free(struct api_req *r) {
   if (!r)
     return;
   api_files_put_release(r);
+  if (r->upgrade && r->upgrade_free)
+    r->upgrade_free(r->upgrade);
   for (size_t i = 0; i < r->args.n; i++) {
     free(r->args.v[i].key);
     free(r->args.v[i].value);
@@ -374,6 +387,30 @@ static void req_dispatch(struct api_req *r) {
   case API_R_TEMPLATE_BUILD:
     api_h_template_build(r);
     break;
+  case API_R_EXEC_STREAM:
+    api_h_exec_stream(r, body);
+    break;
+  case API_R_PROCS_LIST:
+    api_h_procs_list(r);
+    break;
+  case API_R_PROC_STDIN:
+    api_h_proc_stdin(r, body);
+    break;
+  case API_R_PROC_SIGNAL:
+    api_h_proc_signal(r, body);
+    break;
+  case API_R_PROC_RESIZE:
+    api_h_proc_resize(r, body);
+    break;
+  case API_R_PROC_STREAM:
+    api_h_proc_stream(r);
+    break;
+  case API_R_PTY:
+    api_h_pty(r);
+    break;
+  case API_R_FILES_WATCH:
+    api_h_files_watch(r);
+    break;
   case API_R_NONE:
     break;
   }
@@ -496,7 +533,8 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
   a->version = xstrdup(cfg->version ? cfg->version : "dev");
   a->port = port;
   unsigned flags =
-      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
+      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL |
+      MHD_ALLOW_UPGRADE;
   if (ss.ss_family == AF_INET6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
@@ -521,8 +559,10 @@ unsigned moat_api_port(const struct moat_api *a) { return a ? a->port : 0; }
 void moat_api_stop(struct moat_api *a) {
   if (!a)
     return;
-  /* Stop accepting, let requests in flight finish and send their responses (up to
-   * API_STOP_WAIT_S), then close every connection and join its thread. */
+  /* Stop accepting, end streams (SSE, WebSocket threads), let requests in flight finish and
+   * send their responses (up to API_STOP_WAIT_S), then close every connection and join its
+   * thread. */
+  __atomic_store_n(&a->stopping, true, __ATOMIC_SEQ_CST);
   MHD_socket lfd = MHD_quiesce_daemon(a->daemon);
   if (lfd != MHD_INVALID_SOCKET)
     close(lfd);
@@ -531,6 +571,10 @@ void moat_api_stop(struct moat_api *a) {
   if (n > 0)
     log_info("api: waiting for %d request(s) in flight", n);
   while (__atomic_load_n(&a->inflight, __ATOMIC_SEQ_CST) > 0 && now_ns() < deadline)
+    usleep(20000);
+  /* WebSocket threads notice `stopping` within their poll interval and close their upgraded
+   * connections; MHD_stop_daemon must not run before they have. */
+  while (__atomic_load_n(&a->holds, __ATOMIC_SEQ_CST) > 0)
     usleep(20000);
   MHD_stop_daemon(a->daemon);
   free(a->version);

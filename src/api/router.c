@@ -1,5 +1,6 @@
 /* router.c -- v1 route table, query-argument checks and the errno -> HTTP status mapping (pure) */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,14 @@ static const char *const route_names[] = {
     [API_R_FILES_MOVE] = "files.move",
     [API_R_TEMPLATES_LIST] = "templates.list",
     [API_R_TEMPLATE_BUILD] = "templates.build",
+    [API_R_EXEC_STREAM] = "exec.stream",
+    [API_R_PROCS_LIST] = "processes.list",
+    [API_R_PROC_STDIN] = "process.stdin",
+    [API_R_PROC_SIGNAL] = "process.signal",
+    [API_R_PROC_RESIZE] = "process.resize",
+    [API_R_PROC_STREAM] = "process.stream",
+    [API_R_PTY] = "pty",
+    [API_R_FILES_WATCH] = "files.watch",
 };
 
 const char *api_route_name(enum api_route_kind k) {
@@ -95,14 +104,83 @@ static const struct shape sh_files_list = {"GET", {{"GET", API_R_FILES_LIST, fal
 static const struct shape sh_files_stat = {"GET", {{"GET", API_R_FILES_STAT, false}}};
 static const struct shape sh_files_mkdir = {"POST", {{"POST", API_R_FILES_MKDIR, true}}};
 static const struct shape sh_files_move = {"POST", {{"POST", API_R_FILES_MOVE, true}}};
+static const struct shape sh_exec_stream = {"POST", {{"POST", API_R_EXEC_STREAM, true}}};
+static const struct shape sh_procs = {"GET", {{"GET", API_R_PROCS_LIST, false}}};
+static const struct shape sh_proc_stdin = {"POST", {{"POST", API_R_PROC_STDIN, true}}};
+static const struct shape sh_proc_signal = {"POST", {{"POST", API_R_PROC_SIGNAL, true}}};
+static const struct shape sh_proc_resize = {"POST", {{"POST", API_R_PROC_RESIZE, true}}};
+static const struct shape sh_proc_stream = {"GET", {{"GET", API_R_PROC_STREAM, false}}};
+static const struct shape sh_pty = {"GET", {{"GET", API_R_PTY, false}}};
+static const struct shape sh_files_watch = {"GET", {{"GET", API_R_FILES_WATCH, false}}};
 static const struct shape sh_templates = {"GET", {{"GET", API_R_TEMPLATES_LIST, false}}};
 static const struct shape sh_template_build = {"POST", {{"POST", API_R_TEMPLATE_BUILD, false}}};
 
 /* Sub-resources of a sandbox that DESIGN.md names for later issues: 501, not 404. */
 static const char *const later_sandbox_subs[] = {
-    "exec/stream", "processes", "pty",     "contexts", "pause",  "resume",  "hibernate", "wake",
-    "snapshots",   "fork",      "explore", "rollback", "events", "metrics", "mcp",       "files/watch",
+    "contexts", "pause", "resume", "hibernate", "wake",    "snapshots",
+    "fork",     "explore", "rollback", "events", "metrics", "mcp",
 };
+
+bool api_valid_tag(const char *s) {
+  size_t i;
+  bool digits = true;
+  for (i = 0; s[i]; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+          c == '-'))
+      return false;
+    if (c < '0' || c > '9')
+      digits = false;
+  }
+  return i >= 1 && i <= API_MAX_TAG && !digits;
+}
+
+int api_signal_parse(const char *name) {
+  static const struct {
+    const char *name;
+    int sig;
+  } sigs[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},   {"HUP", SIGHUP},   {"QUIT", SIGQUIT},
+              {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}};
+  if (strncmp(name, "SIG", 3) == 0)
+    name += 3;
+  for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+    if (strcmp(name, sigs[i].name) == 0)
+      return sigs[i].sig;
+  return 0;
+}
+
+/* "processes/{pid|tag}/{action}": fills r->pid or r->tag and returns the shape, or NULL. */
+static const struct shape *proc_shape(const char *sub, struct api_route *r) {
+  const char *ref = sub + strlen("processes/");
+  const char *slash = strchr(ref, '/');
+  if (!slash)
+    return NULL;
+  size_t n = (size_t)(slash - ref);
+  if (n == 0 || n > API_MAX_TAG)
+    return NULL;
+  char buf[API_MAX_TAG + 1];
+  memcpy(buf, ref, n);
+  buf[n] = '\0';
+  if (strspn(buf, "0123456789") == n) {
+    if (n > 9 || buf[0] == '0') /* pids are 1..999999999 here (Linux: < 2^22) */
+      return NULL;
+    r->pid = atoi(buf);
+  } else if (api_valid_tag(buf)) {
+    memcpy(r->tag, buf, n + 1);
+  } else {
+    return NULL;
+  }
+  const char *act = slash + 1;
+  if (strcmp(act, "stdin") == 0)
+    return &sh_proc_stdin;
+  if (strcmp(act, "signal") == 0)
+    return &sh_proc_signal;
+  if (strcmp(act, "resize") == 0)
+    return &sh_proc_resize;
+  if (strcmp(act, "stream") == 0)
+    return &sh_proc_stream;
+  return NULL;
+}
 
 static bool later_sub(const char *sub) {
   for (size_t i = 0; i < ARRAY_SIZE(later_sandbox_subs); i++) {
@@ -167,6 +245,16 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
     s = &sh_files_mkdir;
   else if (strcmp(sub, "files/move") == 0)
     s = &sh_files_move;
+  else if (strcmp(sub, "exec/stream") == 0)
+    s = &sh_exec_stream;
+  else if (strcmp(sub, "processes") == 0)
+    s = &sh_procs;
+  else if (strncmp(sub, "processes/", 10) == 0)
+    s = proc_shape(sub, r);
+  else if (strcmp(sub, "pty") == 0)
+    s = &sh_pty;
+  else if (strcmp(sub, "files/watch") == 0)
+    s = &sh_files_watch;
   else if (later_sub(sub))
     return API_MATCH_NOT_IMPLEMENTED;
   if (!s) {

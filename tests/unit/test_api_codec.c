@@ -153,7 +153,51 @@ static void test_listen(void) {
   }
 }
 
+static bool split_is(const char *buf, size_t len, size_t want, bool want_valid) {
+  bool valid;
+  size_t n = api_utf8_stream_split(buf, len, &valid);
+  return n == want && valid == want_valid;
+}
+
+static void test_stream_split(void) {
+  OK(split_is("abc", 3, 3, true), "split: ASCII whole");
+  OK(split_is("", 0, 0, true), "split: empty");
+  OK(split_is("a\xc3", 2, 1, true), "split: 2-byte lead carried");
+  OK(split_is("a\xe2\x82", 3, 1, true), "split: 3-byte sequence cut after 2 carried");
+  OK(split_is("\xf0\x9f\x98", 3, 0, true), "split: 4-byte sequence cut after 3 carried");
+  OK(split_is("x\xf0\x9f\x98\x80", 5, 5, true), "split: complete emoji kept");
+  OK(split_is("a\xff", 2, 2, false), "split: 0xff invalid");
+  OK(split_is("\xc3(", 2, 2, false), "split: bad continuation invalid");
+  OK(split_is("\xc0", 1, 1, false), "split: 0xc0 lead invalid, not carried");
+  OK(split_is("\xe0\x80", 2, 2, false), "split: overlong prefix invalid");
+  OK(split_is("\xed\xa0", 2, 2, false), "split: surrogate prefix invalid");
+  OK(split_is("\x80" "abc", 4, 4, false), "split: stray continuation invalid");
+  /* A sequence split across two chunks at every position re-joins into valid text. */
+  const char *euro = "\xe2\x82\xac";
+  bool all = true;
+  for (size_t cut = 0; cut <= 3; cut++) {
+    bool v;
+    size_t n = api_utf8_stream_split(euro, cut, &v);
+    all = all && v && n == (cut == 3 ? 3 : 0);
+  }
+  OK(all, "split: euro sign cut anywhere is carried, not broken");
+}
+
+static void test_ws_accept(void) {
+  /* RFC 6455 section 1.3 */
+  char *a = api_ws_accept("dGhlIHNhbXBsZSBub25jZQ==");
+  OK(a && strcmp(a, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=") == 0, "Sec-WebSocket-Accept of the RFC 6455 example (%s)",
+     a ? a : "NULL");
+  free(a);
+  a = api_ws_accept("x3JJHMbDL1EzLkh9GBhXDw==");
+  OK(a && strcmp(a, "HSmrc0sMlYUkAGmm5OPpG2HaGWk=") == 0, "Sec-WebSocket-Accept of a second key (%s)",
+     a ? a : "NULL");
+  free(a);
+}
+
 int main(void) {
+  test_stream_split();
+  test_ws_accept();
   test_utf8();
   test_base64();
   test_rfc3339();

@@ -360,7 +360,104 @@ static void test_output(void) {
   json_decref(j);
 }
 
+/* api_parse_exec_ex: 0 and *x, or the error status (-2 when msg is not in the message). */
+static int check_ex(unsigned allow, const char *s, const char *msg, struct api_exec_extra *x) {
+  json_t *j = body(s);
+  if (!j)
+    return -1;
+  moat_error *err = NULL;
+  struct moat_exec_req req;
+  int rc = api_parse_exec_ex(j, allow, &req, x, &err), st = 0;
+  static char tag[API_MAX_TAG + 1]; /* x->tag borrows from the body, freed below */
+  if (rc == 0 && x->tag) {
+    snprintf(tag, sizeof(tag), "%s", x->tag);
+    x->tag = tag;
+  }
+  if (rc == 0)
+    api_exec_req_clear(&req);
+  else {
+    st = err ? err->status : -3;
+    if (msg && !strstr(moat_error_msg(err), msg)) {
+      printf("# message: %s\n", moat_error_msg(err));
+      st = -2;
+    }
+  }
+  moat_error_free(&err);
+  json_decref(j);
+  return st;
+}
+
+static void test_exec_extra(void) {
+  struct api_exec_extra x;
+  OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"background\":true,\"tag\":\"web\"}", NULL, &x) == 0 &&
+         x.background && strcmp(x.tag, "web") == 0 && x.pty_cols == 0,
+     "exec: background with tag");
+  OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"background\":true,\"pty\":{\"cols\":100,\"rows\":30}}", NULL,
+              &x) == 0 &&
+         x.pty_cols == 100 && x.pty_rows == 30,
+     "exec: background on a pty");
+  OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"background\":true,\"pty\":{}}", NULL, &x) == 0 &&
+         x.pty_cols == 80 && x.pty_rows == 24,
+     "exec: pty defaults 80x24");
+  OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"tag\":\"web\"}", "background", &x) == EINVAL,
+     "exec: tag without background rejected");
+  OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"background\":1}", "background", &x) == EINVAL,
+     "exec: background must be a boolean");
+  OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"kill_on_disconnect\":true}", "kill_on_disconnect", &x) ==
+         EINVAL,
+     "exec: kill_on_disconnect only on exec/stream");
+  OK(check_ex(API_EXEC_STREAM, "{\"cmd\":\"x\",\"kill_on_disconnect\":true}", NULL, &x) == 0 &&
+         x.kill_on_disconnect && !x.background,
+     "exec/stream: kill_on_disconnect");
+  OK(check_ex(API_EXEC_STREAM, "{\"cmd\":\"x\"}", NULL, &x) == 0 && !x.kill_on_disconnect,
+     "exec/stream: kill_on_disconnect defaults to false");
+  OK(check_ex(API_EXEC_STREAM, "{\"cmd\":\"x\",\"background\":true}", "background", &x) == EINVAL,
+     "exec/stream: background rejected");
+  static const char *bad_pty[] = {"{\"cols\":0,\"rows\":10}", "{\"cols\":100000,\"rows\":10}",
+                                  "{\"cols\":10,\"rows\":1001}", "{\"cols\":\"80\"}", "[80,24]",
+                                  "{\"cols\":80,\"depth\":1}", "{\"cols\":1.5}"};
+  for (size_t i = 0; i < ARRAY_SIZE(bad_pty); i++) {
+    char b[256];
+    snprintf(b, sizeof(b), "{\"cmd\":\"x\",\"pty\":%s}", bad_pty[i]);
+    OK(check_ex(API_EXEC_STREAM, b, "pty", &x) == EINVAL, "exec/stream: pty %s rejected", bad_pty[i]);
+  }
+  static const char *bad_tag[] = {"\"\"", "\"123\"", "\"a/b\"", "\"a b\"", "7",
+                                  "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\""};
+  for (size_t i = 0; i < ARRAY_SIZE(bad_tag); i++) {
+    char b[256];
+    snprintf(b, sizeof(b), "{\"cmd\":\"x\",\"tag\":%s}", bad_tag[i]);
+    OK(check_ex(API_EXEC_STREAM, b, "tag", &x) == EINVAL, "exec/stream: tag %s rejected", bad_tag[i]);
+  }
+  OK(check(EXEC, "{\"cmd\":\"x\",\"background\":true}", "unknown field") == EINVAL,
+     "api_parse_exec alone still rejects the issue-3 fields");
+}
+
+static void test_proc_json(void) {
+  char *argv[] = {"sleep", "30", NULL};
+  struct moat_proc_info p = {.pid = 7, .tag = "web", .argv = argv, .started_at_ms = 1000, .running = true};
+  json_t *j = api_proc_info_json(&p);
+  OK(json_integer_value(json_object_get(j, "pid")) == 7 &&
+         strcmp(json_string_value(json_object_get(j, "cmd")), "sleep 30") == 0 &&
+         json_array_size(json_object_get(j, "argv")) == 2 &&
+         strcmp(json_string_value(json_object_get(j, "started_at")), "1970-01-01T00:00:01.000Z") == 0 &&
+         json_is_true(json_object_get(j, "running")) && json_is_null(json_object_get(j, "exit_code")) &&
+         strcmp(json_string_value(json_object_get(j, "tag")), "web") == 0,
+     "process JSON of a running process");
+  json_decref(j);
+  p.running = false;
+  p.exit_code = -1;
+  p.signal = 9;
+  p.tag = NULL;
+  j = api_proc_info_json(&p);
+  OK(json_integer_value(json_object_get(j, "exit_code")) == -1 &&
+         json_integer_value(json_object_get(j, "signal")) == 9 && json_is_null(json_object_get(j, "tag")),
+     "process JSON of a killed process");
+  json_decref(j);
+}
+
 int main(void) {
+  test_exec_extra();
+  test_proc_json();
   test_body_parse();
   test_create();
   test_patch();

@@ -1,5 +1,6 @@
 /* test_api_router.c -- route matching (404/405/501), id checks and query-argument parsing */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,8 +60,28 @@ static void test_routes(void) {
   route("POST", "/v1/templates/base", API_MATCH_NOT_FOUND, 0);
 
   route("POST", "/v1/sandboxes/" ID "/pause", API_MATCH_NOT_IMPLEMENTED, 0);
-  route("POST", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_NOT_IMPLEMENTED, 0);
-  route("GET", "/v1/sandboxes/" ID "/files/watch", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("POST", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_OK, API_R_EXEC_STREAM);
+  route("GET", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_BAD_METHOD, 0);
+  route("GET", "/v1/sandboxes/" ID "/files/watch", API_MATCH_OK, API_R_FILES_WATCH);
+  route("GET", "/v1/sandboxes/" ID "/processes", API_MATCH_OK, API_R_PROCS_LIST);
+  route("POST", "/v1/sandboxes/" ID "/processes", API_MATCH_BAD_METHOD, 0);
+  route("POST", "/v1/sandboxes/" ID "/processes/42/stdin", API_MATCH_OK, API_R_PROC_STDIN);
+  route("POST", "/v1/sandboxes/" ID "/processes/42/signal", API_MATCH_OK, API_R_PROC_SIGNAL);
+  route("POST", "/v1/sandboxes/" ID "/processes/dev-server.1/resize", API_MATCH_OK, API_R_PROC_RESIZE);
+  route("GET", "/v1/sandboxes/" ID "/processes/dev_server/stream", API_MATCH_OK, API_R_PROC_STREAM);
+  route("GET", "/v1/sandboxes/" ID "/processes/42/stdin", API_MATCH_BAD_METHOD, 0);
+  route("POST", "/v1/sandboxes/" ID "/processes/42", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/sandboxes/" ID "/processes/42/nope", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/sandboxes/" ID "/processes//stdin", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/sandboxes/" ID "/processes/0/stdin", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/sandboxes/" ID "/processes/01/stdin", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/sandboxes/" ID "/processes/9999999999/stdin", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/sandboxes/" ID "/processes/a b/stdin", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/sandboxes/" ID
+        "/processes/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/stdin",
+        API_MATCH_NOT_FOUND, 0);
+  route("GET", "/v1/sandboxes/" ID "/pty", API_MATCH_OK, API_R_PTY);
+  route("POST", "/v1/sandboxes/" ID "/pty", API_MATCH_BAD_METHOD, 0);
   route("GET", "/v1/snapshots", API_MATCH_NOT_IMPLEMENTED, 0);
   route("GET", "/metrics", API_MATCH_NOT_IMPLEMENTED, 0);
 
@@ -77,6 +98,22 @@ static void test_routes(void) {
   OK(api_route_match("POST", "/v1/templates/code-interpreter/build", &r) == API_MATCH_OK &&
          strcmp(r.name, "code-interpreter") == 0,
      "template name captured");
+  OK(api_route_match("POST", "/v1/sandboxes/" ID "/processes/1234/signal", &r) == API_MATCH_OK && r.pid == 1234 &&
+         r.tag[0] == '\0' && r.json_body,
+     "pid captured");
+  OK(api_route_match("GET", "/v1/sandboxes/" ID "/processes/web.1/stream", &r) == API_MATCH_OK && r.pid == 0 &&
+         strcmp(r.tag, "web.1") == 0 && !r.json_body,
+     "tag captured");
+  OK(api_valid_tag("devserver") && api_valid_tag("a-b_c.1") && api_valid_tag("1a") && !api_valid_tag("123") &&
+         !api_valid_tag("") && !api_valid_tag("a/b") && !api_valid_tag("a b") &&
+         api_valid_tag("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa") &&
+         !api_valid_tag("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+     "tag syntax");
+  OK(api_signal_parse("TERM") == SIGTERM && api_signal_parse("SIGKILL") == SIGKILL &&
+         api_signal_parse("INT") == SIGINT && api_signal_parse("USR2") == SIGUSR2 &&
+         api_signal_parse("CONT") == SIGCONT && api_signal_parse("term") == 0 && api_signal_parse("9") == 0 &&
+         api_signal_parse("SIG") == 0 && api_signal_parse("") == 0 && api_signal_parse("SEGV") == 0,
+     "signal names");
   OK(api_valid_sandbox_id(ID) && !api_valid_sandbox_id("sb-") &&
          !api_valid_sandbox_id("sb-0123456789abcdef_"),
      "sandbox id syntax");
