@@ -88,13 +88,14 @@ static void reap_all(void) {
 
 /* Spare workers: PID 1 keeps SPARES children blocked in accept() with their pages already
  * faulted in, so a request does not wait for fork and copy-on-write (page faults are expensive:
- * ~14 us each on these hosts). A spare that accepts tells PID 1 its pid through the notify pipe
- * and PID 1 forks the next spare at once. */
+ * ~14 us each on these hosts). A spare that takes a file operation or WATCH tells PID 1 its pid
+ * through the notify pipe and PID 1 forks the next spare at once; a process request is handed to
+ * PID 1 and the spare stays a spare. */
 #define SPARES 1
 static pid_t spares[SPARES];
 
 struct spare_busy {
-  int notify_w;
+  int notify_w, lfd;
   bool told;
 };
 
@@ -104,10 +105,12 @@ static void spare_busy(void *arg) {
   pid_t me = getpid();
   prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* a request in flight finishes even if PID 1 goes */
   (void)!write(b->notify_w, &me, sizeof(me));
+  close(b->lfd);
   b->told = true;
 }
 
-/* Hands conn (request unread) to PID 1; pid says which spare that was (0: already told). */
+/* Hands conn (request unread) to PID 1. pid is reserved (always 0 now): a spare that hands over
+ * stays the spare, unless it told PID 1 it was busy. */
 static void hand_over(int handoff_w, int conn, pid_t pid) {
   char cbuf[CMSG_SPACE(sizeof(int))];
   memset(cbuf, 0, sizeof(cbuf));
@@ -161,10 +164,16 @@ static __attribute__((noreturn)) void spare_main(int lfd, int notify_w, int hand
       nanosleep(&ts, NULL);
       continue;
     }
-    close(lfd);
-    struct spare_busy b = {.notify_w = notify_w};
-    if (guest_serve(conn, etc_dir, spare_busy, &b) == 1)
-      hand_over(handoff_w, conn, b.told ? 0 : getpid());
+    struct spare_busy b = {.notify_w = notify_w, .lfd = lfd};
+    if (guest_serve(conn, etc_dir, spare_busy, &b) == 1) {
+      /* A process request: PID 1 serves it, and this spare goes back to accept() (no fork on
+       * the exec path) unless it already told PID 1 it was busy (a slow client). */
+      hand_over(handoff_w, conn, 0);
+      close(conn);
+      if (!b.told)
+        continue;
+      _exit(0);
+    }
     close(conn);
     _exit(0);
   }

@@ -1,9 +1,73 @@
 /* test_guest_pid1.c -- moat-guest started as the driver starts it: PID 1 of a new pid namespace,
- * with MOAT_GUEST_LISTEN_FD / MOAT_GUEST_READY_FD; checks readiness, exec, orphan reaping. */
+ * with MOAT_GUEST_LISTEN_FD / MOAT_GUEST_READY_FD; checks readiness, exec, orphan reaping, and that
+ * PID 1 owns background and pty processes there. */
 #include <sched.h>
 #include <sys/syscall.h>
 
 #include "test_guest_util.h"
+
+#define feed_stdin client_feed_stdin /* test_guest_util.h has its own */
+#include "host/guest_client.c"
+#undef feed_stdin
+
+/* A background process and a pty process owned by PID 1 inside the namespace. */
+static void test_processes(void) {
+  moat_error *err = NULL;
+  char *bg_argv[] = {"sh", "-c", "echo $$; sleep 100", NULL};
+  struct moat_exec_req rq = {.argv = bg_argv};
+  int pid = 0;
+  int r = moat_guest_exec_start(g_sock, &rq, &(struct moat_exec_opts){.background = true, .tag = "ns-bg"}, NULL, &pid,
+                                &err);
+  CHECK(r == 0 && pid > 1 && pid < 1000, "background process inside the namespace (pid %d) %s", pid,
+        err ? moat_error_msg(err) : "");
+  moat_error_free(&err);
+  struct moat_proc_info *v = NULL;
+  size_t n = 0;
+  bool listed = false;
+  if (moat_guest_procs(g_sock, &v, &n, &err) == 0)
+    for (size_t i = 0; i < n; i++)
+      listed |= v[i].pid == pid && v[i].running && v[i].tag && strcmp(v[i].tag, "ns-bg") == 0;
+  moat_proc_infos_free(v, n);
+  moat_error_free(&err);
+  CHECK(listed, "PROCS lists it as running");
+  struct moat_proc_stream *s = NULL;
+  int code = -2;
+  if (moat_guest_attach(g_sock, pid, NULL, true, &s, NULL, &err) == 0) {
+    moat_guest_proc_signal(g_sock, 0, "ns-bg", SIGTERM, &err);
+    struct moat_proc_event ev;
+    while (moat_proc_stream_next(s, &ev, 3000, &err) == 1)
+      if (ev.type == MOAT_PROC_EXIT) {
+        code = ev.signal;
+        break;
+      }
+  }
+  moat_proc_stream_close(s);
+  moat_error_free(&err);
+  CHECK(code == SIGTERM, "attach, SIGTERM by tag, the exit is reported (signal %d)", code);
+
+  char *tty_argv[] = {"sh", "-c", "tty; stty size", NULL};
+  rq = (struct moat_exec_req){.argv = tty_argv};
+  s = NULL;
+  char *out = NULL;
+  size_t len = 0;
+  code = -2;
+  if (moat_guest_exec_start(g_sock, &rq, &(struct moat_exec_opts){.pty_cols = 77, .pty_rows = 11}, &s, &pid, &err) == 0) {
+    struct moat_proc_event ev;
+    while (moat_proc_stream_next(s, &ev, 3000, &err) == 1) {
+      if (ev.type == MOAT_PROC_STDOUT)
+        append(&out, &len, ev.data, ev.len);
+      if (ev.type == MOAT_PROC_EXIT) {
+        code = ev.exit_code;
+        break;
+      }
+    }
+  }
+  moat_proc_stream_close(s);
+  CHECK(code == 0 && out && strstr(out, "/dev/pts/") && strstr(out, "11 77"), "pty inside the namespace: '%s' %s",
+        out ? out : "", err ? moat_error_msg(err) : "");
+  free(out);
+  moat_error_free(&err);
+}
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
@@ -82,6 +146,8 @@ int main(void) {
   x_run(&(struct x_opts){.argv = ARGV("sh", "-c", "sleep 100 & sleep 100"), .timeout_ms = 200}, &r);
   CHECK(r.timed_out == 1 && r.sig == SIGKILL, "timeout inside the namespace");
   x_res_free(&r);
+
+  test_processes();
 
   kill(g_pid, SIGKILL);
   waitpid(g_pid, NULL, 0);
