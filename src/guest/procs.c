@@ -113,15 +113,22 @@ static void buf_put_data(struct buf *q, uint8_t type, const uint8_t *d, size_t n
   }
 }
 
-/* Last RING_CAP bytes of a stream. */
+/* Last RING_CAP bytes of a stream. The buffer grows with the stream up to RING_CAP (until it is
+ * full, the bytes sit at [0, total) and nothing wraps), so quiet processes cost little. */
 struct ring {
   uint8_t *b;
+  size_t cap;
   uint64_t total; /* bytes ever written */
 };
 
 static void ring_put(struct ring *r, const uint8_t *d, size_t n) {
-  if (!r->b)
-    r->b = xmalloc(RING_CAP);
+  if (r->cap < RING_CAP && r->total + n > r->cap) {
+    size_t cap = r->cap ? r->cap : 4096;
+    while (cap < RING_CAP && cap < r->total + n)
+      cap *= 2;
+    r->b = xrealloc(r->b, cap);
+    r->cap = cap;
+  }
   if (n > RING_CAP) {
     r->total += n - RING_CAP;
     d += n - RING_CAP;

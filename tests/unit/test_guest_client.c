@@ -207,6 +207,36 @@ static void test_big_stream(void) {
         (unsigned long long)total);
 }
 
+static void test_slow_attach(void) {
+  /* an attach connection that does not read loses bytes, is told how many, and still sees the exit */
+  moat_error *err = NULL;
+  int pid = bg_start("sleep 0.3; head -c 20000000 /dev/zero; sleep 0.2", NULL, NULL, &err);
+  struct moat_proc_stream *s = NULL;
+  int r = moat_guest_attach(sock(), pid, NULL, false, &s, NULL, &err);
+  moat_error_free(&err);
+  usleep(2000000);
+  uint64_t got = 0, dropped = 0;
+  int code = -2;
+  while (r == 0) {
+    struct moat_proc_event ev;
+    if (moat_proc_stream_next(s, &ev, 5000, &err) <= 0)
+      break;
+    if (ev.type == MOAT_PROC_STDOUT)
+      got += ev.len;
+    if (ev.type == MOAT_PROC_DROPPED)
+      dropped += ev.dropped;
+    if (ev.type == MOAT_PROC_EXIT) {
+      code = ev.exit_code;
+      break;
+    }
+  }
+  moat_error_free(&err);
+  moat_proc_stream_close(s);
+  CHECK(code == 0 && dropped > 0 && got + dropped == 20000000,
+        "a lagging attach gets REP_DROPPED: %llu received + %llu dropped = 20000000",
+        (unsigned long long)got, (unsigned long long)dropped);
+}
+
 static void test_kill_on_disconnect(void) {
   char **argv = av("sh", "-c", "echo up; sleep 100");
   struct moat_exec_req r = {.argv = argv};
@@ -498,6 +528,7 @@ int main(void) {
   test_stdin_signals_tags();
   test_kill_on_disconnect();
   test_big_stream();
+  test_slow_attach();
   test_pty();
   test_watch();
   test_garbage_on_attach();
