@@ -76,12 +76,12 @@ int cli_upload(const char *path, FILE *in, long long size, struct cli_resp *resp
 /* GETs path, streaming the body into `out` only when the answer is 2xx. Returns 0 or -1 (printed). */
 int cli_download(const char *path, FILE *out);
 
-/* Server-sent events: fn(event, data, ctx) is called for each event as it arrives (data: the parsed
- * JSON, NULL when the data is not JSON; borrowed). fn returns 0 to go on, 1 to end the stream
+/* Server-sent events: fn(event, data, len, ctx) is called for each event as it arrives (data: the
+ * event's data lines joined by '\n', NUL-terminated, borrowed). fn returns 0 to go on, 1 to end the stream
  * (cli_sse returns 0) or -1 after printing an error (cli_sse returns -1). cli_sse returns 1 when the
  * server ended the stream before fn asked to stop, -1 when the request failed (printed; also on an
  * interrupt, cli_interrupted set). body may be NULL (a GET). */
-typedef int (*cli_sse_fn)(const char *event, json_t *data, void *ctx);
+typedef int (*cli_sse_fn)(const char *event, const char *data, size_t len, void *ctx);
 int cli_sse(const char *method, const char *path, json_t *body, cli_sse_fn fn, void *ctx);
 
 /* MOAT_API_URL (no trailing '/') and the API key (NULL when none), after cli_client_init(). */

@@ -223,11 +223,11 @@ static void membuf_add(struct membuf *m, const void *p, size_t n) {
 struct sse {
   cli_sse_fn fn;
   void *ctx;
-  struct membuf line;  /* the line being read */
-  struct membuf data;  /* the event's data lines, joined by '\n' */
-  char event[64];      /* the event's name ("" = "message") */
+  struct membuf line; /* the line being read */
+  struct membuf data; /* the event's data lines, joined by '\n' */
+  char event[64];     /* the event's name ("" = "message") */
   bool has_data;
-  int stopped;         /* the callback's non-zero answer, which ended the transfer */
+  int stopped; /* the callback's non-zero answer, which ended the transfer */
 };
 
 /* What one transfer writes to: memory (JSON, errors), a stream or an SSE parser once the status is 2xx. */
@@ -244,12 +244,8 @@ struct sink {
 static int sse_line(struct sse *e, char *line, size_t len) {
   if (len == 0) {
     int r = 0;
-    if (e->has_data) {
-      json_error_t jerr;
-      json_t *j = json_loadb(e->data.data ? e->data.data : "", e->data.len, 0, &jerr);
-      r = e->fn(e->event[0] ? e->event : "message", j, e->ctx);
-      json_decref(j);
-    }
+    if (e->has_data)
+      r = e->fn(e->event[0] ? e->event : "message", e->data.data ? e->data.data : "", e->data.len, e->ctx);
     e->event[0] = '\0';
     e->data.len = 0;
     e->has_data = false;
@@ -479,4 +475,6 @@ int cli_upload(const char *path, FILE *in, long long size, struct cli_resp *resp
   return perform("PUT", path, NULL, &up, size, NULL, NULL, resp);
 }
 
-int cli_download(const char *path, FILE *out) { return perform("GET", path, NULL, NULL, -1, out, NULL, NULL); }
+int cli_download(const char *path, FILE *out) {
+  return perform("GET", path, NULL, NULL, -1, out, NULL, NULL);
+}

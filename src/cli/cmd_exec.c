@@ -127,21 +127,25 @@ static int on_exec_opt(int id, const char *value, void *ctx) {
   "  --stdin           send this program's stdin to the command\n"                                           \
   "Exit code: the command's, 128+N when killed by signal N, 124 on timeout, 1 on an API error.\n"
 
-static const struct cli_opt exec_opts[] = {
-    EXEC_OPTS, {"stream", false, E_STREAM}, {"background", false, E_BACKGROUND}, {"tag", true, E_TAG}, {NULL, false, 0}};
+static const struct cli_opt exec_opts[] = {EXEC_OPTS,
+                                           {"stream", false, E_STREAM},
+                                           {"background", false, E_BACKGROUND},
+                                           {"tag", true, E_TAG},
+                                           {NULL, false, 0}};
 static const char exec_usage[] =
     "moat exec ID [OPTIONS] [--] CMD [ARG...]\n"
     "  --stream          print output as it arrives (server-sent events); Ctrl-C ends the command\n"
     "  --background      start CMD and print its pid at once (see moat ps, attach, kill)\n"
     "  --tag T           with --background: a name to address the process by\n" EXEC_USAGE;
-static const char run_usage[] = "moat run [OPTIONS] [--] CMD [ARG...]   (create a sandbox, run CMD, kill the "
-                                "sandbox)\n"
-                                "moat run --python CODE [OPTIONS]        (the same with CODE in a Python context; "
-                                "template code-interpreter)\n" CREATE_USAGE_COMMON EXEC_USAGE
-                                "  --python CODE     run CODE in a Python context: prints stdout, stderr and the "
-                                "value of the last\n"
-                                "                    expression, saves figures as ./moat-result-N.png; exit 1 on an "
-                                "exception\n";
+static const char run_usage[] =
+    "moat run [OPTIONS] [--] CMD [ARG...]   (create a sandbox, run CMD, kill the "
+    "sandbox)\n"
+    "moat run --python CODE [OPTIONS]        (the same with CODE in a Python context; "
+    "template code-interpreter)\n" CREATE_USAGE_COMMON EXEC_USAGE
+    "  --python CODE     run CODE in a Python context: prints stdout, stderr and the "
+    "value of the last\n"
+    "                    expression, saves figures as ./moat-result-N.png; exit 1 on an "
+    "exception\n";
 
 /* Reads all of stdin into body.stdin_b64. */
 static int add_stdin(json_t *body) {
@@ -204,7 +208,7 @@ int cmd_exec(int argc, char **argv) {
   }
   if (e.tag)
     json_object_set_new(e.exec, "tag", json_string(e.tag));
-  int code = e.stream ? cli_exec_stream(pos[0], e.exec)
+  int code = e.stream       ? cli_exec_stream(pos[0], e.exec)
              : e.background ? cli_exec_background(pos[0], e.exec)
                             : cli_exec_relay(pos[0], e.exec);
   json_decref(e.exec);
@@ -242,7 +246,9 @@ int cmd_run(int argc, char **argv) {
       return 0;
     }
     return cli_usage_error(run_usage, "%s",
-                           r < 0 ? "" : e.python ? "--python takes no command" : "run needs a command");
+                           r < 0      ? ""
+                           : e.python ? "--python takes no command"
+                                      : "run needs a command");
   }
   if (e.python) {
     json_decref(e.exec);

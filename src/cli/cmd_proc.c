@@ -14,7 +14,8 @@
 struct relay {
   int code;      /* the exit code to pass through, once the exit event came; -1 before */
   long long pid; /* from the start or process event */
-  bool quiet_pid;
+  char *scratch; /* decoded output of the fast path */
+  size_t scratch_cap;
 };
 
 /* The exit code a shell would report for an exit event / a process description. */
@@ -52,8 +53,131 @@ static int write_event_data(json_t *data, int fd) {
   return write_all(fd, d, json_string_length(json_object_get(data, "data")));
 }
 
-static int on_event(const char *event, json_t *data, void *ctx) {
+static int hexval(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+/* The fast path for the commonest event, {"data":"...","encoding":"utf8"} exactly (jansson costs more
+ * than the rest of a 1 GiB stream): decodes the JSON string into out (at least len bytes). Returns
+ * the decoded length, or -1 when the event has another shape (the caller falls back to jansson). */
+static ssize_t fast_utf8_data(const char *p, size_t len, char *out) {
+  static const char head[] = "{\"data\":\"", tail[] = ",\"encoding\":\"utf8\"}";
+  if (len < sizeof(head) - 1 || memcmp(p, head, sizeof(head) - 1) != 0)
+    return -1;
+  const char *s = p + sizeof(head) - 1, *end = p + len;
+  char *o = out;
+  while (s < end && *s != '"') {
+    const char *q = s;
+    while (q < end && *q != '"' && *q != '\\')
+      q++;
+    memcpy(o, s, (size_t)(q - s));
+    o += q - s;
+    s = q;
+    if (s >= end || *s == '"')
+      break;
+    if (s + 1 >= end)
+      return -1;
+    char c = s[1];
+    s += 2;
+    switch (c) {
+    case '"':
+    case '\\':
+    case '/':
+      *o++ = c;
+      break;
+    case 'b':
+      *o++ = '\b';
+      break;
+    case 'f':
+      *o++ = '\f';
+      break;
+    case 'n':
+      *o++ = '\n';
+      break;
+    case 'r':
+      *o++ = '\r';
+      break;
+    case 't':
+      *o++ = '\t';
+      break;
+    case 'u': {
+      if (end - s < 4)
+        return -1;
+      unsigned cp = 0;
+      for (int i = 0; i < 4; i++) {
+        int h = hexval(s[i]);
+        if (h < 0)
+          return -1;
+        cp = cp << 4 | (unsigned)h;
+      }
+      s += 4;
+      if (cp >= 0xD800 && cp <= 0xDFFF) {
+        if (cp > 0xDBFF || end - s < 6 || s[0] != '\\' || s[1] != 'u')
+          return -1;
+        unsigned lo = 0;
+        for (int i = 2; i < 6; i++) {
+          int h = hexval(s[i]);
+          if (h < 0)
+            return -1;
+          lo = lo << 4 | (unsigned)h;
+        }
+        if (lo < 0xDC00 || lo > 0xDFFF)
+          return -1;
+        s += 6;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      }
+      if (cp < 0x80) {
+        *o++ = (char)cp;
+      } else if (cp < 0x800) {
+        *o++ = (char)(0xC0 | cp >> 6);
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        *o++ = (char)(0xE0 | cp >> 12);
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      } else {
+        *o++ = (char)(0xF0 | cp >> 18);
+        *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      }
+      break;
+    }
+    default:
+      return -1;
+    }
+  }
+  if (s >= end || (size_t)(end - s - 1) != sizeof(tail) - 1 || memcmp(s + 1, tail, sizeof(tail) - 1) != 0)
+    return -1;
+  return o - out;
+}
+
+static int on_event_json(const char *event, json_t *data, struct relay *r);
+
+static int on_event(const char *event, const char *raw, size_t len, void *ctx) {
   struct relay *r = ctx;
+  bool out = strcmp(event, "stdout") == 0, err = !out && strcmp(event, "stderr") == 0;
+  if (out || err) {
+    if (len > r->scratch_cap) {
+      free(r->scratch);
+      r->scratch_cap = len;
+      r->scratch = xmalloc(len);
+    }
+    ssize_t n = fast_utf8_data(raw, len, r->scratch);
+    if (n >= 0)
+      return write_all(out ? STDOUT_FILENO : STDERR_FILENO, r->scratch, (size_t)n) < 0 ? -1 : 0;
+  }
+  json_error_t jerr;
+  json_t *j = json_loadb(raw, len, 0, &jerr);
+  int rc = on_event_json(event, j, r);
+  json_decref(j);
+  return rc;
+}
+
+static int on_event_json(const char *event, json_t *data, struct relay *r) {
   if (strcmp(event, "stdout") == 0 || strcmp(event, "stderr") == 0) {
     if (write_event_data(data, strcmp(event, "stdout") == 0 ? STDOUT_FILENO : STDERR_FILENO) < 0)
       return -1;
@@ -63,10 +187,6 @@ static int on_event(const char *event, json_t *data, void *ctx) {
   }
   if (strcmp(event, "start") == 0 || strcmp(event, "process") == 0) {
     r->pid = json_integer_value(json_object_get(data, "pid"));
-    if (strcmp(event, "process") == 0 && json_is_false(json_object_get(data, "running")) &&
-        json_object_get(data, "exit_code")) {
-      /* reattached to a process that has already ended: its replay follows, then exit */
-    }
     return 0;
   }
   if (strcmp(event, "exit") == 0) {
@@ -94,6 +214,7 @@ int cli_exec_stream(const char *id, json_t *body) {
   struct relay r = {.code = -1};
   cli_trap_signals();
   int s = cli_sse("POST", path, body, on_event, &r);
+  free(r.scratch);
   if (s < 0)
     return cli_interrupted ? 128 + cli_interrupted : -1;
   if (s == 1) {
@@ -162,9 +283,11 @@ int cmd_ps(int argc, char **argv) {
     if (json_is_true(json_object_get(p, "running")))
       snprintf(state, sizeof(state), "running");
     else if (json_integer_value(json_object_get(p, "signal")) > 0)
-      snprintf(state, sizeof(state), "killed:%lld", (long long)json_integer_value(json_object_get(p, "signal")));
+      snprintf(state, sizeof(state), "killed:%lld",
+               (long long)json_integer_value(json_object_get(p, "signal")));
     else
-      snprintf(state, sizeof(state), "exit:%lld", (long long)json_integer_value(json_object_get(p, "exit_code")));
+      snprintf(state, sizeof(state), "exit:%lld",
+               (long long)json_integer_value(json_object_get(p, "exit_code")));
     const char *tag = json_string_value(json_object_get(p, "tag"));
     const char *started = json_string_value(json_object_get(p, "started_at"));
     const char *cmd = json_string_value(json_object_get(p, "cmd"));
@@ -182,7 +305,8 @@ int cmd_ps(int argc, char **argv) {
     }
     printf("%-8lld %-16s %-10s %-24s %s%s\n", (long long)json_integer_value(json_object_get(p, "pid")),
            tag && *tag ? tag : "-", state, started ? started : "-", cmd,
-           json_is_true(json_object_get(p, "pty")) || json_is_object(json_object_get(p, "pty")) ? "  (pty)" : "");
+           json_is_true(json_object_get(p, "pty")) || json_is_object(json_object_get(p, "pty")) ? "  (pty)"
+                                                                                                : "");
   }
   json_decref(resp.json);
   return 0;
@@ -210,6 +334,7 @@ int cmd_attach(int argc, char **argv) {
   struct relay rl = {.code = -1};
   cli_trap_signals();
   int s = cli_sse("GET", path, NULL, on_event, &rl);
+  free(rl.scratch);
   if (s < 0 && cli_interrupted) {
     fprintf(stderr, "\nmoat: detached; process %s keeps running (moat kill %s %s ends it)\n", pos[1], pos[0],
             pos[1]);
@@ -224,8 +349,9 @@ int cmd_attach(int argc, char **argv) {
   return rl.code;
 }
 
-static const char kill_usage[] = "moat kill ID PID|TAG [--signal S]   (S: TERM (default), KILL, INT, HUP, QUIT, "
-                                 "USR1, USR2, STOP, CONT)\n";
+static const char kill_usage[] =
+    "moat kill ID PID|TAG [--signal S]   (S: TERM (default), KILL, INT, HUP, QUIT, "
+    "USR1, USR2, STOP, CONT)\n";
 
 static int on_kill_opt(int id, const char *value, void *ctx) {
   *(const char **)ctx = value;

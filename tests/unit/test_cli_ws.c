@@ -24,8 +24,9 @@ int main(void) {
   OK(sha1_is("abc", 3, "a9993e364706816aba3e25717850c26c9cd0d89d"), "sha1 of abc");
   const char *m448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
   OK(sha1_is(m448, strlen(m448), "84983e441c3bd26ebaae4aa1f95129e5e54670f1"), "sha1 of the 448-bit vector");
-  const char *m896 = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrs"
-                     "mnopqrstnopqrstu";
+  const char *m896 =
+      "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrs"
+      "mnopqrstnopqrstu";
   OK(sha1_is(m896, strlen(m896), "a49b2446a02c645bf419f995b67091253a04a259"), "sha1 of the 896-bit vector");
   size_t mn = 1000000;
   char *ma = malloc(mn);
@@ -43,8 +44,13 @@ int main(void) {
   OK(strcmp(acc, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=") == 0, "RFC 6455 accept example: %s", acc);
   free(acc);
 
-  const char *vec[][2] = {{"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="},
-                          {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+  const char *vec[][2] = {{"", ""},
+                          {"f", "Zg=="},
+                          {"fo", "Zm8="},
+                          {"foo", "Zm9v"},
+                          {"foob", "Zm9vYg=="},
+                          {"fooba", "Zm9vYmE="},
+                          {"foobar", "Zm9vYmFy"}};
   for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
     char *e = cli_b64_encode((const unsigned char *)vec[i][0], strlen(vec[i][0]));
     unsigned char *d = NULL;
@@ -62,7 +68,8 @@ int main(void) {
   for (int i = 0; i < 256; i++)
     all[i] = (unsigned char)i;
   char *e = cli_b64_encode(all, sizeof(all));
-  OK(cli_b64_decode(e, &d, &dl) == 0 && dl == 256 && memcmp(d, all, 256) == 0, "base64 round trip of all bytes");
+  OK(cli_b64_decode(e, &d, &dl) == 0 && dl == 256 && memcmp(d, all, 256) == 0,
+     "base64 round trip of all bytes");
   free(e);
   free(d);
   return tap_done();
