@@ -18,6 +18,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -283,6 +285,10 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, co
   if (r)
     r->upgrade = NULL; /* the thread owns w from here */
   w->fd = sock;
+  /* keystrokes: wslay writes a frame's header and payload separately; without NODELAY, Nagle holds
+   * the payload for the peer's delayed ACK (~40 ms per echo) */
+  int one = 1;
+  setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   w->urh = urh;
   if (extra_in_size) {
     w->extra = xmalloc(extra_in_size);
