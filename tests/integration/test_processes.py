@@ -128,10 +128,22 @@ class ProcessesTest(DaemonTest):
 
     def test_stop_and_cont(self):
         pid = self.bg(cmd="while true; do date +%s%N; sleep 0.05; done", tag="stopper")["pid"]
+
+        def state_becomes(pred):
+            deadline = time.time() + 5
+            while time.time() < deadline:
+                st = self.c.sh(self.sid, "ps -o stat= -p %d" % pid).strip()[:1]
+                if pred(st):
+                    return st
+                time.sleep(0.1)
+            self.fail("process state stayed %r" % st)
+
         self.post("stopper", "signal", {"signal": "STOP"})
-        self.assertEqual(self.c.sh(self.sid, "ps -o stat= -p %d" % pid).strip()[:1], "T")
+        state_becomes(lambda st: st == "T")
+        time.sleep(0.3)
+        self.assertEqual(self.c.sh(self.sid, "ps -o stat= -p %d" % pid).strip()[:1], "T", "it did not stay stopped")
         self.post("stopper", "signal", {"signal": "SIGCONT"})
-        self.assertNotEqual(self.c.sh(self.sid, "ps -o stat= -p %d" % pid).strip()[:1], "T")
+        state_becomes(lambda st: st not in ("T", ""))
         self.post(pid, "signal", {"signal": "KILL"})
         self.wait_exit(pid)
 

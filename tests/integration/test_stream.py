@@ -169,6 +169,32 @@ class StreamTest(DaemonTest):
         self.assertEqual(r[-1].data["exit_code"], 127)
         self.assertAlive(self.sid)
 
+    def test_keepalive_comment_in_silence(self):
+        s = self.stream(cmd="sleep 16; echo done")
+        self.assertEqual(s.next(10).name, "start")
+        ev = s.next(30)
+        self.assertEqual((ev.name, ev.data["data"]), ("stdout", "done\n"))
+        self.assertIn("keep-alive", s.comments, "no keep-alive comment in 16 s of silence")
+        s.close()
+
+    def test_sandbox_deleted_mid_stream(self):
+        sid = self.sandbox()["id"]
+        s = sse.open(self.c, "POST", "/v1/sandboxes/%s/exec/stream" % sid, body={"cmd": "echo up; sleep 60"})
+        self.assertEqual(s.next(10).name, "start")
+        self.assertEqual(s.next(10).data["data"], "up\n")
+        self.c.delete(sid)
+        t0 = time.time()
+        evs = s.all(timeout=30)
+        s.close()
+        self.assertLess(time.time() - t0, 30)
+        self.assertTrue(evs, "the stream ended without a last event")
+        self.assertIn(evs[-1].name, ("error", "exit"), evs)
+        if evs[-1].name == "error":
+            self.assertIsInstance(evs[-1].data["code"], str)
+        else:
+            self.assertNotEqual(evs[-1].data["signal"], 0, evs)
+        self.c.healthz()
+
     def test_pty_stream(self):
         evs = self.stream(cmd="tty; stty size", pty={"cols": 91, "rows": 27}).all()
         out = output(evs)
