@@ -80,7 +80,7 @@ $(O)/tests/test_guest_%: tests/unit/test_guest_%.c $(O)/libguest.a
 
 $(O)/tests/%: tests/unit/%.c $(O)/libmoat.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -o $@ $(filter %.c %.a,$^) $(LDFLAGS) $(DAEMON_LIBS)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $(filter tests/unit/%.c %.a,$^) $(LDFLAGS) $(DAEMON_LIBS)
 
 deps:
 	@scripts/deps.sh
