@@ -115,6 +115,19 @@ class ProcessesTest(DaemonTest):
         e = self.assertApiError(409, "stdin_closed", self.post, pid, "stdin", {"data": "late\n"})
         self.assertIn("message", e.body)
 
+    def test_replay_ring_overflow_reports_dropped(self):
+        n = 3 * 1000 * 1000
+        pid = self.bg(cmd="head -c %d /dev/zero | tr '\\0' a; echo; echo end" % n)["pid"]
+        self.wait_exit(pid, 30)
+        evs = self.attach(pid).all()
+        self.assertEqual(evs[0].name, "process")
+        self.assertEqual(evs[1].name, "dropped", evs[:3])
+        out = output(evs)
+        self.assertTrue(out.endswith(b"a\nend\n"), out[-20:])
+        self.assertLessEqual(len(out), 1 << 20)
+        self.assertEqual(evs[1].data["bytes"] + len(out), n + 5, "dropped + replayed != written")
+        self.assertEqual(evs[-1].name, "exit")
+
     def test_signal_by_pid(self):
         pid = self.bg(argv=["sleep", "100"])["pid"]
         s = self.attach(pid)
