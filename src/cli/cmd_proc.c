@@ -197,6 +197,11 @@ static int on_event_json(const char *event, json_t *data, struct relay *r) {
     }
     return 1;
   }
+  if (strcmp(event, "dropped") == 0) { /* the replay ring overflowed: its oldest bytes are gone */
+    fprintf(stderr, "moat: (%lld bytes of earlier output were dropped from the replay buffer)\n",
+            (long long)json_integer_value(json_object_get(data, "bytes")));
+    return 0;
+  }
   if (strcmp(event, "error") == 0) {
     const char *m = json_string_value(json_object_get(data, "message"));
     const char *c = json_string_value(json_object_get(data, "code"));
