@@ -56,6 +56,10 @@ class CliTest(DaemonTest):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout[:5], b"a\xff\x00b\n")
         self.assertEqual(r.stdout[5:], b"x" * 3000000)
+        # control characters and quotes (JSON escapes) and multi-byte UTF-8 come back as the same bytes
+        r = self.moat("exec", "--stream", sid, "--", "printf", r'q"b\\s\001\t\r\n\303\251\360\237\230\200/')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, b'q"b\\s\x01\t\r\n\xc3\xa9\xf0\x9f\x98\x80/')
 
     def test_stream_errors(self):
         r = self.moat("exec", "--stream", "sb-doesnotexist000", "--", "true")
