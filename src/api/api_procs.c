@@ -118,7 +118,8 @@ int api_h_proc_stdin(struct api_req *r, json_t *body) {
   json_t *data = json_object_get(body, "data"), *b64 = json_object_get(body, "data_b64"),
          *close = json_object_get(body, "close");
   if (data && !json_is_string(data))
-    return api_reply_error(r, 400, "invalid_request", "field 'data' must be a string (use data_b64 for bytes)");
+    return api_reply_error(r, 400, "invalid_request",
+                           "field 'data' must be a string (use data_b64 for bytes)");
   if (b64 && !json_is_string(b64))
     return api_reply_error(r, 400, "invalid_request", "field 'data_b64' must be a base64 string");
   if (data && b64)
@@ -127,7 +128,8 @@ int api_h_proc_stdin(struct api_req *r, json_t *body) {
     return api_reply_error(r, 400, "invalid_request", "field 'close' must be a boolean");
   bool do_close = close && json_is_true(close);
   if (!data && !b64 && !do_close)
-    return api_reply_error(r, 400, "invalid_request", "one of fields 'data', 'data_b64' or 'close': true is required");
+    return api_reply_error(r, 400, "invalid_request",
+                           "one of fields 'data', 'data_b64' or 'close': true is required");
   _cleanup_free_ unsigned char *bytes = NULL;
   size_t len = 0;
   if (b64 && api_base64_decode(json_string_value(b64), json_string_length(b64), &bytes, &len) < 0)
@@ -180,9 +182,11 @@ int api_h_proc_resize(struct api_req *r, json_t *body) {
   static const char *const known[] = {"cols", "rows", NULL};
   json_t *c = json_object_get(body, "cols"), *w = json_object_get(body, "rows");
   if (!json_is_integer(c) || json_integer_value(c) < 1 || json_integer_value(c) > API_MAX_PTY)
-    return api_reply_error(r, 400, "invalid_request", "field 'cols' must be an integer from 1 to %d", API_MAX_PTY);
+    return api_reply_error(r, 400, "invalid_request", "field 'cols' must be an integer from 1 to %d",
+                           API_MAX_PTY);
   if (!json_is_integer(w) || json_integer_value(w) < 1 || json_integer_value(w) > API_MAX_PTY)
-    return api_reply_error(r, 400, "invalid_request", "field 'rows' must be an integer from 1 to %d", API_MAX_PTY);
+    return api_reply_error(r, 400, "invalid_request", "field 'rows' must be an integer from 1 to %d",
+                           API_MAX_PTY);
   _cleanup_free_ char *sock = NULL;
   if (proc_prelude(r, body, known, &sock) < 0)
     return -1;

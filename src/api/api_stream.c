@@ -162,8 +162,9 @@ static void pull(struct sse *s, int timeout_ms) {
     break;
   case MOAT_PROC_EXIT:
     flush_carry(s);
-    sse_event(s, "exit", json_pack("{s:i, s:i, s:b}", "exit_code", ev.exit_code, "signal", ev.signal, "timed_out",
-                                   ev.timed_out));
+    sse_event(s, "exit",
+              json_pack("{s:i, s:i, s:b}", "exit_code", ev.exit_code, "signal", ev.signal, "timed_out",
+                        ev.timed_out));
     s->done = true;
     break;
   }
@@ -232,7 +233,8 @@ static struct sse *sse_new(struct api_req *r) {
 
 /* Queues the SSE response of s (which it then owns, also on failure). */
 static int sse_reply(struct api_req *r, struct sse *s) {
-  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_cb, s, sse_free);
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_cb, s, sse_free);
   if (!resp) {
     sse_free(s);
     return api_reply_error(r, 500, "internal", "could not create a response");
@@ -291,7 +293,8 @@ int api_h_proc_stream(struct api_req *r) {
   static const char *const allowed[] = {"replay", NULL};
   moat_error *err = NULL;
   bool replay;
-  if (api_args_check(&r->args, allowed, &err) < 0 || api_arg_bool(&r->args, "replay", true, &replay, &err) < 0)
+  if (api_args_check(&r->args, allowed, &err) < 0 ||
+      api_arg_bool(&r->args, "replay", true, &replay, &err) < 0)
     return api_reply_moat_error(r, &err);
   _cleanup_free_ char *sock = api_guest_sock(r, NULL, &err);
   if (!sock)
@@ -299,7 +302,8 @@ int api_h_proc_stream(struct api_req *r) {
   struct moat_proc_stream *ps = NULL;
   struct moat_proc_info info;
   memset(&info, 0, sizeof(info));
-  if (moat_guest_attach(sock, r->route.pid, r->route.tag[0] ? r->route.tag : NULL, replay, &ps, &info, &err) < 0)
+  if (moat_guest_attach(sock, r->route.pid, r->route.tag[0] ? r->route.tag : NULL, replay, &ps, &info, &err) <
+      0)
     return api_reply_proc_error(r, &err);
   struct sse *s = sse_new(r);
   s->ps = ps;
@@ -314,7 +318,8 @@ int api_h_files_watch(struct api_req *r) {
   const char *path, *user;
   bool recursive;
   if (api_args_check(&r->args, allowed, &err) < 0 || api_arg_path(&r->args, "path", &path, &err) < 0 ||
-      api_arg_user(&r->args, &user, &err) < 0 || api_arg_bool(&r->args, "recursive", false, &recursive, &err) < 0)
+      api_arg_user(&r->args, &user, &err) < 0 ||
+      api_arg_bool(&r->args, "recursive", false, &recursive, &err) < 0)
     return api_reply_moat_error(r, &err);
   _cleanup_free_ char *sock = api_guest_sock(r, NULL, &err);
   if (!sock)

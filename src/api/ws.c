@@ -166,7 +166,8 @@ static void text(struct ws *w, const char *p, size_t n) {
   }
   json_t *c = json_object_get(j, "cols"), *r = json_object_get(j, "rows");
   if (!json_is_integer(c) || !json_is_integer(r) || json_integer_value(c) < 1 ||
-      json_integer_value(c) > API_MAX_PTY || json_integer_value(r) < 1 || json_integer_value(r) > API_MAX_PTY) {
+      json_integer_value(c) > API_MAX_PTY || json_integer_value(r) < 1 ||
+      json_integer_value(r) > API_MAX_PTY) {
     json_decref(j);
     char msg[96];
     snprintf(msg, sizeof(msg), "resize needs integer cols and rows from 1 to %d", API_MAX_PTY);
@@ -209,7 +210,8 @@ static void drain(struct ws *w) {
       return;
     }
     if (ev.type == MOAT_PROC_STDOUT || ev.type == MOAT_PROC_STDERR) {
-      struct wslay_event_msg m = {.opcode = WSLAY_BINARY_FRAME, .msg = (const uint8_t *)ev.data, .msg_length = ev.len};
+      struct wslay_event_msg m = {
+          .opcode = WSLAY_BINARY_FRAME, .msg = (const uint8_t *)ev.data, .msg_length = ev.len};
       wslay_event_queue_msg(w->ctx, &m);
     } else if (ev.type == MOAT_PROC_EXIT) {
       w->proc_done = true;
@@ -220,7 +222,8 @@ static void drain(struct ws *w) {
 
 static void *ws_thread(void *arg) {
   struct ws *w = arg;
-  struct wslay_event_callbacks cbs = {.recv_callback = recv_cb, .send_callback = send_cb, .on_msg_recv_callback = on_msg};
+  struct wslay_event_callbacks cbs = {
+      .recv_callback = recv_cb, .send_callback = send_cb, .on_msg_recv_callback = on_msg};
   int fl = fcntl(w->fd, F_GETFL);
   if (fl >= 0)
     fcntl(w->fd, F_SETFL, fl | O_NONBLOCK);
@@ -320,7 +323,8 @@ static int arg_dim(const struct api_args *a, const char *key, uint32_t def, uint
     return 0;
   }
   if (parse_u64(v, &x) < 0 || x < 1 || x > API_MAX_PTY)
-    return moat_error_set(err, EINVAL, "query parameter '%s' must be an integer from 1 to %d", key, API_MAX_PTY);
+    return moat_error_set(err, EINVAL, "query parameter '%s' must be an integer from 1 to %d", key,
+                          API_MAX_PTY);
   *out = (uint32_t)x;
   return 0;
 }
@@ -343,7 +347,8 @@ int api_h_pty(struct api_req *r) {
     pid = (int)x;
   }
   if (tag && !api_valid_tag(tag))
-    return api_reply_error(r, 400, "invalid_request", "query parameter 'tag' must match [A-Za-z0-9_.-]{1,64}");
+    return api_reply_error(r, 400, "invalid_request",
+                           "query parameter 'tag' must match [A-Za-z0-9_.-]{1,64}");
   if ((pid && tag) || (cmd && (pid || tag)))
     return api_reply_error(r, 400, "invalid_request", "give at most one of 'cmd', 'pid' and 'tag'");
   if (cmd && (!*cmd || strlen(cmd) > API_MAX_BODY))
@@ -386,7 +391,9 @@ int api_h_pty(struct api_req *r) {
     char *term[] = {"TERM=xterm-256color", NULL};
     _cleanup_strv_ char **env = api_env_concat(term, senv);
     struct moat_exec_req req = {
-        .argv = cmd ? cmd_argv : bash ? shell_argv : sh_argv,
+        .argv = cmd    ? cmd_argv
+                : bash ? shell_argv
+                       : sh_argv,
         .env = env,
         .user = user,
         .max_output = UINT64_MAX,
