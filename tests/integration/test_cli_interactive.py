@@ -61,6 +61,21 @@ class CliTest(DaemonTest):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, b'q"b\\s\x01\t\r\n\xc3\xa9\xf0\x9f\x98\x80/')
 
+    def test_stream_interrupt_ends_the_command(self):
+        sid = self.sandbox()["id"]
+        p = self.popen("exec", "--stream", sid, "--", "sh", "-c", "echo up; exec sleep 300")
+        self.assertEqual(p.stdout.readline(), b"up\n")
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=20)
+        self.assertEqual(p.returncode, 128 + signal.SIGINT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            rows = [ln.split() for ln in self.moat("ps", sid).stdout.decode().splitlines()[1:]]
+            if rows and all(r[2] != "running" for r in rows):
+                break
+            time.sleep(0.2)
+        self.assertTrue(rows and all(r[2] != "running" for r in rows), rows)
+
     def test_stream_errors(self):
         r = self.moat("exec", "--stream", "sb-doesnotexist000", "--", "true")
         self.assertEqual(r.returncode, 1)
