@@ -56,6 +56,9 @@ $(GUEST_O)/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(GUEST_CFLAGS) -c -o $@ $<
 
+# Code-context kernels are embedded into api_contexts.o with .incbin.
+$(O)/obj/api/api_contexts.o: $(wildcard src/api/kernels/kernel.*)
+
 $(O)/libmoat.a: $(LIBMOAT_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^

@@ -5,7 +5,7 @@
 
 Discovers tests/integration/test_*.py and tests/attack/test_*.py, keeps the tests whose id
 (e.g. integration.test_exec.ExecTest.test_stdin) contains one of the PATTERNs, builds the `base`
-template once into the shared template dir (MOAT_TEST_TEMPLATE_DIR), runs them with unittest,
+and `code-interpreter` templates once into the shared template dir (MOAT_TEST_TEMPLATE_DIR), runs them with unittest,
 prints one line per test and ends with exactly one line "N passed, N failed[, N skipped]".
 Exits 1 if any test failed or errored.
 """
@@ -96,11 +96,13 @@ def main():
         pre_error = "no moatd at %s (build it first: make)" % moatd.moatd_bin()
     else:
         t0 = time.time()
-        try:
-            moatd.ensure_template("base")
-            stream.write("template base ready in %s (%.1fs)\n" % (moatd.TEMPLATE_DIR, time.time() - t0))
-        except Exception:
-            pre_error = "building template base failed:\n" + traceback.format_exc()
+        for name in ("base", "code-interpreter"):  # code-interpreter: tests/integration/test_contexts.py
+            try:
+                moatd.ensure_template(name)
+                stream.write("template %s ready in %s (%.1fs)\n" % (name, moatd.TEMPLATE_DIR, time.time() - t0))
+            except Exception:
+                pre_error = "building template %s failed:\n" % name + traceback.format_exc()
+                break
 
     if pre_error:
         stream.write(pre_error + "\n")

@@ -65,6 +65,12 @@ enum api_route_kind {
   API_R_PROC_STREAM,
   API_R_PTY,
   API_R_FILES_WATCH,
+  /* code contexts (api_contexts.c) */
+  API_R_CTX_CREATE,
+  API_R_CTX_LIST,
+  API_R_CTX_DELETE,
+  API_R_CTX_RESTART,
+  API_R_CTX_RUN,
 };
 
 enum api_match {
@@ -80,6 +86,7 @@ struct api_route {
   char name[64];            /* template routes */
   int pid;                  /* process routes: the pid, or 0 when addressed by tag */
   char tag[API_MAX_TAG + 1]; /* process routes addressed by tag */
+  char cid[64];              /* context routes: the context id as given (checked by the handler) */
   const char *allow;        /* BAD_METHOD: value of the Allow header (static) */
   bool json_body;           /* the route reads a JSON body */
   bool needs_auth;
@@ -318,6 +325,13 @@ int api_conn_fd(const struct api_req *r);
 /* Sec-WebSocket-Accept for a Sec-WebSocket-Key (base64 of SHA-1 of key + the RFC 6455 GUID);
  * caller frees. Pure. */
 char *api_ws_accept(const char *key);
+
+/* Code contexts (api_contexts.c). */
+int api_h_ctx_create(struct api_req *r, json_t *body);
+int api_h_ctx_list(struct api_req *r);
+int api_h_ctx_delete(struct api_req *r);
+int api_h_ctx_restart(struct api_req *r, json_t *body);
+int api_h_ctx_run(struct api_req *r, json_t *body);
 
 /* Sandbox JSON per CONTRACT.md (api_sandboxes.c). */
 json_t *api_sandbox_json(const struct moat_sandbox_info *s);

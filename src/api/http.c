@@ -408,6 +408,21 @@ static void req_dispatch(struct api_req *r) {
   case API_R_PTY:
     api_h_pty(r);
     break;
+  case API_R_CTX_CREATE:
+    api_h_ctx_create(r, body);
+    break;
+  case API_R_CTX_LIST:
+    api_h_ctx_list(r);
+    break;
+  case API_R_CTX_DELETE:
+    api_h_ctx_delete(r);
+    break;
+  case API_R_CTX_RESTART:
+    api_h_ctx_restart(r, body);
+    break;
+  case API_R_CTX_RUN:
+    api_h_ctx_run(r, body);
+    break;
   case API_R_FILES_WATCH:
     api_h_files_watch(r);
     break;

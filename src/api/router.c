@@ -57,6 +57,11 @@ static const char *const route_names[] = {
     [API_R_PROC_STREAM] = "process.stream",
     [API_R_PTY] = "pty",
     [API_R_FILES_WATCH] = "files.watch",
+    [API_R_CTX_CREATE] = "contexts.create",
+    [API_R_CTX_LIST] = "contexts.list",
+    [API_R_CTX_DELETE] = "contexts.delete",
+    [API_R_CTX_RESTART] = "contexts.restart",
+    [API_R_CTX_RUN] = "contexts.run",
 };
 
 const char *api_route_name(enum api_route_kind k) {
@@ -115,9 +120,41 @@ static const struct shape sh_files_watch = {"GET", {{"GET", API_R_FILES_WATCH, f
 static const struct shape sh_templates = {"GET", {{"GET", API_R_TEMPLATES_LIST, false}}};
 static const struct shape sh_template_build = {"POST", {{"POST", API_R_TEMPLATE_BUILD, false}}};
 
+/* Code contexts: contexts, contexts/{cid}, contexts/{cid}/restart, contexts/{cid}/run. The cid
+ * is kept as given (1..63 chars of [A-Za-z0-9_.-]); the handler answers 404 context_not_found. */
+static const struct shape sh_ctxs = {"GET, POST",
+                                     {{"GET", API_R_CTX_LIST, false}, {"POST", API_R_CTX_CREATE, true}}};
+static const struct shape sh_ctx = {"DELETE", {{"DELETE", API_R_CTX_DELETE, false}}};
+static const struct shape sh_ctx_restart = {"POST", {{"POST", API_R_CTX_RESTART, true}}};
+static const struct shape sh_ctx_run = {"POST", {{"POST", API_R_CTX_RUN, true}}};
+
+static const struct shape *ctx_shape(const char *sub, struct api_route *r) {
+  if (strcmp(sub, "contexts") == 0)
+    return &sh_ctxs;
+  const char *cid = sub + 9, *slash = strchr(cid, '/');
+  size_t n = slash ? (size_t)(slash - cid) : strlen(cid);
+  if (n == 0 || n >= sizeof(r->cid))
+    return NULL;
+  for (size_t i = 0; i < n; i++) {
+    char c = cid[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+          c == '-'))
+      return NULL;
+  }
+  memcpy(r->cid, cid, n);
+  r->cid[n] = '\0';
+  if (!slash)
+    return &sh_ctx;
+  if (strcmp(slash, "/restart") == 0)
+    return &sh_ctx_restart;
+  if (strcmp(slash, "/run") == 0)
+    return &sh_ctx_run;
+  return NULL;
+}
+
 /* Sub-resources of a sandbox that DESIGN.md names for later issues: 501, not 404. */
 static const char *const later_sandbox_subs[] = {
-    "contexts", "pause", "resume", "hibernate", "wake",    "snapshots",
+    "pause",    "resume", "hibernate", "wake",    "snapshots",
     "fork",     "explore", "rollback", "events", "metrics", "mcp",
 };
 
@@ -255,6 +292,8 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
     s = &sh_pty;
   else if (strcmp(sub, "files/watch") == 0)
     s = &sh_files_watch;
+  else if (strcmp(sub, "contexts") == 0 || strncmp(sub, "contexts/", 9) == 0)
+    s = ctx_shape(sub, r);
   else if (later_sub(sub))
     return API_MATCH_NOT_IMPLEMENTED;
   if (!s) {
