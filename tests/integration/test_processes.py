@@ -161,20 +161,29 @@ class ProcessesTest(DaemonTest):
         self.wait_exit(pid)
 
     def test_pty_process_resize(self):
-        pid = self.bg(cmd="stty size; read x; stty size; sleep 30", pty={"cols": 100, "rows": 30}, tag="tty1")["pid"]
+        # The shell waits for a line before each `stty size`, so the first size is printed before
+        # the resize and the second after it, whatever the scheduling.
+        pid = self.bg(cmd="read a; stty size; read x; stty size; sleep 30", pty={"cols": 100, "rows": 30},
+                      tag="tty1")["pid"]
         p = self.proc(pid)
         self.assertTrue(p["pty"])
-        self.post("tty1", "resize", {"cols": 120, "rows": 40})
-        self.post(pid, "stdin", {"data": "\n"})
         s = self.attach("tty1")
         self.assertEqual(s.next(10).name, "process")
         got = b""
-        while b"40 120" not in got:
-            ev = s.next(10)
-            self.assertEqual(ev.name, "stdout", ev)
-            got += ev.data["data"].encode()
+
+        def read_until(want):
+            nonlocal got
+            while want not in got:
+                ev = s.next(10)
+                self.assertEqual(ev.name, "stdout", ev)
+                got += ev.data["data"].encode()
+
+        self.post(pid, "stdin", {"data": "\n"})
+        read_until(b"30 100")
+        self.post("tty1", "resize", {"cols": 120, "rows": 40})
+        self.post(pid, "stdin", {"data": "\n"})
+        read_until(b"40 120")
         s.close()
-        self.assertIn(b"30 100", got)
         self.post(pid, "signal", {"signal": "KILL"})
 
     def test_bad_input(self):
