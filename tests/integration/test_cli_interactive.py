@@ -135,6 +135,43 @@ class CliTest(DaemonTest):
         self.assertEqual(r.returncode, 1)
 
 
+class RunPythonTest(DaemonTest):
+    """moat run --python: a throwaway code-interpreter sandbox, one context, its output and figures."""
+    pool = 0
+
+    @classmethod
+    def setUpClass(cls):
+        moatd.ensure_template("code-interpreter")
+        super().setUpClass()
+        cls.env = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % cls.daemon.port, MOAT_API_KEY=cls.c.key)
+
+    def run_py(self, code, cwd):
+        return subprocess.run([MOAT, "run", "--python", code], env=self.env, cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=120)
+
+    def test_output_value_figure_error_and_cleanup(self):
+        d = tempfile.mkdtemp(prefix="moat-run-py-")
+        self.addCleanup(shutil.rmtree, d, True)
+        r = self.run_py('import sys\nprint("out")\nprint("err", file=sys.stderr)\nx = 6 * 7\nx', d)
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, b"out\n42\n", b"err\n"))
+        plot = ('import matplotlib\nmatplotlib.use("Agg")\nimport matplotlib.pyplot as plt\n'
+                'plt.plot([1, 2, 3], [1, 4, 9])\nplt.show()')
+        for n in (1, 2):  # a second figure never overwrites the first
+            r = self.run_py(plot, d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(b"moat-result-%d.png" % n, r.stderr)
+            with open(os.path.join(d, "moat-result-%d.png" % n), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        r = self.run_py("def f():\n    return 1 / 0\nf()", d)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"Traceback", r.stderr)
+        self.assertIn(b"ZeroDivisionError", r.stderr)
+        self.assertEqual(self.c.list(), [], "run --python left a sandbox behind")
+        r = subprocess.run([MOAT, "run", "--python", "1", "--", "ls"], env=self.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=30)
+        self.assertEqual(r.returncode, 2)
+
+
 @unittest.skipUnless(shutil.which("tmux"), "tmux is not installed")
 class ShellTest(DaemonTest):
     """moat shell in a real terminal: a tmux session on its own socket."""
