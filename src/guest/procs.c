@@ -375,6 +375,23 @@ static void proc_read(struct proc *p, int i) {
 static void proc_drain(struct proc *p, int i) {
   if (p->fd[i] < 0)
     return;
+  if (p->pty) {
+    /* A pty's last output may still sit in the tty layer's flip buffer (FIONREAD says 0 until
+     * the kernel pushes it to the line discipline): read until EIO (every slave holder gone), or
+     * until 20 ms pass without data (a background child keeps the slave open), 200 ms at most. */
+    uint64_t deadline = now_ns() + 200000000ull;
+    while (now_ns() < deadline) {
+      struct pollfd pf = {.fd = p->fd[i], .events = POLLIN};
+      if (poll(&pf, 1, 20) <= 0)
+        break;
+      ssize_t r = read(p->fd[i], g_rbuf, sizeof(g_rbuf));
+      if (r <= 0)
+        break;
+      proc_output(p, i, g_rbuf, (size_t)r);
+    }
+    close_fd(&p->fd[i]);
+    return;
+  }
   for (;;) {
     int avail = 0;
     if (ioctl(p->fd[i], FIONREAD, &avail) < 0 || avail <= 0)
