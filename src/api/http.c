@@ -305,6 +305,13 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
 
   if (r->route.needs_auth) {
     const char *key = api_key(r->conn);
+    /* A browser cannot put headers on a WebSocket (xterm.js's attach addon): the PTY route also
+     * takes the key as ?api_key=. */
+    if (!key && r->route.kind == API_R_PTY) {
+      key = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "api_key");
+      if (key && !*key)
+        key = NULL;
+    }
     if (!key || moat_control_auth(r->api->control, key, &r->org, &err) < 0) {
       moat_error_free(&err);
       api_reply_error(r, 401, "unauthorized",

@@ -330,7 +330,7 @@ static int arg_dim(const struct api_args *a, const char *key, uint32_t def, uint
 }
 
 int api_h_pty(struct api_req *r) {
-  static const char *const allowed[] = {"cols", "rows", "cmd", "pid", "tag", "user", NULL};
+  static const char *const allowed[] = {"cols", "rows", "cmd", "pid", "tag", "user", "api_key", NULL};
   moat_error *err = NULL;
   uint32_t cols, rows;
   const char *user;

@@ -117,6 +117,20 @@ class PtyTest(DaemonTest):
         self.c.request("POST", "/v1/sandboxes/%s/processes/%d/signal" % (self.sid, pid), body={"signal": "KILL"},
                        expect=204)
 
+    def test_key_in_query_for_browsers(self):
+        """A browser's WebSocket (xterm.js attach addon) cannot send headers: ?api_key= works
+        for the PTY route and a wrong one is refused."""
+        w = ws.connect(self.c, self.path(), query={"cmd": "tty", "api_key": self.c.key},
+                       headers={"Authorization": None})
+        out = b""
+        with self.assertRaises(ws.Closed):
+            while True:
+                op, p = w.recv(10)
+                out += p
+        self.assertIn(b"/dev/pts/", out)
+        self.assertApiError(401, "unauthorized", ws.connect, self.c, self.path(),
+                            query={"cmd": "tty", "api_key": "moat_wrong"}, headers={"Authorization": None})
+
     def test_handshake_errors(self):
         p = self.path()
         self.assertApiError(400, "invalid_request", ws.connect, self.c, p, headers={"Sec-WebSocket-Key": None})
