@@ -469,35 +469,40 @@ int moat_guest_proc_resize(const char *sock_path, int pid, const char *tag, uint
   return r;
 }
 
-int moat_guest_procs(const char *sock_path, struct moat_proc_info **out, size_t *n, moat_error **err) {
+/* Sends req on a new connection and collects the item_type frames that answer it, up to END,
+ * into a growing array of item_size elements filled by parse. On error the parsed elements are
+ * released with free_items and *n is 0. */
+static int collect_list(const char *sock_path, struct moat_msg *req, uint8_t item_type, const char *what,
+                        size_t item_size, int (*parse)(const struct moat_msg *, void *, moat_error **),
+                        void (*free_items)(void *, size_t), void **out, size_t *n, moat_error **err) {
   *out = NULL;
   *n = 0;
   _cleanup_close_ int fd = guest_connect(sock_path, err);
   if (fd < 0)
     return -1;
-  struct moat_msg m;
-  moat_msg_init(&m, MOAT_REQ_PROCS);
   int ret = -1;
   size_t cap = 0;
-  struct moat_proc_info *v = NULL;
-  if (moat_msg_send(fd, &m) < 0) {
-    moat_error_errno(err, "send procs");
+  char *v = NULL;
+  if (moat_msg_send(fd, req) < 0) {
+    moat_error_errno(err, "send %s request", what);
     goto out;
   }
   for (;;) {
-    if (recv_frame(fd, &m, err) < 0)
+    if (recv_frame(fd, req, err) < 0)
       goto out;
-    if (m.type == MOAT_MSG_END)
+    if (req->type == MOAT_MSG_END)
       break;
-    if (m.type != MOAT_REP_PROC) {
-      unexpected(&m, "in a process list", err);
+    if (req->type != item_type) {
+      char where[64];
+      snprintf(where, sizeof(where), "in a %s", what);
+      unexpected(req, where, err);
       goto out;
     }
     if (*n == cap) {
       cap = cap ? cap * 2 : 32;
-      v = xrealloc(v, cap * sizeof(*v));
+      v = xrealloc(v, cap * item_size);
     }
-    if (parse_proc(&m, &v[*n], err) < 0)
+    if (parse(req, v + *n * item_size, err) < 0)
       goto out;
     (*n)++;
   }
@@ -505,9 +510,22 @@ int moat_guest_procs(const char *sock_path, struct moat_proc_info **out, size_t 
   ret = 0;
 out:
   if (ret < 0) {
-    moat_proc_infos_free(v, *n);
+    free_items(v, *n);
     *n = 0;
   }
+  return ret;
+}
+
+static int parse_proc_any(const struct moat_msg *m, void *item, moat_error **err) { return parse_proc(m, item, err); }
+static void free_procs_any(void *v, size_t n) { moat_proc_infos_free(v, n); }
+
+int moat_guest_procs(const char *sock_path, struct moat_proc_info **out, size_t *n, moat_error **err) {
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_PROCS);
+  void *v;
+  int ret = collect_list(sock_path, &m, MOAT_REP_PROC, "process list", sizeof(struct moat_proc_info),
+                         parse_proc_any, free_procs_any, &v, n, err);
+  *out = v;
   moat_msg_free(&m);
   return ret;
 }
@@ -710,49 +728,22 @@ int moat_guest_stat(const char *sock_path, const char *path, const char *user, s
   return ret;
 }
 
+static int parse_entry_any(const struct moat_msg *m, void *item, moat_error **err) {
+  return parse_entry(m, item, err);
+}
+static void free_entries_any(void *v, size_t n) { moat_file_entries_free(v, n); }
+
 int moat_guest_list(const char *sock_path, const char *path, const char *user, uint32_t depth,
                     struct moat_file_entry **out, size_t *n, moat_error **err) {
-  *out = NULL;
-  *n = 0;
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
-    return -1;
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_LIST);
   moat_msg_put_str(&m, MOAT_T_PATH, path);
   put_user(&m, user);
   moat_msg_put_u32(&m, MOAT_T_DEPTH, depth ? depth : 1);
-  int ret = -1;
-  size_t cap = 0;
-  struct moat_file_entry *v = NULL;
-  if (moat_msg_send(fd, &m) < 0) {
-    moat_error_errno(err, "send list");
-    goto out;
-  }
-  for (;;) {
-    if (recv_frame(fd, &m, err) < 0)
-      goto out;
-    if (m.type == MOAT_MSG_END)
-      break;
-    if (m.type != MOAT_REP_ENTRY) {
-      unexpected(&m, "in a listing", err);
-      goto out;
-    }
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 32;
-      v = xrealloc(v, cap * sizeof(*v));
-    }
-    if (parse_entry(&m, &v[*n], err) < 0)
-      goto out;
-    (*n)++;
-  }
-  *out = steal_pointer(&v);
-  ret = 0;
-out:
-  if (ret < 0) {
-    moat_file_entries_free(v, *n);
-    *n = 0;
-  }
+  void *v;
+  int ret = collect_list(sock_path, &m, MOAT_REP_ENTRY, "listing", sizeof(struct moat_file_entry),
+                         parse_entry_any, free_entries_any, &v, n, err);
+  *out = v;
   moat_msg_free(&m);
   return ret;
 }
