@@ -65,6 +65,7 @@ struct ws {
   char *extra; /* bytes MHD read past the request headers: the first frames */
   size_t extra_len, extra_pos;
   bool proc_done, close_queued, failed;
+  bool close_when_flushed; /* the process exited: close once its output has been sent */
   uint64_t close_at_ns, stall_since_ns;
   char *desc;
 };
@@ -214,8 +215,10 @@ static void drain(struct ws *w) {
           .opcode = WSLAY_BINARY_FRAME, .msg = (const uint8_t *)ev.data, .msg_length = ev.len};
       wslay_event_queue_msg(w->ctx, &m);
     } else if (ev.type == MOAT_PROC_EXIT) {
+      /* wslay sends control frames ahead of queued messages: the close waits until the last
+       * output frame has gone (see ws_thread), or it would overtake it. */
       w->proc_done = true;
-      queue_close(w, 1000, "process exited");
+      w->close_when_flushed = true;
     }
   }
 }
@@ -236,6 +239,10 @@ static void *ws_thread(void *arg) {
   for (;;) {
     if (api_stopping(w->api))
       queue_close(w, 1001, "moatd is stopping");
+    if (w->close_when_flushed && wslay_event_get_queued_msg_count(w->ctx) == 0) {
+      w->close_when_flushed = false;
+      queue_close(w, 1000, "process exited");
+    }
     bool wr = wslay_event_want_read(w->ctx), ww = wslay_event_want_write(w->ctx);
     if (!wr && !ww)
       break;
@@ -366,7 +373,7 @@ int api_h_pty(struct api_req *r) {
     return api_reply_error(r, 400, "invalid_request", "Sec-WebSocket-Version must be 13");
   unsigned char *kb = NULL;
   size_t kl = 0;
-  if (!key || api_base64_decode(key, strlen(key), &kb, &kl) < 0 || kl != 16) {
+  if (!key || moat_base64_decode(key, strlen(key), &kb, &kl) < 0 || kl != 16) {
     free(kb);
     return api_reply_error(r, 400, "invalid_request", "Sec-WebSocket-Key must be 16 bytes in base64");
   }
@@ -405,7 +412,7 @@ int api_h_pty(struct api_req *r) {
       return api_reply_proc_error(r, &err);
     }
   }
-  _cleanup_free_ char *accept = api_ws_accept(key);
+  _cleanup_free_ char *accept = moat_ws_accept(key);
   struct ws *w = xcalloc(1, sizeof(*w));
   w->api = r->api;
   w->ps = ps;
