@@ -254,6 +254,14 @@ class ShellTest(DaemonTest):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(b"via-pty\r\n", r.stdout)
         self.assertIn(b"24 80", r.stdout)
+        # short sessions end with their output, not before it (the close frame once overtook the
+        # last output frames in about a third of these)
+        for i in range(12):
+            r = subprocess.run([MOAT, "shell", self.sid, "--cmd", "echo short-%d; stty size" % i], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(b"short-%d\r\n24 80" % i, r.stdout)
         r = subprocess.run([MOAT, "shell", "sb-doesnotexist000"], env=env, stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
         self.assertEqual(r.returncode, 1)
