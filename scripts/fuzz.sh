@@ -9,7 +9,7 @@ fi
 secs=${FUZZ_SECONDS:-60}
 out=build/fuzz
 mkdir -p "$out"
-common="src/common/util.c src/common/error.c src/common/log.c src/proto/proto.c"
+common="src/common/util.c src/common/error.c src/common/log.c src/common/codec.c src/proto/proto.c"
 flags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Isrc"
 status=0
 for src in tests/fuzz/fuzz_*.c; do

@@ -820,7 +820,7 @@ int api_h_ctx_run(struct api_req *r, json_t *body) {
   json_t *line = json_pack("{s:s, s:s%}", "id", u->rid, "code", code, code_len);
   if (strcmp(u->ctx.lang->name, "bash") == 0) {
     size_t bl;
-    _cleanup_free_ char *b64 = api_base64_encode(code, code_len, &bl);
+    _cleanup_free_ char *b64 = moat_base64_encode(code, code_len, &bl);
     json_object_set_new(line, "code_b64", json_stringn(b64, bl));
   }
   char *ls = json_dumps(line, JSON_COMPACT);

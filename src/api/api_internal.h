@@ -1,6 +1,6 @@
 /* api_internal.h -- what the files of src/api share: routes, request state, validators, codecs, replies
  *
- * Pure helpers (routing, body validation, UTF-8/base64/RFC 3339, errno -> HTTP mapping, listen
+ * Pure helpers (routing, body validation, UTF-8/RFC 3339, errno -> HTTP mapping, listen
  * address parsing) live in router.c, api_json.c and api_codec.c and use nothing of control/ or
  * host/ beyond their headers, so unit tests and the fuzz target can link them alone.
  */
@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "../common/codec.h"
 #include "../common/error.h"
 #include "../common/util.h"
 #include "../control/control.h"
@@ -211,10 +212,6 @@ bool api_utf8_valid(const char *buf, size_t len);
  * (the caller then sends all of it as base64). */
 size_t api_utf8_stream_split(const char *buf, size_t len, bool *valid);
 
-/* Standard base64 with padding; caller frees. */
-char *api_base64_encode(const void *buf, size_t len, size_t *out_len);
-/* Strict decoding (padding optional, no whitespace). Returns 0 and an owned buffer, or -1. */
-int api_base64_decode(const char *s, size_t len, unsigned char **out, size_t *out_len);
 
 /* Formats ms since the epoch as "YYYY-MM-DDTHH:MM:SS.mmmZ" into buf (>= 32 bytes). Returns buf. */
 char *api_rfc3339_ms(int64_t ms, char *buf, size_t size);
@@ -322,9 +319,6 @@ void api_hold(struct moat_api *a);
 void api_release(struct moat_api *a);
 /* The client socket of the request (for disconnect checks), or -1. */
 int api_conn_fd(const struct api_req *r);
-/* Sec-WebSocket-Accept for a Sec-WebSocket-Key (base64 of SHA-1 of key + the RFC 6455 GUID);
- * caller frees. Pure. */
-char *api_ws_accept(const char *key);
 
 /* Code contexts (api_contexts.c). */
 int api_h_ctx_create(struct api_req *r, json_t *body);

@@ -391,7 +391,7 @@ int api_parse_exec_ex(json_t *body, unsigned allow, struct moat_exec_req *req, s
   } else if (stdin_b) {
     unsigned char *d;
     size_t n;
-    if (api_base64_decode(json_string_value(stdin_b), json_string_length(stdin_b), &d, &n) < 0) {
+    if (moat_base64_decode(json_string_value(stdin_b), json_string_length(stdin_b), &d, &n) < 0) {
       moat_error_set(err, EINVAL, "field 'stdin_b64' is not valid base64");
       goto fail;
     }
@@ -488,7 +488,7 @@ static void set_stream(json_t *o, const char *name, const char *buf, size_t len)
   if (!valid) {
     char key[32];
     size_t bl;
-    char *b = api_base64_encode(buf, len, &bl);
+    char *b = moat_base64_encode(buf, len, &bl);
     snprintf(key, sizeof(key), "%s_b64", name);
     json_object_set_new(o, key, json_stringn_nocheck(b, bl));
     free(b);

@@ -132,7 +132,7 @@ int api_h_proc_stdin(struct api_req *r, json_t *body) {
                            "one of fields 'data', 'data_b64' or 'close': true is required");
   _cleanup_free_ unsigned char *bytes = NULL;
   size_t len = 0;
-  if (b64 && api_base64_decode(json_string_value(b64), json_string_length(b64), &bytes, &len) < 0)
+  if (b64 && moat_base64_decode(json_string_value(b64), json_string_length(b64), &bytes, &len) < 0)
     return api_reply_error(r, 400, "invalid_request", "field 'data_b64' is not valid base64");
   _cleanup_free_ char *sock = NULL;
   if (proc_prelude(r, body, known, &sock) < 0)

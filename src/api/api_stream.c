@@ -121,7 +121,7 @@ static void emit_bytes(struct sse *s, const char *name, const char *p, size_t n,
     OUT_LIT(s, "\",\"encoding\":\"utf8\"}\n\n");
   } else {
     size_t bl;
-    char *b = api_base64_encode(p, n, &bl);
+    char *b = moat_base64_encode(p, n, &bl);
     out_add(s, b, bl);
     free(b);
     OUT_LIT(s, "\",\"encoding\":\"base64\"}\n\n");

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "../common/codec.h"
+
 /* Exit codes: 0 ok, 1 an error (API, network, local file), 2 bad usage. exec/run pass the command's
  * own code through (128+signal when killed, 124 on timeout). */
 #define EXIT_API 1
@@ -90,17 +92,6 @@ const char *cli_api_key(void);
 
 /* Percent-encodes s for a query string; caller frees. */
 char *cli_escape(const char *s);
-
-/* ---- codecs (codec.c) ---- */
-
-/* Standard base64 with padding; caller frees. */
-char *cli_b64_encode(const unsigned char *p, size_t n);
-/* Decodes s (padding optional, whitespace skipped) into a new buffer; -1 on a bad character. */
-int cli_b64_decode(const char *s, unsigned char **out, size_t *len);
-/* SHA-1 of data into out. */
-void cli_sha1(const void *data, size_t len, unsigned char out[20]);
-/* The Sec-WebSocket-Accept a server must answer to Sec-WebSocket-Key `key`; caller frees. */
-char *cli_ws_accept(const char *key);
 
 /* ---- commands ---- */
 int cmd_create(int argc, char **argv);

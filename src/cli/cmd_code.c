@@ -15,7 +15,7 @@ static void print_str(json_t *j, FILE *f) {
 static int save_png(const char *b64, int *n) {
   unsigned char *raw;
   size_t len;
-  if (cli_b64_decode(b64, &raw, &len) < 0) {
+  if (moat_base64_decode(b64, strlen(b64), &raw, &len) < 0) {
     cli_errorf("a result's png is not base64");
     return -1;
   }

@@ -12,11 +12,11 @@
  * UTF-8 string. */
 static int relay_stream(json_t *res, const char *name, FILE *f) {
   _cleanup_free_ char *bname = xasprintf("%s_b64", name);
-  const char *enc = json_string_value(json_object_get(res, bname));
-  if (enc) {
+  json_t *enc = json_object_get(res, bname);
+  if (json_is_string(enc)) {
     unsigned char *raw;
     size_t len;
-    if (cli_b64_decode(enc, &raw, &len) < 0) {
+    if (moat_base64_decode(json_string_value(enc), json_string_length(enc), &raw, &len) < 0) {
       cli_errorf("the answer's %s is not base64", bname);
       return -1;
     }
@@ -166,7 +166,7 @@ static int add_stdin(json_t *body) {
       break;
     }
   }
-  _cleanup_free_ char *enc = cli_b64_encode(buf, n);
+  _cleanup_free_ char *enc = moat_base64_encode(buf, n, NULL);
   json_object_set_new(body, "stdin_b64", json_string(enc));
   return 0;
 }

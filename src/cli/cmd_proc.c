@@ -33,7 +33,8 @@ static int exit_code_of(json_t *j) {
 
 /* Writes the bytes of a stdout/stderr event ({data, encoding: utf8|base64}) to fd. */
 static int write_event_data(json_t *data, int fd) {
-  const char *d = json_string_value(json_object_get(data, "data"));
+  json_t *dj = json_object_get(data, "data");
+  const char *d = json_string_value(dj);
   if (!d) {
     cli_errorf("an output event without data");
     return -1;
@@ -42,7 +43,7 @@ static int write_event_data(json_t *data, int fd) {
   if (enc && strcmp(enc, "base64") == 0) {
     unsigned char *raw;
     size_t len;
-    if (cli_b64_decode(d, &raw, &len) < 0) {
+    if (moat_base64_decode(d, json_string_length(dj), &raw, &len) < 0) {
       cli_errorf("an output event's data is not base64");
       return -1;
     }
@@ -50,7 +51,7 @@ static int write_event_data(json_t *data, int fd) {
     free(raw);
     return r;
   }
-  return write_all(fd, d, json_string_length(json_object_get(data, "data")));
+  return write_all(fd, d, json_string_length(dj));
 }
 
 static int hexval(char c) {

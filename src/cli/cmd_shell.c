@@ -185,7 +185,7 @@ static void report_refusal(int fd, int status, const char *head, struct pending 
 static int handshake(int fd, const char *host, const char *port, const char *target, struct pending *p) {
   unsigned char nonce[16];
   random_bytes(nonce, sizeof(nonce));
-  _cleanup_free_ char *key = cli_b64_encode(nonce, sizeof(nonce));
+  _cleanup_free_ char *key = moat_base64_encode(nonce, sizeof(nonce), NULL);
   _cleanup_free_ char *auth =
       cli_api_key() ? xasprintf("Authorization: Bearer %s\r\n", cli_api_key()) : xstrdup("");
   _cleanup_free_ char *req = xasprintf("GET %s HTTP/1.1\r\nHost: %s:%s\r\nUpgrade: websocket\r\n"
@@ -230,7 +230,7 @@ static int handshake(int fd, const char *host, const char *port, const char *tar
     return -1;
   }
   _cleanup_free_ char *accept = header_value(head, "Sec-WebSocket-Accept");
-  _cleanup_free_ char *want = cli_ws_accept(key);
+  _cleanup_free_ char *want = moat_ws_accept(key);
   if (!accept || strcmp(accept, want) != 0) {
     cli_errorf("the server's Sec-WebSocket-Accept is %s, want %s", accept ? accept : "missing", want);
     return -1;

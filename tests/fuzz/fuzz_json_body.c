@@ -41,9 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   free(u);
   unsigned char *d;
   size_t dl;
-  if (api_base64_decode(buf, len, &d, &dl) == 0) {
+  if (moat_base64_decode(buf, len, &d, &dl) == 0) {
     size_t el;
-    char *e = api_base64_encode(d, dl, &el);
+    char *e = moat_base64_encode(d, dl, &el);
     /* canonical input re-encodes to itself, modulo optional padding */
     if (el < len || memcmp(e, buf, len) != 0)
       abort();

@@ -1,4 +1,5 @@
-/* test_api_codec.c -- UTF-8 repair, base64, RFC 3339 and listen-address parsing of the API */
+/* test_api_codec.c -- UTF-8 repair, RFC 3339 and listen-address parsing of the API, and the API's
+ * contract for common/codec.c: strict base64 decoding and Sec-WebSocket-Accept */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -69,11 +70,11 @@ static void test_utf8(void) {
 
 static bool b64_roundtrip(const char *in, size_t n, const char *want) {
   size_t el;
-  char *e = api_base64_encode(in, n, &el);
+  char *e = moat_base64_encode(in, n, &el);
   bool ok = strcmp(e, want) == 0 && el == strlen(want);
   unsigned char *d;
   size_t dl;
-  ok = ok && api_base64_decode(e, el, &d, &dl) == 0 && dl == n && memcmp(d, in, n) == 0;
+  ok = ok && moat_base64_decode(e, el, &d, &dl) == 0 && dl == n && memcmp(d, in, n) == 0;
   if (ok)
     free(d);
   free(e);
@@ -89,21 +90,21 @@ static void test_base64(void) {
   OK(b64_roundtrip("\xff\x00\xfe", 3, "/wD+"), "base64 binary");
   unsigned char *d;
   size_t dl;
-  OK(api_base64_decode("Zm8", 3, &d, &dl) == 0 && dl == 2 && memcmp(d, "fo", 2) == 0, "unpadded accepted");
+  OK(moat_base64_decode("Zm8", 3, &d, &dl) == 0 && dl == 2 && memcmp(d, "fo", 2) == 0, "unpadded accepted");
   free(d);
-  OK(api_base64_decode("Zm9v!", 5, &d, &dl) < 0, "invalid character rejected");
-  OK(api_base64_decode("Z", 1, &d, &dl) < 0, "1 char rejected");
-  OK(api_base64_decode("Zm=v", 4, &d, &dl) < 0, "padding in the middle rejected");
-  OK(api_base64_decode("Zh==", 4, &d, &dl) < 0, "non-zero trailing bits rejected");
-  OK(api_base64_decode("Zm9v\n", 5, &d, &dl) < 0, "whitespace rejected");
-  OK(api_base64_decode("=", 1, &d, &dl) < 0, "lone '=' rejected");
+  OK(moat_base64_decode("Zm9v!", 5, &d, &dl) < 0, "invalid character rejected");
+  OK(moat_base64_decode("Z", 1, &d, &dl) < 0, "1 char rejected");
+  OK(moat_base64_decode("Zm=v", 4, &d, &dl) < 0, "padding in the middle rejected");
+  OK(moat_base64_decode("Zh==", 4, &d, &dl) < 0, "non-zero trailing bits rejected");
+  OK(moat_base64_decode("Zm9v\n", 5, &d, &dl) < 0, "whitespace rejected");
+  OK(moat_base64_decode("=", 1, &d, &dl) < 0, "lone '=' rejected");
   /* all byte values */
   unsigned char all[256];
   for (int i = 0; i < 256; i++)
     all[i] = (unsigned char)i;
   size_t el;
-  char *e = api_base64_encode(all, 256, &el);
-  OK(el == 344 && api_base64_decode(e, el, &d, &dl) == 0 && dl == 256 && memcmp(d, all, 256) == 0,
+  char *e = moat_base64_encode(all, 256, &el);
+  OK(el == 344 && moat_base64_decode(e, el, &d, &dl) == 0 && dl == 256 && memcmp(d, all, 256) == 0,
      "256 byte values round-trip");
   free(d);
   free(e);
@@ -185,11 +186,11 @@ static void test_stream_split(void) {
 
 static void test_ws_accept(void) {
   /* RFC 6455 section 1.3 */
-  char *a = api_ws_accept("dGhlIHNhbXBsZSBub25jZQ==");
+  char *a = moat_ws_accept("dGhlIHNhbXBsZSBub25jZQ==");
   OK(a && strcmp(a, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=") == 0, "Sec-WebSocket-Accept of the RFC 6455 example (%s)",
      a ? a : "NULL");
   free(a);
-  a = api_ws_accept("x3JJHMbDL1EzLkh9GBhXDw==");
+  a = moat_ws_accept("x3JJHMbDL1EzLkh9GBhXDw==");
   OK(a && strcmp(a, "HSmrc0sMlYUkAGmm5OPpG2HaGWk=") == 0, "Sec-WebSocket-Accept of a second key (%s)",
      a ? a : "NULL");
   free(a);
