@@ -15,7 +15,7 @@ status=0
 for src in tests/fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)
   case "$name" in
-    fuzz_json_body) extra="src/api/api_json.c src/api/api_codec.c -ljansson" ;;
+    fuzz_json_body) extra="src/api/api_json.c src/api/api_codec.c src/api/router.c -ljansson" ;;
     *) extra="" ;;
   esac
   # shellcheck disable=SC2086

@@ -433,7 +433,7 @@ static int perform(const char *method, const char *path, const char *body_json, 
       resp->status = status;
       if (sink.mem.len) {
         json_error_t jerr;
-        resp->json = json_loadb(sink.mem.data, sink.mem.len, 0, &jerr);
+        resp->json = json_loadb(sink.mem.data, sink.mem.len, JSON_ALLOW_NUL, &jerr);
         if (!resp->json) {
           cli_errorf("%s %s: the answer is not JSON: %s", method, path, jerr.text);
           ret = -1;

@@ -61,6 +61,13 @@ class CliTest(DaemonTest):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, b'q"b\\s\x01\t\r\n\xc3\xa9\xf0\x9f\x98\x80/')
 
+    def test_plain_exec_passes_nul_bytes(self):
+        """NUL is valid UTF-8: moatd sends it as \\u0000 in the JSON string, the CLI writes it back."""
+        sid = self.sandbox()["id"]
+        r = self.moat("exec", sid, "--", "printf", r"a\000b\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, b"a\x00b\n")
+
     def test_stream_interrupt_ends_the_command(self):
         sid = self.sandbox()["id"]
         p = self.popen("exec", "--stream", sid, "--", "sh", "-c", "echo up; exec sleep 300")
