@@ -220,8 +220,9 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
     }
   }
   _cleanup_free_ char *fs_dir = xasprintf("%s/fs", dir);
-  int disk = h->prjquota ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
-                         : moat_disk_create(img, limits->disk_mb, slot_uid_base(n), err);
+  int disk = h->prjquota
+                 ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
+                 : moat_disk_create(img, limits->disk_mb, slot_uid_base(n), err);
   if (disk < 0)
     goto out;
   struct moat_shell_spec spec = {.slot = n,
@@ -457,8 +458,8 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   if (moat_cgroups_open(&h->cgroups, h->instance, err) < 0 || moat_seccomp_build(&h->seccomp, err) < 0)
     goto out;
   h->prjquota = moat_disk_prjquota_available(h->slots_dir);
-  log_info("writable layers: %s", h->prjquota ? "directories under XFS project quotas"
-                                              : "sparse ext4 images on loop devices");
+  log_info("writable layers: %s",
+           h->prjquota ? "directories under XFS project quotas" : "sparse ext4 images on loop devices");
   *out = h;
   return 0;
 out:
@@ -618,6 +619,23 @@ int moat_host_reconcile(struct moat_host *h, moat_error **err) {
     cleaned++;
   }
   free(cand);
+  /* Claims naming a data dir that no longer exists belong to a moatd nobody can restart (its
+   * data dir was removed after a crash): free their uid ranges for everyone. */
+  DIR *rp = opendir(RANGES_DIR);
+  if (rp) {
+    struct dirent *de;
+    while ((de = readdir(rp)) != NULL) {
+      uint64_t v;
+      if (parse_u64(de->d_name, &v) < 0 || v >= MOAT_MAX_RANGES)
+        continue;
+      _cleanup_free_ char *path = xasprintf(RANGES_DIR "/%s", de->d_name);
+      _cleanup_free_ char *owner = NULL;
+      if (read_file(path, &owner, NULL, NULL) == 0 && owner[0] == '/' && access(owner, F_OK) < 0 &&
+          errno == ENOENT)
+        unlink(path);
+    }
+    closedir(rp);
+  }
   /* Image files are unlinked once attached; any left are from a crash mid-create. */
   DIR *dp = opendir(h->disks_dir);
   if (dp) {

@@ -68,7 +68,20 @@ int main(void) {
   ok(r == 0, "host init", moat_error_msg(err));
   if (r < 0)
     return 1;
+  /* A claim left by a moatd whose data dir is gone is freed by anyone's reconcile. */
+  const char *stale = "/run/moat/ranges/49149";
+  bool planted = false;
+  if (access(stale, F_OK) < 0) {
+    FILE *f = fopen(stale, "w");
+    if (f) {
+      fputs("/var/tmp/moat-test-driver-no-such-dir", f);
+      fclose(f);
+      planted = true;
+    }
+  }
   moat_host_reconcile(h, NULL);
+  if (planted)
+    ok(access(stale, F_OK) < 0, "reconcile frees a claim whose data dir is gone", NULL);
 
   struct moat_limits lim = {.cpu = 1, .memory_mb = 256, .pids = 128, .disk_mb = 64};
   struct moat_instance inst;
