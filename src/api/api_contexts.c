@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common/buf.h"
 #include "../common/log.h"
 #include "api_internal.h"
 
@@ -421,23 +422,6 @@ int api_h_ctx_restart(struct api_req *r, json_t *body) {
 
 /* ---- runs ---- */
 
-struct buf {
-  char *p;
-  size_t len, cap;
-};
-
-static void buf_add(struct buf *b, const char *p, size_t n) {
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + n + 1)
-      cap *= 2;
-    b->p = xrealloc(b->p, cap);
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, p, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
 
 /* A run in progress, for a whole reply or an SSE stream. */
 struct run {
@@ -453,7 +437,7 @@ struct run {
   uint64_t deadline_ns;
   bool interrupted, restarted, finished;
   bool end_seen[2];    /* stdout, stderr */
-  struct buf frame[2]; /* a frame being read, per stream */
+  struct moat_buf frame[2]; /* a frame being read, per stream */
   bool in_frame[2];
   int execution_count;
   json_t *error;
@@ -461,12 +445,12 @@ struct run {
   bool has_exit_code;
   /* whole reply */
   bool sse;
-  struct buf text[2];
+  struct moat_buf text[2];
   bool text_trunc[2];
   json_t *results;
   /* SSE */
   int client_fd;
-  struct buf out;
+  struct moat_buf out;
   size_t out_pos;
   uint64_t last_ns;
   bool done;
@@ -496,11 +480,11 @@ static void sse_add(struct run *u, const char *name, json_t *data) {
   json_decref(data);
   if (!js)
     abort();
-  buf_add(&u->out, "event: ", 7);
-  buf_add(&u->out, name, strlen(name));
-  buf_add(&u->out, "\ndata: ", 7);
-  buf_add(&u->out, js, strlen(js));
-  buf_add(&u->out, "\n\n", 2);
+  moat_buf_append(&u->out, "event: ", 7);
+  moat_buf_append(&u->out, name, strlen(name));
+  moat_buf_append(&u->out, "\ndata: ", 7);
+  moat_buf_append(&u->out, js, strlen(js));
+  moat_buf_append(&u->out, "\n\n", 2);
   free(js);
 }
 
@@ -520,7 +504,7 @@ static void emit_text(struct run *u, int which, const char *p, size_t n) {
     n = CTX_MAX_OUTPUT - u->text[which].len;
     u->text_trunc[which] = true;
   }
-  buf_add(&u->text[which], p, n);
+  moat_buf_append(&u->text[which], p, n);
 }
 
 static json_t *str_or_null(json_t *v) {
@@ -588,7 +572,7 @@ static void on_bytes(struct run *u, int which, const char *p, size_t n) {
     const char *nl = memchr(p, '\n', n);
     size_t take = nl ? (size_t)(nl - p) : n;
     if (u->frame[which].len + take <= CTX_MAX_FRAME)
-      buf_add(&u->frame[which], p, take);
+      moat_buf_append(&u->frame[which], p, take);
     if (!nl)
       return;
     u->in_frame[which] = false;
@@ -700,7 +684,7 @@ static json_t *end_json(struct run *u) {
   return j;
 }
 
-static json_t *text_json(struct buf *b) {
+static json_t *text_json(struct moat_buf *b) {
   size_t sl;
   _cleanup_free_ char *s = api_utf8_sanitize(b->p ? b->p : "", b->len, &sl, NULL);
   return json_stringn(s, sl);
@@ -745,7 +729,7 @@ static ssize_t run_sse_cb(void *cls, uint64_t pos, char *buf, size_t max) {
       }
     }
     if (now_ns() - u->last_ns >= CTX_KEEPALIVE_MS * 1000000ULL) {
-      buf_add(&u->out, ": keep-alive\n\n", 14);
+      moat_buf_append(&u->out, ": keep-alive\n\n", 14);
       continue;
     }
     run_step(u, CTX_POLL_MS);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/buf.h"
 #include "../common/log.h"
 #include "api_internal.h"
 
@@ -26,8 +27,8 @@ struct sse {
   int client_fd; /* not owned: MHD's socket */
   struct moat_proc_stream *ps;
   struct moat_watch *w;
-  char *out; /* formatted events not yet handed to MHD */
-  size_t out_len, out_pos, out_cap;
+  struct moat_buf out; /* formatted events not yet handed to MHD */
+  size_t out_pos;
   char carry[2][4]; /* stdout, stderr: a UTF-8 sequence cut by the end of the last chunk */
   size_t carry_len[2];
   bool done; /* the last event is in out */
@@ -36,17 +37,7 @@ struct sse {
   void *stdin_data; /* exec/stream: the stream's stdin feeder reads it until the stream closes */
 };
 
-static void out_add(struct sse *s, const char *p, size_t n) {
-  if (s->out_len + n > s->out_cap) {
-    size_t cap = s->out_cap ? s->out_cap : 4096;
-    while (cap < s->out_len + n)
-      cap *= 2;
-    s->out = xrealloc(s->out, cap);
-    s->out_cap = cap;
-  }
-  memcpy(s->out + s->out_len, p, n);
-  s->out_len += n;
-}
+static void out_add(struct sse *s, const char *p, size_t n) { moat_buf_append(&s->out, p, n); }
 
 /* Appends one event; data is consumed. */
 static void sse_event(struct sse *s, const char *name, json_t *data) {
@@ -223,16 +214,16 @@ static bool client_gone(int fd) {
 static ssize_t sse_cb(void *cls, uint64_t pos, char *buf, size_t max) {
   struct sse *s = cls;
   for (;;) {
-    if (s->out_pos < s->out_len) {
-      size_t n = s->out_len - s->out_pos;
+    if (s->out_pos < s->out.len) {
+      size_t n = s->out.len - s->out_pos;
       if (n > max)
         n = max;
-      memcpy(buf, s->out + s->out_pos, n);
+      memcpy(buf, s->out.p + s->out_pos, n);
       s->out_pos += n;
       s->last_ns = now_ns();
       return (ssize_t)n;
     }
-    s->out_len = s->out_pos = 0;
+    s->out.len = s->out_pos = 0;
     if (s->done)
       return MHD_CONTENT_READER_END_OF_STREAM;
     if (api_stopping(s->api)) {
@@ -257,7 +248,7 @@ static void sse_free(void *cls) {
   if (s->w)
     moat_watch_close(s->w);
   free(s->stdin_data);
-  free(s->out);
+  free(s->out.p);
   free(s->desc);
   free(s);
 }

@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../common/buf.h"
 #include "../common/util.h"
 #include "../proto/proto.h"
 
@@ -81,23 +82,6 @@ void moat_exec_result_free(struct moat_exec_result *r) {
   memset(r, 0, sizeof(*r));
 }
 
-struct growbuf {
-  char *p;
-  size_t len, cap;
-};
-
-static void grow_append(struct growbuf *b, const void *data, size_t n) {
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + n + 1)
-      cap *= 2;
-    b->p = xrealloc(b->p, cap);
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, data, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
 
 struct stdin_feed {
   int fd;
@@ -617,7 +601,7 @@ int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, stru
   if (moat_guest_exec_start(sock_path, req, NULL, &s, &pid, err) < 0)
     return -1;
   res->pid = pid;
-  struct growbuf out = {0}, errb = {0};
+  struct moat_buf out = {0}, errb = {0};
   int ret = -1;
   for (;;) {
     struct moat_proc_event ev;
@@ -629,7 +613,7 @@ int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, stru
       break;
     }
     if (ev.type == MOAT_PROC_STDOUT || ev.type == MOAT_PROC_STDERR) {
-      grow_append(ev.type == MOAT_PROC_STDOUT ? &out : &errb, ev.data, ev.len);
+      moat_buf_append(ev.type == MOAT_PROC_STDOUT ? &out : &errb, ev.data, ev.len);
     } else if (ev.type == MOAT_PROC_EXIT) {
       uint32_t t1 = 0, t2 = 0;
       uint64_t dur = 0;
