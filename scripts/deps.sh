@@ -12,6 +12,7 @@ pkgs=(
   python3                           # integration and attack tests
   curl                              # scripts/run.sh checks moatd's /healthz with it
   bubblewrap                        # the benchmark's peer
+  nodejs                            # E2B SDK, MCP client and TypeScript SDK tests (tests/node)
 )
 # Development packages for every library the Makefile links (-lNAME).
 lib_pkg() {
@@ -46,7 +47,20 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
+# The npm packages the tests drive (pinned in tests/node/package-lock.json), installed once.
+node_packages() {
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "deps.sh: npm is missing; installing Debian's npm"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
+  fi
+  if [ ! -f tests/node/node_modules/.package-lock.json ] ||
+    [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; then
+    echo "deps.sh: npm ci in tests/node"
+    (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
 if [ ${#missing[@]} -eq 0 ]; then
+  node_packages
   exit 0
 fi
 mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
@@ -58,3 +72,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
+node_packages

@@ -72,6 +72,22 @@ enum api_route_kind {
   API_R_CTX_DELETE,
   API_R_CTX_RESTART,
   API_R_CTX_RUN,
+  /* issue 4: time travel (api_timetravel.c) */
+  API_R_PAUSE,
+  API_R_RESUME,
+  API_R_HIBERNATE,
+  API_R_WAKE,
+  API_R_SNAPSHOT_CREATE,
+  API_R_FORK,
+  API_R_EXPLORE,
+  API_R_ROLLBACK,
+  API_R_SNAPSHOTS_LIST,
+  API_R_SNAPSHOT_GET,
+  API_R_SNAPSHOT_DELETE,
+  /* issue 7: MCP over streamable HTTP (api_mcp.c); the body is JSON-RPC (object or batch array),
+   * read raw: the handler parses it */
+  API_R_MCP_SANDBOX,
+  API_R_MCP_WORKSPACE,
 };
 
 enum api_match {
@@ -88,6 +104,7 @@ struct api_route {
   int pid;                  /* process routes: the pid, or 0 when addressed by tag */
   char tag[API_MAX_TAG + 1]; /* process routes addressed by tag */
   char cid[64];              /* context routes: the context id as given (checked by the handler) */
+  char sid[64];              /* snapshot routes: the snapshot id as given (checked by the handler) */
   const char *allow;        /* BAD_METHOD: value of the Allow header (static) */
   bool json_body;           /* the route reads a JSON body */
   bool needs_auth;
@@ -250,6 +267,11 @@ struct api_req {
   /* GET pty: the WebSocket state until the upgrade takes it (freed with the request otherwise) */
   void *upgrade;
   void (*upgrade_free)(void *);
+  /* A request of another front end on the same listener (E2B, e2b.c): claimed in req_begin
+   * before v1 routing; its state is freed with the request. */
+  bool e2b;
+  void *front;
+  void (*front_free)(void *);
 };
 
 struct moat_control *api_control(const struct api_req *r);
@@ -319,6 +341,37 @@ void api_hold(struct moat_api *a);
 void api_release(struct moat_api *a);
 /* The client socket of the request (for disconnect checks), or -1. */
 int api_conn_fd(const struct api_req *r);
+
+/* Time travel (api_timetravel.c, issue 4). */
+int api_h_pause(struct api_req *r, json_t *body);
+int api_h_resume(struct api_req *r, json_t *body);
+int api_h_hibernate(struct api_req *r, json_t *body);
+int api_h_wake(struct api_req *r, json_t *body);
+int api_h_snapshot_create(struct api_req *r, json_t *body);
+int api_h_fork(struct api_req *r, json_t *body);
+int api_h_explore(struct api_req *r, json_t *body);
+int api_h_rollback(struct api_req *r, json_t *body);
+int api_h_snapshots_list(struct api_req *r);
+int api_h_snapshot_get(struct api_req *r);
+int api_h_snapshot_delete(struct api_req *r);
+
+/* MCP (api_mcp.c, issue 7): r->body / r->body_len hold the raw request body. */
+int api_h_mcp_sandbox(struct api_req *r);
+int api_h_mcp_workspace(struct api_req *r);
+
+/* The E2B front end (e2b*.c, issue 6). */
+/* Called first for every request, before v1 routing: true when the request belongs to the E2B
+ * front end (its control-plane paths, or a sandbox call routed by the E2b-Sandbox-Id header or a
+ * "PORT-ID.DOMAIN" Host). Sets r->e2b then. */
+bool api_e2b_claims(struct api_req *r, const char *url, const char *method);
+/* First call of a claimed request: auth, routing, early errors. True when a reply was queued
+ * already (the body is then not read). */
+bool api_e2b_begin(struct api_req *r, const char *url, const char *method);
+/* Body bytes of a claimed request: 0, or -1 with *err set (the connection is then aborted with
+ * that error). */
+int api_e2b_body(struct api_req *r, const char *data, size_t len, moat_error **err);
+/* Body complete: queues exactly one response. */
+void api_e2b_dispatch(struct api_req *r);
 
 /* Code contexts (api_contexts.c). */
 int api_h_ctx_create(struct api_req *r, json_t *body);

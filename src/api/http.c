@@ -238,6 +238,8 @@ static void req_free(struct api_req *r) {
   api_files_put_release(r);
   if (r->upgrade && r->upgrade_free)
     r->upgrade_free(r->upgrade);
+  if (r->front && r->front_free)
+    r->front_free(r->front);
   for (size_t i = 0; i < r->args.n; i++) {
     free(r->args.v[i].key);
     free(r->args.v[i].value);
@@ -285,6 +287,9 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
     api_reply_error(r, 400, "invalid_request", "more than %d query parameters", API_MAX_QUERY_ARGS);
     return true;
   }
+
+  if (api_e2b_claims(r, url, method))
+    return api_e2b_begin(r, url, method);
 
   switch (api_route_match(method, url, &r->route)) {
   case API_MATCH_OK:
@@ -433,6 +438,45 @@ static void req_dispatch(struct api_req *r) {
   case API_R_FILES_WATCH:
     api_h_files_watch(r);
     break;
+  case API_R_PAUSE:
+    api_h_pause(r, body);
+    break;
+  case API_R_RESUME:
+    api_h_resume(r, body);
+    break;
+  case API_R_HIBERNATE:
+    api_h_hibernate(r, body);
+    break;
+  case API_R_WAKE:
+    api_h_wake(r, body);
+    break;
+  case API_R_SNAPSHOT_CREATE:
+    api_h_snapshot_create(r, body);
+    break;
+  case API_R_FORK:
+    api_h_fork(r, body);
+    break;
+  case API_R_EXPLORE:
+    api_h_explore(r, body);
+    break;
+  case API_R_ROLLBACK:
+    api_h_rollback(r, body);
+    break;
+  case API_R_SNAPSHOTS_LIST:
+    api_h_snapshots_list(r);
+    break;
+  case API_R_SNAPSHOT_GET:
+    api_h_snapshot_get(r);
+    break;
+  case API_R_SNAPSHOT_DELETE:
+    api_h_snapshot_delete(r);
+    break;
+  case API_R_MCP_SANDBOX:
+    api_h_mcp_sandbox(r);
+    break;
+  case API_R_MCP_WORKSPACE:
+    api_h_mcp_workspace(r);
+    break;
   case API_R_NONE:
     break;
   }
@@ -461,6 +505,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     *upload_data_size = 0;
     if (r->responded) /* answered early; MHD reads no body then, but be safe */
       return MHD_YES;
+    if (r->e2b) {
+      moat_error *err = NULL;
+      if (api_e2b_body(r, upload_data, n, &err) < 0)
+        return abort_with_error(r, &err);
+      return MHD_YES;
+    }
     if (r->route.kind == API_R_FILES_PUT) {
       moat_error *err = NULL;
       if (api_files_put_chunk(r, upload_data, n, &err) < 0)
@@ -484,8 +534,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     r->body[r->body_len] = '\0';
     return MHD_YES;
   }
-  if (!r->responded)
-    req_dispatch(r);
+  if (!r->responded) {
+    if (r->e2b)
+      api_e2b_dispatch(r);
+    else
+      req_dispatch(r);
+  }
   return MHD_YES;
 }
 

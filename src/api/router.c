@@ -62,6 +62,19 @@ static const char *const route_names[] = {
     [API_R_CTX_DELETE] = "contexts.delete",
     [API_R_CTX_RESTART] = "contexts.restart",
     [API_R_CTX_RUN] = "contexts.run",
+    [API_R_PAUSE] = "sandbox.pause",
+    [API_R_RESUME] = "sandbox.resume",
+    [API_R_HIBERNATE] = "sandbox.hibernate",
+    [API_R_WAKE] = "sandbox.wake",
+    [API_R_SNAPSHOT_CREATE] = "snapshots.create",
+    [API_R_FORK] = "sandbox.fork",
+    [API_R_EXPLORE] = "sandbox.explore",
+    [API_R_ROLLBACK] = "sandbox.rollback",
+    [API_R_SNAPSHOTS_LIST] = "snapshots.list",
+    [API_R_SNAPSHOT_GET] = "snapshot.get",
+    [API_R_SNAPSHOT_DELETE] = "snapshot.delete",
+    [API_R_MCP_SANDBOX] = "mcp.sandbox",
+    [API_R_MCP_WORKSPACE] = "mcp.workspace",
 };
 
 const char *api_route_name(enum api_route_kind k) {
@@ -119,6 +132,27 @@ static const struct shape sh_pty = {"GET", {{"GET", API_R_PTY, false}}};
 static const struct shape sh_files_watch = {"GET", {{"GET", API_R_FILES_WATCH, false}}};
 static const struct shape sh_templates = {"GET", {{"GET", API_R_TEMPLATES_LIST, false}}};
 static const struct shape sh_template_build = {"POST", {{"POST", API_R_TEMPLATE_BUILD, false}}};
+static const struct shape sh_pause = {"POST", {{"POST", API_R_PAUSE, true}}};
+static const struct shape sh_resume = {"POST", {{"POST", API_R_RESUME, true}}};
+static const struct shape sh_hibernate = {"POST", {{"POST", API_R_HIBERNATE, true}}};
+static const struct shape sh_wake = {"POST", {{"POST", API_R_WAKE, true}}};
+static const struct shape sh_snapshot_create = {"POST", {{"POST", API_R_SNAPSHOT_CREATE, true}}};
+static const struct shape sh_fork = {"POST", {{"POST", API_R_FORK, true}}};
+static const struct shape sh_explore = {"POST", {{"POST", API_R_EXPLORE, true}}};
+static const struct shape sh_rollback = {"POST", {{"POST", API_R_ROLLBACK, true}}};
+static const struct shape sh_snapshots = {"GET", {{"GET", API_R_SNAPSHOTS_LIST, false}}};
+static const struct shape sh_snapshot = {
+    "GET, DELETE", {{"GET", API_R_SNAPSHOT_GET, false}, {"DELETE", API_R_SNAPSHOT_DELETE, false}}};
+/* MCP streamable HTTP: POST carries JSON-RPC; GET (server stream) and DELETE (end session) are
+ * answered by the handler. */
+static const struct shape sh_mcp_sandbox = {"POST, GET, DELETE",
+                                            {{"POST", API_R_MCP_SANDBOX, false},
+                                             {"GET", API_R_MCP_SANDBOX, false},
+                                             {"DELETE", API_R_MCP_SANDBOX, false}}};
+static const struct shape sh_mcp_workspace = {"POST, GET, DELETE",
+                                              {{"POST", API_R_MCP_WORKSPACE, false},
+                                               {"GET", API_R_MCP_WORKSPACE, false},
+                                               {"DELETE", API_R_MCP_WORKSPACE, false}}};
 
 /* Code contexts: contexts, contexts/{cid}, contexts/{cid}/restart, contexts/{cid}/run. The cid
  * is kept as given (1..63 chars of [A-Za-z0-9_.-]); the handler answers 404 context_not_found. */
@@ -154,8 +188,8 @@ static const struct shape *ctx_shape(const char *sub, struct api_route *r) {
 
 /* Sub-resources of a sandbox that DESIGN.md names for later issues: 501, not 404. */
 static const char *const later_sandbox_subs[] = {
-    "pause",    "resume", "hibernate", "wake",    "snapshots",
-    "fork",     "explore", "rollback", "events", "metrics", "mcp",
+    "events",
+    "metrics",
 };
 
 bool api_valid_tag(const char *s) {
@@ -232,9 +266,20 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
   memset(r, 0, sizeof(*r));
   if (strcmp(path, "/healthz") == 0)
     return pick(&sh_healthz, method, r);
-  if (strcmp(path, "/metrics") == 0 || strcmp(path, "/v1/snapshots") == 0 ||
-      strncmp(path, "/v1/snapshots/", 14) == 0)
+  if (strcmp(path, "/metrics") == 0)
     return API_MATCH_NOT_IMPLEMENTED;
+  if (strcmp(path, "/v1/snapshots") == 0)
+    return pick(&sh_snapshots, method, r);
+  if (strncmp(path, "/v1/snapshots/", 14) == 0) {
+    const char *sid = path + 14;
+    size_t n = strlen(sid);
+    if (n == 0 || n >= sizeof(r->sid) || strchr(sid, '/'))
+      return API_MATCH_NOT_FOUND;
+    memcpy(r->sid, sid, n + 1);
+    return pick(&sh_snapshot, method, r);
+  }
+  if (strcmp(path, "/v1/mcp") == 0)
+    return pick(&sh_mcp_workspace, method, r);
   if (strcmp(path, "/v1/templates") == 0)
     return pick(&sh_templates, method, r);
   if (strncmp(path, "/v1/templates/", 14) == 0) {
@@ -294,6 +339,24 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
     s = &sh_files_watch;
   else if (strcmp(sub, "contexts") == 0 || strncmp(sub, "contexts/", 9) == 0)
     s = ctx_shape(sub, r);
+  else if (strcmp(sub, "pause") == 0)
+    s = &sh_pause;
+  else if (strcmp(sub, "resume") == 0)
+    s = &sh_resume;
+  else if (strcmp(sub, "hibernate") == 0)
+    s = &sh_hibernate;
+  else if (strcmp(sub, "wake") == 0)
+    s = &sh_wake;
+  else if (strcmp(sub, "snapshots") == 0)
+    s = &sh_snapshot_create;
+  else if (strcmp(sub, "fork") == 0)
+    s = &sh_fork;
+  else if (strcmp(sub, "explore") == 0)
+    s = &sh_explore;
+  else if (strcmp(sub, "rollback") == 0)
+    s = &sh_rollback;
+  else if (strcmp(sub, "mcp") == 0)
+    s = &sh_mcp_sandbox;
   else if (later_sub(sub))
     return API_MATCH_NOT_IMPLEMENTED;
   if (!s) {

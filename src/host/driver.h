@@ -88,4 +88,44 @@ struct moat_usage {
 };
 int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
 
+/* ---- time travel (issue 4) ---- */
+
+/* Freezes every process of the sandbox in slot (cgroup freezer; returns once the cgroup reports
+ * frozen) / thaws it. Both idempotent. A frozen sandbox uses no CPU and keeps its memory; its
+ * guest does not answer until resumed. Returns 0 or -1. */
+int moat_host_pause(struct moat_host *h, int slot, moat_error **err);
+int moat_host_resume(struct moat_host *h, int slot, moat_error **err);
+
+/* What a checkpoint took. */
+struct moat_checkpoint_info {
+  uint64_t memory_bytes; /* process memory written (CRIU pages images) */
+  uint64_t disk_bytes;   /* bytes of the writable layer copied */
+  uint64_t frozen_ns;    /* how long the sandbox's processes were stopped */
+  uint64_t total_ns;
+};
+
+/* Checkpoints the running sandbox in slot into dir (an empty directory the caller made, on the
+ * same filesystem as the data dir): its processes, memory and open files (CRIU images) and a copy
+ * of its writable layer, both taken while the sandbox is frozen, so disk and memory agree. With
+ * leave_running the sandbox goes on afterwards as before (snapshot, fork); without, its processes
+ * are gone afterwards and the slot is destroyed as by moat_host_destroy (hibernate). On failure
+ * dir may hold partial files (the caller removes it) and, with leave_running, the sandbox still
+ * runs. Returns 0 or -1. */
+int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
+                         struct moat_checkpoint_info *info, moat_error **err);
+
+/* Starts a new sandbox in a fresh slot from a checkpoint dir that moat_host_checkpoint wrote
+ * from a sandbox of template_name: the same processes, memory, open files and disk, in its own
+ * namespaces, cgroups, uid range and writable layer, diverging from there. dir is only read: it
+ * may be restored many times, also concurrently. limits apply to the new sandbox. The guest
+ * answers on out->sock_path once this returns. On failure nothing is left behind. Returns 0 and
+ * fills out like moat_host_create, or -1. */
+int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
+                      const struct moat_limits *limits, struct moat_instance *out, moat_error **err);
+
+/* A line saying which CRIU this host uses and why ("criu 4.1.1 from /var/lib/moat/criu (the
+ * system's 3.17 fails criu check on this kernel)"), or why checkpoints are unavailable; static
+ * storage. Checkpoint and restore fail with ENOSYS when unavailable. */
+const char *moat_host_criu_status(struct moat_host *h);
+
 #endif

@@ -59,7 +59,16 @@ static void test_routes(void) {
   route("POST", "/v1/templates//build", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/templates/base", API_MATCH_NOT_FOUND, 0);
 
-  route("POST", "/v1/sandboxes/" ID "/pause", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("POST", "/v1/sandboxes/" ID "/pause", API_MATCH_OK, API_R_PAUSE);
+  route("GET", "/v1/sandboxes/" ID "/pause", API_MATCH_BAD_METHOD, 0);
+  route("POST", "/v1/sandboxes/" ID "/snapshots", API_MATCH_OK, API_R_SNAPSHOT_CREATE);
+  route("POST", "/v1/sandboxes/" ID "/fork", API_MATCH_OK, API_R_FORK);
+  route("POST", "/v1/sandboxes/" ID "/explore", API_MATCH_OK, API_R_EXPLORE);
+  route("POST", "/v1/sandboxes/" ID "/rollback", API_MATCH_OK, API_R_ROLLBACK);
+  route("POST", "/v1/sandboxes/" ID "/mcp", API_MATCH_OK, API_R_MCP_SANDBOX);
+  route("POST", "/v1/mcp", API_MATCH_OK, API_R_MCP_WORKSPACE);
+  route("PUT", "/v1/mcp", API_MATCH_BAD_METHOD, 0);
+  route("GET", "/v1/sandboxes/" ID "/events", API_MATCH_NOT_IMPLEMENTED, 0);
   route("POST", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_OK, API_R_EXEC_STREAM);
   route("GET", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_BAD_METHOD, 0);
   route("GET", "/v1/sandboxes/" ID "/files/watch", API_MATCH_OK, API_R_FILES_WATCH);
@@ -82,7 +91,11 @@ static void test_routes(void) {
         API_MATCH_NOT_FOUND, 0);
   route("GET", "/v1/sandboxes/" ID "/pty", API_MATCH_OK, API_R_PTY);
   route("POST", "/v1/sandboxes/" ID "/pty", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/v1/snapshots", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("GET", "/v1/snapshots", API_MATCH_OK, API_R_SNAPSHOTS_LIST);
+  route("DELETE", "/v1/snapshots/snap-1", API_MATCH_OK, API_R_SNAPSHOT_DELETE);
+  route("GET", "/v1/snapshots/snap-1", API_MATCH_OK, API_R_SNAPSHOT_GET);
+  route("GET", "/v1/snapshots/a/b", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/snapshots/snap-1", API_MATCH_BAD_METHOD, 0);
   route("GET", "/metrics", API_MATCH_NOT_IMPLEMENTED, 0);
 
   struct api_route r;
