@@ -23,3 +23,8 @@ const char *moat_host_criu_status(struct moat_host *h) {
   (void)h;
   return "checkpoints unavailable: CRIU is not wired in yet";
 }
+
+bool moat_host_can_checkpoint(struct moat_host *h) {
+  (void)h;
+  return false;
+}

@@ -127,5 +127,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
  * system's 3.17 fails criu check on this kernel)"), or why checkpoints are unavailable; static
  * storage. Checkpoint and restore fail with ENOSYS when unavailable. */
 const char *moat_host_criu_status(struct moat_host *h);
+/* True when checkpoint and restore work on this host (a CRIU that passed its check was found). */
+bool moat_host_can_checkpoint(struct moat_host *h);
 
 #endif
