@@ -59,6 +59,7 @@ node_packages() {
     (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
   fi
 }
+scripts/criu.sh # CRIU for checkpoints: the system's if it passes `criu check`, else trixie's in a private prefix
 if [ ${#missing[@]} -eq 0 ]; then
   node_packages
   exit 0
