@@ -24,51 +24,8 @@
 #include "../common/sha256.h"
 #include "../common/util.h"
 #include "../store/store.h"
+#include "control_internal.h"
 #include "spec.h"
-
-#define NBUCKETS 4096
-#define DEFAULT_REAP_INTERVAL_MS 1000
-#define API_KEY_FILE "api-key"
-#define DEFAULT_ORG "default"
-
-struct live {
-  char id[MOAT_ID_LEN + 1];
-  char *org;
-  struct live *next;     /* hash chain; c->lock */
-  unsigned refs;         /* c->lock: the table's reference plus one per user */
-  bool in_table;         /* c->lock */
-  int inflight;          /* execs running now; atomic */
-  int64_t expires_at_ms; /* atomic reads allowed (get/list overlay it); written under m */
-
-  pthread_mutex_t m; /* guards the rest */
-  enum moat_sandbox_state state;
-  int slot;
-  pid_t pid;
-  uint64_t start_time;
-  char *sock_path;
-  json_t *env; /* the sandbox's env object */
-  int64_t ttl_seconds;
-  bool persistent;
-  int64_t db_expires_at_ms; /* expiry last written to the store */
-};
-
-struct moat_control {
-  char *data_dir;
-  struct moat_store *store;
-  struct moat_templates *templates;
-  struct moat_host *host;
-  struct moat_spec_bounds bounds;
-
-  pthread_mutex_t lock;
-  struct live *buckets[NBUCKETS];
-
-  pthread_t reaper;
-  bool reaper_started;
-  pthread_mutex_t reap_lock;
-  pthread_cond_t reap_cond;
-  bool stop; /* reap_lock */
-  unsigned reap_interval_ms;
-};
 
 static const char *const state_names[] = {"creating", "running", "paused", "hibernated", "killed"};
 
@@ -93,6 +50,8 @@ void moat_sandbox_info_clear(struct moat_sandbox_info *s) {
   json_decref(s->metadata);
   json_decref(s->env);
   free(s->killed_reason);
+  free(s->forked_from);
+  free(s->from_snapshot);
   memset(s, 0, sizeof(*s));
 }
 
@@ -114,13 +73,14 @@ static unsigned bucket_of(const char *id) {
 static void live_free(struct live *e) {
   free(e->org);
   free(e->sock_path);
+  free(e->template_name);
   json_decref(e->env);
   pthread_mutex_destroy(&e->m);
   free(e);
 }
 
 /* Returns the live sandbox id with a reference taken, or NULL. */
-static struct live *live_get(struct moat_control *c, const char *id) {
+struct live *live_get(struct moat_control *c, const char *id) {
   if (strlen(id) > MOAT_ID_LEN)
     return NULL;
   pthread_mutex_lock(&c->lock);
@@ -133,7 +93,7 @@ static struct live *live_get(struct moat_control *c, const char *id) {
   return e;
 }
 
-static void live_put(struct moat_control *c, struct live *e) {
+void live_put(struct moat_control *c, struct live *e) {
   pthread_mutex_lock(&c->lock);
   bool last = --e->refs == 0;
   pthread_mutex_unlock(&c->lock);
@@ -142,7 +102,7 @@ static void live_put(struct moat_control *c, struct live *e) {
 }
 
 /* Adds e (refs = 1 for the table) to the table. */
-static void live_add(struct moat_control *c, struct live *e) {
+void live_add(struct moat_control *c, struct live *e) {
   pthread_mutex_lock(&c->lock);
   unsigned b = bucket_of(e->id);
   e->next = c->buckets[b];
@@ -153,7 +113,7 @@ static void live_add(struct moat_control *c, struct live *e) {
 }
 
 /* Removes e from the table and drops the table's reference (the caller still holds one). */
-static void live_remove(struct moat_control *c, struct live *e) {
+void live_remove(struct moat_control *c, struct live *e) {
   pthread_mutex_lock(&c->lock);
   if (e->in_table) {
     struct live **pp = &c->buckets[bucket_of(e->id)];
@@ -167,7 +127,7 @@ static void live_remove(struct moat_control *c, struct live *e) {
   pthread_mutex_unlock(&c->lock);
 }
 
-static struct live *live_new(const char *id, const char *org) {
+struct live *live_new(const char *id, const char *org) {
   struct live *e = xcalloc(1, sizeof(*e));
   snprintf(e->id, sizeof(e->id), "%s", id);
   e->org = xstrdup(org);
@@ -179,7 +139,7 @@ static struct live *live_new(const char *id, const char *org) {
 
 /* ---- store rows to sandbox infos ---- */
 
-static json_t *parse_object(const char *text) {
+json_t *parse_object(const char *text) {
   json_t *j = text ? json_loads(text, 0, NULL) : NULL;
   if (!json_is_object(j)) {
     json_decref(j);
@@ -188,7 +148,7 @@ static json_t *parse_object(const char *text) {
   return j;
 }
 
-static char *dump_object(json_t *j) {
+char *dump_object(json_t *j) {
   if (!j)
     return xstrdup("{}");
   char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
@@ -197,7 +157,7 @@ static char *dump_object(json_t *j) {
   return s;
 }
 
-static void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
+void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
                           struct moat_sandbox_info *out) {
   memset(out, 0, sizeof(*out));
   snprintf(out->id, sizeof(out->id), "%s", r->id);
@@ -218,6 +178,10 @@ static void info_from_row(struct moat_control *c, const struct moat_store_sandbo
   out->killed_reason = r->killed_reason ? xstrdup(r->killed_reason) : NULL;
   out->killed_at_ms = r->killed_at_ms;
   out->ready_us = r->ready_us;
+  out->forked_from = r->forked_from ? xstrdup(r->forked_from) : NULL;
+  out->from_snapshot = r->from_snapshot ? xstrdup(r->from_snapshot) : NULL;
+  out->hibernate_after_seconds = r->hibernate_after_s;
+  out->paused_at_ms = r->paused_at_ms;
   /* The store's expiry lags the live one by up to a second (see refresh_ttl). */
   if (out->state != MOAT_SB_KILLED && !out->persistent) {
     struct live *e = live_get(c, r->id);
@@ -235,12 +199,14 @@ static void info_from_row(struct moat_control *c, const struct moat_store_sandbo
 /* Tears down e (its mutex held; state not killed), records it killed with reason and removes it
  * from the table. A teardown error is logged: the sandbox is recorded killed all the same, and
  * the next start's reconcile removes what is left of its slot. */
-static void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
+void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
   moat_error *err = NULL;
   if (e->slot >= 0 && moat_host_destroy(c->host, e->slot, &err) < 0) {
     log_error("kill %s: destroy slot %d: %s", e->id, e->slot, moat_error_msg(err));
     moat_error_free(&err);
   }
+  if (e->state == MOAT_SB_HIBERNATED)
+    tt_forget_hibernated(c, e->id);
   if (moat_store_sandbox_transition(c->store, e->id, NULL, "killed", reason, &err) < 0) {
     log_error("kill %s: record: %s", e->id, moat_error_msg(err));
     moat_error_free(&err);
@@ -252,7 +218,7 @@ static void kill_locked(struct moat_control *c, struct live *e, const char *reas
 }
 
 /* The error for a sandbox of org that is not live: ENOENT, naming the kill reason if killed. */
-static int not_live_error(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+int not_live_error(struct moat_control *c, const char *org, const char *id, moat_error **err) {
   struct moat_store_sandbox r = {0};
   moat_error *e2 = NULL;
   if (moat_store_sandbox_get(c->store, org, id, &r, &e2) < 0) {
@@ -291,6 +257,7 @@ int moat_control_kill(struct moat_control *c, const char *org, const char *id, c
       return moat_error_set(err, ENOENT, "no sandbox %s (already killed)", id);
     if (moat_store_sandbox_transition(c->store, id, NULL, "killed", reason, err) < 0)
       return moat_error_wrap(err, "kill %s", id);
+    tt_forget_hibernated(c, id);
     return 0;
   }
   pthread_mutex_lock(&e->m);
@@ -308,21 +275,43 @@ int moat_control_kill(struct moat_control *c, const char *org, const char *id, c
 
 int moat_control_create(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
                         struct moat_sandbox_info *out, moat_error **err) {
-  uint64_t t0 = now_ns();
+  if (spec->hibernate_after_seconds < 0 || spec->hibernate_after_seconds > MOAT_MAX_TTL_S)
+    return moat_error_set(err, EINVAL, "idle.hibernate_after_seconds: must be between 1 and %lld",
+                          (long long)MOAT_MAX_TTL_S);
+  if (spec->hibernate_after_seconds > 0 && !spec->persistent)
+    return moat_error_set(err, EINVAL, "idle.hibernate_after_seconds needs persistent: true");
+  if (spec->from_snapshot)
+    return tt_create_from_snapshot(c, org, spec, out, err);
   const char *tmpl = spec->template_name ? spec->template_name : "base";
-  struct moat_limits limits;
-  int64_t ttl;
+  struct ctl_new n = {
+      .template_name = tmpl,
+      .persistent = spec->persistent,
+      .metadata = spec->metadata,
+      .env = spec->env,
+      .hibernate_after_s = spec->hibernate_after_seconds,
+  };
   if (!moat_template_exists(c->templates, tmpl))
     return moat_error_set(err, EINVAL, "unknown template '%s'", tmpl);
-  if (moat_spec_resolve(spec, &c->bounds, &limits, &ttl, err) < 0)
+  if (moat_spec_resolve(spec, &c->bounds, &n.limits, &n.ttl_seconds, err) < 0)
     return -1;
   if (moat_template_ensure(c->templates, tmpl, err) < 0)
     return moat_error_wrap(err, "template %s", tmpl);
+  return ctl_create(c, org, &n, NULL, out, err);
+}
+
+int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n, char *id_out,
+               struct moat_sandbox_info *out, moat_error **err) {
+  uint64_t t0 = now_ns();
+  const char *tmpl = n->template_name;
+  struct moat_limits limits = n->limits;
+  int64_t ttl = n->ttl_seconds;
 
   char id[MOAT_ID_LEN + 1] = "sb-";
   random_id(id + 3, MOAT_ID_LEN - 3);
-  _cleanup_free_ char *meta = dump_object(spec->metadata);
-  _cleanup_free_ char *env = dump_object(spec->env);
+  if (id_out)
+    snprintf(id_out, MOAT_ID_LEN + 1, "%s", id);
+  _cleanup_free_ char *meta = dump_object(n->metadata);
+  _cleanup_free_ char *env = dump_object(n->env);
   struct moat_store_sandbox row = {
       .id = id,
       .org = (char *)org,
@@ -330,7 +319,7 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
       .state = (char *)"creating",
       .created_at_ms = now_unix_ms(),
       .ttl_seconds = ttl,
-      .persistent = spec->persistent,
+      .persistent = n->persistent,
       .metadata_json = meta,
       .env_json = env,
       .cpu = limits.cpu,
@@ -338,17 +327,24 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
       .pids = limits.pids,
       .disk_mb = limits.disk_mb,
       .slot = -1,
+      .forked_from = (char *)n->forked_from,
+      .from_snapshot = (char *)n->from_snapshot,
+      .hibernate_after_s = n->hibernate_after_s,
   };
 
   struct live *e = live_new(id, org);
   e->state = MOAT_SB_CREATING;
-  e->env = spec->env ? json_deep_copy(spec->env) : json_object();
+  e->env = n->env ? json_deep_copy(n->env) : json_object();
   e->ttl_seconds = ttl;
-  e->persistent = spec->persistent;
+  e->persistent = n->persistent;
+  e->template_name = xstrdup(tmpl);
+  e->limits = limits;
+  e->hibernate_after_s = n->hibernate_after_s;
+  e->last_api_ms = now_unix_ms();
   pthread_mutex_lock(&e->m); /* a kill or exec of this id waits until the create is done */
   live_add(c, e);
 
-  if (moat_store_sandbox_insert(c->store, &row, "api", err) < 0) {
+  if (moat_store_sandbox_insert(c->store, &row, n->forked_from ? "fork" : "api", err) < 0) {
     moat_error_wrap(err, "create sandbox");
     e->state = MOAT_SB_KILLED;
     live_remove(c, e);
@@ -359,14 +355,17 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
 
   struct moat_instance inst;
   memset(&inst, 0, sizeof(inst));
-  int rc = moat_host_create(c->host, tmpl, &limits, &inst, err);
+  int rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, tmpl, &limits, &inst, err)
+                          : moat_host_create(c->host, tmpl, &limits, &inst, err);
   uint64_t ready_us = (now_ns() - t0) / 1000;
   if (rc < 0) {
     /* The spec was validated above: a host failure is ours (500), unless it says "no capacity"
-     * (EAGAIN: 503) or "out of disk" (ENOSPC: 507). */
-    if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
+     * (EAGAIN: 503), "out of disk" (ENOSPC: 507) or "no checkpoints here". */
+    if (err && *err && (*err)->status == ENOSYS)
+      (*err)->status = MOAT_E_NO_CHECKPOINTS;
+    else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
       (*err)->status = EIO;
-    moat_error_wrap(err, "create sandbox");
+    moat_error_wrap(err, "%s sandbox", n->restore_dir ? "restore" : "create");
     log_warn("create %s failed: %s", id, moat_error_msg(*err));
     moat_error *e2 = NULL;
     if (moat_store_sandbox_transition(c->store, id, "creating", "killed", "error", &e2) < 0) {
@@ -380,7 +379,7 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
     return -1;
   }
 
-  int64_t expires = spec->persistent ? 0 : now_unix_ms() + ttl * 1000;
+  int64_t expires = n->persistent ? 0 : now_unix_ms() + ttl * 1000;
   e->slot = inst.slot;
   e->pid = inst.pid;
   e->start_time = inst.start_time;
@@ -399,7 +398,7 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
   pthread_mutex_unlock(&e->m);
   live_put(c, e);
   log_info("sandbox %s created for %s: template %s, slot %d, %s, ready in %llu us", id, org, tmpl, inst.slot,
-           inst.from_pool ? "warm shell" : "cold", (unsigned long long)ready_us);
+           n->restore_dir ? "restored" : inst.from_pool ? "warm shell" : "cold", (unsigned long long)ready_us);
   if (!out)
     return 0;
   return moat_control_get(c, org, id, out, err);
@@ -511,7 +510,7 @@ int moat_control_update(struct moat_control *c, const char *org, const char *id,
 
 /* Pushes e's expiry to now + ttl; writes the store when it moved by a second or more, so that a
  * busy sandbox costs at most one write a second. e->m held. */
-static void refresh_ttl(struct moat_control *c, struct live *e) {
+void refresh_ttl(struct moat_control *c, struct live *e) {
   if (e->persistent)
     return;
   int64_t x = now_unix_ms() + e->ttl_seconds * 1000;
@@ -544,6 +543,19 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
     return NULL;
   }
   pthread_mutex_lock(&e->m);
+  __atomic_store_n(&e->last_api_ms, now_unix_ms(), __ATOMIC_RELAXED);
+  if (e->state == MOAT_SB_HIBERNATED && tt_wake_locked(c, e, "api", err) < 0) {
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    return NULL;
+  }
+  if (e->state == MOAT_SB_PAUSED) {
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    moat_error_set(err, MOAT_E_PAUSED, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume)", id,
+                   id);
+    return NULL;
+  }
   if (e->state != MOAT_SB_RUNNING) {
     enum moat_sandbox_state st = e->state;
     pthread_mutex_unlock(&e->m);
@@ -747,6 +759,8 @@ static void reap_once(struct moat_control *c) {
           moat_error_free(&err);
           log_warn("sandbox %s: init died", e->id);
           kill_locked(c, e, reason);
+        } else if (e->state == MOAT_SB_RUNNING && !busy && e->hibernate_after_s > 0) {
+          tt_reap_idle(c, e, now);
         }
       }
       pthread_mutex_unlock(&e->m);
@@ -754,6 +768,7 @@ static void reap_once(struct moat_control *c) {
     live_put(c, e);
   }
   free(v);
+  tt_reap_explores(c, now);
 }
 
 static void *reaper_main(void *arg) {
@@ -791,8 +806,30 @@ static int recover(struct moat_control *c, moat_error **err) {
   for (size_t i = 0; i < n; i++) {
     struct moat_store_sandbox *r = &rows[i];
     enum moat_sandbox_state st;
-    if (moat_sandbox_state_parse(r->state, &st) < 0 || st == MOAT_SB_HIBERNATED)
-      continue; /* hibernated ones hold no process: nothing to adopt */
+    if (moat_sandbox_state_parse(r->state, &st) < 0)
+      continue;
+    if (st == MOAT_SB_HIBERNATED) {
+      /* No process to adopt: it lives on as its image in DATA/hibernate/ID. */
+      _cleanup_free_ char *img = xasprintf("%s/%s", c->hib_dir, r->id);
+      if (access(img, F_OK) == 0) {
+        struct live *e = live_new(r->id, r->org);
+        e->state = st;
+        e->env = parse_object(r->env_json);
+        e->ttl_seconds = r->ttl_seconds;
+        e->persistent = r->persistent;
+        e->expires_at_ms = e->db_expires_at_ms = r->expires_at_ms;
+        e->template_name = xstrdup(r->template_name);
+        e->limits = (struct moat_limits){r->cpu, r->memory_mb, r->pids, r->disk_mb};
+        e->paused_at_ms = r->paused_at_ms;
+        e->hibernate_after_s = r->hibernate_after_s;
+        e->last_api_ms = now_unix_ms();
+        live_add(c, e);
+        live_put(c, e);
+        adopted++;
+        continue;
+      }
+      log_error("recover %s: hibernated but its image %s is gone", r->id, img);
+    }
     int alive = 0;
     struct moat_instance inst;
     memset(&inst, 0, sizeof(inst));
@@ -816,6 +853,11 @@ static int recover(struct moat_control *c, moat_error **err) {
       e->ttl_seconds = r->ttl_seconds;
       e->persistent = r->persistent;
       e->expires_at_ms = e->db_expires_at_ms = r->expires_at_ms;
+      e->template_name = xstrdup(r->template_name);
+      e->limits = (struct moat_limits){r->cpu, r->memory_mb, r->pids, r->disk_mb};
+      e->paused_at_ms = st == MOAT_SB_PAUSED ? r->paused_at_ms : 0;
+      e->hibernate_after_s = r->hibernate_after_s;
+      e->last_api_ms = now_unix_ms();
       live_add(c, e);
       live_put(c, e);
       adopted++;
@@ -859,6 +901,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   struct moat_control *c = xcalloc(1, sizeof(*c));
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->reap_lock, NULL);
+  pthread_mutex_init(&c->explore_lock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -894,6 +937,8 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     moat_error_wrap(err, "host");
     goto fail;
   }
+  if (tt_open(c, err) < 0)
+    goto fail;
   if (recover(c, err) < 0)
     goto fail;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
@@ -918,6 +963,7 @@ void moat_control_close(struct moat_control *c) {
     pthread_mutex_unlock(&c->reap_lock);
     pthread_join(c->reaper, NULL);
   }
+  tt_close(c);
   if (c->host)
     moat_host_shutdown(c->host);
   if (c->templates)
@@ -934,6 +980,10 @@ void moat_control_close(struct moat_control *c) {
   pthread_cond_destroy(&c->reap_cond);
   pthread_mutex_destroy(&c->reap_lock);
   pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->explore_lock);
+  free(c->snap_dir);
+  free(c->hib_dir);
+  free(c->tmp_dir);
   free(c->data_dir);
   free(c);
 }

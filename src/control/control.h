@@ -9,6 +9,7 @@
 #ifndef MOAT_CONTROL_H
 #define MOAT_CONTROL_H
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -55,6 +56,11 @@ struct moat_sandbox_spec {
   json_t *metadata; /* object of string -> string, or NULL; borrowed */
   json_t *env;      /* object of string -> string, or NULL; borrowed */
   struct moat_limits limits; /* zero fields = defaults */
+  /* Time travel (issue 4). */
+  const char *from_snapshot;       /* snapshot id to start from (moat_host_restore), or NULL; the
+                                      snapshot's template is used and template_name must be NULL
+                                      or the same; zero limits default to the snapshot's */
+  int64_t hibernate_after_seconds; /* persistent only: hibernate after this long idle; 0 = never */
 };
 
 struct moat_sandbox_info {
@@ -72,6 +78,11 @@ struct moat_sandbox_info {
   char *killed_reason; /* NULL unless killed: "api", "ttl", "host_restart", "oom", "error" */
   int64_t killed_at_ms;
   uint64_t ready_us; /* server-side create-to-ready in microseconds */
+  /* Time travel (issue 4). */
+  char *forked_from;               /* parent sandbox id of a fork / explore branch, or NULL */
+  char *from_snapshot;             /* snapshot it was created from (or last rolled back to), or NULL */
+  int64_t hibernate_after_seconds; /* 0 = never */
+  int64_t paused_at_ms;            /* when paused or hibernated; 0 otherwise */
 };
 void moat_sandbox_info_clear(struct moat_sandbox_info *s);
 void moat_sandbox_infos_free(struct moat_sandbox_info *v, size_t n);
@@ -134,6 +145,112 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id, c
 /* Creates a new API key ("moat_" + 64 hex digits) for org in the store under data_dir, which a
  * running moatd may have open. Returns 0 and sets *key (caller frees), or -1. */
 int moat_control_key_create(const char *data_dir, const char *org, char **key, moat_error **err);
+
+/* ---- time travel (issue 4; control/timetravel.c) ----
+ *
+ * Errors on top of the ones above: MOAT_E_PAUSED (API 409 sandbox_paused) from guest access to a
+ * paused sandbox; MOAT_E_NO_CHECKPOINTS (API 503 checkpoints_unavailable) from every call that
+ * needs a checkpoint when the host has no working CRIU; EBUSY (409) for a transition the state
+ * does not allow. A hibernated sandbox is woken transparently by moat_control_guest and
+ * moat_control_exec. */
+#define MOAT_E_PAUSED EHOSTDOWN
+#define MOAT_E_NO_CHECKPOINTS ENOPKG
+
+/* running -> paused (cgroup freeze; TTL clock stopped). Paused already: 0. Hibernated: EBUSY. */
+int moat_control_pause(struct moat_control *c, const char *org, const char *id, moat_error **err);
+/* paused -> running (thaw; expires_at moves on by the time spent paused). Running already: 0. */
+int moat_control_resume(struct moat_control *c, const char *org, const char *id, moat_error **err);
+/* running|paused -> hibernated: checkpoint into DATA/hibernate/ID, slot released, TTL stopped.
+ * Hibernated already: 0. */
+int moat_control_hibernate(struct moat_control *c, const char *org, const char *id, moat_error **err);
+/* hibernated -> running: restore into a fresh slot under the same id, image removed. Running or
+ * paused already: 0 (a paused one stays paused). */
+int moat_control_wake(struct moat_control *c, const char *org, const char *id, moat_error **err);
+
+struct moat_snapshot_info {
+  char id[32]; /* "snap-" + 17 base-36 chars */
+  char sandbox_id[MOAT_ID_LEN + 1];
+  char *org;
+  char *template_name;
+  int64_t created_at_ms;
+  uint64_t memory_bytes, disk_bytes;
+  json_t *metadata; /* owned, object */
+};
+void moat_snapshot_info_clear(struct moat_snapshot_info *s);
+void moat_snapshot_infos_free(struct moat_snapshot_info *v, size_t n);
+
+/* Checkpoints running sandbox id (it keeps running) into DATA/snapshots/SID. The snapshot is
+ * listed only once complete. metadata: object of string -> string or NULL (borrowed). */
+int moat_control_snapshot_create(struct moat_control *c, const char *org, const char *id, json_t *metadata,
+                                 struct moat_snapshot_info *out, moat_error **err);
+/* sandbox_id NULL = all of org's snapshots; oldest first. */
+int moat_control_snapshot_list(struct moat_control *c, const char *org, const char *sandbox_id,
+                               struct moat_snapshot_info **out, size_t *n, moat_error **err);
+int moat_control_snapshot_get(struct moat_control *c, const char *org, const char *sid,
+                              struct moat_snapshot_info *out, moat_error **err);
+/* Removes the snapshot's row and files. A restore reading it at that moment keeps its open files;
+ * the delete never waits. ENOENT when unknown. */
+int moat_control_snapshot_delete(struct moat_control *c, const char *org, const char *sid, moat_error **err);
+
+/* Forks running sandbox id count (1..16) times: one checkpoint (the parent keeps running), then
+ * count concurrent restores. *children gets count infos (caller frees with
+ * moat_sandbox_infos_free): independent sandboxes with the parent's template, limits, TTL,
+ * metadata and env, forked_from = id. On any failure the children made are killed. */
+int moat_control_fork(struct moat_control *c, const char *org, const char *id, unsigned count,
+                      struct moat_sandbox_info **children, moat_error **err);
+
+/* Returns sandbox id (running or paused) to snapshot_id (a snapshot of this same sandbox): the
+ * snapshot is restored into a fresh slot, the record swapped under the same id, the old slot
+ * destroyed. The sandbox is running afterwards. */
+int moat_control_rollback(struct moat_control *c, const char *org, const char *id, const char *snapshot_id,
+                          moat_error **err);
+
+#define MOAT_EXPLORE_MAX_BRANCHES 16
+#define MOAT_EXPLORE_TAIL 4096 /* bytes of stdout / stderr kept per branch */
+#define MOAT_EXPLORE_BEST_TTL_S 600 /* keep "best": branches die this long after the explore unless kept */
+
+enum moat_explore_keep { MOAT_KEEP_FIRST_SUCCESS = 0, MOAT_KEEP_BEST };
+struct moat_explore_branch {
+  const char *cmd;    /* run with /bin/sh -c in the branch */
+  int64_t timeout_ms; /* 0 = 10 minutes */
+};
+struct moat_explore_outcome {
+  char sandbox_id[MOAT_ID_LEN + 1];
+  int exit_code;      /* -1 when killed by a signal, timed out or not run */
+  bool timed_out;
+  char *stdout_tail;  /* last MOAT_EXPLORE_TAIL bytes (raw, may be invalid UTF-8) */
+  size_t stdout_len;
+  char *stderr_tail;
+  size_t stderr_len;
+  json_t *files_changed; /* array of paths changed in the branch's writable layer */
+  int64_t duration_ms;
+  bool alive;         /* the branch sandbox still exists after the call */
+  char *error;        /* why the branch could not run, or NULL */
+};
+struct moat_explore_result {
+  char explore_id[32];                 /* "exp-..." for keep best; "" otherwise */
+  char winner[MOAT_ID_LEN + 1];        /* "" when none */
+  int64_t expires_at_ms;               /* keep best: when unkept branches die */
+  struct moat_explore_outcome *outcomes; /* one per branch, in request order */
+  size_t n;
+};
+void moat_explore_result_clear(struct moat_explore_result *r);
+/* Forks running sandbox id once per branch, runs each branch's command concurrently and reports
+ * outcomes. first_success: the first branch (by finish time) that exits 0 wins and stays as an
+ * independent sandbox; all others are killed (also when none passes). best: every branch stays
+ * alive for MOAT_EXPLORE_BEST_TTL_S; the client calls moat_control_explore_keep. */
+int moat_control_explore(struct moat_control *c, const char *org, const char *id,
+                         const struct moat_explore_branch *branches, size_t n, enum moat_explore_keep keep,
+                         struct moat_explore_result *out, moat_error **err);
+/* keep best: promotes branch sandbox_id of explore explore_id (started from sandbox id) to an
+ * independent sandbox with the parent's TTL and kills the other branches. ENOENT when unknown or
+ * already decided. */
+int moat_control_explore_keep(struct moat_control *c, const char *org, const char *id, const char *explore_id,
+                              const char *sandbox_id, struct moat_sandbox_info *out, moat_error **err);
+
+/* For /healthz: whether checkpoints work here and which CRIU the host uses (static storage). */
+bool moat_control_can_checkpoint(struct moat_control *c);
+const char *moat_control_criu_status(struct moat_control *c);
 
 /* Templates. */
 struct moat_templates *moat_control_templates(struct moat_control *c);

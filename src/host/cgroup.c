@@ -269,6 +269,45 @@ bool moat_cgroup_populated(struct moat_cgroups *cg, int slot) {
   return v2_populated(d);
 }
 
+static bool v2_frozen(const char *dir) {
+  _cleanup_free_ char *p = xasprintf("%s/cgroup.events", dir);
+  _cleanup_free_ char *s = NULL;
+  if (read_file(p, &s, NULL, NULL) < 0)
+    return false;
+  return strstr(s, "frozen 1") != NULL;
+}
+
+bool moat_cgroup_frozen(struct moat_cgroups *cg, int slot) {
+  _cleanup_free_ char *d = slot_dir(cg->v2, slot);
+  return v2_frozen(d);
+}
+
+int moat_cgroup_freeze(struct moat_cgroups *cg, int slot, bool frozen, int timeout_ms, moat_error **err) {
+  _cleanup_free_ char *d = slot_dir(cg->v2, slot);
+  if (access(d, F_OK) < 0)
+    return moat_error_errno(err, "slot %d has no cgroup %s", slot, d);
+  if (write_at(d, "cgroup.freeze", frozen ? "1" : "0", err) < 0)
+    return moat_error_wrap(err, "%s slot %d", frozen ? "freeze" : "thaw", slot);
+  _cleanup_free_ char *ev = xasprintf("%s/cgroup.events", d);
+  _cleanup_close_ int fd = open(ev, O_RDONLY | O_CLOEXEC);
+  uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  /* cgroup.events notifies (POLLPRI) on every change of "frozen"; poll in short steps as well
+   * in case a notification raced the first read. */
+  while (v2_frozen(d) != frozen) {
+    uint64_t now = now_ns();
+    if (now >= deadline)
+      return moat_error_set(err, ETIMEDOUT, "slot %d: not %s %d ms after writing cgroup.freeze", slot,
+                            frozen ? "frozen" : "thawed", timeout_ms);
+    if (fd >= 0) {
+      struct pollfd pfd = {.fd = fd, .events = POLLPRI};
+      poll(&pfd, 1, 5);
+    } else {
+      usleep(200);
+    }
+  }
+  return 0;
+}
+
 int moat_cgroup_kill(struct moat_cgroups *cg, int slot, int timeout_ms, moat_error **err) {
   _cleanup_free_ char *d = slot_dir(cg->v2, slot);
   if (access(d, F_OK) < 0)

@@ -33,6 +33,13 @@ int moat_cgroup_attach_v1(struct moat_cgroups *cg, int slot, pid_t pid, moat_err
 int moat_cgroup_kill(struct moat_cgroups *cg, int slot, int timeout_ms, moat_error **err);
 /* Removes slot-N from every hierarchy; tolerates missing dirs. Fails with EBUSY if populated. */
 int moat_cgroup_remove(struct moat_cgroups *cg, int slot, moat_error **err);
+/* Freezes (frozen true) or thaws the slot through its v2 cgroup.freeze and waits up to timeout_ms
+ * until cgroup.events reports the new state (a freeze completes once every task has stopped).
+ * Idempotent. ENOENT when the slot has no v2 cgroup, ETIMEDOUT when the state did not settle
+ * (the request stays written: the kernel finishes it on its own). 0 or -1. */
+int moat_cgroup_freeze(struct moat_cgroups *cg, int slot, bool frozen, int timeout_ms, moat_error **err);
+/* True when the slot's v2 cgroup reports frozen. */
+bool moat_cgroup_frozen(struct moat_cgroups *cg, int slot);
 /* True when slot-N exists in the v2 tree and holds processes. */
 bool moat_cgroup_populated(struct moat_cgroups *cg, int slot);
 int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out, moat_error **err);

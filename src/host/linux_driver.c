@@ -670,3 +670,24 @@ bool moat_host_alive(struct moat_host *h, int slot) {
 int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err) {
   return moat_cgroup_usage(h->cgroups, slot, out, err);
 }
+
+/* ---- pause / resume (issue 4): the slot's v2 cgroup.freeze ---- */
+
+#define FREEZE_TIMEOUT_MS 5000
+
+static int freeze_slot(struct moat_host *h, int slot, bool frozen, moat_error **err) {
+  if (slot < 0 || slot >= MOAT_MAX_RANGES)
+    return moat_error_set(err, EINVAL, "slot %d out of range", slot);
+  pthread_mutex_lock(&h->lock);
+  bool assigned = h->slots[slot] && h->slots[slot]->state == SLOT_ASSIGNED;
+  pthread_mutex_unlock(&h->lock);
+  if (!assigned)
+    return moat_error_set(err, ENOENT, "slot %d holds no sandbox", slot);
+  return moat_cgroup_freeze(h->cgroups, slot, frozen, FREEZE_TIMEOUT_MS, err);
+}
+
+int moat_host_pause(struct moat_host *h, int slot, moat_error **err) { return freeze_slot(h, slot, true, err); }
+
+int moat_host_resume(struct moat_host *h, int slot, moat_error **err) {
+  return freeze_slot(h, slot, false, err);
+}

@@ -56,12 +56,34 @@ static const char *const migrations[] = {
     "  to_state TEXT NOT NULL,"
     "  reason TEXT NOT NULL);"
     "CREATE INDEX sandbox_events_sandbox ON sandbox_events(sandbox_id, seq);",
+    /* 2 -> 3: time travel: fork / snapshot lineage, idle hibernation, pause time; snapshots */
+    "ALTER TABLE sandboxes ADD COLUMN forked_from TEXT;"
+    "ALTER TABLE sandboxes ADD COLUMN from_snapshot TEXT;"
+    "ALTER TABLE sandboxes ADD COLUMN hibernate_after_s INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE sandboxes ADD COLUMN paused_at_ms INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE snapshots ("
+    "  id TEXT PRIMARY KEY,"
+    "  org TEXT NOT NULL REFERENCES orgs(id),"
+    "  sandbox_id TEXT NOT NULL,"
+    "  template TEXT NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  memory_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  disk_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  metadata TEXT NOT NULL DEFAULT '{}',"
+    "  cpu REAL NOT NULL,"
+    "  memory_mb INTEGER NOT NULL,"
+    "  pids INTEGER NOT NULL,"
+    "  disk_mb INTEGER NOT NULL,"
+    "  ttl_seconds INTEGER NOT NULL,"
+    "  env TEXT NOT NULL DEFAULT '{}',"
+    "  sandbox_metadata TEXT NOT NULL DEFAULT '{}');"
+    "CREATE INDEX snapshots_org_sandbox ON snapshots(org, sandbox_id);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,
                "MOAT_STORE_SCHEMA_VERSION must equal the number of migrations");
 
-#define STMT_CACHE 24
+#define STMT_CACHE 40
 
 struct moat_store {
   pthread_mutex_t lock; /* guards db and the statement cache */
@@ -355,6 +377,8 @@ void moat_store_sandbox_clear(struct moat_store_sandbox *r) {
   free(r->metadata_json);
   free(r->env_json);
   free(r->killed_reason);
+  free(r->forked_from);
+  free(r->from_snapshot);
   memset(r, 0, sizeof(*r));
   r->slot = -1;
 }
@@ -367,7 +391,8 @@ void moat_store_sandboxes_free(struct moat_store_sandbox *v, size_t n) {
 
 #define SANDBOX_COLS                                                                                         \
   "id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, persistent, metadata, env, cpu, "    \
-  "memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, killed_reason, killed_at_ms, updated_at_ms"
+  "memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, killed_reason, killed_at_ms, updated_at_ms, "   \
+  "forked_from, from_snapshot, hibernate_after_s, paused_at_ms"
 
 static void read_row(sqlite3_stmt *st, struct moat_store_sandbox *r) {
   r->id = col_text(st, 0);
@@ -391,6 +416,10 @@ static void read_row(sqlite3_stmt *st, struct moat_store_sandbox *r) {
   r->killed_reason = col_text(st, 18);
   r->killed_at_ms = sqlite3_column_int64(st, 19);
   r->updated_at_ms = sqlite3_column_int64(st, 20);
+  r->forked_from = col_text(st, 21);
+  r->from_snapshot = col_text(st, 22);
+  r->hibernate_after_s = sqlite3_column_int64(st, 23);
+  r->paused_at_ms = sqlite3_column_int64(st, 24);
 }
 
 static int add_event(struct moat_store *s, const char *id, int64_t at_ms, const char *from, const char *to,
@@ -413,8 +442,10 @@ int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sand
   static const char sql[] =
       "INSERT INTO sandboxes (id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, "
       "persistent, "
-      "metadata, env, cpu, memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, updated_at_ms) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)";
+      "metadata, env, cpu, memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, updated_at_ms, "
+      "forked_from, from_snapshot, hibernate_after_s) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, "
+      "?22)";
   int ret = -1;
   int64_t now = now_unix_ms();
   pthread_mutex_lock(&s->lock);
@@ -444,6 +475,9 @@ int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sand
   sqlite3_bind_int64(st, 17, (int64_t)r->start_time);
   sqlite3_bind_int64(st, 18, (int64_t)r->ready_us);
   sqlite3_bind_int64(st, 19, now);
+  bind_text(st, 20, r->forked_from);
+  bind_text(st, 21, r->from_snapshot);
+  sqlite3_bind_int64(st, 22, r->hibernate_after_s);
   int rc = sqlite3_step(st);
   sqlite3_reset(st);
   if (rc != SQLITE_DONE) {
@@ -729,4 +763,225 @@ void moat_store_events_free(struct moat_store_event *v, size_t n) {
     free(v[i].reason);
   }
   free(v);
+}
+
+/* ---- time travel: state moves, snapshots (schema 3) ---- */
+
+int moat_store_sandbox_move(struct moat_store *s, const char *id, const struct moat_store_move *m,
+                            moat_error **err) {
+  static const char sql[] =
+      "UPDATE sandboxes SET state = ?2, updated_at_ms = ?3, "
+      "slot = CASE WHEN ?4 THEN ?5 ELSE slot END, pid = CASE WHEN ?4 THEN ?6 ELSE pid END, "
+      "start_time = CASE WHEN ?4 THEN ?7 ELSE start_time END, "
+      "expires_at_ms = CASE WHEN ?8 THEN ?9 ELSE expires_at_ms END, "
+      "paused_at_ms = CASE WHEN ?10 THEN ?11 ELSE paused_at_ms END, "
+      "from_snapshot = COALESCE(?12, from_snapshot) WHERE id = ?1";
+  if (!m->to || strcmp(m->to, "killed") == 0)
+    return moat_error_set(err, EINVAL, "move %s: bad target state", id);
+  int ret = -1;
+  int64_t now = now_unix_ms();
+  char cur[32];
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  if (read_state(s, id, cur, sizeof(cur), err) < 0)
+    goto fail;
+  if (m->from ? strcmp(cur, m->from) != 0 : strcmp(cur, "killed") == 0) {
+    moat_error_set(err, EBUSY, "sandbox %s is %s", id, cur);
+    goto fail;
+  }
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto fail;
+  bind_text(st, 1, id);
+  bind_text(st, 2, m->to);
+  sqlite3_bind_int64(st, 3, now);
+  sqlite3_bind_int(st, 4, m->set_instance);
+  sqlite3_bind_int(st, 5, m->slot);
+  sqlite3_bind_int64(st, 6, m->pid);
+  sqlite3_bind_int64(st, 7, (int64_t)m->start_time);
+  sqlite3_bind_int(st, 8, m->set_expires);
+  sqlite3_bind_int64(st, 9, m->expires_at_ms);
+  sqlite3_bind_int(st, 10, m->set_paused_at);
+  sqlite3_bind_int64(st, 11, m->paused_at_ms);
+  bind_text(st, 12, m->from_snapshot);
+  if (step_done(s, st, err, "move sandbox") < 0 || add_event(s, id, now, cur, m->to, m->reason, err) < 0)
+    goto fail;
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+void moat_store_snapshot_clear(struct moat_store_snapshot *r) {
+  if (!r)
+    return;
+  free(r->id);
+  free(r->org);
+  free(r->sandbox_id);
+  free(r->template_name);
+  free(r->metadata_json);
+  free(r->env_json);
+  free(r->sandbox_metadata_json);
+  memset(r, 0, sizeof(*r));
+}
+
+void moat_store_snapshots_free(struct moat_store_snapshot *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    moat_store_snapshot_clear(&v[i]);
+  free(v);
+}
+
+#define SNAPSHOT_COLS                                                                                        \
+  "id, org, sandbox_id, template, created_at_ms, memory_bytes, disk_bytes, metadata, cpu, memory_mb, pids, " \
+  "disk_mb, ttl_seconds, env, sandbox_metadata"
+
+static void read_snapshot(sqlite3_stmt *st, struct moat_store_snapshot *r) {
+  memset(r, 0, sizeof(*r));
+  r->id = col_text(st, 0);
+  r->org = col_text(st, 1);
+  r->sandbox_id = col_text(st, 2);
+  r->template_name = col_text(st, 3);
+  r->created_at_ms = sqlite3_column_int64(st, 4);
+  r->memory_bytes = (uint64_t)sqlite3_column_int64(st, 5);
+  r->disk_bytes = (uint64_t)sqlite3_column_int64(st, 6);
+  r->metadata_json = col_text(st, 7);
+  r->cpu = sqlite3_column_double(st, 8);
+  r->memory_mb = (uint64_t)sqlite3_column_int64(st, 9);
+  r->pids = (uint64_t)sqlite3_column_int64(st, 10);
+  r->disk_mb = (uint64_t)sqlite3_column_int64(st, 11);
+  r->ttl_seconds = sqlite3_column_int64(st, 12);
+  r->env_json = col_text(st, 13);
+  r->sandbox_metadata_json = col_text(st, 14);
+}
+
+int moat_store_snapshot_insert(struct moat_store *s, const struct moat_store_snapshot *r, moat_error **err) {
+  static const char sql[] = "INSERT INTO snapshots (" SNAPSHOT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+                            "?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  if (ensure_org(s, r->org, err) < 0)
+    goto fail;
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto fail;
+  bind_text(st, 1, r->id);
+  bind_text(st, 2, r->org);
+  bind_text(st, 3, r->sandbox_id);
+  bind_text(st, 4, r->template_name);
+  sqlite3_bind_int64(st, 5, r->created_at_ms);
+  sqlite3_bind_int64(st, 6, (int64_t)r->memory_bytes);
+  sqlite3_bind_int64(st, 7, (int64_t)r->disk_bytes);
+  bind_text(st, 8, r->metadata_json ? r->metadata_json : "{}");
+  sqlite3_bind_double(st, 9, r->cpu);
+  sqlite3_bind_int64(st, 10, (int64_t)r->memory_mb);
+  sqlite3_bind_int64(st, 11, (int64_t)r->pids);
+  sqlite3_bind_int64(st, 12, (int64_t)r->disk_mb);
+  sqlite3_bind_int64(st, 13, r->ttl_seconds);
+  bind_text(st, 14, r->env_json ? r->env_json : "{}");
+  bind_text(st, 15, r->sandbox_metadata_json ? r->sandbox_metadata_json : "{}");
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    if ((rc & 0xff) == SQLITE_CONSTRAINT)
+      moat_error_set(err, EEXIST, "snapshot %s exists", r->id);
+    else
+      db_error(s, rc, err, "insert snapshot");
+    goto fail;
+  }
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_snapshot_get(struct moat_store *s, const char *org, const char *id,
+                            struct moat_store_snapshot *out, moat_error **err) {
+  static const char sql[] = "SELECT " SNAPSHOT_COLS " FROM snapshots WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (st) {
+    bind_text(st, 1, id);
+    bind_text(st, 2, org);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      read_snapshot(st, out);
+      ret = 0;
+    } else if (rc == SQLITE_DONE) {
+      moat_error_set(err, ENOENT, "no snapshot %s", id);
+    } else {
+      db_error(s, rc, err, "read snapshot");
+    }
+    sqlite3_reset(st);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_snapshot_list(struct moat_store *s, const char *org, const char *sandbox_id,
+                             struct moat_store_snapshot **out, size_t *n, moat_error **err) {
+  static const char sql[] = "SELECT " SNAPSHOT_COLS " FROM snapshots WHERE (?1 IS NULL OR org = ?1) AND "
+                            "(?2 IS NULL OR sandbox_id = ?2) ORDER BY created_at_ms, rowid";
+  struct moat_store_snapshot *v = NULL;
+  size_t len = 0, cap = 0;
+  int ret = -1;
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto out;
+  bind_text(st, 1, org);
+  bind_text(st, 2, sandbox_id);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 16;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    read_snapshot(st, &v[len++]);
+  }
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    db_error(s, rc, err, "list snapshots");
+    moat_store_snapshots_free(v, len);
+    goto out;
+  }
+  if (len)
+    *out = v;
+  else
+    free(v);
+  *n = len;
+  ret = 0;
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_snapshot_delete(struct moat_store *s, const char *org, const char *id, moat_error **err) {
+  static const char sql[] = "DELETE FROM snapshots WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (st) {
+    bind_text(st, 1, id);
+    bind_text(st, 2, org);
+    if (step_done(s, st, err, "delete snapshot") == 0) {
+      if (sqlite3_changes(s->db) == 0)
+        moat_error_set(err, ENOENT, "no snapshot %s", id);
+      else
+        ret = 0;
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  return ret;
 }

@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 2 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 3 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -62,6 +62,11 @@ struct moat_store_sandbox {
   char *killed_reason; /* NULL unless killed */
   int64_t killed_at_ms;
   int64_t updated_at_ms;
+  /* schema 3 (time travel) */
+  char *forked_from;         /* NULL unless forked */
+  char *from_snapshot;       /* NULL unless restored from / rolled back to a snapshot */
+  int64_t hibernate_after_s; /* 0 = never */
+  int64_t paused_at_ms;      /* when paused or hibernated, else 0 */
 };
 void moat_store_sandbox_clear(struct moat_store_sandbox *r);
 void moat_store_sandboxes_free(struct moat_store_sandbox *v, size_t n);
@@ -108,6 +113,55 @@ struct moat_store_patch {
 };
 int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct moat_store_patch *p,
                              moat_error **err);
+
+/* A state change with whatever else changes with it, in one transaction with its event row. */
+struct moat_store_move {
+  const char *from;   /* required current state; NULL = any but "killed" */
+  const char *to;     /* new state (not "killed": use moat_store_sandbox_transition) */
+  const char *reason; /* event reason */
+  bool set_instance;  /* slot, pid, start_time (slot -1, pid 0 when it holds none) */
+  int slot;
+  int64_t pid;
+  uint64_t start_time;
+  bool set_expires;
+  int64_t expires_at_ms;
+  bool set_paused_at;
+  int64_t paused_at_ms;
+  const char *from_snapshot; /* non-NULL: recorded */
+};
+/* ENOENT unknown id, EBUSY when the current state is not m->from (or killed). */
+int moat_store_sandbox_move(struct moat_store *s, const char *id, const struct moat_store_move *m,
+                            moat_error **err);
+
+/* ---- snapshots (schema 3) ----
+ * A row exists only for a complete snapshot: the caller writes the files first, then inserts. */
+struct moat_store_snapshot {
+  char *id;
+  char *org;
+  char *sandbox_id;
+  char *template_name;
+  int64_t created_at_ms;
+  uint64_t memory_bytes, disk_bytes;
+  char *metadata_json; /* the snapshot's own metadata (object text) */
+  /* what the sandbox had, for creates from the snapshot */
+  double cpu;
+  uint64_t memory_mb, pids, disk_mb;
+  int64_t ttl_seconds;
+  char *env_json;
+  char *sandbox_metadata_json;
+};
+void moat_store_snapshot_clear(struct moat_store_snapshot *r);
+void moat_store_snapshots_free(struct moat_store_snapshot *v, size_t n);
+/* EEXIST if the id is taken. */
+int moat_store_snapshot_insert(struct moat_store *s, const struct moat_store_snapshot *r, moat_error **err);
+/* org NULL = any org. ENOENT when unknown (or another org's). */
+int moat_store_snapshot_get(struct moat_store *s, const char *org, const char *id,
+                            struct moat_store_snapshot *out, moat_error **err);
+/* org NULL = every org, sandbox_id NULL = every sandbox; oldest first. */
+int moat_store_snapshot_list(struct moat_store *s, const char *org, const char *sandbox_id,
+                             struct moat_store_snapshot **out, size_t *n, moat_error **err);
+/* ENOENT when unknown (or another org's). */
+int moat_store_snapshot_delete(struct moat_store *s, const char *org, const char *id, moat_error **err);
 
 /* Lifecycle events of a sandbox, oldest first. */
 struct moat_store_event {

@@ -1,0 +1,126 @@
+/* control_internal.h -- what the files of src/control share: the table of live sandboxes, the
+ * control handle and the state-machine helpers control.c offers timetravel.c
+ *
+ * Locking (see control.c): c->lock guards the table only; each live sandbox's mutex m is held
+ * across its state transitions, never c->lock inside it.
+ */
+#ifndef MOAT_CONTROL_INTERNAL_H
+#define MOAT_CONTROL_INTERNAL_H
+
+#include <pthread.h>
+
+#include "../store/store.h"
+#include "control.h"
+#include "spec.h"
+
+#define NBUCKETS 4096
+#define DEFAULT_REAP_INTERVAL_MS 1000
+#define API_KEY_FILE "api-key"
+#define DEFAULT_ORG "default"
+
+struct live {
+  char id[MOAT_ID_LEN + 1];
+  char *org;
+  struct live *next;     /* hash chain; c->lock */
+  unsigned refs;         /* c->lock: the table's reference plus one per user */
+  bool in_table;         /* c->lock */
+  int inflight;          /* execs running now; atomic */
+  int64_t expires_at_ms; /* atomic reads allowed (get/list overlay it); written under m */
+  int64_t last_api_ms;   /* last API use (guest access); atomic */
+
+  pthread_mutex_t m; /* guards the rest */
+  enum moat_sandbox_state state;
+  int slot; /* -1 while it holds none (creating, hibernated) */
+  pid_t pid;
+  uint64_t start_time;
+  char *sock_path;
+  json_t *env; /* the sandbox's env object */
+  int64_t ttl_seconds;
+  bool persistent;
+  int64_t db_expires_at_ms; /* expiry last written to the store */
+  /* time travel */
+  char *template_name;
+  struct moat_limits limits;
+  int64_t paused_at_ms;      /* paused or hibernated since, else 0 */
+  int64_t hibernate_after_s; /* idle hibernation; 0 = never */
+  uint64_t idle_cpu_ns;      /* reaper: cgroup CPU usage at idle_sample_ms */
+  int64_t idle_sample_ms;
+  int64_t busy_at_ms; /* reaper: last time CPU use was above the idle threshold */
+};
+
+struct explore; /* timetravel.c */
+
+struct moat_control {
+  char *data_dir;
+  char *snap_dir; /* DATA/snapshots */
+  char *hib_dir;  /* DATA/hibernate */
+  char *tmp_dir;  /* DATA/checkpoints-tmp: fork images */
+  struct moat_store *store;
+  struct moat_templates *templates;
+  struct moat_host *host;
+  struct moat_spec_bounds bounds;
+
+  pthread_mutex_t lock;
+  struct live *buckets[NBUCKETS];
+
+  pthread_t reaper;
+  bool reaper_started;
+  pthread_mutex_t reap_lock;
+  pthread_cond_t reap_cond;
+  bool stop; /* reap_lock */
+  unsigned reap_interval_ms;
+
+  pthread_mutex_t explore_lock;
+  struct explore *explores; /* keep-best explores awaiting a choice; explore_lock */
+};
+
+/* ---- control.c ---- */
+struct live *live_get(struct moat_control *c, const char *id); /* reference taken, or NULL */
+void live_put(struct moat_control *c, struct live *e);
+void live_add(struct moat_control *c, struct live *e);
+void live_remove(struct moat_control *c, struct live *e);
+struct live *live_new(const char *id, const char *org);
+json_t *parse_object(const char *text); /* never NULL */
+char *dump_object(json_t *j);          /* "{}" for NULL */
+void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r, struct moat_sandbox_info *out);
+/* Tears e down (m held, not killed), records it killed with reason, removes it from the table. */
+void kill_locked(struct moat_control *c, struct live *e, const char *reason);
+int not_live_error(struct moat_control *c, const char *org, const char *id, moat_error **err);
+void refresh_ttl(struct moat_control *c, struct live *e); /* m held */
+
+/* A sandbox to make: fresh from its template, or restored from a checkpoint dir. */
+struct ctl_new {
+  const char *template_name;
+  struct moat_limits limits; /* resolved */
+  int64_t ttl_seconds;
+  bool persistent;
+  json_t *metadata; /* borrowed, may be NULL */
+  json_t *env;      /* borrowed, may be NULL */
+  const char *restore_dir;   /* NULL = moat_host_create */
+  const char *forked_from;   /* recorded, may be NULL */
+  const char *from_snapshot; /* recorded, may be NULL */
+  int64_t hibernate_after_s;
+};
+/* Creates (records, builds or restores, marks running) a sandbox; fills out when not NULL and
+ * id (MOAT_ID_LEN + 1) when not NULL. On failure nothing is left but a row recorded killed. */
+int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n, char *id,
+               struct moat_sandbox_info *out, moat_error **err);
+
+/* ---- timetravel.c ---- */
+/* moat_control_create with spec->from_snapshot set. */
+int tt_create_from_snapshot(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
+                            struct moat_sandbox_info *out, moat_error **err);
+/* At open, after the store is up and before recover(): makes the snapshot, hibernate and temp
+ * dirs, removes partial snapshots and snapshot dirs without a row. 0 or -1. */
+int tt_open(struct moat_control *c, moat_error **err);
+void tt_close(struct moat_control *c);
+/* Hibernated sandboxes (no slot) are woken here when guest access finds one: e->m held. */
+int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err);
+/* Removes what a killed hibernated sandbox left (its image). */
+void tt_forget_hibernated(struct moat_control *c, const char *id);
+/* Reaper pass helpers: idle hibernation of e (m held, running). */
+void tt_reap_idle(struct moat_control *c, struct live *e, int64_t now_ms);
+/* Explores whose keep-best window ran out are forgotten (their branches die by TTL). */
+void tt_reap_explores(struct moat_control *c, int64_t now_ms);
+
+#endif

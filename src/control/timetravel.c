@@ -1,0 +1,1213 @@
+/* timetravel.c -- pause/resume, hibernate/wake, snapshots, fork, explore and rollback (issue 4):
+ * the state machine around the host's freezer and checkpoint/restore
+ *
+ * Files under the data dir:
+ *   DATA/snapshots/SID          a complete snapshot (the host's checkpoint dir); listed once its
+ *                               row exists, and a row is inserted only after the rename from
+ *   DATA/snapshots/SID.partial  which tt_open removes (a moatd killed mid-snapshot), together
+ *                               with any SID dir that has no row
+ *   DATA/hibernate/ID           the image of hibernated sandbox ID (.partial while written)
+ *   DATA/checkpoints-tmp/       fork images, removed after the restores and at every start
+ * Every transition holds the sandbox's mutex (control_internal.h) across the host call, so a
+ * kill, exec or second transition of the same sandbox waits for it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+#include "control_internal.h"
+
+#define IDLE_CPU_THRESHOLD 0.02 /* of one CPU: above this a sandbox is busy, never idle-hibernated */
+#define EXPLORE_DEFAULT_TIMEOUT_MS 600000
+
+struct explore {
+  struct explore *next;
+  char id[32];
+  char *org;
+  char parent[MOAT_ID_LEN + 1];
+  size_t n;
+  char (*branches)[MOAT_ID_LEN + 1];
+  int64_t expires_at_ms;
+};
+
+/* Snapshots being restored right now (delete answers 409 for them); explore_lock. */
+struct snap_use {
+  struct snap_use *next;
+  char id[32];
+  unsigned n;
+};
+static struct snap_use *snap_uses; /* one moatd per process: a plain static is enough */
+
+/* ---- small helpers ---- */
+
+static int no_checkpoints(struct moat_control *c, moat_error **err) {
+  return moat_error_set(err, MOAT_E_NO_CHECKPOINTS, "checkpoints are unavailable on this host: %s",
+                        moat_host_criu_status(c->host));
+}
+
+/* A host checkpoint/restore error: ENOSYS means no CRIU here. */
+static int host_error(moat_error **err) {
+  if (err && *err && (*err)->status == ENOSYS)
+    (*err)->status = MOAT_E_NO_CHECKPOINTS;
+  else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
+    (*err)->status = EIO;
+  return -1;
+}
+
+static void fsync_dir(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+static void remove_dir(const char *path) {
+  moat_error *err = NULL;
+  if (rm_rf(path, &err) < 0) {
+    log_warn("remove %s: %s", path, moat_error_msg(err));
+    moat_error_free(&err);
+  }
+}
+
+/* Finds org's sandbox id in the table and locks it. NULL with ENOENT (absent, another org's,
+ * killed) or EBUSY (a row no live entry backs). */
+static struct live *lock_live(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct live *e = live_get(c, id);
+  if (e && strcmp(e->org, org) != 0) {
+    live_put(c, e);
+    moat_error_set(err, ENOENT, "no sandbox %s", id);
+    return NULL;
+  }
+  if (!e) {
+    not_live_error(c, org, id, err);
+    return NULL;
+  }
+  pthread_mutex_lock(&e->m);
+  if (e->state == MOAT_SB_KILLED) {
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    not_live_error(c, org, id, err);
+    return NULL;
+  }
+  __atomic_store_n(&e->last_api_ms, now_unix_ms(), __ATOMIC_RELAXED);
+  return e;
+}
+
+static void unlock_live(struct moat_control *c, struct live *e) {
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+}
+
+static int state_error(struct live *e, const char *what, moat_error **err) {
+  return moat_error_set(err, EBUSY, "cannot %s sandbox %s: it is %s", what, e->id, moat_sandbox_state_name(e->state));
+}
+
+/* ---- open / close ---- */
+
+/* Removes entries of dir that keep() rejects. */
+static void sweep(struct moat_control *c, const char *dir, bool (*keep)(struct moat_control *, const char *)) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+      continue;
+    if (keep && keep(c, de->d_name))
+      continue;
+    _cleanup_free_ char *p = xasprintf("%s/%s", dir, de->d_name);
+    log_info("removing leftover %s", p);
+    remove_dir(p);
+  }
+  closedir(d);
+}
+
+static bool snapshot_has_row(struct moat_control *c, const char *name) {
+  if (strlen(name) >= 32 || strchr(name, '.'))
+    return false; /* SID.partial: a snapshot moatd did not finish */
+  struct moat_store_snapshot r;
+  moat_error *err = NULL;
+  if (moat_store_snapshot_get(c->store, NULL, name, &r, &err) < 0) {
+    bool keep = err->status != ENOENT; /* a store error: keep rather than lose data */
+    moat_error_free(&err);
+    return keep;
+  }
+  moat_store_snapshot_clear(&r);
+  return true;
+}
+
+static bool hibernated_row(struct moat_control *c, const char *name) {
+  if (strlen(name) > MOAT_ID_LEN || strchr(name, '.'))
+    return false;
+  struct moat_store_sandbox r = {0};
+  moat_error *err = NULL;
+  if (moat_store_sandbox_get(c->store, NULL, name, &r, &err) < 0) {
+    bool keep = err->status != ENOENT;
+    moat_error_free(&err);
+    return keep;
+  }
+  bool keep = strcmp(r.state, "hibernated") == 0;
+  moat_store_sandbox_clear(&r);
+  return keep;
+}
+
+int tt_open(struct moat_control *c, moat_error **err) {
+  c->snap_dir = xasprintf("%s/snapshots", c->data_dir);
+  c->hib_dir = xasprintf("%s/hibernate", c->data_dir);
+  c->tmp_dir = xasprintf("%s/checkpoints-tmp", c->data_dir);
+  if (mkdir_p(c->snap_dir, 0700, err) < 0 || mkdir_p(c->hib_dir, 0700, err) < 0 ||
+      mkdir_p(c->tmp_dir, 0700, err) < 0)
+    return moat_error_wrap(err, "time travel dirs");
+  sweep(c, c->tmp_dir, NULL);
+  sweep(c, c->snap_dir, snapshot_has_row);
+  sweep(c, c->hib_dir, hibernated_row);
+  return 0;
+}
+
+void tt_close(struct moat_control *c) {
+  pthread_mutex_lock(&c->explore_lock);
+  struct explore *x = c->explores;
+  c->explores = NULL;
+  pthread_mutex_unlock(&c->explore_lock);
+  while (x) {
+    struct explore *next = x->next;
+    free(x->org);
+    free(x->branches);
+    free(x);
+    x = next;
+  }
+}
+
+bool moat_control_can_checkpoint(struct moat_control *c) { return moat_host_can_checkpoint(c->host); }
+
+const char *moat_control_criu_status(struct moat_control *c) { return moat_host_criu_status(c->host); }
+
+/* ---- pause / resume ---- */
+
+/* running -> paused; e->m held. */
+static int pause_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err) {
+  if (moat_host_pause(c->host, e->slot, err) < 0)
+    return moat_error_wrap(err, "pause %s", e->id);
+  int64_t now = now_unix_ms();
+  struct moat_store_move m = {
+      .from = "running", .to = "paused", .reason = reason, .set_paused_at = true, .paused_at_ms = now};
+  if (moat_store_sandbox_move(c->store, e->id, &m, err) < 0) {
+    moat_error *e2 = NULL;
+    if (moat_host_resume(c->host, e->slot, &e2) < 0) {
+      log_error("pause %s: thaw after a failed record: %s", e->id, moat_error_msg(e2));
+      moat_error_free(&e2);
+    }
+    return moat_error_wrap(err, "pause %s", e->id);
+  }
+  e->state = MOAT_SB_PAUSED;
+  e->paused_at_ms = now;
+  return 0;
+}
+
+/* The expiry after a pause or hibernation that began at e->paused_at_ms: moved on by its length. */
+static int64_t expiry_after_pause(struct live *e, int64_t now) {
+  if (e->persistent)
+    return 0;
+  int64_t x = __atomic_load_n(&e->expires_at_ms, __ATOMIC_RELAXED);
+  if (e->paused_at_ms > 0 && now > e->paused_at_ms)
+    x += now - e->paused_at_ms;
+  return x;
+}
+
+/* paused -> running; e->m held. */
+static int resume_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err) {
+  if (moat_host_resume(c->host, e->slot, err) < 0)
+    return moat_error_wrap(err, "resume %s", e->id);
+  int64_t now = now_unix_ms();
+  int64_t x = expiry_after_pause(e, now);
+  struct moat_store_move m = {.from = "paused",
+                              .to = "running",
+                              .reason = reason,
+                              .set_expires = true,
+                              .expires_at_ms = x,
+                              .set_paused_at = true,
+                              .paused_at_ms = 0};
+  if (moat_store_sandbox_move(c->store, e->id, &m, err) < 0) {
+    moat_error *e2 = NULL;
+    if (moat_host_pause(c->host, e->slot, &e2) < 0) {
+      log_error("resume %s: refreeze after a failed record: %s", e->id, moat_error_msg(e2));
+      moat_error_free(&e2);
+    }
+    return moat_error_wrap(err, "resume %s", e->id);
+  }
+  e->state = MOAT_SB_RUNNING;
+  e->paused_at_ms = 0;
+  e->db_expires_at_ms = x;
+  __atomic_store_n(&e->expires_at_ms, x, __ATOMIC_RELAXED);
+  return 0;
+}
+
+int moat_control_pause(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct live *e = lock_live(c, org, id, err);
+  if (!e)
+    return -1;
+  int ret = 0;
+  if (e->state == MOAT_SB_RUNNING)
+    ret = pause_locked(c, e, "api", err);
+  else if (e->state != MOAT_SB_PAUSED)
+    ret = state_error(e, "pause", err);
+  unlock_live(c, e);
+  return ret;
+}
+
+int moat_control_resume(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct live *e = lock_live(c, org, id, err);
+  if (!e)
+    return -1;
+  int ret = 0;
+  if (e->state == MOAT_SB_PAUSED)
+    ret = resume_locked(c, e, "api", err);
+  else if (e->state == MOAT_SB_HIBERNATED)
+    ret = tt_wake_locked(c, e, "api", err); /* resume of a hibernated sandbox wakes it */
+  else if (e->state != MOAT_SB_RUNNING)
+    ret = state_error(e, "resume", err);
+  unlock_live(c, e);
+  return ret;
+}
+
+/* ---- checkpoints of a live sandbox ---- */
+
+/* Checkpoints e (running or paused; m held) into dir, which must not exist yet (made here). A
+ * paused sandbox is thawed for the checkpoint (CRIU freezes on its own) and frozen again when it
+ * keeps running. On failure dir is removed. */
+static int checkpoint_locked(struct moat_control *c, struct live *e, const char *dir, bool leave_running,
+                             struct moat_checkpoint_info *info, moat_error **err) {
+  if (!moat_host_can_checkpoint(c->host))
+    return no_checkpoints(c, err);
+  if (e->state != MOAT_SB_RUNNING && e->state != MOAT_SB_PAUSED)
+    return state_error(e, "checkpoint", err);
+  remove_dir(dir);
+  if (mkdir(dir, 0700) < 0)
+    return moat_error_errno(err, "mkdir %s", dir);
+  bool paused = e->state == MOAT_SB_PAUSED;
+  if (paused && moat_host_resume(c->host, e->slot, err) < 0) {
+    remove_dir(dir);
+    return moat_error_wrap(err, "thaw %s for its checkpoint", e->id);
+  }
+  memset(info, 0, sizeof(*info));
+  int rc = moat_host_checkpoint(c->host, e->slot, dir, leave_running, info, err);
+  if (rc < 0) {
+    host_error(err);
+    remove_dir(dir);
+  }
+  if (paused && (rc == 0 ? leave_running : moat_host_alive(c->host, e->slot))) {
+    moat_error *e2 = NULL;
+    if (moat_host_pause(c->host, e->slot, &e2) < 0) {
+      log_error("%s: refreeze after its checkpoint: %s", e->id, moat_error_msg(e2));
+      moat_error_free(&e2);
+    }
+  }
+  return rc < 0 ? moat_error_wrap(err, "checkpoint %s", e->id) : 0;
+}
+
+/* ---- hibernate / wake ---- */
+
+/* running|paused -> hibernated; e->m held. */
+static int hibernate_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err) {
+  _cleanup_free_ char *dir = xasprintf("%s/%s", c->hib_dir, e->id);
+  _cleanup_free_ char *part = xasprintf("%s.partial", dir);
+  struct moat_checkpoint_info info;
+  uint64_t t0 = now_ns();
+  if (checkpoint_locked(c, e, part, false, &info, err) < 0) {
+    /* Without leave_running a failed checkpoint may have taken the sandbox down. */
+    if (e->slot >= 0 && !moat_host_alive(c->host, e->slot))
+      kill_locked(c, e, "error");
+    return moat_error_wrap(err, "hibernate");
+  }
+  /* The host destroyed the slot: from here the image is the sandbox. */
+  e->slot = -1;
+  remove_dir(dir);
+  if (rename(part, dir) < 0) {
+    moat_error_errno(err, "hibernate %s: rename %s", e->id, part);
+    remove_dir(part);
+    kill_locked(c, e, "error");
+    return -1;
+  }
+  fsync_dir(c->hib_dir);
+  int64_t now = now_unix_ms();
+  bool was_paused = e->state == MOAT_SB_PAUSED;
+  struct moat_store_move m = {.to = "hibernated",
+                              .reason = reason,
+                              .set_instance = true,
+                              .slot = -1,
+                              .pid = 0,
+                              .start_time = 0,
+                              .set_paused_at = true,
+                              .paused_at_ms = was_paused ? e->paused_at_ms : now};
+  if (moat_store_sandbox_move(c->store, e->id, &m, err) < 0) {
+    moat_error_wrap(err, "hibernate %s", e->id);
+    remove_dir(dir);
+    kill_locked(c, e, "error");
+    return -1;
+  }
+  if (!was_paused)
+    e->paused_at_ms = now;
+  e->state = MOAT_SB_HIBERNATED;
+  free(e->sock_path);
+  e->sock_path = NULL;
+  e->pid = 0;
+  e->start_time = 0;
+  log_info("sandbox %s hibernated (%s): %llu bytes of memory, %llu of disk, %.1f ms", e->id, reason,
+           (unsigned long long)info.memory_bytes, (unsigned long long)info.disk_bytes, (now_ns() - t0) / 1e6);
+  return 0;
+}
+
+int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err) {
+  if (e->state != MOAT_SB_HIBERNATED)
+    return 0;
+  if (!moat_host_can_checkpoint(c->host))
+    return no_checkpoints(c, err);
+  _cleanup_free_ char *dir = xasprintf("%s/%s", c->hib_dir, e->id);
+  struct moat_instance inst;
+  memset(&inst, 0, sizeof(inst));
+  uint64_t t0 = now_ns();
+  if (moat_host_restore(c->host, dir, e->template_name, &e->limits, &inst, err) < 0) {
+    host_error(err);
+    return moat_error_wrap(err, "wake %s", e->id);
+  }
+  int64_t now = now_unix_ms();
+  int64_t x = expiry_after_pause(e, now);
+  struct moat_store_move m = {.from = "hibernated",
+                              .to = "running",
+                              .reason = reason,
+                              .set_instance = true,
+                              .slot = inst.slot,
+                              .pid = inst.pid,
+                              .start_time = inst.start_time,
+                              .set_expires = true,
+                              .expires_at_ms = x,
+                              .set_paused_at = true,
+                              .paused_at_ms = 0};
+  if (moat_store_sandbox_move(c->store, e->id, &m, err) < 0) {
+    moat_error *e2 = NULL;
+    if (moat_host_destroy(c->host, inst.slot, &e2) < 0) {
+      log_error("wake %s: destroy slot %d: %s", e->id, inst.slot, moat_error_msg(e2));
+      moat_error_free(&e2);
+    }
+    return moat_error_wrap(err, "wake %s", e->id);
+  }
+  e->state = MOAT_SB_RUNNING;
+  e->slot = inst.slot;
+  e->pid = inst.pid;
+  e->start_time = inst.start_time;
+  free(e->sock_path);
+  e->sock_path = xstrdup(inst.sock_path);
+  e->paused_at_ms = 0;
+  e->db_expires_at_ms = x;
+  e->busy_at_ms = now;
+  e->idle_sample_ms = 0;
+  __atomic_store_n(&e->expires_at_ms, x, __ATOMIC_RELAXED);
+  remove_dir(dir);
+  log_info("sandbox %s woken (%s) into slot %d in %.1f ms", e->id, reason, inst.slot, (now_ns() - t0) / 1e6);
+  return 0;
+}
+
+void tt_forget_hibernated(struct moat_control *c, const char *id) {
+  if (!c->hib_dir || strlen(id) > MOAT_ID_LEN)
+    return;
+  _cleanup_free_ char *dir = xasprintf("%s/%s", c->hib_dir, id);
+  if (access(dir, F_OK) == 0)
+    remove_dir(dir);
+}
+
+int moat_control_hibernate(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct live *e = lock_live(c, org, id, err);
+  if (!e)
+    return -1;
+  int ret = 0;
+  if (e->state == MOAT_SB_RUNNING || e->state == MOAT_SB_PAUSED)
+    ret = hibernate_locked(c, e, "api", err);
+  else if (e->state != MOAT_SB_HIBERNATED)
+    ret = state_error(e, "hibernate", err);
+  unlock_live(c, e);
+  return ret;
+}
+
+int moat_control_wake(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct live *e = lock_live(c, org, id, err);
+  if (!e)
+    return -1;
+  int ret = 0;
+  if (e->state == MOAT_SB_HIBERNATED)
+    ret = tt_wake_locked(c, e, "api", err);
+  else if (e->state != MOAT_SB_RUNNING && e->state != MOAT_SB_PAUSED)
+    ret = state_error(e, "wake", err);
+  unlock_live(c, e);
+  return ret;
+}
+
+void tt_reap_idle(struct moat_control *c, struct live *e, int64_t now) {
+  struct moat_usage u;
+  moat_error *err = NULL;
+  if (moat_host_usage(c->host, e->slot, &u, &err) < 0) {
+    moat_error_free(&err);
+    return;
+  }
+  if (e->idle_sample_ms == 0 || now < e->idle_sample_ms) {
+    e->idle_sample_ms = now;
+    e->idle_cpu_ns = u.cpu_usage_ns;
+    if (e->busy_at_ms == 0)
+      e->busy_at_ms = now;
+    return;
+  }
+  int64_t dt = now - e->idle_sample_ms;
+  if (dt >= 500) {
+    double rate = (double)(u.cpu_usage_ns - e->idle_cpu_ns) / ((double)dt * 1e6);
+    if (u.cpu_usage_ns < e->idle_cpu_ns || rate > IDLE_CPU_THRESHOLD)
+      e->busy_at_ms = now;
+    e->idle_sample_ms = now;
+    e->idle_cpu_ns = u.cpu_usage_ns;
+  }
+  int64_t last = __atomic_load_n(&e->last_api_ms, __ATOMIC_RELAXED);
+  if (e->busy_at_ms > last)
+    last = e->busy_at_ms;
+  if (now - last < e->hibernate_after_s * 1000 || !moat_host_can_checkpoint(c->host))
+    return;
+  if (hibernate_locked(c, e, "idle", &err) < 0) {
+    log_warn("idle hibernation of %s: %s", e->id, moat_error_msg(err));
+    moat_error_free(&err);
+    e->busy_at_ms = now; /* try again after another idle window, not every pass */
+  }
+}
+
+/* ---- snapshots ---- */
+
+void moat_snapshot_info_clear(struct moat_snapshot_info *s) {
+  if (!s)
+    return;
+  free(s->org);
+  free(s->template_name);
+  json_decref(s->metadata);
+  memset(s, 0, sizeof(*s));
+}
+
+void moat_snapshot_infos_free(struct moat_snapshot_info *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    moat_snapshot_info_clear(&v[i]);
+  free(v);
+}
+
+static void snapshot_from_row(const struct moat_store_snapshot *r, struct moat_snapshot_info *out) {
+  memset(out, 0, sizeof(*out));
+  snprintf(out->id, sizeof(out->id), "%s", r->id);
+  snprintf(out->sandbox_id, sizeof(out->sandbox_id), "%s", r->sandbox_id);
+  out->org = xstrdup(r->org);
+  out->template_name = xstrdup(r->template_name);
+  out->created_at_ms = r->created_at_ms;
+  out->memory_bytes = r->memory_bytes;
+  out->disk_bytes = r->disk_bytes;
+  out->metadata = parse_object(r->metadata_json);
+}
+
+static bool valid_snapshot_id(const char *sid) {
+  if (strncmp(sid, "snap-", 5) != 0 || strlen(sid) != 22)
+    return false;
+  for (const char *p = sid + 5; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9')))
+      return false;
+  return true;
+}
+
+int moat_control_snapshot_create(struct moat_control *c, const char *org, const char *id, json_t *metadata,
+                                 struct moat_snapshot_info *out, moat_error **err) {
+  if (moat_spec_check_metadata(metadata, err) < 0)
+    return -1;
+  if (!moat_host_can_checkpoint(c->host))
+    return no_checkpoints(c, err);
+  struct moat_store_sandbox row = {0};
+  if (moat_store_sandbox_get(c->store, org, id, &row, err) < 0)
+    return -1;
+  struct live *e = lock_live(c, org, id, err);
+  if (!e) {
+    moat_store_sandbox_clear(&row);
+    return -1;
+  }
+  if (e->state == MOAT_SB_HIBERNATED && tt_wake_locked(c, e, "snapshot", err) < 0) {
+    unlock_live(c, e);
+    moat_store_sandbox_clear(&row);
+    return -1;
+  }
+  char sid[32] = "snap-";
+  random_id(sid + 5, 17);
+  _cleanup_free_ char *dir = xasprintf("%s/%s", c->snap_dir, sid);
+  _cleanup_free_ char *part = xasprintf("%s.partial", dir);
+  struct moat_checkpoint_info info;
+  int ret = checkpoint_locked(c, e, part, true, &info, err);
+  _cleanup_free_ char *env = dump_object(e->env);
+  struct moat_limits lim = e->limits;
+  int64_t ttl = e->ttl_seconds;
+  unlock_live(c, e);
+  if (ret < 0) {
+    moat_store_sandbox_clear(&row);
+    return moat_error_wrap(err, "snapshot");
+  }
+  if (rename(part, dir) < 0) {
+    moat_error_errno(err, "snapshot %s: rename %s", id, part);
+    remove_dir(part);
+    moat_store_sandbox_clear(&row);
+    return -1;
+  }
+  fsync_dir(c->snap_dir);
+  _cleanup_free_ char *meta = dump_object(metadata);
+  struct moat_store_snapshot s = {
+      .id = sid,
+      .org = (char *)org,
+      .sandbox_id = (char *)id,
+      .template_name = row.template_name,
+      .created_at_ms = now_unix_ms(),
+      .memory_bytes = info.memory_bytes,
+      .disk_bytes = info.disk_bytes,
+      .metadata_json = meta,
+      .cpu = lim.cpu,
+      .memory_mb = lim.memory_mb,
+      .pids = lim.pids,
+      .disk_mb = lim.disk_mb,
+      .ttl_seconds = ttl,
+      .env_json = env,
+      .sandbox_metadata_json = row.metadata_json,
+  };
+  ret = moat_store_snapshot_insert(c->store, &s, err);
+  if (ret < 0) {
+    remove_dir(dir);
+    moat_store_sandbox_clear(&row);
+    return moat_error_wrap(err, "snapshot %s", id);
+  }
+  log_info("snapshot %s of %s: %llu bytes of memory, %llu of disk, frozen %.1f ms, total %.1f ms", sid, id,
+           (unsigned long long)info.memory_bytes, (unsigned long long)info.disk_bytes, info.frozen_ns / 1e6,
+           info.total_ns / 1e6);
+  moat_store_sandbox_clear(&row);
+  if (!out)
+    return 0;
+  return moat_control_snapshot_get(c, org, sid, out, err);
+}
+
+int moat_control_snapshot_list(struct moat_control *c, const char *org, const char *sandbox_id,
+                               struct moat_snapshot_info **out, size_t *n, moat_error **err) {
+  struct moat_store_snapshot *rows;
+  size_t nr;
+  if (moat_store_snapshot_list(c->store, org, sandbox_id, &rows, &nr, err) < 0)
+    return -1;
+  struct moat_snapshot_info *v = nr ? xcalloc(nr, sizeof(*v)) : NULL;
+  for (size_t i = 0; i < nr; i++)
+    snapshot_from_row(&rows[i], &v[i]);
+  moat_store_snapshots_free(rows, nr);
+  *out = v;
+  *n = nr;
+  return 0;
+}
+
+int moat_control_snapshot_get(struct moat_control *c, const char *org, const char *sid,
+                              struct moat_snapshot_info *out, moat_error **err) {
+  if (!valid_snapshot_id(sid))
+    return moat_error_set(err, ENOENT, "no snapshot %.64s", sid);
+  struct moat_store_snapshot r;
+  if (moat_store_snapshot_get(c->store, org, sid, &r, err) < 0)
+    return -1;
+  snapshot_from_row(&r, out);
+  moat_store_snapshot_clear(&r);
+  return 0;
+}
+
+/* Marks snapshot sid in use by a restore (use true) or done (false). */
+static void snap_use(struct moat_control *c, const char *sid, bool use) {
+  pthread_mutex_lock(&c->explore_lock);
+  struct snap_use **pp = &snap_uses;
+  while (*pp && strcmp((*pp)->id, sid) != 0)
+    pp = &(*pp)->next;
+  if (use) {
+    if (!*pp) {
+      *pp = xcalloc(1, sizeof(**pp));
+      snprintf((*pp)->id, sizeof((*pp)->id), "%s", sid);
+    }
+    (*pp)->n++;
+  } else if (*pp && --(*pp)->n == 0) {
+    struct snap_use *u = *pp;
+    *pp = u->next;
+    free(u);
+  }
+  pthread_mutex_unlock(&c->explore_lock);
+}
+
+static bool snap_in_use(struct moat_control *c, const char *sid) {
+  pthread_mutex_lock(&c->explore_lock);
+  struct snap_use *u = snap_uses;
+  while (u && strcmp(u->id, sid) != 0)
+    u = u->next;
+  pthread_mutex_unlock(&c->explore_lock);
+  return u != NULL;
+}
+
+int moat_control_snapshot_delete(struct moat_control *c, const char *org, const char *sid, moat_error **err) {
+  if (!valid_snapshot_id(sid))
+    return moat_error_set(err, ENOENT, "no snapshot %.64s", sid);
+  struct moat_store_snapshot r;
+  if (moat_store_snapshot_get(c->store, org, sid, &r, err) < 0)
+    return -1;
+  moat_store_snapshot_clear(&r);
+  if (snap_in_use(c, sid))
+    return moat_error_set(err, EBUSY, "snapshot %s is being restored right now; delete it afterwards", sid);
+  if (moat_store_snapshot_delete(c->store, org, sid, err) < 0)
+    return -1;
+  _cleanup_free_ char *dir = xasprintf("%s/%s", c->snap_dir, sid);
+  remove_dir(dir);
+  return 0;
+}
+
+int tt_create_from_snapshot(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
+                            struct moat_sandbox_info *out, moat_error **err) {
+  const char *sid = spec->from_snapshot;
+  if (!valid_snapshot_id(sid))
+    return moat_error_set(err, ENOENT, "no snapshot %.64s", sid);
+  if (!moat_host_can_checkpoint(c->host))
+    return no_checkpoints(c, err);
+  struct moat_store_snapshot r;
+  if (moat_store_snapshot_get(c->store, org, sid, &r, err) < 0)
+    return -1;
+  int ret = -1;
+  json_t *senv = NULL, *smeta = NULL;
+  char *dir = NULL;
+  if (spec->template_name && strcmp(spec->template_name, r.template_name) != 0) {
+    moat_error_set(err, EINVAL, "template '%s' differs from snapshot %s's template '%s'", spec->template_name, sid,
+                   r.template_name);
+    goto out;
+  }
+  struct moat_sandbox_spec s2 = *spec;
+  if (!s2.limits.cpu)
+    s2.limits.cpu = r.cpu;
+  if (!s2.limits.memory_mb)
+    s2.limits.memory_mb = r.memory_mb;
+  if (!s2.limits.pids)
+    s2.limits.pids = r.pids;
+  if (!s2.limits.disk_mb)
+    s2.limits.disk_mb = r.disk_mb;
+  if (!s2.ttl_seconds)
+    s2.ttl_seconds = r.ttl_seconds;
+  struct ctl_new n = {
+      .template_name = r.template_name,
+      .persistent = spec->persistent,
+      .restore_dir = NULL,
+      .from_snapshot = sid,
+      .hibernate_after_s = spec->hibernate_after_seconds,
+  };
+  if (moat_spec_resolve(&s2, &c->bounds, &n.limits, &n.ttl_seconds, err) < 0)
+    goto out;
+  senv = parse_object(r.env_json);
+  smeta = parse_object(r.sandbox_metadata_json);
+  n.env = spec->env ? spec->env : senv;
+  n.metadata = spec->metadata ? spec->metadata : smeta;
+  dir = xasprintf("%s/%s", c->snap_dir, sid);
+  n.restore_dir = dir;
+  snap_use(c, sid, true);
+  ret = ctl_create(c, org, &n, NULL, out, err);
+  snap_use(c, sid, false);
+out:
+  free(dir);
+  json_decref(senv);
+  json_decref(smeta);
+  moat_store_snapshot_clear(&r);
+  return ret;
+}
+
+/* ---- fork ---- */
+
+struct child_job {
+  struct moat_control *c;
+  const char *org;
+  const struct ctl_new *n;
+  char id[MOAT_ID_LEN + 1];
+  uint64_t ready_ns; /* since the fork began */
+  uint64_t t0;
+  int rc;
+  moat_error *err;
+};
+
+static void *child_main(void *arg) {
+  struct child_job *j = arg;
+  j->rc = ctl_create(j->c, j->org, j->n, j->id, NULL, &j->err);
+  j->ready_ns = now_ns() - j->t0;
+  return NULL;
+}
+
+/* Checkpoints org's sandbox id once and restores it count times concurrently. ids gets count ids
+ * (MOAT_ID_LEN + 1 each). On failure the children made are killed. */
+static int fork_ids(struct moat_control *c, const char *org, const char *id, unsigned count, const char *why,
+                    char (*ids)[MOAT_ID_LEN + 1], moat_error **err) {
+  if (count < 1 || count > MOAT_EXPLORE_MAX_BRANCHES)
+    return moat_error_set(err, EINVAL, "count: must be between 1 and %d", MOAT_EXPLORE_MAX_BRANCHES);
+  if (!moat_host_can_checkpoint(c->host))
+    return no_checkpoints(c, err);
+  struct moat_store_sandbox row = {0};
+  if (moat_store_sandbox_get(c->store, org, id, &row, err) < 0)
+    return -1;
+  struct live *e = lock_live(c, org, id, err);
+  if (!e) {
+    moat_store_sandbox_clear(&row);
+    return -1;
+  }
+  if (e->state == MOAT_SB_HIBERNATED && tt_wake_locked(c, e, why, err) < 0) {
+    unlock_live(c, e);
+    moat_store_sandbox_clear(&row);
+    return -1;
+  }
+  char tag[18];
+  random_id(tag, 17);
+  _cleanup_free_ char *dir = xasprintf("%s/fork-%s", c->tmp_dir, tag);
+  struct moat_checkpoint_info info;
+  uint64_t t0 = now_ns();
+  int rc = checkpoint_locked(c, e, dir, true, &info, err);
+  json_t *env = json_deep_copy(e->env);
+  struct ctl_new n = {
+      .template_name = row.template_name,
+      .limits = e->limits,
+      .ttl_seconds = e->ttl_seconds,
+      .persistent = e->persistent,
+      .env = env,
+      .restore_dir = dir,
+      .forked_from = id,
+  };
+  unlock_live(c, e);
+  if (rc < 0) {
+    json_decref(env);
+    moat_store_sandbox_clear(&row);
+    return moat_error_wrap(err, "%s", why);
+  }
+  json_t *meta = parse_object(row.metadata_json);
+  n.metadata = meta;
+  uint64_t t_ckpt = now_ns() - t0;
+
+  struct child_job *jobs = xcalloc(count, sizeof(*jobs));
+  pthread_t *th = xcalloc(count, sizeof(*th));
+  bool *started = xcalloc(count, sizeof(*started));
+  uint64_t t1 = now_ns();
+  for (unsigned i = 0; i < count; i++) {
+    jobs[i] = (struct child_job){.c = c, .org = org, .n = &n, .t0 = t1, .rc = -1};
+    started[i] = pthread_create(&th[i], NULL, child_main, &jobs[i]) == 0;
+    if (!started[i])
+      moat_error_set(&jobs[i].err, EAGAIN, "start a restore thread");
+  }
+  int ret = 0;
+  uint64_t first = 0, last = 0;
+  for (unsigned i = 0; i < count; i++) {
+    if (started[i])
+      pthread_join(th[i], NULL);
+    if (jobs[i].rc < 0 && ret == 0) {
+      ret = -1;
+      moat_error_wrap(&jobs[i].err, "%s child %u of %u", why, i + 1, count);
+      *err = jobs[i].err;
+      jobs[i].err = NULL;
+    }
+    if (jobs[i].rc == 0) {
+      if (!first || jobs[i].ready_ns < first)
+        first = jobs[i].ready_ns;
+      if (jobs[i].ready_ns > last)
+        last = jobs[i].ready_ns;
+    }
+  }
+  for (unsigned i = 0; i < count; i++) {
+    moat_error_free(&jobs[i].err);
+    if (ret < 0 && jobs[i].rc == 0) {
+      moat_error *e2 = NULL;
+      if (moat_control_kill(c, org, jobs[i].id, "error", &e2) < 0) {
+        log_warn("%s of %s: kill child %s: %s", why, id, jobs[i].id, moat_error_msg(e2));
+        moat_error_free(&e2);
+      }
+    }
+    snprintf(ids[i], MOAT_ID_LEN + 1, "%s", jobs[i].rc == 0 ? jobs[i].id : "");
+  }
+  if (ret == 0)
+    log_info("%s of %s: %u children; checkpoint %.1f ms (%llu bytes), first child %.1f ms, last %.1f ms", why, id,
+             count, t_ckpt / 1e6, (unsigned long long)info.memory_bytes, first / 1e6, last / 1e6);
+  remove_dir(dir);
+  free(jobs);
+  free(th);
+  free(started);
+  json_decref(env);
+  json_decref(meta);
+  moat_store_sandbox_clear(&row);
+  return ret;
+}
+
+int moat_control_fork(struct moat_control *c, const char *org, const char *id, unsigned count,
+                      struct moat_sandbox_info **children, moat_error **err) {
+  *children = NULL;
+  if (count < 1 || count > MOAT_EXPLORE_MAX_BRANCHES)
+    return moat_error_set(err, EINVAL, "count: must be between 1 and %d", MOAT_EXPLORE_MAX_BRANCHES);
+  char (*ids)[MOAT_ID_LEN + 1] = xcalloc(count, sizeof(*ids));
+  if (fork_ids(c, org, id, count, "fork", ids, err) < 0) {
+    free(ids);
+    return -1;
+  }
+  struct moat_sandbox_info *v = xcalloc(count, sizeof(*v));
+  int ret = 0;
+  for (unsigned i = 0; i < count && ret == 0; i++)
+    ret = moat_control_get(c, org, ids[i], &v[i], err);
+  if (ret < 0) {
+    moat_sandbox_infos_free(v, count);
+    v = NULL;
+  }
+  free(ids);
+  *children = v;
+  return ret;
+}
+
+/* ---- rollback ---- */
+
+int moat_control_rollback(struct moat_control *c, const char *org, const char *id, const char *snapshot_id,
+                          moat_error **err) {
+  if (!snapshot_id || !valid_snapshot_id(snapshot_id))
+    return moat_error_set(err, ENOENT, "no snapshot %.64s", snapshot_id ? snapshot_id : "");
+  struct moat_store_snapshot r;
+  if (moat_store_snapshot_get(c->store, org, snapshot_id, &r, err) < 0)
+    return -1;
+  bool mine = strcmp(r.sandbox_id, id) == 0;
+  _cleanup_free_ char *owner = xstrdup(r.sandbox_id);
+  moat_store_snapshot_clear(&r);
+  if (!mine)
+    return moat_error_set(err, EINVAL, "snapshot %s is of sandbox %s, not %s", snapshot_id, owner, id);
+  if (!moat_host_can_checkpoint(c->host))
+    return no_checkpoints(c, err);
+  struct live *e = lock_live(c, org, id, err);
+  if (!e)
+    return -1;
+  if (e->state != MOAT_SB_RUNNING && e->state != MOAT_SB_PAUSED && e->state != MOAT_SB_HIBERNATED) {
+    int ret = state_error(e, "roll back", err);
+    unlock_live(c, e);
+    return ret;
+  }
+  _cleanup_free_ char *dir = xasprintf("%s/%s", c->snap_dir, snapshot_id);
+  struct moat_instance inst;
+  memset(&inst, 0, sizeof(inst));
+  uint64_t t0 = now_ns();
+  snap_use(c, snapshot_id, true);
+  int rc = moat_host_restore(c->host, dir, e->template_name, &e->limits, &inst, err);
+  snap_use(c, snapshot_id, false);
+  if (rc < 0) {
+    host_error(err);
+    unlock_live(c, e);
+    return moat_error_wrap(err, "roll %s back to %s", id, snapshot_id);
+  }
+  int64_t now = now_unix_ms();
+  int64_t x = e->persistent ? 0 : now + e->ttl_seconds * 1000;
+  struct moat_store_move m = {.to = "running",
+                              .reason = "rollback",
+                              .set_instance = true,
+                              .slot = inst.slot,
+                              .pid = inst.pid,
+                              .start_time = inst.start_time,
+                              .set_expires = true,
+                              .expires_at_ms = x,
+                              .set_paused_at = true,
+                              .paused_at_ms = 0,
+                              .from_snapshot = snapshot_id};
+  if (moat_store_sandbox_move(c->store, id, &m, err) < 0) {
+    moat_error *e2 = NULL;
+    if (moat_host_destroy(c->host, inst.slot, &e2) < 0) {
+      log_error("rollback %s: destroy slot %d: %s", id, inst.slot, moat_error_msg(e2));
+      moat_error_free(&e2);
+    }
+    unlock_live(c, e);
+    return moat_error_wrap(err, "roll %s back", id);
+  }
+  int old = e->slot;
+  bool was_hibernated = e->state == MOAT_SB_HIBERNATED;
+  e->state = MOAT_SB_RUNNING;
+  e->slot = inst.slot;
+  e->pid = inst.pid;
+  e->start_time = inst.start_time;
+  free(e->sock_path);
+  e->sock_path = xstrdup(inst.sock_path);
+  e->paused_at_ms = 0;
+  e->db_expires_at_ms = x;
+  __atomic_store_n(&e->expires_at_ms, x, __ATOMIC_RELAXED);
+  if (old >= 0) {
+    moat_error *e2 = NULL;
+    if (moat_host_destroy(c->host, old, &e2) < 0) {
+      log_error("rollback %s: destroy old slot %d: %s", id, old, moat_error_msg(e2));
+      moat_error_free(&e2);
+    }
+  }
+  if (was_hibernated)
+    tt_forget_hibernated(c, id);
+  unlock_live(c, e);
+  log_info("sandbox %s rolled back to %s into slot %d in %.1f ms", id, snapshot_id, inst.slot, (now_ns() - t0) / 1e6);
+  return 0;
+}
+
+/* ---- explore ---- */
+
+void moat_explore_result_clear(struct moat_explore_result *r) {
+  if (!r)
+    return;
+  for (size_t i = 0; i < r->n; i++) {
+    free(r->outcomes[i].stdout_tail);
+    free(r->outcomes[i].stderr_tail);
+    free(r->outcomes[i].error);
+    json_decref(r->outcomes[i].files_changed);
+  }
+  free(r->outcomes);
+  memset(r, 0, sizeof(*r));
+}
+
+struct branch_job {
+  struct moat_control *c;
+  const char *org;
+  const struct moat_explore_branch *b;
+  struct moat_explore_outcome *o;
+  enum moat_explore_keep keep;
+  /* shared, under *lock */
+  pthread_mutex_t *lock;
+  char *winner; /* MOAT_ID_LEN + 1 */
+  size_t n;
+  struct branch_job *all;
+};
+
+static char *tail_of(const char *buf, size_t len, size_t *out_len) {
+  size_t keep = len > MOAT_EXPLORE_TAIL ? MOAT_EXPLORE_TAIL : len;
+  char *t = xmalloc(keep + 1);
+  memcpy(t, buf + len - keep, keep);
+  t[keep] = '\0';
+  *out_len = keep;
+  return t;
+}
+
+/* Files whose data or inode changed since start_ms on the branch's root filesystem (the overlay:
+ * /proc, /sys, /dev and other mounts are not crossed). Deleted files are not reported. */
+static json_t *files_changed(struct moat_control *c, const char *org, const char *id, int64_t start_ms) {
+  char since[64];
+  /* File times come from the coarse kernel clock, up to a tick behind the wall clock. */
+  int64_t t = start_ms - 20;
+  snprintf(since, sizeof(since), "@%lld.%03lld", (long long)(t / 1000), (long long)(t % 1000));
+  char *argv[] = {"find", "/", "-xdev", "(", "-newermt", since, "-o", "-newerct", since, ")", "!", "-type", "d",
+                  "-print", NULL};
+  struct moat_exec_req req = {.argv = argv, .timeout_ms = 30000, .max_output = 1 << 20};
+  struct moat_exec_result res;
+  memset(&res, 0, sizeof(res));
+  moat_error *err = NULL;
+  json_t *a = json_array();
+  if (moat_control_exec(c, org, id, &req, &res, &err) < 0) {
+    moat_error_free(&err);
+    return a;
+  }
+  char *save = NULL;
+  for (char *line = strtok_r(res.out, "\n", &save); line && json_array_size(a) < 1000;
+       line = strtok_r(NULL, "\n", &save))
+    json_array_append_new(a, json_string(line) ? json_string(line) : json_string("?"));
+  moat_exec_result_free(&res);
+  return a;
+}
+
+static void *branch_main(void *arg) {
+  struct branch_job *j = arg;
+  struct moat_explore_outcome *o = j->o;
+  char *argv[] = {"/bin/sh", "-c", (char *)j->b->cmd, NULL};
+  int64_t timeout = j->b->timeout_ms > 0 ? j->b->timeout_ms : EXPLORE_DEFAULT_TIMEOUT_MS;
+  struct moat_exec_req req = {.argv = argv, .timeout_ms = (uint32_t)timeout};
+  struct moat_exec_result res;
+  memset(&res, 0, sizeof(res));
+  moat_error *err = NULL;
+  int64_t start = now_unix_ms();
+  uint64_t t0 = now_ns();
+  o->exit_code = -1;
+  int rc = moat_control_exec(j->c, j->org, o->sandbox_id, &req, &res, &err);
+  o->duration_ms = (int64_t)((now_ns() - t0) / 1000000);
+  if (rc < 0) {
+    o->error = xstrdup(moat_error_msg(err));
+    moat_error_free(&err);
+    o->stdout_tail = xstrdup("");
+    o->stderr_tail = xstrdup("");
+    o->files_changed = json_array();
+    return NULL;
+  }
+  o->exit_code = res.exit_code;
+  o->timed_out = res.timed_out;
+  o->stdout_tail = tail_of(res.out, res.out_len, &o->stdout_len);
+  o->stderr_tail = tail_of(res.err, res.err_len, &o->stderr_len);
+  moat_exec_result_free(&res);
+
+  bool lost = false;
+  pthread_mutex_lock(j->lock);
+  if (j->keep == MOAT_KEEP_FIRST_SUCCESS && *j->winner)
+    lost = true; /* another branch won while this one ran: it is being killed */
+  pthread_mutex_unlock(j->lock);
+  o->files_changed = lost ? json_array() : files_changed(j->c, j->org, o->sandbox_id, start);
+
+  if (j->keep == MOAT_KEEP_FIRST_SUCCESS && o->exit_code == 0 && !o->timed_out) {
+    pthread_mutex_lock(j->lock);
+    bool won = !*j->winner;
+    if (won)
+      snprintf(j->winner, MOAT_ID_LEN + 1, "%s", o->sandbox_id);
+    pthread_mutex_unlock(j->lock);
+    if (won) /* the losers need not finish: kill them now */
+      for (size_t i = 0; i < j->n; i++) {
+        if (j->all[i].o == o)
+          continue;
+        moat_error *e2 = NULL;
+        if (moat_control_kill(j->c, j->org, j->all[i].o->sandbox_id, "explore", &e2) < 0)
+          moat_error_free(&e2);
+      }
+  }
+  return NULL;
+}
+
+int moat_control_explore(struct moat_control *c, const char *org, const char *id,
+                         const struct moat_explore_branch *branches, size_t n, enum moat_explore_keep keep,
+                         struct moat_explore_result *out, moat_error **err) {
+  memset(out, 0, sizeof(*out));
+  if (n < 1 || n > MOAT_EXPLORE_MAX_BRANCHES)
+    return moat_error_set(err, EINVAL, "branches: must hold 1 to %d branches", MOAT_EXPLORE_MAX_BRANCHES);
+  for (size_t i = 0; i < n; i++) {
+    if (!branches[i].cmd || !*branches[i].cmd)
+      return moat_error_set(err, EINVAL, "branches[%zu].cmd: must be a non-empty string", i);
+    if (branches[i].timeout_ms < 0 || branches[i].timeout_ms > 86400000LL)
+      return moat_error_set(err, EINVAL, "branches[%zu].timeout_ms: must be between 0 and 86400000", i);
+  }
+  char (*ids)[MOAT_ID_LEN + 1] = xcalloc(n, sizeof(*ids));
+  if (fork_ids(c, org, id, (unsigned)n, "explore", ids, err) < 0) {
+    free(ids);
+    return -1;
+  }
+  out->n = n;
+  out->outcomes = xcalloc(n, sizeof(*out->outcomes));
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  char winner[MOAT_ID_LEN + 1] = "";
+  struct branch_job *jobs = xcalloc(n, sizeof(*jobs));
+  pthread_t *th = xcalloc(n, sizeof(*th));
+  for (size_t i = 0; i < n; i++) {
+    snprintf(out->outcomes[i].sandbox_id, sizeof(out->outcomes[i].sandbox_id), "%s", ids[i]);
+    jobs[i] = (struct branch_job){.c = c,
+                                  .org = org,
+                                  .b = &branches[i],
+                                  .o = &out->outcomes[i],
+                                  .keep = keep,
+                                  .lock = &lock,
+                                  .winner = winner,
+                                  .n = n,
+                                  .all = jobs};
+  }
+  bool *started = xcalloc(n, sizeof(*started));
+  for (size_t i = 0; i < n; i++)
+    started[i] = pthread_create(&th[i], NULL, branch_main, &jobs[i]) == 0;
+  for (size_t i = 0; i < n; i++) {
+    if (started[i])
+      pthread_join(th[i], NULL);
+    else
+      branch_main(&jobs[i]);
+  }
+  free(started);
+  free(th);
+  free(jobs);
+  pthread_mutex_destroy(&lock);
+
+  if (keep == MOAT_KEEP_FIRST_SUCCESS) {
+    snprintf(out->winner, sizeof(out->winner), "%s", winner);
+    for (size_t i = 0; i < n; i++) {
+      struct moat_explore_outcome *o = &out->outcomes[i];
+      if (strcmp(o->sandbox_id, winner) == 0) {
+        o->alive = true;
+        continue;
+      }
+      moat_error *e2 = NULL;
+      if (moat_control_kill(c, org, o->sandbox_id, "explore", &e2) < 0)
+        moat_error_free(&e2); /* killed already when the winner finished */
+    }
+    free(ids);
+    return 0;
+  }
+
+  /* best: every branch stays for MOAT_EXPLORE_BEST_TTL_S unless the client keeps one. */
+  struct explore *x = xcalloc(1, sizeof(*x));
+  snprintf(x->id, sizeof(x->id), "exp-");
+  random_id(x->id + 4, 17);
+  x->org = xstrdup(org);
+  snprintf(x->parent, sizeof(x->parent), "%s", id);
+  x->n = n;
+  x->branches = ids;
+  x->expires_at_ms = now_unix_ms() + MOAT_EXPLORE_BEST_TTL_S * 1000LL;
+  struct moat_sandbox_patch p = {.has_ttl = true, .ttl_seconds = MOAT_EXPLORE_BEST_TTL_S, .has_persistent = true};
+  for (size_t i = 0; i < n; i++) {
+    moat_error *e2 = NULL;
+    out->outcomes[i].alive = moat_control_update(c, org, ids[i], &p, NULL, &e2) == 0;
+    moat_error_free(&e2);
+  }
+  snprintf(out->explore_id, sizeof(out->explore_id), "%s", x->id);
+  out->expires_at_ms = x->expires_at_ms;
+  pthread_mutex_lock(&c->explore_lock);
+  x->next = c->explores;
+  c->explores = x;
+  pthread_mutex_unlock(&c->explore_lock);
+  return 0;
+}
+
+int moat_control_explore_keep(struct moat_control *c, const char *org, const char *id, const char *explore_id,
+                              const char *sandbox_id, struct moat_sandbox_info *out, moat_error **err) {
+  pthread_mutex_lock(&c->explore_lock);
+  struct explore **pp = &c->explores;
+  while (*pp && !(strcmp((*pp)->id, explore_id) == 0 && strcmp((*pp)->org, org) == 0 &&
+                  strcmp((*pp)->parent, id) == 0))
+    pp = &(*pp)->next;
+  struct explore *x = *pp;
+  bool found = false;
+  if (x)
+    for (size_t i = 0; i < x->n; i++)
+      found |= strcmp(x->branches[i], sandbox_id) == 0;
+  if (x && found)
+    *pp = x->next;
+  pthread_mutex_unlock(&c->explore_lock);
+  if (!x)
+    return moat_error_set(err, ENOENT, "no open explore %.64s of sandbox %s (unknown, decided or expired)",
+                          explore_id, id);
+  if (!found)
+    return moat_error_set(err, EINVAL, "sandbox %.64s is not a branch of explore %s", sandbox_id, explore_id);
+  /* The parent's TTL and persistence go to the kept branch. */
+  struct moat_store_sandbox prow = {0};
+  struct moat_sandbox_patch p = {.has_ttl = true, .ttl_seconds = MOAT_DEFAULT_TTL_S};
+  if (moat_store_sandbox_get(c->store, org, id, &prow, NULL) == 0) {
+    p.ttl_seconds = prow.ttl_seconds;
+    p.has_persistent = true;
+    p.persistent = prow.persistent;
+    moat_store_sandbox_clear(&prow);
+  }
+  int ret = moat_control_update(c, org, sandbox_id, &p, out, err);
+  for (size_t i = 0; i < x->n; i++) {
+    if (strcmp(x->branches[i], sandbox_id) == 0)
+      continue;
+    moat_error *e2 = NULL;
+    if (moat_control_kill(c, org, x->branches[i], "explore", &e2) < 0)
+      moat_error_free(&e2);
+  }
+  free(x->org);
+  free(x->branches);
+  free(x);
+  return ret < 0 ? moat_error_wrap(err, "keep %s", sandbox_id) : 0;
+}
+
+void tt_reap_explores(struct moat_control *c, int64_t now_ms) {
+  pthread_mutex_lock(&c->explore_lock);
+  struct explore **pp = &c->explores;
+  while (*pp) {
+    struct explore *x = *pp;
+    if (x->expires_at_ms > now_ms) {
+      pp = &x->next;
+      continue;
+    }
+    *pp = x->next; /* its branches' own TTL reaps them */
+    free(x->org);
+    free(x->branches);
+    free(x);
+  }
+  pthread_mutex_unlock(&c->explore_lock);
+}
