@@ -140,7 +140,7 @@ static int unknown_field(const char *k, const char *const *later, moat_error **e
 
 int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_spec *spec,
                      moat_error **err) {
-  static const char *const later[] = {"network", "from_snapshot", NULL};
+  static const char *const later[] = {"network", NULL};
   memset(spec, 0, sizeof(*spec));
   uint64_t max_mem = MOAT_MAX_MEMORY_MB;
   if (host_memory_mb > 0 && host_memory_mb < max_mem)
@@ -186,6 +186,26 @@ int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_
       if (want_int(v, k, MOAT_MIN_DISK_MB, (long long)MOAT_MAX_DISK_MB, &x, err) < 0)
         return -1;
       spec->limits.disk_mb = (uint64_t)x;
+    } else if (strcmp(k, "from_snapshot") == 0) {
+      if (json_is_null(v))
+        continue;
+      if (want_string(v, k, 63, &spec->from_snapshot, err) < 0)
+        return -1;
+    } else if (strcmp(k, "idle") == 0) {
+      /* idle: {hibernate_after_seconds} (persistent sandboxes; control checks that) */
+      if (json_is_null(v))
+        continue;
+      if (!json_is_object(v))
+        return moat_error_set(err, EINVAL, "field 'idle' must be an object {hibernate_after_seconds}");
+      const char *ik;
+      json_t *iv;
+      json_object_foreach(v, ik, iv) {
+        if (strcmp(ik, "hibernate_after_seconds") != 0)
+          return moat_error_set(err, EINVAL, "unknown field 'idle.%.64s' (idle accepts hibernate_after_seconds)", ik);
+        if (want_int(iv, "idle.hibernate_after_seconds", 1, MOAT_MAX_TTL_S, &x, err) < 0)
+          return -1;
+        spec->hibernate_after_seconds = x;
+      }
     } else {
       return unknown_field(k, later, err);
     }

@@ -23,6 +23,14 @@ json_t *api_sandbox_json(const struct moat_sandbox_info *s) {
   json_object_set_new(o, "ready_us", json_integer((json_int_t)s->ready_us));
   json_object_set_new(o, "killed_reason", s->killed_reason ? json_string(s->killed_reason) : json_null());
   json_object_set_new(o, "killed_at", api_time_json(s->killed_at_ms, true));
+  /* time travel (issue 4) */
+  json_object_set_new(o, "paused_at", api_time_json(s->paused_at_ms, true));
+  json_object_set_new(o, "forked_from", s->forked_from ? json_string(s->forked_from) : json_null());
+  json_object_set_new(o, "from_snapshot", s->from_snapshot ? json_string(s->from_snapshot) : json_null());
+  json_object_set_new(o, "idle",
+                      s->hibernate_after_seconds > 0
+                          ? json_pack("{s:I}", "hibernate_after_seconds", (json_int_t)s->hibernate_after_seconds)
+                          : json_null());
   return o;
 }
 

@@ -660,5 +660,9 @@ void moat_api_stop(struct moat_api *a) {
 /* ---- /healthz ---- */
 
 int api_h_healthz(struct api_req *r) {
-  return api_reply_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "version", api_version(r)));
+  struct moat_control *c = api_control(r);
+  json_t *ck = json_pack("{s:b, s:s}", "available", c && moat_control_can_checkpoint(c), "criu",
+                         c ? moat_control_criu_status(c) : "unknown");
+  return api_reply_json(r, 200,
+                        json_pack("{s:s, s:s, s:o}", "status", "ok", "version", api_version(r), "checkpoints", ck));
 }

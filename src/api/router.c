@@ -413,6 +413,12 @@ unsigned api_errno_http(int status, const char **code) {
   case EAGAIN:
     *code = "unavailable";
     return 503;
+  case MOAT_E_PAUSED:
+    *code = "sandbox_paused";
+    return 409;
+  case MOAT_E_NO_CHECKPOINTS:
+    *code = "checkpoints_unavailable";
+    return 503;
   case ETIMEDOUT:
     *code = "timeout";
     return 504;

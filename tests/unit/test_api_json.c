@@ -133,8 +133,14 @@ static void test_create(void) {
   OK(check(CREATE, "{\"env\":{\"A=B\":\"x\"}}", "env") == EINVAL, "create: env name with = rejected");
   OK(check(CREATE, "{\"bogus\":1}", "'bogus'") == EINVAL, "create: unknown field named");
   OK(check(CREATE, "{\"network\":{}}", "not supported yet") == ENOSYS, "create: network -> not implemented");
-  OK(check(CREATE, "{\"from_snapshot\":\"x\"}", "from_snapshot") == ENOSYS,
-     "create: from_snapshot -> not implemented");
+  OK(check(CREATE, "{\"from_snapshot\":\"snap-0123456789abcdefg\"}", NULL) == 0, "create: from_snapshot accepted");
+  OK(check(CREATE, "{\"from_snapshot\":7}", "from_snapshot") == EINVAL, "create: from_snapshot must be a string");
+  OK(check(CREATE, "{\"persistent\":true,\"idle\":{\"hibernate_after_seconds\":60}}", NULL) == 0,
+     "create: idle.hibernate_after_seconds accepted");
+  OK(check(CREATE, "{\"idle\":{\"hibernate_after_seconds\":0}}", "hibernate_after_seconds") == EINVAL,
+     "create: idle.hibernate_after_seconds 0 rejected");
+  OK(check(CREATE, "{\"idle\":{\"cpu\":1}}", "idle.cpu") == EINVAL, "create: unknown idle field named");
+  OK(check(CREATE, "{\"idle\":5}", "idle") == EINVAL, "create: idle must be an object");
   /* metadata limits */
   char big[4096];
   strcpy(big, "{\"metadata\":{");
