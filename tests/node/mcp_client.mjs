@@ -1,0 +1,223 @@
+// mcp_client.mjs -- drives moatd's MCP endpoints with the official MCP TypeScript SDK client, unmodified.
+//
+//   MOAT_URL=http://127.0.0.1:PORT MOAT_KEY=KEY [MOAT_SANDBOX=sb-...] [MOAT_RUN=tag] node mcp_client.mjs SCENARIO
+//
+// Each scenario asserts with node:assert and exits 0 when all holds; on failure it prints the
+// assertion and exits 1. tests/integration/test_mcp.py runs one scenario per unittest.
+import assert from 'node:assert/strict';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+
+const BASE = process.env.MOAT_URL;
+const KEY = process.env.MOAT_KEY;
+const SANDBOX = process.env.MOAT_SANDBOX;
+const RUN = process.env.MOAT_RUN || 'mcp-test';
+
+async function connect(path, key = KEY) {
+  const transport = new StreamableHTTPClientTransport(new URL(BASE + path), {
+    requestInit: { headers: { Authorization: `Bearer ${key}` } },
+  });
+  const client = new Client({ name: 'moat-mcp-test', version: '1.0.0' });
+  await client.connect(transport);
+  return { client, transport };
+}
+
+const text = (res) => res.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+
+async function call(client, name, args) {
+  const res = await client.callTool({ name, arguments: args });
+  assert.ok(Array.isArray(res.content), `${name}: content is an array`);
+  for (const c of res.content) assert.equal(c.type, 'text');
+  return res;
+}
+
+const scenarios = {
+  // initialize (negotiation, session id, server info) and tools/list of the sandbox endpoint
+  async sandbox_initialize() {
+    const { client, transport } = await connect(`/v1/sandboxes/${SANDBOX}/mcp`);
+    assert.equal(client.getServerVersion().name, 'moat');
+    assert.ok(client.getServerVersion().version);
+    assert.deepEqual(client.getServerCapabilities().tools, { listChanged: false });
+    assert.match(transport.sessionId, /^[0-9a-f]{32}$/);
+    assert.equal(transport.protocolVersion, '2025-11-25');
+    assert.match(client.getInstructions(), new RegExp(SANDBOX));
+    const { tools } = await client.listTools();
+    assert.deepEqual(tools.map((t) => t.name).sort(), ['list_dir', 'read_file', 'shell', 'write_file']);
+    for (const t of tools) {
+      assert.equal(t.inputSchema.type, 'object');
+      assert.ok(t.description.length > 10);
+      assert.equal(t.inputSchema.additionalProperties, false);
+    }
+    const shell = tools.find((t) => t.name === 'shell');
+    assert.deepEqual(shell.inputSchema.required, ['command']);
+    assert.equal(shell.inputSchema.properties.timeout_ms.type, 'integer');
+    await client.ping();
+    await transport.terminateSession();
+    await client.close();
+  },
+
+  // shell, write_file, read_file, list_dir against one sandbox
+  async sandbox_roundtrip() {
+    const { client } = await connect(`/v1/sandboxes/${SANDBOX}/mcp`);
+    let r = await call(client, 'shell', { command: 'echo out; echo err >&2; exit 3' });
+    assert.equal(r.isError, false);
+    assert.match(text(r), /^exit_code: 3\n--- stdout ---\nout\n--- stderr ---\nerr\n$/);
+    r = await call(client, 'shell', { command: 'pwd; id -u', cwd: '/tmp' });
+    assert.match(text(r), /exit_code: 0\n--- stdout ---\n\/tmp\n0\n/);
+    r = await call(client, 'shell', { command: 'sleep 5', timeout_ms: 300 });
+    assert.match(text(r), /^timed out after 300 ms/);
+
+    const body = 'héllo from mcp\nline 2\n';
+    r = await call(client, 'write_file', { path: '/root/mcp/dir/a.txt', content: body });
+    assert.equal(r.isError, false, text(r));
+    assert.equal(text(r), `wrote ${Buffer.byteLength(body)} bytes to /root/mcp/dir/a.txt`);
+    r = await call(client, 'write_file', { path: 'mcp/rel.txt', content: '' });
+    assert.equal(text(r), 'wrote 0 bytes to /root/mcp/rel.txt');
+    r = await call(client, 'read_file', { path: '/root/mcp/dir/a.txt' });
+    assert.equal(r.isError, false);
+    assert.equal(text(r), body);
+    r = await call(client, 'shell', { command: 'cat /root/mcp/dir/a.txt | wc -c' });
+    assert.match(text(r), new RegExp(`--- stdout ---\\n${Buffer.byteLength(body)}\\n`));
+
+    r = await call(client, 'list_dir', { path: '/root/mcp' });
+    assert.equal(r.isError, false);
+    assert.match(text(r), /^dir \d+ 0\d{3} \/root\/mcp\/dir\/$/m);
+    assert.match(text(r), /^file 0 0644 \/root\/mcp\/rel.txt$/m);
+    assert.doesNotMatch(text(r), /a\.txt/);
+    r = await call(client, 'list_dir', { path: '/root/mcp', depth: 2 });
+    assert.match(text(r), new RegExp(`^file ${Buffer.byteLength(body)} 0644 /root/mcp/dir/a.txt$`, 'm'));
+
+    await call(client, 'shell', { command: "printf 'a\\000b\\377' > /root/mcp/bin" });
+    r = await call(client, 'read_file', { path: '/root/mcp/bin' });
+    assert.equal(r.isError, false);
+    assert.match(text(r), /binary file \(4 bytes/);
+
+    r = await call(client, 'read_file', { path: '/root/mcp/none' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /not_found/);
+    r = await call(client, 'list_dir', { path: '/root/mcp/dir/a.txt' });
+    assert.equal(r.isError, true);
+    r = await call(client, 'write_file', { path: '/root/mcp/dir/a.txt/x', content: 'x' });
+    assert.equal(r.isError, true);
+    await client.close();
+  },
+
+  // the workspace endpoint: create -> exec -> list -> fork -> hibernate -> kill
+  async workspace() {
+    const { client } = await connect('/v1/mcp');
+    const { tools } = await client.listTools();
+    assert.deepEqual(tools.map((t) => t.name).sort(),
+      ['create_sandbox', 'exec', 'fork_sandbox', 'hibernate_sandbox', 'kill_sandbox', 'list_sandboxes']);
+    let r = await call(client, 'create_sandbox', { ttl_seconds: 600, metadata: { run: RUN } });
+    assert.equal(r.isError, false, text(r));
+    const sb = JSON.parse(text(r));
+    assert.match(sb.id, /^sb-[a-z0-9]{17}$/);
+    assert.equal(sb.state, 'running');
+    assert.equal(sb.template, 'base');
+    assert.deepEqual(sb.metadata, { run: RUN });
+
+    r = await call(client, 'exec', { sandbox_id: sb.id, command: 'echo hi-$((6*7))' });
+    assert.equal(r.isError, false, text(r));
+    assert.match(text(r), /^exit_code: 0\n--- stdout ---\nhi-42\n/);
+
+    r = await call(client, 'list_sandboxes', { metadata: { run: RUN } });
+    assert.deepEqual(JSON.parse(text(r)).sandboxes.map((s) => s.id), [sb.id]);
+
+    r = await call(client, 'fork_sandbox', { sandbox_id: sb.id, count: 1 });
+    if (r.isError) {
+      // Time travel is not on this moatd or host: the tool says so instead of pretending.
+      assert.match(text(r), /not_implemented|checkpoints_unavailable/);
+    } else {
+      const kids = JSON.parse(text(r)).sandboxes;
+      assert.equal(kids.length, 1);
+      assert.notEqual(kids[0].id, sb.id);
+      await call(client, 'kill_sandbox', { sandbox_id: kids[0].id });
+    }
+    r = await call(client, 'hibernate_sandbox', { sandbox_id: sb.id });
+    if (r.isError) {
+      assert.match(text(r), /not_implemented|checkpoints_unavailable/);
+    } else {
+      r = await call(client, 'exec', { sandbox_id: sb.id, command: 'echo awake' });
+      assert.match(text(r), /awake/);
+    }
+
+    r = await call(client, 'kill_sandbox', { sandbox_id: sb.id });
+    assert.equal(r.isError, false, text(r));
+    r = await call(client, 'exec', { sandbox_id: sb.id, command: 'true' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /not_found/);
+    r = await call(client, 'kill_sandbox', { sandbox_id: sb.id });
+    assert.equal(r.isError, true);
+    r = await call(client, 'create_sandbox', { template: 'no-such-template' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /unknown template/);
+    r = await call(client, 'exec', { sandbox_id: 'sb-nope', command: 'true' });
+    assert.equal(r.isError, true);
+    await client.close();
+  },
+
+  // protocol errors and tool argument errors as protocol 2025-11-25 says
+  async errors() {
+    const { client } = await connect(`/v1/sandboxes/${SANDBOX}/mcp`);
+    await assert.rejects(client.callTool({ name: 'no_such_tool', arguments: {} }), (e) => {
+      assert.ok(e instanceof McpError);
+      assert.equal(e.code, -32602);
+      assert.match(e.message, /Unknown tool: no_such_tool/);
+      return true;
+    });
+    // 2025-11-25 (SEP-1303): input validation errors are tool execution errors
+    let r = await call(client, 'shell', {});
+    assert.equal(r.isError, true);
+    assert.match(text(r), /invalid arguments: 'command' is required/);
+    r = await call(client, 'shell', { command: 'true', timeout_ms: 'soon' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /'timeout_ms' must be an integer/);
+    r = await call(client, 'read_file', { path: '/etc/hostname', extra: 1 });
+    assert.match(text(r), /unknown argument 'extra'/);
+    await assert.rejects(client.request({ method: 'resources/list', params: {} },
+      (await import('@modelcontextprotocol/sdk/types.js')).ListResourcesResultSchema), (e) => {
+      assert.equal(e.code, -32601);
+      return true;
+    });
+    await client.close();
+  },
+
+  // HTTP-level refusals seen through the client: wrong key 401, unknown sandbox 404, ended session 404
+  async refusals() {
+    await assert.rejects(connect(`/v1/sandboxes/${SANDBOX}/mcp`, 'moat_wrong'), (e) => {
+      assert.equal(e.code, 401, String(e));
+      return true;
+    });
+    await assert.rejects(connect('/v1/sandboxes/sb-00000000000000000/mcp'), (e) => {
+      assert.equal(e.code, 404, String(e));
+      return true;
+    });
+    const { client, transport } = await connect(`/v1/sandboxes/${SANDBOX}/mcp`);
+    const sid = transport.sessionId;
+    await transport.terminateSession();
+    // a client that keeps using an ended session gets 404
+    const stale = new StreamableHTTPClientTransport(new URL(`${BASE}/v1/sandboxes/${SANDBOX}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${KEY}` } }, sessionId: sid,
+    });
+    await assert.rejects(stale.send({ jsonrpc: '2.0', id: 1, method: 'ping' }), (e) => {
+      assert.equal(e.code, 404, String(e));
+      return true;
+    });
+    await client.close();
+  },
+};
+
+const name = process.argv[2];
+if (!scenarios[name]) {
+  console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(' ')}`);
+  process.exit(2);
+}
+try {
+  await scenarios[name]();
+  console.log(`ok ${name}`);
+  process.exit(0);
+} catch (e) {
+  console.error(`FAIL ${name}:`, e);
+  process.exit(1);
+}
