@@ -25,14 +25,6 @@
 #define MCP_MAX_COMMAND (256 * 1024)     /* bytes of a command */
 #define MCP_MAX_FORK 16
 
-/* Time travel (issue 4) lands in control/ while this is written: these are weak references, so
- * this file links whether or not moatd has them yet, and the tools answer "not implemented"
- * (isError) until it does. */
-int moat_control_fork(struct moat_control *c, const char *org, const char *id, unsigned count,
-                      struct moat_sandbox_info **children, moat_error **err) __attribute__((weak));
-int moat_control_hibernate(struct moat_control *c, const char *org, const char *id, moat_error **err)
-    __attribute__((weak));
-
 /* What a tool produced: text items of the result and whether it is an error. bad_args: the
  * arguments failed the input schema (first item says why). */
 struct tool_out {
@@ -64,10 +56,6 @@ static void out_printf(struct tool_out *o, const char *fmt, ...) {
 static int out_moat_error(struct tool_out *o, const char *what, moat_error **err) {
   const char *code;
   api_errno_http(*err ? (*err)->status : 0, &code);
-#ifdef MOAT_E_PAUSED
-  if ((*err) && (*err)->status == MOAT_E_PAUSED)
-    code = "sandbox_paused";
-#endif
   out_printf(o, "error (%s): %s: %s", code, what, moat_error_msg(*err));
   moat_error_free(err);
   o->is_error = true;
@@ -476,10 +464,6 @@ static int tool_fork(const struct mcp_call *c, json_t *args, struct tool_out *o)
       arg_int(args, "count", 1, MCP_MAX_FORK, 1, &count, o) < 0)
     return -1;
   moat_error *err = NULL;
-  if (!moat_control_fork) {
-    moat_error_set(&err, ENOSYS, "fork is not implemented on this moatd yet");
-    return out_moat_error(o, "fork_sandbox", &err);
-  }
   struct moat_sandbox_info *kids = NULL;
   if (moat_control_fork(api_control(c->r), c->r->org, id, (unsigned)count, &kids, &err) < 0)
     return out_moat_error(o, "fork_sandbox", &err);
@@ -497,10 +481,6 @@ static int tool_hibernate(const struct mcp_call *c, json_t *args, struct tool_ou
   if (check_keys(args, keys, o) < 0 || arg_sandbox(args, &id, o) < 0)
     return -1;
   moat_error *err = NULL;
-  if (!moat_control_hibernate) {
-    moat_error_set(&err, ENOSYS, "hibernate is not implemented on this moatd yet");
-    return out_moat_error(o, "hibernate_sandbox", &err);
-  }
   if (moat_control_hibernate(api_control(c->r), c->r->org, id, &err) < 0)
     return out_moat_error(o, "hibernate_sandbox", &err);
   out_printf(o, "sandbox %s is hibernated; the next exec in it wakes it", id);
