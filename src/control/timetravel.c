@@ -49,7 +49,7 @@ static struct snap_use *snap_uses; /* one moatd per process: a plain static is e
 /* ---- small helpers ---- */
 
 static int no_checkpoints(struct moat_control *c, moat_error **err) {
-  return moat_error_set(err, MOAT_E_NO_CHECKPOINTS, "checkpoints are unavailable on this host: %s",
+  return moat_error_set(err, MOAT_E_NO_CHECKPOINTS, "checkpoints are unavailable on this host (%s)",
                         moat_host_criu_status(c->host));
 }
 
@@ -672,11 +672,13 @@ int tt_create_from_snapshot(struct moat_control *c, const char *org, const struc
   const char *sid = spec->from_snapshot;
   if (!valid_snapshot_id(sid))
     return moat_error_set(err, ENOENT, "no snapshot %.64s", sid);
-  if (!moat_host_can_checkpoint(c->host))
-    return no_checkpoints(c, err);
   struct moat_store_snapshot r;
   if (moat_store_snapshot_get(c->store, org, sid, &r, err) < 0)
     return -1;
+  if (!moat_host_can_checkpoint(c->host)) {
+    moat_store_snapshot_clear(&r);
+    return no_checkpoints(c, err);
+  }
   int ret = -1;
   json_t *senv = NULL, *smeta = NULL;
   char *dir = NULL;
