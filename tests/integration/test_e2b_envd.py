@@ -1,0 +1,267 @@
+"""test_e2b_envd.py -- E2B's in-sandbox daemon protocol (envd, port 49983) against a real moatd.
+
+The unmodified npm `e2b` SDK (tests/node/e2b_envd.mjs) runs commands (foreground, callbacks,
+background + wait, stdin, kill, timeouts, CommandExitError), files (write/read/list/exists/
+makeDir/rename/remove/getInfo, streamed uploads), watchDir and bad input, with the two environment
+variables an E2B user sets to switch to moat. Raw HTTP checks cover the Connect wire format itself
+(envelopes, end-of-stream errors, error codes and statuses) and the polling watchers the JS SDK
+does not use. Every scenario runs under a timeout, so a hang is a failure.
+"""
+
+import base64
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import moatd  # noqa: E402
+from moattest import DaemonTest  # noqa: E402
+
+NODE_DIR = os.path.join(moatd.REPO, "tests", "node")
+NODE = shutil.which("node")
+HAVE_SDK = os.path.isdir(os.path.join(NODE_DIR, "node_modules", "e2b"))
+SCENARIO_TIMEOUT_S = 180
+
+
+class EnvdTest(DaemonTest):
+    def scenario(self, name):
+        if not (NODE and HAVE_SDK):
+            self.skipTest("node or the e2b npm package (tests/node/node_modules) is missing; scripts/deps.sh installs it")
+        url = "http://127.0.0.1:%d" % self.daemon.port
+        e = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": self.c.key})
+        try:
+            p = subprocess.run([NODE, os.path.join(NODE_DIR, "e2b_envd.mjs"), name], cwd=NODE_DIR, env=e,
+                               capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S)
+        except subprocess.TimeoutExpired as x:
+            self.fail("e2b_envd.mjs %s hung for %d s\nstdout: %s\nstderr: %s\nmoatd log:\n%s" % (
+                name, SCENARIO_TIMEOUT_S, x.stdout, x.stderr, self.daemon.log_tail(40)))
+        if p.returncode != 0 or ("ok " + name) not in p.stdout:
+            self.fail("e2b_envd.mjs %s exited %d\nstdout: %s\nstderr: %s\nmoatd log:\n%s" % (
+                name, p.returncode, p.stdout, p.stderr[-6000:], self.daemon.log_tail(40)))
+
+    # ---- the SDK ----
+
+    def test_run_foreground(self):
+        self.scenario("run_foreground")
+
+    def test_exit_error(self):
+        self.scenario("exit_error")
+
+    def test_envs_cwd(self):
+        self.scenario("envs_cwd")
+
+    def test_background(self):
+        self.scenario("background")
+
+    def test_stdin(self):
+        self.scenario("stdin")
+
+    def test_kill(self):
+        self.scenario("kill")
+
+    def test_timeout(self):
+        self.scenario("timeout")
+
+    def test_files(self):
+        self.scenario("files")
+
+    def test_watch(self):
+        self.scenario("watch")
+
+    def test_bad_input(self):
+        self.scenario("bad_input")
+
+    # ---- raw wire checks ----
+
+    def envd(self, path, body=b"", ctype="application/json", headers=None, sid=None, method="POST", token=True):
+        """One call to the sandbox's envd through moatd. Returns (status, headers, body bytes)."""
+        h = {"E2b-Sandbox-Id": sid or self.sid, "E2b-Sandbox-Port": "49983"}
+        if token:
+            h["X-Access-Token"] = self.token
+        if ctype:
+            h["Content-Type"] = ctype
+        h.update(headers or {})
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.daemon.port, path),
+                                     data=body if method != "GET" else None, headers=h, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+    def rpc(self, method, msg, **kw):
+        st, _, body = self.envd("/" + method, json.dumps(msg).encode(), **kw)
+        return st, json.loads(body) if body else None
+
+    def stream(self, method, msg, headers=None):
+        """A server-streaming call: returns the list of (flags, message) envelopes."""
+        data = json.dumps(msg).encode()
+        st, h, body = self.envd("/" + method, struct.pack(">BI", 0, len(data)) + data,
+                                ctype="application/connect+json", headers=headers)
+        self.assertEqual(st, 200, body)
+        self.assertEqual(h["Content-Type"], "application/connect+json")
+        out, i = [], 0
+        while i < len(body):
+            flags, n = struct.unpack(">BI", body[i:i + 5])
+            out.append((flags, json.loads(body[i + 5:i + 5 + n])))
+            i += 5 + n
+        self.assertEqual(out[-1][0], 2, out)
+        return out
+
+    def setUp(self):
+        if not hasattr(self, "token"):
+            # A sandbox made through E2B's control plane, for its envd access token.
+            st, body = self.control("POST", "/v2/sandboxes", {"templateID": "base", "timeout": 600})
+            self.assertEqual(st, 201, body)
+            type(self).sid, type(self).token = body["sandboxID"], body["envdAccessToken"]
+
+    def control(self, method, path, body=None):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.daemon.port, path),
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"X-API-KEY": self.c.key, "Content-Type": "application/json"},
+                                     method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                data = r.read()
+                return r.status, json.loads(data) if data else None
+        except urllib.error.HTTPError as e:
+            data = e.read()
+            return e.code, json.loads(data) if data else None
+
+    def test_wire_unary_and_errors(self):
+        st, _, body = self.envd("/health", method="GET", ctype=None)
+        self.assertEqual((st, body), (204, b""))
+        st, m = self.rpc("filesystem.Filesystem/Stat", {"path": "/etc/hostname"})
+        self.assertEqual(st, 200, m)
+        e = m["entry"]
+        self.assertEqual((e["name"], e["type"], e["path"], e["owner"]), ("hostname", "FILE_TYPE_FILE", "/etc/hostname", "root"))
+        self.assertIsInstance(e["size"], str)  # int64 in protobuf JSON
+        self.assertRegex(e["modifiedTime"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+        self.assertEqual(self.rpc("filesystem.Filesystem/Stat", {"path": "/nope"})[0], 404)
+        st, m = self.rpc("filesystem.Filesystem/Stat", {"path": "/nope"})
+        self.assertEqual(m["code"], "not_found")
+        st, m = self.rpc("filesystem.Filesystem/Stat", {})
+        self.assertEqual((st, m["code"]), (400, "invalid_argument"))
+        st, m = self.rpc("filesystem.Filesystem/Stat", {"path": 3})
+        self.assertEqual((st, m["code"]), (400, "invalid_argument"))
+        st, _, body = self.envd("/filesystem.Filesystem/Stat", b"{not json")
+        self.assertEqual((st, json.loads(body)["code"]), (400, "invalid_argument"))
+        st, m = self.rpc("filesystem.Filesystem/NoSuch", {})
+        self.assertEqual((st, m["code"]), (404, "unimplemented"))
+        st, m = self.rpc("process.Process/StreamInput", {})
+        self.assertEqual((st, m["code"]), (501, "unimplemented"))
+        st, _, _ = self.envd("/filesystem.Filesystem/Stat", b"{}", ctype="text/plain")
+        self.assertEqual(st, 415)
+        st, m = self.rpc("filesystem.Filesystem/Stat", {"path": "/"}, token=False)
+        self.assertEqual(st, 401)
+        st, m = self.rpc("filesystem.Filesystem/MakeDir", {"path": "/tmp/wire-d"})
+        self.assertEqual(st, 200, m)
+        st, m = self.rpc("filesystem.Filesystem/MakeDir", {"path": "/tmp/wire-d"})
+        self.assertEqual((st, m["code"]), (409, "already_exists"))
+        st, m = self.rpc("process.Process/SendSignal", {"process": {"pid": 4000000}, "signal": "SIGNAL_SIGKILL"})
+        self.assertEqual((st, m["code"]), (404, "not_found"))
+        st, m = self.rpc("process.Process/SendSignal", {"process": {"pid": 1}, "signal": "SIGNAL_SIGHUP"})
+        self.assertEqual((st, m["code"]), (400, "invalid_argument"))
+        # The user comes from Basic auth: root may stat /root's content, "user" may not list it.
+        st, m = self.rpc("filesystem.Filesystem/ListDir", {"path": "/root"},
+                         headers={"Authorization": "Basic " + base64.b64encode(b"root:").decode()})
+        self.assertEqual(st, 200, m)
+        st, m = self.rpc("filesystem.Filesystem/ListDir", {"path": "/root"})
+        self.assertEqual((st, m["code"]), (403, "permission_denied"))
+
+    def test_wire_stream(self):
+        env = self.stream("process.Process/Start", {
+            "process": {"cmd": "/bin/bash", "args": ["-l", "-c", "printf out; printf err >&2; exit 4"], "envs": {}},
+            "stdin": False})
+        self.assertIn("start", env[0][1]["event"])
+        self.assertGreater(env[0][1]["event"]["start"]["pid"], 0)
+        data = {"stdout": b"", "stderr": b""}
+        for flags, m in env[1:-2]:
+            d = m["event"]["data"]
+            for k in d:
+                data[k] += base64.b64decode(d[k])
+        self.assertEqual(data, {"stdout": b"out", "stderr": b"err"})
+        end = env[-2][1]["event"]["end"]
+        self.assertEqual((end["exitCode"], end["exited"], end["status"]), (4, True, "exit status 4"))
+        self.assertEqual(env[-1][1], {})
+        # Errors in a stream: HTTP 200 and an end-of-stream envelope with the error.
+        env = self.stream("process.Process/Start", {"process": {"cmd": "/bin/true", "cwd": "/no/such"}})
+        self.assertEqual(len(env), 1)
+        self.assertEqual(env[0][1]["error"]["code"], "invalid_argument")
+        env = self.stream("process.Process/Connect", {"process": {"pid": 4000000}})
+        self.assertEqual(env[0][1]["error"]["code"], "not_found")
+        env = self.stream("filesystem.Filesystem/WatchDir", {"path": "/no/such/dir"})
+        self.assertEqual(env[0][1]["error"]["code"], "not_found")
+        # Connect-Timeout-Ms ends the stream with deadline_exceeded and kills the command.
+        t0 = time.time()
+        env = self.stream("process.Process/Start", {"process": {"cmd": "/bin/sleep", "args": ["30"]}},
+                          headers={"Connect-Timeout-Ms": "800"})
+        self.assertLess(time.time() - t0, 5)
+        self.assertEqual(env[-1][1]["error"]["code"], "deadline_exceeded")
+        # A body that is not one envelope.
+        st, _, body = self.envd("/process.Process/Start", b"{}", ctype="application/connect+json")
+        self.assertEqual(st, 200)
+        self.assertIn(b"invalid_argument", body)
+
+    def test_wire_watchers(self):
+        self.assertEqual(self.rpc("filesystem.Filesystem/MakeDir", {"path": "/tmp/pw"})[0], 200)
+        st, m = self.rpc("filesystem.Filesystem/CreateWatcher", {"path": "/tmp/pw", "recursive": True})
+        self.assertEqual(st, 200, m)
+        wid = m["watcherId"]
+        st, m = self.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual((st, m.get("events", [])), (200, []))
+        st, _, body = self.envd("/files?path=/tmp/pw/f.txt", b"hi", ctype="application/octet-stream")
+        self.assertEqual(st, 200, body)
+        self.assertEqual(json.loads(body)[0]["path"], "/tmp/pw/f.txt")
+        events = []
+        for _ in range(50):
+            st, m = self.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+            self.assertEqual(st, 200, m)
+            events += m.get("events", [])
+            if any(e["type"] == "EVENT_TYPE_CREATE" for e in events):
+                break
+            time.sleep(0.1)
+        self.assertIn({"name": "f.txt", "type": "EVENT_TYPE_CREATE"}, events)
+        self.assertEqual(self.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})[0], 200)
+        st, m = self.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual((st, m["code"]), (404, "not_found"))
+
+    def test_wire_files_rest(self):
+        # multipart with two files; the second part's filename is its path
+        b = "----moatb"
+        body = ("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/r1\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\none\r\n"
+                "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r2\"\r\n\r\n"
+                "two\r\n--%s--\r\n" % (b, b, b)).encode()
+        st, _, out = self.envd("/files", body, ctype="multipart/form-data; boundary=" + b)
+        self.assertEqual(st, 200, out)
+        got = json.loads(out)
+        self.assertEqual([(f["name"], f["path"], f["type"]) for f in got],
+                         [("r1", "/tmp/r1", "file"), ("r2", "/home/user/r2", "file")])
+        st, _, out = self.envd("/files?path=/tmp/r1", method="GET", ctype=None)
+        self.assertEqual((st, out), (200, b"one"))
+        st, _, out = self.envd("/files?path=/tmp/none", method="GET", ctype=None)
+        self.assertEqual(st, 404)
+        self.assertEqual(json.loads(out)["code"], 404)
+        st, _, out = self.envd("/files?path=/tmp/x", b"--x--", ctype="multipart/form-data")
+        self.assertEqual(st, 400, out)
+        st, _, out = self.envd("/files?path=/tmp/x", b"--zz\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nabc",
+                               ctype="multipart/form-data; boundary=zz")
+        self.assertEqual(st, 400, out)  # no closing boundary
+        st, _, out = self.envd("/files?path=/tmp/x&username=root", b"x", ctype="application/octet-stream",
+                               headers={"X-Metadata-Foo": "bar"})
+        self.assertEqual(st, 400, out)
+        st, _, out = self.envd("/files?path=/tmp/x&username=no-such-user", b"x", ctype="application/octet-stream")
+        self.assertIn(st, (400, 404), out)
+
+
+if __name__ == "__main__":
+    unittest.main()

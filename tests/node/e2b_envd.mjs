@@ -1,0 +1,262 @@
+// e2b_envd.mjs -- the unmodified npm `e2b` SDK's sandbox calls (commands, files, watch: E2B's
+// envd protocol on port 49983) against moatd.
+//
+// Usage: node e2b_envd.mjs SCENARIO, with E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY pointing
+// at moatd (tests/integration/test_e2b_envd.py sets them). Prints "ok SCENARIO" and exits 0, or
+// prints the failure and exits 1. Every sandbox a scenario creates is killed in a finally block.
+import assert from 'node:assert/strict'
+import { createHash } from 'node:crypto'
+import {
+  Sandbox, CommandExitError, NotFoundError, FileNotFoundError, InvalidArgumentError, TimeoutError, SandboxError,
+} from 'e2b'
+
+const made = []
+async function create(opts = {}) {
+  const sbx = await Sandbox.create('base', { timeoutMs: 300_000, ...opts })
+  made.push(sbx)
+  return sbx
+}
+
+// Awaits p, which must fail with cls within `within` ms; returns the error.
+async function rejects(p, cls, what, within = 20000) {
+  const t0 = Date.now()
+  try {
+    await p
+  } catch (e) {
+    assert.ok(e instanceof cls, `${what}: want ${cls.name}, got ${e?.constructor?.name}: ${e?.message}`)
+    assert.ok(Date.now() - t0 < within, `${what}: took ${Date.now() - t0} ms`)
+    return e
+  }
+  assert.fail(`${what}: no error`)
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+const scenarios = {
+  // Foreground commands: output, streaming callbacks, the user, unicode and binary-ish output.
+  async run_foreground() {
+    const sbx = await create()
+    const outs = [], errs = []
+    const r = await sbx.commands.run('echo hello; echo oops >&2; printf "caf\\xc3\\xa9\\n"', {
+      onStdout: (d) => outs.push(d), onStderr: (d) => errs.push(d),
+    })
+    assert.equal(r.exitCode, 0)
+    assert.equal(r.stdout, 'hello\ncafé\n')
+    assert.equal(r.stderr, 'oops\n')
+    assert.equal(outs.join(''), 'hello\ncafé\n')
+    assert.equal(errs.join(''), 'oops\n')
+    assert.equal((await sbx.commands.run('whoami')).stdout, 'user\n')
+    assert.equal((await sbx.commands.run('whoami', { user: 'root' })).stdout, 'root\n')
+    // Streaming: the first line arrives while the command still runs.
+    const t0 = Date.now()
+    let first = 0
+    await sbx.commands.run('echo one; sleep 1.5; echo two', { onStdout: () => { if (!first) first = Date.now() - t0 } })
+    assert.ok(first > 0 && first < 1200, `first chunk after ${first} ms`)
+    // A larger output arrives whole.
+    const big = await sbx.commands.run('head -c 3000000 /dev/zero | tr "\\0" a')
+    assert.equal(big.stdout.length, 3000000)
+  },
+
+  // Non-zero exit -> CommandExitError with the result; a missing command is 127.
+  async exit_error() {
+    const sbx = await create()
+    const e = await rejects(sbx.commands.run('echo partial; echo bad >&2; exit 3'), CommandExitError, 'exit 3')
+    assert.equal(e.exitCode, 3)
+    assert.equal(e.stdout, 'partial\n')
+    assert.equal(e.stderr, 'bad\n')
+    assert.match(e.error, /exit status 3/)
+    const e2 = await rejects(sbx.commands.run('no-such-command-xyz'), CommandExitError, 'missing command')
+    assert.equal(e2.exitCode, 127)
+    assert.match(e2.stderr, /not found/)
+  },
+
+  // envs and cwd per command, the sandbox's envs from create, the default cwd (the user's home).
+  async envs_cwd() {
+    const sbx = await create({ envs: { FROM_CREATE: 'c1' } })
+    const r = await sbx.commands.run('echo "$FOO|$FROM_CREATE|$(pwd)"', { envs: { FOO: 'bar baz' }, cwd: '/tmp' })
+    assert.equal(r.stdout, 'bar baz|c1|/tmp\n')
+    assert.equal((await sbx.commands.run('pwd')).stdout, '/home/user\n')
+    assert.equal((await sbx.commands.run('pwd', { user: 'root' })).stdout, '/root\n')
+    await rejects(sbx.commands.run('pwd', { cwd: '/no/such/dir' }), SandboxError, 'missing cwd')
+  },
+
+  // Background + wait, list, connect from a second handle, disconnect keeps the process.
+  async background() {
+    const sbx = await create()
+    const h = await sbx.commands.run('echo start; sleep 1; echo done', { background: true })
+    assert.ok(h.pid > 0)
+    const procs = await sbx.commands.list()
+    const p = procs.find((x) => x.pid === h.pid)
+    assert.ok(p, `pid ${h.pid} not in ${JSON.stringify(procs)}`)
+    assert.equal(p.cmd, '/bin/bash')
+    assert.deepEqual(p.args.slice(0, 2), ['-l', '-c'])
+    const r = await h.wait()
+    assert.equal(r.stdout, 'start\ndone\n')
+    assert.equal(r.exitCode, 0)
+    // disconnect, then connect again by pid: the process ran on and its later output arrives.
+    const h2 = await sbx.commands.run('sleep 1; echo later; sleep 0.5', { background: true })
+    await h2.disconnect()
+    const h3 = await sbx.commands.connect(h2.pid)
+    const r3 = await h3.wait()
+    assert.equal(r3.stdout, 'later\n')
+    await rejects(sbx.commands.connect(999999), NotFoundError, 'connect to an unknown pid')
+  },
+
+  // stdin: sendStdin + closeStdin on a command started with stdin: true; without it, EOF at once.
+  async stdin() {
+    const sbx = await create()
+    const h = await sbx.commands.run('cat; echo end', { background: true, stdin: true })
+    await sbx.commands.sendStdin(h.pid, 'abc\n')
+    await h.sendStdin('def\n')
+    await h.closeStdin()
+    const r = await h.wait()
+    assert.equal(r.stdout, 'abc\ndef\nend\n')
+    const r2 = await sbx.commands.run('cat; echo eof', { timeoutMs: 10000 })
+    assert.equal(r2.stdout, 'eof\n')
+    await rejects(sbx.commands.sendStdin(999999, 'x'), NotFoundError, 'stdin to an unknown pid')
+  },
+
+  // kill: the handle's and by pid; an unknown pid is false; the killed command ends.
+  async kill() {
+    const sbx = await create()
+    const h = await sbx.commands.run('sleep 60', { background: true })
+    const t0 = Date.now()
+    assert.equal(await h.kill(), true)
+    const e = await rejects(h.wait(), CommandExitError, 'wait after kill', 10000)
+    assert.equal(e.exitCode, -1)
+    assert.match(e.error, /signal: killed/)
+    assert.ok(Date.now() - t0 < 5000)
+    const h2 = await sbx.commands.run('sleep 60', { background: true })
+    assert.equal(await sbx.commands.kill(h2.pid), true)
+    await rejects(h2.wait(), CommandExitError, 'wait after kill by pid', 10000)
+    assert.equal(await sbx.commands.kill(999999), false)
+    const left = (await sbx.commands.list()).filter((p) => p.pid === h.pid || p.pid === h2.pid)
+    assert.deepEqual(left, [])
+  },
+
+  // timeoutMs: the command is killed and the SDK raises TimeoutError, promptly.
+  async timeout() {
+    const sbx = await create()
+    await rejects(sbx.commands.run('sleep 30', { timeoutMs: 1500 }), TimeoutError, 'timeoutMs', 8000)
+    await sleep(500)
+    const r = await sbx.commands.run('pgrep -x sleep || echo none')
+    assert.equal(r.stdout, 'none\n')
+  },
+
+  // Files: write/read (text, bytes, several at once, a stream), list, exists, makeDir, rename,
+  // remove, getInfo.
+  async files() {
+    const sbx = await create()
+    const w = await sbx.files.write('/home/user/dir/a.txt', 'hello files')
+    assert.equal(w.path, '/home/user/dir/a.txt')
+    assert.equal(w.name, 'a.txt')
+    assert.equal(await sbx.files.read('/home/user/dir/a.txt'), 'hello files')
+    assert.equal(await sbx.files.read('dir/a.txt'), 'hello files') // relative to the user's home
+    const bin = new Uint8Array(70000).map((_, i) => (i * 7) & 255)
+    await sbx.files.write('dir/b.bin', bin)
+    assert.deepEqual(await sbx.files.read('dir/b.bin', { format: 'bytes' }), bin)
+    await sbx.files.write('dir/empty', '')
+    assert.equal(await sbx.files.read('dir/empty'), '')
+    const many = await sbx.files.write([{ path: '/tmp/m1', data: 'one' }, { path: '/tmp/m2', data: 'two' }])
+    assert.deepEqual(many.map((f) => f.path).sort(), ['/tmp/m1', '/tmp/m2'])
+    assert.equal(await sbx.files.read('/tmp/m2'), 'two')
+    // A streamed upload (octet-stream) of 8 MiB, read back.
+    const chunk = Buffer.alloc(1 << 20, 'z')
+    const stream = new ReadableStream({
+      i: 0,
+      pull(c) { if (this.i++ < 8) c.enqueue(new Uint8Array(chunk)); else c.close() },
+    })
+    await sbx.files.write('/tmp/big', stream)
+    const back = await sbx.files.read('/tmp/big', { format: 'bytes' })
+    assert.equal(back.length, 8 << 20)
+    assert.equal(createHash('sha256').update(back).digest('hex'),
+      createHash('sha256').update(Buffer.alloc(8 << 20, 'z')).digest('hex'))
+    // owner: files written as the default user belong to it
+    const info = await sbx.files.getInfo('dir/a.txt')
+    assert.equal(info.type, 'file')
+    assert.equal(info.size, 11)
+    assert.equal(info.owner, 'user')
+    assert.equal(info.path, '/home/user/dir/a.txt')
+    assert.match(info.permissions, /^-rw/)
+    assert.ok(info.modifiedTime instanceof Date && Math.abs(info.modifiedTime - Date.now()) < 120000)
+    const ls = await sbx.files.list('/home/user/dir')
+    assert.deepEqual(ls.map((e) => e.name).sort(), ['a.txt', 'b.bin', 'empty'])
+    assert.ok(ls.every((e) => e.type === 'file'))
+    assert.equal(await sbx.files.exists('dir/a.txt'), true)
+    assert.equal(await sbx.files.exists('dir/nope'), false)
+    assert.equal(await sbx.files.makeDir('dir/sub/deep'), true)
+    assert.equal(await sbx.files.makeDir('dir/sub/deep'), false)
+    const deep = await sbx.files.list('dir', { depth: 3 })
+    assert.ok(deep.some((e) => e.path === '/home/user/dir/sub/deep' && e.type === 'dir'), JSON.stringify(deep))
+    const mv = await sbx.files.rename('dir/a.txt', 'dir/sub/renamed.txt')
+    assert.equal(mv.path, '/home/user/dir/sub/renamed.txt')
+    assert.equal(await sbx.files.exists('dir/a.txt'), false)
+    assert.equal(await sbx.files.read('dir/sub/renamed.txt'), 'hello files')
+    await sbx.files.remove('dir/sub')
+    assert.equal(await sbx.files.exists('dir/sub'), false)
+    // root's files as root
+    await sbx.files.write('/root/r.txt', 'root only', { user: 'root' })
+    assert.equal((await sbx.files.getInfo('/root/r.txt', { user: 'root' })).owner, 'root')
+    // the same files through commands
+    assert.equal((await sbx.commands.run('cat /tmp/m1')).stdout, 'one')
+  },
+
+  // watchDir: create / write / remove / rename events with names relative to the directory.
+  async watch() {
+    const sbx = await create()
+    await sbx.files.makeDir('/home/user/w')
+    const events = []
+    const h = await sbx.files.watchDir('/home/user/w', (ev) => events.push(ev))
+    await sbx.files.write('/home/user/w/f1', 'x')
+    await sbx.commands.run('echo more >> /home/user/w/f1; mv /home/user/w/f1 /home/user/w/f2; rm /home/user/w/f2')
+    for (let i = 0; i < 50 && !events.some((e) => e.type === 'remove'); i++) await sleep(100)
+    await h.stop()
+    const seen = events.map((e) => `${e.type}:${e.name}`)
+    for (const want of ['create:f1', 'write:f1', 'rename:f1', 'create:f2', 'remove:f2'])
+      assert.ok(seen.includes(want), `${want} not in ${JSON.stringify(seen)}`)
+    await rejects(sbx.files.watchDir('/home/user/nope', () => {}), FileNotFoundError, 'watch a missing dir')
+  },
+
+  // Bad input gets the SDK's errors, fast.
+  async bad_input() {
+    const sbx = await create()
+    await rejects(sbx.files.read('/home/user/missing.txt'), FileNotFoundError, 'read missing')
+    await rejects(sbx.files.list('/home/user/missing'), FileNotFoundError, 'list missing')
+    await rejects(sbx.files.getInfo('/nope/nope'), FileNotFoundError, 'getInfo missing')
+    await rejects(sbx.files.rename('/home/user/missing', '/tmp/x'), FileNotFoundError, 'rename missing')
+    await sbx.files.write('/home/user/plain', 'p')
+    await rejects(sbx.files.list('/home/user/plain'), InvalidArgumentError, 'list a file')
+    await rejects(sbx.files.makeDir('/home/user/plain'), InvalidArgumentError, 'makeDir over a file')
+    await rejects(sbx.files.read('/home/user'), InvalidArgumentError, 'read a directory')
+    // ".." cannot leave the sandbox: it resolves inside the sandbox's own root.
+    const up = await sbx.files.list('/home/user/../../../../..')
+    assert.ok(up.some((e) => e.name === 'home') && up.some((e) => e.name === 'etc'), JSON.stringify(up.map((e) => e.name)))
+    const passwd = await sbx.files.read('../../../../../../etc/passwd')
+    assert.match(passwd, /^user:x:1000:/m)
+    // The default user cannot read root's files.
+    await sbx.files.write('/root/secret', 's', { user: 'root' })
+    await rejects(sbx.files.read('/root/secret'), SandboxError, 'read root file as user')
+    await rejects(sbx.commands.run('true', { user: 'nobody-here' }), SandboxError, 'unknown user')
+    await rejects(sbx.commands.sendStdin(4000000, 'x'), NotFoundError, 'stdin to an unknown pid')
+    assert.equal(await sbx.commands.kill(4000000), false)
+    await sbx.files.remove('/home/user/never-existed') // envd: removing a missing path is fine
+  },
+}
+
+const name = process.argv[2]
+const fn = scenarios[name]
+if (!fn) {
+  console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(' ')}`)
+  process.exit(2)
+}
+let rc = 0
+try {
+  await fn()
+  console.log(`ok ${name}`)
+} catch (e) {
+  console.error(`FAIL ${name}:`, e)
+  rc = 1
+} finally {
+  for (const s of made) await s.kill().catch(() => {})
+}
+process.exit(rc)
