@@ -106,6 +106,16 @@ int cmd_ps(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_kill(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
+/* time travel (cmd_timetravel.c) */
+int cmd_pause(int argc, char **argv);
+int cmd_resume(int argc, char **argv);
+int cmd_hibernate(int argc, char **argv);
+int cmd_wake(int argc, char **argv);
+int cmd_snapshot(int argc, char **argv);
+int cmd_snapshots(int argc, char **argv);
+int cmd_fork(int argc, char **argv);
+int cmd_rollback(int argc, char **argv);
+int cmd_explore(int argc, char **argv);
 
 /* Builds the JSON body of POST /v1/sandboxes from create-style options; shared by create and run.
  * Returns the option ids it handles through cli_create_opt(). */
@@ -123,7 +133,9 @@ int cli_create_opt(int id, const char *value, struct create_opts *c);
   "  --cpu N           vCPUs (default 2)\n"                                                                  \
   "  --memory MB       memory limit (default 2048)\n"                                                        \
   "  --pids N          process limit (default 4096)\n"                                                       \
-  "  --disk MB         writable layer size (default 10240)\n"
+  "  --disk MB         writable layer size (default 10240)\n"                                                \
+  "  --from-snapshot SID  start from a snapshot (its memory, processes and files)\n"                         \
+  "  --hibernate-after S  with --persistent: hibernate after S seconds idle (no API use, no CPU)\n"
 #define CREATE_USAGE CREATE_USAGE_COMMON "  --env K=V         environment for every exec (repeatable)\n"
 
 /* Runs argv in sandbox id (exec options already in body) and relays its output; returns the exit

@@ -5,7 +5,7 @@
 #include "../common/util.h"
 #include "cli.h"
 
-enum { O_TEMPLATE = 1, O_TTL, O_PERSISTENT, O_META, O_ENV, O_CPU, O_MEMORY, O_PIDS, O_DISK };
+enum { O_TEMPLATE = 1, O_TTL, O_PERSISTENT, O_META, O_ENV, O_CPU, O_MEMORY, O_PIDS, O_DISK, O_FROM_SNAPSHOT, O_HIBERNATE_AFTER };
 
 const struct cli_opt cli_create_opts[] = {{"template", true, O_TEMPLATE},
                                           {"ttl", true, O_TTL},
@@ -16,6 +16,8 @@ const struct cli_opt cli_create_opts[] = {{"template", true, O_TEMPLATE},
                                           {"memory", true, O_MEMORY},
                                           {"pids", true, O_PIDS},
                                           {"disk", true, O_DISK},
+                                          {"from-snapshot", true, O_FROM_SNAPSHOT},
+                                          {"hibernate-after", true, O_HIBERNATE_AFTER},
                                           {NULL, false, 0}};
 const size_t cli_create_nopts = sizeof(cli_create_opts) / sizeof(cli_create_opts[0]) - 1;
 
@@ -62,6 +64,14 @@ int cli_create_opt(int id, const char *value, struct create_opts *c) {
     json_object_set_new(c->body, field, json_integer(n));
     return 0;
   }
+  case O_FROM_SNAPSHOT:
+    json_object_set_new(c->body, "from_snapshot", json_string(value));
+    return 0;
+  case O_HIBERNATE_AFTER:
+    if (cli_parse_ll(value, "--hibernate-after", &n) < 0)
+      return -1;
+    json_object_set_new(c->body, "idle", json_pack("{s:I}", "hibernate_after_seconds", (json_int_t)n));
+    return 0;
   }
   return -1;
 }

@@ -23,6 +23,15 @@ static const struct command commands[] = {
     {"rm", cmd_rm, "kill sandboxes"},
     {"run", cmd_run, "create a sandbox, run a command (or --python CODE), kill it"},
     {"template", cmd_template, "template build NAME | template ls"},
+    {"pause", cmd_pause, "freeze sandboxes (no CPU, memory kept, TTL stopped)"},
+    {"resume", cmd_resume, "thaw paused sandboxes"},
+    {"hibernate", cmd_hibernate, "write sandboxes to disk and release their memory"},
+    {"wake", cmd_wake, "bring hibernated sandboxes back"},
+    {"snapshot", cmd_snapshot, "snapshot a running sandbox (memory, processes, files), print its id"},
+    {"snapshots", cmd_snapshots, "snapshots [ls [--sandbox ID]] | get SID | rm SID..."},
+    {"fork", cmd_fork, "fork a sandbox into N children, print their ids"},
+    {"rollback", cmd_rollback, "return a sandbox to one of its snapshots, in place"},
+    {"explore", cmd_explore, "fork once per command, run them, keep the winner"},
 };
 
 static void usage(FILE *f) {

@@ -216,6 +216,35 @@ class PauseResumeTest(DaemonTest):
         self.assertEqual(os.listdir(os.path.join(self.daemon.data_dir, "snapshots")), [])
 
 
+    def moat(self, *args):
+        import subprocess
+        env = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % self.daemon.port, MOAT_API_KEY=self.c.key)
+        return subprocess.run([os.path.join(moatd.BUILD, "moat")] + list(args), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=120)
+
+    def test_cli(self):
+        sid = self.sandbox(ttl_seconds=600)["id"]
+        r = self.moat("pause", sid)
+        self.assertEqual((r.returncode, r.stdout.decode()), (0, "%s paused\n" % sid), r.stderr)
+        self.assertEqual(self.c.get(sid)["state"], "paused")
+        r = self.moat("exec", sid, "true")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"sandbox_paused", r.stderr)
+        r = self.moat("resume", sid)
+        self.assertEqual((r.returncode, r.stdout.decode()), (0, "%s running\n" % sid), r.stderr)
+        r = self.moat("snapshots", "ls")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith(b"SNAPSHOT"), r.stdout)
+        r = self.moat("snapshots", "rm", "snap-" + "0" * 17)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"not_found", r.stderr)
+        r = self.moat("fork", sid, "--count", "0")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"invalid_request", r.stderr)
+        r = self.moat("pause")
+        self.assertEqual(r.returncode, 2)
+
+
 class PausedAcrossRestartTest(unittest.TestCase):
     def setUp(self):
         self.d = moatd.MoatDaemon(pool=0)
