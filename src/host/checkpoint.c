@@ -1,30 +1,625 @@
 /* checkpoint.c -- checkpoint and restore of a running sandbox with CRIU (issue 4)
  *
- * Until CRIU is wired in, checkpoints are unavailable: both calls fail with ENOSYS. */
+ * A checkpoint dir holds:
+ *   images/          CRIU's images of the sandbox's process tree (dump.log beside them)
+ *   upper/           a copy of the overlay upper dir (the writable layer), owners as on the host
+ *   moat-checkpoint  "key value" lines (uid_base, template, sizes), written last: a dir without
+ *                    it is incomplete
+ *
+ * Checkpoint: freeze the slot's v2 cgroup, copy the upper dir, let CRIU dump the frozen tree
+ * (--freeze-cgroup: it finds the tasks frozen and leaves them so), thaw (or destroy the slot for
+ * a hibernate). The guest listens inside the sandbox (/run/moat/guest.sock, shell.c), so its
+ * listener is an ordinary unix socket of the tree; moatd's connections are per request, so none
+ * is open while the sandbox is frozen unless a stream is attached (then CRIU refuses and says so).
+ * The network namespace (loopback only) is marked external and not dumped.
+ *
+ * Restore into a fresh slot: a new uid range, cgroups and disk; the upper copy is written into
+ * the new disk with owners shifted to the new range; a holder process makes a user namespace
+ * with the new range's map and a network namespace with lo up; a helper (the process that
+ * execs CRIU) enters a private mount namespace and mounts the overlay root there (idmapped
+ * template for the new user namespace + the new upper); CRIU then restores the tree into the
+ * holder's user and network namespaces (--join-ns user, --inherit-fd for net) under that root,
+ * with new pid, mount, uts, ipc namespaces. CRIU's helper runs inside the slot's cgroups, so the
+ * restored tree lands there. Nothing of the checkpoint dir is written: restores may run
+ * concurrently from one dir.
+ */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <dirent.h>
+#include <unistd.h>
 
+#include "../common/log.h"
+#include "../common/util.h"
+#include "cgroup.h"
+#include "criu.h"
+#include "disk.h"
 #include "driver.h"
+#include "guest_client.h"
+#include "layer_copy.h"
+#include "shell.h"
+#include "slot_internal.h"
 
-int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
-                         struct moat_checkpoint_info *info, moat_error **err) {
-  (void)h, (void)slot, (void)dir, (void)leave_running, (void)info;
-  moat_error_set(err, ENOSYS, "checkpoints are not available on this host yet");
-  return -1;
-}
-
-int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
-                      const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
-  (void)h, (void)dir, (void)template_name, (void)limits, (void)out;
-  moat_error_set(err, ENOSYS, "checkpoints are not available on this host yet");
-  return -1;
-}
+#define META "moat-checkpoint"
+#define NET_KEY "moat-net"
+#define NET_FD 100 /* the netns fd CRIU inherits on restore */
+#define GUEST_READY_MS 10000
 
 const char *moat_host_criu_status(struct moat_host *h) {
   (void)h;
-  return "checkpoints unavailable: CRIU is not wired in yet";
+  const char *s;
+  moat_criu_available(&s);
+  return s;
 }
 
 bool moat_host_can_checkpoint(struct moat_host *h) {
   (void)h;
-  return false;
+  return moat_criu_available(NULL);
+}
+
+/* The v2 cgroup dir of pid on the host (for CRIU's --freeze-cgroup). Caller frees. */
+static char *v2_cgroup_of(pid_t pid, moat_error **err) {
+  _cleanup_free_ char *mi = NULL, *cg = NULL;
+  if (read_file("/proc/self/mountinfo", &mi, NULL, err) < 0)
+    return NULL;
+  char *mnt = NULL;
+  for (char *line = strtok(mi, "\n"); line && !mnt; line = strtok(NULL, "\n")) {
+    char *dash = strstr(line, " - cgroup2 ");
+    if (!dash)
+      continue;
+    char *p = line;
+    for (int i = 0; i < 4 && p; i++) /* mount point is field 5 */
+      p = strchr(p + 1, ' ');
+    if (!p)
+      continue;
+    char *end = strchr(p + 1, ' ');
+    mnt = xstrndup(p + 1, end ? (size_t)(end - p - 1) : strlen(p + 1));
+  }
+  if (!mnt) {
+    moat_error_set(err, ENOENT, "no cgroup2 mount");
+    return NULL;
+  }
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+  if (read_file(path, &cg, NULL, err) < 0) {
+    free(mnt);
+    return NULL;
+  }
+  char *res = NULL;
+  for (char *line = strtok(cg, "\n"); line; line = strtok(NULL, "\n"))
+    if (strncmp(line, "0::", 3) == 0)
+      res = xasprintf("%s%s", mnt, line + 3);
+  free(mnt);
+  if (!res)
+    moat_error_set(err, ENOENT, "pid %d has no v2 cgroup", pid);
+  return res;
+}
+
+/* Sum of the sizes of CRIU's pages-*.img in dir. */
+static uint64_t pages_bytes(const char *dir) {
+  uint64_t total = 0;
+  DIR *dp = opendir(dir);
+  if (!dp)
+    return 0;
+  struct dirent *de;
+  struct stat st;
+  while ((de = readdir(dp)) != NULL)
+    if (strncmp(de->d_name, "pages-", 6) == 0 && fstatat(dirfd(dp), de->d_name, &st, 0) == 0)
+      total += (uint64_t)st.st_size;
+  closedir(dp);
+  return total;
+}
+
+static uint64_t meta_u64(const char *text, const char *key) {
+  size_t k = strlen(key);
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+    if (strncmp(p, key, k) == 0 && p[k] == ' ')
+      return strtoull(p + k + 1, NULL, 10);
+  return 0;
+}
+
+static char *meta_str(const char *text, const char *key) {
+  size_t k = strlen(key);
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+    if (strncmp(p, key, k) == 0 && p[k] == ' ')
+      return xstrndup(p + k + 1, strcspn(p + k + 1, "\n"));
+  return NULL;
+}
+
+static int cmp_ul(const void *a, const void *b) {
+  unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sockets that processes of the sandbox (cgroup dir cgdir) hold but that live in moatd's
+ * network namespace: the guest's ends of moatd's connections (an accepted unix socket belongs
+ * to the connecting side's namespace). CRIU cannot dump them. Returns the count, or -1. */
+static int outside_sockets(const char *cgdir) {
+  _cleanup_free_ char *unix_tab = NULL, *procs = NULL;
+  _cleanup_free_ char *procs_path = xasprintf("%s/cgroup.procs", cgdir);
+  if (read_file("/proc/self/net/unix", &unix_tab, NULL, NULL) < 0 || read_file(procs_path, &procs, NULL, NULL) < 0)
+    return -1;
+  size_t cap = 256, n = 0;
+  _cleanup_free_ unsigned long *inos = xcalloc(cap, sizeof(*inos));
+  char *save = NULL;
+  for (char *line = strtok_r(unix_tab, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    unsigned long ino;
+    if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu", &ino) != 1)
+      continue;
+    if (n == cap)
+      inos = xrealloc(inos, (cap *= 2) * sizeof(*inos));
+    inos[n++] = ino;
+  }
+  qsort(inos, n, sizeof(*inos), cmp_ul);
+  int found = 0;
+  for (char *p = strtok_r(procs, "\n", &save); p; p = strtok_r(NULL, "\n", &save)) {
+    _cleanup_free_ char *fd_dir = xasprintf("/proc/%s/fd", p);
+    DIR *dp = opendir(fd_dir);
+    if (!dp)
+      continue;
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL) {
+      char link[64];
+      ssize_t k = readlinkat(dirfd(dp), de->d_name, link, sizeof(link) - 1);
+      unsigned long ino;
+      if (k <= 0)
+        continue;
+      link[k] = '\0';
+      if (sscanf(link, "socket:[%lu]", &ino) == 1 && bsearch(&ino, inos, n, sizeof(*inos), cmp_ul))
+        found++;
+    }
+    closedir(dp);
+  }
+  return found;
+}
+
+/* Freezes the slot at a moment when no connection to the guest is open: moatd opens one per
+ * request and the guest closes its end a moment after the reply, so a freeze can catch one
+ * half-closed; CRIU cannot dump a socket whose peer is outside. Thaws and retries for up to a
+ * second; an attached stream, watch or PTY keeps its connection open, and then this fails with
+ * EBUSY. A slot that was paused already stays frozen. */
+static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, bool was_frozen, moat_error **err) {
+  int conns = 0;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    if (moat_cgroup_freeze(v->cgroups, slot, true, 5000, err) < 0)
+      return -1;
+    conns = outside_sockets(cgdir);
+    if (conns == 0)
+      return 0;
+    if (was_frozen)
+      break; /* a paused sandbox cannot close anything */
+    if (moat_cgroup_freeze(v->cgroups, slot, false, 5000, err) < 0)
+      return -1;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (!was_frozen)
+    moat_cgroup_freeze(v->cgroups, slot, false, 5000, NULL);
+  if (conns < 0)
+    return moat_error_set(err, ESRCH, "cannot list the sockets of sandbox %d's processes", v->pid);
+  return moat_error_set(err, EBUSY,
+                        "%d connection(s) to the guest stay open (an attached exec stream, watch or PTY); "
+                        "CRIU cannot checkpoint them: close them first",
+                        conns);
+}
+
+int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
+                         struct moat_checkpoint_info *info, moat_error **err) {
+  uint64_t t0 = now_ns();
+  const char *why;
+  if (!moat_criu_available(&why))
+    return moat_error_set(err, ENOSYS, "%s", why);
+  struct moat_slot_view v;
+  if (moat_host_slot_view(h, slot, &v, err) < 0)
+    return moat_error_wrap(err, "checkpoint");
+  _cleanup_free_ char *slot_dir = v.slot_dir;
+  _cleanup_close_ int disk = v.disk_fd;
+  if (disk < 0)
+    return moat_error_set(err, ENOTSUP,
+                          "checkpoint slot %d: its writable layer is not reachable (sandbox adopted after a "
+                          "moatd restart)",
+                          slot);
+  _cleanup_free_ char *cgdir = v2_cgroup_of(v.pid, err);
+  if (!cgdir)
+    return moat_error_wrap(err, "checkpoint slot %d", slot);
+  _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return moat_error_errno(err, "checkpoint: open %s", dir);
+  if (mkdirat(dfd, "images", 0700) < 0)
+    return moat_error_errno(err, "checkpoint: mkdir %s/images", dir);
+  char nspath[64];
+  snprintf(nspath, sizeof(nspath), "/proc/%d/ns/net", v.pid);
+  struct stat nst;
+  if (stat(nspath, &nst) < 0)
+    return moat_error_errno(err, "checkpoint: stat %s", nspath);
+
+  bool was_frozen = moat_cgroup_frozen(v.cgroups, slot);
+  if (freeze_quiet(&v, slot, cgdir, was_frozen, err) < 0)
+    return moat_error_wrap(err, "checkpoint slot %d", slot);
+  uint64_t tf = now_ns();
+  uint64_t disk_bytes = 0;
+  int ret = moat_layer_copy(disk, dfd, "upper", v.uid_base, v.uid_base, &disk_bytes, err);
+  if (ret == 0) {
+    _cleanup_free_ char *images = xasprintf("%s/images", dir);
+    _cleanup_free_ char *log = xasprintf("%s/dump.log", images);
+    _cleanup_free_ char *pid_s = xasprintf("%d", v.pid);
+    _cleanup_free_ char *ext_net = xasprintf("net[%lu]:" NET_KEY, (unsigned long)nst.st_ino);
+    char *argv[32];
+    int a = 0;
+    argv[a++] = "criu";
+    argv[a++] = "dump";
+    argv[a++] = "-t";
+    argv[a++] = pid_s;
+    argv[a++] = "-D";
+    argv[a++] = images;
+    argv[a++] = "-o";
+    argv[a++] = "dump.log";
+    argv[a++] = "-v4";
+    argv[a++] = "--freeze-cgroup";
+    argv[a++] = cgdir;
+    argv[a++] = "--ext-mount-map";
+    argv[a++] = "auto";
+    argv[a++] = "--network-lock";
+    argv[a++] = "skip";
+    argv[a++] = "--external";
+    argv[a++] = ext_net;
+    argv[a++] = "--manage-cgroups=ignore";
+    if (leave_running)
+      argv[a++] = "--leave-running";
+    argv[a] = NULL;
+    ret = moat_criu_run(argv, NULL, NULL, NULL, log, err);
+    if (ret == 0 && info)
+      info->memory_bytes = pages_bytes(images);
+  }
+  uint64_t tt = now_ns();
+  if (leave_running && !was_frozen) {
+    moat_error *e = NULL;
+    if (moat_cgroup_freeze(v.cgroups, slot, false, 5000, &e) < 0) {
+      if (ret == 0) {
+        *err = e;
+        ret = -1;
+      } else {
+        moat_error_free(&e);
+      }
+    }
+  }
+  if (ret < 0)
+    return moat_error_wrap(err, "checkpoint slot %d", slot);
+  _cleanup_free_ char *meta = xasprintf("version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\n",
+                                        v.uid_base, v.template_name, (unsigned long long)disk_bytes,
+                                        (unsigned long long)(info ? info->memory_bytes : 0));
+  {
+    _cleanup_close_ int mfd = openat(dfd, META ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (mfd < 0 || write_all(mfd, meta, strlen(meta)) < 0 || fsync(mfd) < 0 ||
+        renameat(dfd, META ".tmp", dfd, META) < 0)
+      return moat_error_errno(err, "checkpoint slot %d: write %s/" META, slot, dir);
+  }
+  if (!leave_running)
+    moat_host_destroy(h, slot, NULL);
+  if (info) {
+    info->disk_bytes = disk_bytes;
+    info->frozen_ns = tt - tf;
+    info->total_ns = now_ns() - t0;
+  }
+  return 0;
+}
+
+/* ---- restore ---- */
+
+/* The holder: a process in a new user namespace (the new slot's map) and network namespace
+ * (lo up) that CRIU restores into. It exits when its pipe closes. */
+struct holder {
+  pid_t pid;
+  int pidfd;
+  int ctl; /* write end: close to end the holder */
+};
+
+static __attribute__((noreturn)) void holder_main(int rd) {
+  char b;
+  if (read(rd, &b, 1) != 1) /* maps written */
+    _exit(1);
+  if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
+    _exit(2);
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof(ifr));
+  memcpy(ifr.ifr_name, "lo", 3);
+  if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+    _exit(3);
+  ifr.ifr_flags |= IFF_UP;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+    _exit(4);
+  close(s);
+  if (write(rd, "r", 1) != 1)
+    _exit(5);
+  while (read(rd, &b, 1) > 0) /* until moatd closes its end */
+    ;
+  _exit(0);
+}
+
+static void holder_end(struct holder *hd) {
+  if (hd->ctl >= 0)
+    close(hd->ctl);
+  if (hd->pidfd >= 0) {
+    syscall(SYS_pidfd_send_signal, hd->pidfd, SIGKILL, NULL, 0);
+    close(hd->pidfd);
+  }
+  if (hd->pid > 0)
+    while (waitpid(hd->pid, NULL, __WALL) < 0 && errno == EINTR)
+      ;
+  hd->pid = 0;
+  hd->pidfd = hd->ctl = -1;
+}
+
+static int holder_start(struct holder *hd, uid_t base, moat_error **err) {
+  int sp[2];
+  hd->pid = 0;
+  hd->pidfd = hd->ctl = -1;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+    return moat_error_errno(err, "socketpair");
+  struct clone_args args;
+  memset(&args, 0, sizeof(args));
+  args.flags = CLONE_NEWUSER | CLONE_NEWNET | CLONE_PIDFD;
+  args.pidfd = (uint64_t)(uintptr_t)&hd->pidfd;
+  args.exit_signal = SIGCHLD;
+  pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+  if (pid < 0) {
+    close(sp[0]);
+    close(sp[1]);
+    return moat_error_errno(err, "clone3 holder");
+  }
+  if (pid == 0) {
+    close(sp[0]);
+    holder_main(sp[1]);
+  }
+  close(sp[1]);
+  hd->pid = pid;
+  hd->ctl = sp[0];
+  char path[64], map[64];
+  snprintf(map, sizeof(map), "0 %u %u\n", base, MOAT_UID_RANGE);
+  snprintf(path, sizeof(path), "/proc/%d/uid_map", pid);
+  if (write_file(path, map, err) < 0)
+    goto fail;
+  snprintf(path, sizeof(path), "/proc/%d/gid_map", pid);
+  if (write_file(path, map, err) < 0)
+    goto fail;
+  if (write(hd->ctl, "g", 1) != 1) {
+    moat_error_errno(err, "start holder");
+    goto fail;
+  }
+  char b;
+  if (read(hd->ctl, &b, 1) != 1) { /* lo is up */
+    moat_error_set(err, EIO, "restore holder failed to set up its namespaces");
+    goto fail;
+  }
+  return 0;
+fail:
+  holder_end(hd);
+  return -1;
+}
+
+/* What the CRIU helper needs between fork and exec (syscalls only). */
+struct restore_ctx {
+  int lower_fd, disk_fd, net_fd, cg_fd;
+  const char *lower, *disk, *root; /* mount points in the slot dir */
+  const char *ovl_opts;
+  struct moat_cgroups *cgroups;
+  int slot;
+};
+
+static int restore_parent(void *arg, pid_t child, moat_error **err) {
+  struct restore_ctx *c = arg;
+  char pid_s[24];
+  snprintf(pid_s, sizeof(pid_s), "%d", child);
+  if (write_file_at(c->cg_fd, "cgroup.procs", pid_s, err) < 0)
+    return -1;
+  return moat_cgroup_attach_v1(c->cgroups, c->slot, child, err);
+}
+
+static int restore_child(void *arg) {
+  struct restore_ctx *c = arg;
+  if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+    return -1;
+  if (move_mount(c->lower_fd, "", AT_FDCWD, c->lower, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+      move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+    return -1;
+  if (mount("overlay", c->root, "overlay", MS_NODEV, c->ovl_opts) < 0)
+    return -1;
+  if (dup2(c->net_fd, NET_FD) < 0)
+    return -1;
+  return 0;
+}
+
+/* Idmapped, read-only clone of the template for the user namespace of pid. */
+static int idmapped_lower(const char *rootfs, pid_t pid, moat_error **err) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
+  _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+  if (userns < 0)
+    return moat_error_errno(err, "open %s", path);
+  _cleanup_close_ int fd = open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (fd < 0)
+    return moat_error_errno(err, "open_tree %s", rootfs);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV,
+                            .userns_fd = (uint64_t)userns};
+  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+    return moat_error_errno(err, "idmap %s", rootfs);
+  return steal_fd(&fd);
+}
+
+static int wait_guest(const char *sock, moat_error **err) {
+  uint64_t deadline = now_ns() + (uint64_t)GUEST_READY_MS * 1000000ull;
+  for (;;) {
+    moat_error *e = NULL;
+    if (moat_guest_ping(sock, 2000, &e) == 0)
+      return 0;
+    if (now_ns() >= deadline) {
+      *err = e;
+      return moat_error_wrap(err, "restored guest does not answer");
+    }
+    moat_error_free(&e);
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
+                      const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
+  uint64_t t0 = now_ns();
+  const char *why;
+  if (!moat_criu_available(&why))
+    return moat_error_set(err, ENOSYS, "%s", why);
+  _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return moat_error_errno(err, "restore: open %s", dir);
+  _cleanup_free_ char *meta_path = xasprintf("%s/" META, dir);
+  _cleanup_free_ char *meta = NULL;
+  if (read_file(meta_path, &meta, NULL, err) < 0)
+    return moat_error_wrap(err, "restore: %s is not a complete checkpoint", dir);
+  uid_t old_base = (uid_t)meta_u64(meta, "uid_base");
+  _cleanup_free_ char *tmpl = meta_str(meta, "template");
+  if (!old_base || !tmpl)
+    return moat_error_set(err, EINVAL, "restore: %s has no uid_base/template", meta_path);
+  if (strcmp(tmpl, template_name) != 0)
+    return moat_error_set(err, EINVAL, "restore: %s was taken from template %s, not %s", dir, tmpl,
+                          template_name);
+
+  struct moat_slot_view v;
+  int n = moat_host_slot_reserve(h, template_name, limits, &v, err);
+  if (n < 0)
+    return moat_error_wrap(err, "restore");
+  _cleanup_free_ char *slot_dir = v.slot_dir;
+  _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", v.template_dir, template_name);
+  _cleanup_free_ char *lower = xasprintf("%s/lower", slot_dir);
+  _cleanup_free_ char *diskp = xasprintf("%s/disk", slot_dir);
+  _cleanup_free_ char *root = xasprintf("%s/root", slot_dir);
+  _cleanup_free_ char *img = xasprintf("%s/%d.img", v.disks_dir, n);
+  _cleanup_free_ char *images = xasprintf("%s/images", dir);
+  _cleanup_free_ char *pidfile = xasprintf("%s/criu.pid", slot_dir);
+  _cleanup_free_ char *log = xasprintf("%s/restore.log", slot_dir);
+  _cleanup_free_ char *sock = xasprintf("%s/guest.sock", slot_dir);
+  _cleanup_free_ char *ovl = xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
+  _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, net_fd = -1, pidfd = -1;
+  struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1};
+  pid_t pid = 0;
+  uint64_t copied = 0;
+
+  if (mkdir(slot_dir, 0711) < 0 || mkdir(lower, 0755) < 0 || mkdir(diskp, 0755) < 0 || mkdir(root, 0755) < 0) {
+    moat_error_errno(err, "mkdir %s", slot_dir);
+    goto fail;
+  }
+  cg_fd = moat_cgroup_create(v.cgroups, n, limits, err);
+  if (cg_fd < 0)
+    goto fail;
+  disk = moat_disk_create(img, limits->disk_mb, v.uid_base, err);
+  if (disk < 0)
+    goto fail;
+  if (unlinkat(disk, "upper", AT_REMOVEDIR) < 0) {
+    moat_error_errno(err, "remove the new disk's empty upper");
+    goto fail;
+  }
+  if (moat_layer_copy(dfd, disk, "upper", old_base, v.uid_base, &copied, err) < 0)
+    goto fail;
+  if (holder_start(&hd, v.uid_base, err) < 0)
+    goto fail;
+  lower_fd = idmapped_lower(rootfs, hd.pid, err);
+  if (lower_fd < 0)
+    goto fail;
+  {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", hd.pid);
+    net_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (net_fd < 0) {
+      moat_error_errno(err, "open %s", path);
+      goto fail;
+    }
+  }
+  {
+    _cleanup_free_ char *join_user = xasprintf("user:/proc/%d/ns/user", hd.pid);
+    _cleanup_free_ char *inherit_net = xasprintf("fd[%d]:" NET_KEY, NET_FD);
+    char *argv[] = {"criu",
+                    "restore",
+                    "-D",
+                    images,
+                    "-W",
+                    slot_dir,
+                    "-o",
+                    "restore.log",
+                    "-v4",
+                    "--root",
+                    root,
+                    "--restore-detached",
+                    "--pidfile",
+                    pidfile,
+                    "--ext-mount-map",
+                    "auto",
+                    "--join-ns",
+                    join_user,
+                    "--inherit-fd",
+                    inherit_net,
+                    "--manage-cgroups=ignore",
+                    "--network-lock",
+                    "skip",
+                    NULL};
+    struct restore_ctx ctx = {.lower_fd = lower_fd,
+                              .disk_fd = disk,
+                              .net_fd = net_fd,
+                              .cg_fd = cg_fd,
+                              .lower = lower,
+                              .disk = diskp,
+                              .root = root,
+                              .ovl_opts = ovl,
+                              .cgroups = v.cgroups,
+                              .slot = n};
+    if (moat_criu_run(argv, restore_parent, restore_child, &ctx, log, err) < 0)
+      goto fail;
+  }
+  {
+    _cleanup_free_ char *pid_s = NULL;
+    uint64_t p;
+    if (read_file(pidfile, &pid_s, NULL, err) < 0)
+      goto fail;
+    pid_s[strcspn(pid_s, "\n")] = '\0';
+    if (parse_u64(pid_s, &p) < 0 || p == 0 || p > INT32_MAX) {
+      moat_error_set(err, EIO, "criu wrote no pid to %s", pidfile);
+      goto fail;
+    }
+    pid = (pid_t)p;
+  }
+  pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pidfd < 0) {
+    moat_error_errno(err, "pidfd_open restored init %d", pid);
+    goto fail;
+  }
+  holder_end(&hd);
+  if (moat_shell_link_sock(slot_dir, pid, err) < 0)
+    goto fail;
+  if (wait_guest(sock, err) < 0)
+    goto fail;
+  moat_host_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk));
+  moat_host_fill_instance(h, n, out);
+  out->ready_ns = now_ns() - t0;
+  out->from_pool = false;
+  unlink(pidfile);
+  log_debug("slot %d: restored from %s in %.1f ms (%llu bytes of disk)", n, dir, (double)out->ready_ns / 1e6,
+            (unsigned long long)copied);
+  return 0;
+
+fail:
+  holder_end(&hd);
+  moat_host_slot_abort(h, n); /* kills what CRIU may have started in the slot's cgroups */
+  return moat_error_wrap(err, "restore %s", dir);
 }

@@ -27,6 +27,7 @@
 #include "disk.h"
 #include "seccomp.h"
 #include "shell.h"
+#include "slot_internal.h"
 
 #define MOAT_UID_BASE 0x40000000u
 #define MOAT_MAX_RANGES 49150
@@ -43,6 +44,7 @@ struct slot {
   int pidfd;
   uint64_t start_time;
   bool own_child; /* moatd is the parent: reap it after killing */
+  int disk_fd;    /* the writable layer's mount (checkpoints copy its upper/); -1 after adopt */
   char template_name[64];
   uint64_t disk_mb;
   struct moat_limits limits;
@@ -144,6 +146,10 @@ static int cleanup_slot(struct moat_host *h, int n, struct slot *s, moat_error *
     close(s->pidfd);
     s->pidfd = -1;
   }
+  if (s && s->disk_fd >= 0) {
+    close(s->disk_fd);
+    s->disk_fd = -1;
+  }
   if (ret == 0 && moat_cgroup_remove(h->cgroups, n, err) < 0)
     ret = -1;
   _cleanup_free_ char *dir = slot_path(h, n);
@@ -161,6 +167,7 @@ static struct slot *slot_new(int index, enum slot_state state) {
   s->index = index;
   s->state = state;
   s->pidfd = -1;
+  s->disk_fd = -1;
   return s;
 }
 
@@ -240,6 +247,7 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   s->pid = shell.pid;
   s->pidfd = shell.pidfd;
   s->start_time = shell.start_time;
+  s->disk_fd = shell.disk_fd;
   s->own_child = true;
   log_debug("slot %d: shell built in %.2f ms", n, (double)shell.build_ns / 1e6);
   ret = 0;
@@ -513,6 +521,8 @@ void moat_host_shutdown(struct moat_host *h) {
     if (h->slots[i]) {
       if (h->slots[i]->pidfd >= 0)
         close(h->slots[i]->pidfd);
+      if (h->slots[i]->disk_fd >= 0)
+        close(h->slots[i]->disk_fd);
       free(h->slots[i]);
     }
   }
@@ -690,4 +700,94 @@ int moat_host_pause(struct moat_host *h, int slot, moat_error **err) { return fr
 
 int moat_host_resume(struct moat_host *h, int slot, moat_error **err) {
   return freeze_slot(h, slot, false, err);
+}
+
+/* ---- slot internals for checkpoint.c (slot_internal.h) ---- */
+
+int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *out, moat_error **err) {
+  if (slot < 0 || slot >= MOAT_MAX_RANGES)
+    return moat_error_set(err, EINVAL, "slot %d out of range", slot);
+  memset(out, 0, sizeof(*out));
+  out->disk_fd = -1;
+  pthread_mutex_lock(&h->lock);
+  struct slot *s = h->slots[slot];
+  if (!s || s->state != SLOT_ASSIGNED) {
+    pthread_mutex_unlock(&h->lock);
+    return moat_error_set(err, ENOENT, "slot %d holds no sandbox", slot);
+  }
+  out->pid = s->pid;
+  out->uid_base = slot_uid_base(slot);
+  out->disk_fd = s->disk_fd >= 0 ? fcntl(s->disk_fd, F_DUPFD_CLOEXEC, 3) : -1;
+  out->limits = s->limits;
+  snprintf(out->template_name, sizeof(out->template_name), "%s", s->template_name);
+  pthread_mutex_unlock(&h->lock);
+  out->slot_dir = slot_path(h, slot);
+  out->cgroups = h->cgroups;
+  return 0;
+}
+
+int moat_host_slot_reserve(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+                           struct moat_slot_view *out, moat_error **err) {
+  pthread_mutex_lock(&h->lock);
+  if (h->live >= h->max_slots) {
+    pthread_mutex_unlock(&h->lock);
+    return moat_error_set(err, EAGAIN, "host is full: %u sandboxes", h->max_slots);
+  }
+  int n = claim_range(h, err);
+  if (n < 0) {
+    pthread_mutex_unlock(&h->lock);
+    return -1;
+  }
+  struct slot *s = slot_new(n, SLOT_BUILDING);
+  snprintf(s->template_name, sizeof(s->template_name), "%s", template_name);
+  s->disk_mb = limits->disk_mb;
+  s->limits = *limits;
+  h->slots[n] = s;
+  h->live++;
+  pthread_mutex_unlock(&h->lock);
+  memset(out, 0, sizeof(*out));
+  out->disk_fd = -1;
+  out->uid_base = slot_uid_base(n);
+  out->slot_dir = slot_path(h, n);
+  out->cgroups = h->cgroups;
+  out->limits = *limits;
+  snprintf(out->template_name, sizeof(out->template_name), "%s", template_name);
+  out->disks_dir = h->disks_dir;
+  out->template_dir = h->template_dir;
+  out->guest_path = h->guest_path;
+  return n;
+}
+
+void moat_host_slot_commit(struct moat_host *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd) {
+  pthread_mutex_lock(&h->lock);
+  struct slot *s = h->slots[slot];
+  s->pid = pid;
+  s->pidfd = pidfd;
+  s->start_time = start_time;
+  s->disk_fd = disk_fd;
+  s->own_child = false; /* CRIU's restored init is not our child */
+  s->state = SLOT_ASSIGNED;
+  pthread_mutex_unlock(&h->lock);
+}
+
+void moat_host_slot_abort(struct moat_host *h, int slot) {
+  pthread_mutex_lock(&h->lock);
+  struct slot *s = h->slots[slot];
+  h->slots[slot] = NULL;
+  h->live--;
+  pthread_mutex_unlock(&h->lock);
+  moat_error *e = NULL;
+  if (cleanup_slot(h, slot, s, &e) < 0) {
+    log_warn("slot %d: cleanup after a failed restore: %s", slot, moat_error_msg(e));
+    moat_error_free(&e);
+  }
+  free(s);
+}
+
+void moat_host_fill_instance(struct moat_host *h, int slot, struct moat_instance *out) {
+  pthread_mutex_lock(&h->lock);
+  struct slot *s = h->slots[slot];
+  if (s)
+    fill_instance(h, s, out);
+  pthread_mutex_unlock(&h->lock);
 }

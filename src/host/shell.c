@@ -45,7 +45,7 @@ struct child_ctx {
   const struct moat_shell_spec *spec;
   int sync_fd;   /* child's end of the sync socketpair */
   int slot_fd;   /* O_PATH of the slot dir */
-  int listen_fd; /* guest socket, bound and listening */
+  int listen_fd; /* guest socket, bound and listening inside (set in the child) */
   int ready_fd;  /* write end of the ready pipe */
 };
 
@@ -174,10 +174,10 @@ static void drop_caps(struct child_ctx *c) {
   CHECK(syscall(SYS_capset, &hdr, data), "capset");
 }
 
-/* Closes every inherited fd but stdio and our three: copies of moatd's sockets (the HTTP
+/* Closes every inherited fd but stdio and our two: copies of moatd's sockets (the HTTP
  * listener, clients, other sandboxes' sync sockets) must not outlive moatd in a half-built child. */
 static void close_other_fds(struct child_ctx *c) {
-  int keep[3] = {c->sync_fd, c->listen_fd, c->ready_fd};
+  int keep[3] = {c->sync_fd, c->ready_fd, c->ready_fd};
   for (int i = 0; i < 3; i++) /* sort three */
     for (int j = i + 1; j < 3; j++)
       if (keep[j] < keep[i]) {
@@ -193,6 +193,19 @@ static void close_other_fds(struct child_ctx *c) {
       lo = (unsigned)keep[i] + 1;
   }
   syscall(SYS_close_range, lo, ~0U, 0);
+}
+
+/* Binds and listens on MOAT_GUEST_SOCK_INSIDE (in the new root, after pivot_root). Returns the
+ * fd or fails the child. */
+static int guest_listen_inside(struct child_ctx *c) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, MOAT_GUEST_SOCK_INSIDE, sizeof(MOAT_GUEST_SOCK_INSIDE));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK(fd, "guest socket");
+  CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), "bind " MOAT_GUEST_SOCK_INSIDE);
+  CHECK(chmod(MOAT_GUEST_SOCK_INSIDE, 0600), "chmod guest socket");
+  CHECK(listen(fd, 128), "listen on the guest socket");
+  return fd;
 }
 
 /* Waits for the parent's go: uid map written, cgroups joined, mounts attached in our namespace. */
@@ -236,6 +249,9 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
   CHECK(umount2(".", MNT_DETACH), "detach old root");
   CHECK(chdir("/"), "chdir /");
+  /* The guest socket lives inside the sandbox (its mount and network namespaces), so that CRIU
+   * checkpoints and restores it with the rest; moatd reaches it through /proc/PID/root. */
+  c->listen_fd = guest_listen_inside(c);
   /* fds: 0-2 /dev/null, 3 listening socket, 4 ready pipe, nothing else. */
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   CHECK(devnull, "open /dev/null");
@@ -375,20 +391,19 @@ static int guest_mount(const char *guest_path, moat_error **err) {
   return steal_fd(&fd);
 }
 
-static int bind_guest_socket(const char *slot_dir, moat_error **err) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/guest.sock", slot_dir);
-  if (n < 0 || (size_t)n >= sizeof(sa.sun_path))
-    return moat_error_set(err, ENAMETOOLONG, "guest socket path under %s is too long", slot_dir);
-  unlink(sa.sun_path);
-  _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return moat_error_errno(err, "socket");
-  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-    return moat_error_errno(err, "bind %s", sa.sun_path);
-  if (listen(fd, 128) < 0)
-    return moat_error_errno(err, "listen %s", sa.sun_path);
-  return steal_fd(&fd);
+int moat_shell_link_sock(const char *slot_dir, pid_t pid, moat_error **err) {
+  _cleanup_free_ char *link = xasprintf("%s/guest.sock", slot_dir);
+  _cleanup_free_ char *target = xasprintf("/proc/%d/root" MOAT_GUEST_SOCK_INSIDE, pid);
+  _cleanup_free_ char *tmp = xasprintf("%s/.guest.sock.tmp", slot_dir);
+  unlink(tmp);
+  if (symlink(target, tmp) < 0)
+    return moat_error_errno(err, "symlink %s", tmp);
+  if (rename(tmp, link) < 0) {
+    moat_error_errno(err, "rename %s to %s", tmp, link);
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
 }
 
 /* Waits for the guest's ready byte or the child's failure report. */
@@ -429,7 +444,7 @@ static int wait_ready(int ready_fd, int sync_fd, int pidfd, moat_error **err) {
 int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out, moat_error **err) {
   uint64_t t0 = now_ns();
   int disk_fd = spec->disk_fd;
-  _cleanup_close_ int slot_fd = -1, listen_fd = -1, cg_fd = -1, pidfd = -1, lower_fd = -1, guest_fd = -1;
+  _cleanup_close_ int keep_disk = -1, slot_fd = -1, cg_fd = -1, pidfd = -1, lower_fd = -1, guest_fd = -1;
   int sync[2] = {-1, -1}, ready[2] = {-1, -1};
   pid_t pid = -1;
   int ret = -1;
@@ -439,9 +454,6 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     moat_error_errno(err, "open %s", spec->slot_dir);
     goto out;
   }
-  listen_fd = bind_guest_socket(spec->slot_dir, err);
-  if (listen_fd < 0)
-    goto out;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0 || pipe2(ready, O_CLOEXEC) < 0) {
     moat_error_errno(err, "socketpair/pipe");
     goto out;
@@ -458,7 +470,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   args.exit_signal = SIGCHLD;
   args.cgroup = (uint64_t)cg_fd;
   struct child_ctx ctx = {
-      .spec = spec, .sync_fd = sync[1], .slot_fd = slot_fd, .listen_fd = listen_fd, .ready_fd = ready[1]};
+      .spec = spec, .sync_fd = sync[1], .slot_fd = slot_fd, .listen_fd = -1, .ready_fd = ready[1]};
   pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
   if (pid < 0) {
     moat_error_errno(err, "clone3");
@@ -480,6 +492,11 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   guest_fd = guest_mount(spec->guest_path, err);
   if (guest_fd < 0)
     goto fail;
+  keep_disk = fcntl(disk_fd, F_DUPFD_CLOEXEC, 3);
+  if (keep_disk < 0) {
+    moat_error_errno(err, "dup disk mount");
+    goto fail;
+  }
   int fds[3] = {lower_fd, disk_fd, guest_fd};
   if (attach_mounts(pid, spec->slot_dir, fds, err) < 0)
     goto fail;
@@ -487,12 +504,13 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     moat_error_errno(err, "start sandbox init");
     goto fail;
   }
-  if (wait_ready(ready[0], sync[0], pidfd, err) < 0)
+  if (wait_ready(ready[0], sync[0], pidfd, err) < 0 || moat_shell_link_sock(spec->slot_dir, pid, err) < 0)
     goto fail;
   out->pid = pid;
   out->pidfd = steal_fd(&pidfd);
   out->start_time = moat_proc_start_time(pid);
   out->build_ns = now_ns() - t0;
+  out->disk_fd = steal_fd(&keep_disk);
   ret = 0;
   goto out;
 

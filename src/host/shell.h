@@ -11,6 +11,9 @@
 #include "driver.h"
 
 #define MOAT_UID_RANGE 65536u
+/* Where the guest listens inside the sandbox; SLOT_DIR/guest.sock is a symlink to it through
+ * /proc/PID/root (moat_shell_link_sock). */
+#define MOAT_GUEST_SOCK_INSIDE "/run/moat/guest.sock"
 
 struct moat_shell_spec {
   int slot;
@@ -29,13 +32,18 @@ struct moat_shell {
   int pidfd; /* owned */
   uint64_t start_time;
   uint64_t build_ns;
+  int disk_fd; /* owned dup of spec->disk_fd's mount, kept to read the writable layer */
 };
 
 /* Creates the cgroups, clones the sandbox's init into all seven namespaces, maps its uid range,
  * hands it the idmapped template and the writable layer, and waits until moat-guest says it is
  * ready. On failure everything created is undone (cgroups removed, process killed and reaped)
- * and -1 returned. The guest socket is bound at SLOT_DIR/guest.sock. */
+ * and -1 returned. The guest listens inside the sandbox; SLOT_DIR/guest.sock links to it. */
 int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out, moat_error **err);
+
+/* Points SLOT_DIR/guest.sock at the guest socket inside the sandbox whose init is pid
+ * (/proc/PID/root/run/moat/guest.sock), replacing any earlier link. 0 or -1. */
+int moat_shell_link_sock(const char *slot_dir, pid_t pid, moat_error **err);
 
 /* Start time of pid (field 22 of /proc/PID/stat), or 0 when it does not exist. */
 uint64_t moat_proc_start_time(pid_t pid);

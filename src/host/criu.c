@@ -1,0 +1,213 @@
+/* criu.c -- finding and running the CRIU binary that scripts/criu.sh chose for this host
+ *
+ * moatd never builds CRIU command lines from user input: checkpoint.c passes fixed options and
+ * paths under the data dir only.
+ */
+#include "criu.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../common/util.h"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool available;
+static char status_line[1024];
+static char criu_bin[4096];
+
+/* Runs `BIN check`; returns 0 when it passes, else -1 with its last error line in why. */
+static int criu_check(const char *bin, char *why, size_t why_len) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) < 0) {
+    snprintf(why, why_len, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(why, why_len, "fork: %s", strerror(errno));
+    close(p[0]);
+    close(p[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0)
+      dup2(null, 0);
+    execl(bin, "criu", "check", (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  char buf[8192];
+  size_t len = 0;
+  ssize_t r;
+  while ((r = read(p[0], buf + len, sizeof(buf) - 1 - len)) > 0 || (r < 0 && errno == EINTR))
+    if (r > 0 && (len += (size_t)r) >= sizeof(buf) - 1)
+      break;
+  buf[len] = '\0';
+  close(p[0]);
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    ;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    return 0;
+  /* the most telling line: one naming the cause, else the last non-empty one */
+  char *pick = NULL;
+  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+    if (!pick || strstr(line, "vdso") || strstr(line, "Unexpected"))
+      pick = line;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
+    snprintf(why, why_len, "cannot run %s", bin);
+  else
+    snprintf(why, why_len, "%s", pick ? pick : "criu check failed");
+  return -1;
+}
+
+static void find_criu(void) {
+  const char *env = getenv("MOAT_CRIU");
+  const char *bin = env && *env ? env : MOAT_CRIU_DEFAULT;
+  if (access(bin, X_OK) < 0) {
+    snprintf(status_line, sizeof(status_line),
+             "checkpoints unavailable: no CRIU at %s (run scripts/criu.sh as root to install one)", bin);
+    return;
+  }
+  char why[512];
+  if (criu_check(bin, why, sizeof(why)) < 0) {
+    snprintf(status_line, sizeof(status_line), "checkpoints unavailable: %s fails criu check: %s", bin, why);
+    return;
+  }
+  snprintf(criu_bin, sizeof(criu_bin), "%s", bin);
+  available = true;
+  _cleanup_free_ char *choice = NULL;
+  if (!env && read_file(MOAT_CRIU_CHOICE, &choice, NULL, NULL) == 0 && *choice) {
+    choice[strcspn(choice, "\n")] = '\0';
+    snprintf(status_line, sizeof(status_line), "%s", choice);
+  } else {
+    snprintf(status_line, sizeof(status_line), "criu at %s (%s; criu check passes)", bin,
+             env ? "from MOAT_CRIU" : "no CHOICE line from scripts/criu.sh");
+  }
+}
+
+bool moat_criu_available(const char **status) {
+  pthread_once(&once, find_criu);
+  if (status)
+    *status = status_line;
+  return available;
+}
+
+const char *moat_criu_path(void) { return moat_criu_available(NULL) ? criu_bin : NULL; }
+
+/* The "Error (...)" lines of a CRIU log, joined by "; " (at most ~1 KiB). */
+static char *log_errors(const char *log_path) {
+  _cleanup_free_ char *text = NULL;
+  if (!log_path || read_file(log_path, &text, NULL, NULL) < 0)
+    return xstrdup("no log");
+  size_t cap = 1024, len = 0;
+  char *out = xcalloc(1, cap + 1);
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    char *e = strstr(line, "Error (");
+    if (!e || strstr(line, "RLIMIT_NOFILE") || strstr(line, "tables-") || strstr(line, "exited, status"))
+      continue; /* noise: CRIU probing for optional helpers */
+    char *msg = strstr(e, "): ");
+    msg = msg ? msg + 3 : e;
+    int n = snprintf(out + len, cap + 1 - len, "%s%s", len ? "; " : "", msg);
+    if (n < 0 || (size_t)n >= cap + 1 - len) {
+      len = cap;
+      break;
+    }
+    len += (size_t)n;
+  }
+  if (!len)
+    snprintf(out, cap + 1, "no error lines in %s", log_path);
+  return out;
+}
+
+struct child_fail {
+  int err;
+  char step;
+};
+
+int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn child_fn, void *arg,
+                  const char *log_path, moat_error **err) {
+  const char *bin = moat_criu_path();
+  if (!bin)
+    return moat_error_set(err, ENOSYS, "%s", status_line);
+  argv[0] = (char *)bin;
+  int go[2], rep[2];
+  if (pipe2(go, O_CLOEXEC) < 0)
+    return moat_error_errno(err, "pipe");
+  if (pipe2(rep, O_CLOEXEC) < 0) {
+    close(go[0]);
+    close(go[1]);
+    return moat_error_errno(err, "pipe");
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(go[0]), close(go[1]), close(rep[0]), close(rep[1]);
+    return moat_error_errno(err, "fork criu");
+  }
+  if (pid == 0) {
+    close(go[1]);
+    close(rep[0]);
+    struct child_fail f = {0, 'g'};
+    char b;
+    if (read(go[0], &b, 1) != 1)
+      _exit(125);
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      dup2(null, 0);
+      dup2(null, 1);
+      dup2(null, 2);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    f.step = 'c';
+    if (child_fn && child_fn(arg) < 0)
+      goto fail;
+    f.step = 'e';
+    execv(bin, argv);
+  fail:
+    f.err = errno;
+    (void)!write(rep[1], &f, sizeof(f));
+    _exit(126);
+  }
+  close(go[0]);
+  close(rep[1]);
+  int ret = 0;
+  if (parent_fn && parent_fn(arg, pid, err) < 0) {
+    kill(pid, SIGKILL);
+    ret = -1;
+  } else if (write(go[1], "g", 1) != 1) {
+    ret = moat_error_errno(err, "start criu");
+    kill(pid, SIGKILL);
+  }
+  close(go[1]);
+  struct child_fail f = {0, 0};
+  ssize_t n = read(rep[0], &f, sizeof(f)); /* EOF at exec, or the child's failure */
+  close(rep[0]);
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR)
+      return ret < 0 ? ret : moat_error_errno(err, "wait criu");
+  if (ret < 0)
+    return ret;
+  if (n == (ssize_t)sizeof(f)) {
+    errno = f.err;
+    return moat_error_errno(err, "criu %s: %s", argv[1],
+                            f.step == 'c' ? "preparing its namespaces failed" : "exec failed");
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    return 0;
+  _cleanup_free_ char *why = log_errors(log_path);
+  return moat_error_set(err, EIO, "criu %s failed (%s %d): %s", argv[1],
+                        WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), why);
+}
