@@ -1,0 +1,89 @@
+"""client.py -- Client: where moatd is (MOAT_API_URL), the API key (MOAT_API_KEY) and the timeouts."""
+
+import os
+import threading
+from typing import Any, Dict, Optional, Tuple
+
+from . import _check
+from ._http import Transport
+
+DEFAULT_API_URL = "http://127.0.0.1:7070"
+#: Seconds an ordinary call (create, files, list, ...) may take before moat.TimeoutError.
+DEFAULT_REQUEST_TIMEOUT = 60.0
+#: Seconds to open a TCP connection to moatd.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+#: Seconds of silence after which a stream counts as dropped (moatd sends a keep-alive every 15 s).
+DEFAULT_STREAM_IDLE_TIMEOUT = 45.0
+#: Added to a command's own timeout to get the HTTP timeout of exec and run_code.
+TIMEOUT_MARGIN = 30.0
+
+_UNSET: Any = object()
+
+
+class Client:
+    """A connection to one moatd with one API key. Thread-safe: each thread keeps one kept-alive
+    HTTP connection. Arguments left out come from the environment:
+
+    - ``api_url``: ``MOAT_API_URL``, else ``http://127.0.0.1:7070``;
+    - ``api_key``: ``MOAT_API_KEY`` (required);
+    - ``request_timeout``: seconds for ordinary calls (default 60; ``None`` = no limit). ``exec`` and
+      ``run_code`` never use it: they wait for their own ``timeout`` plus 30 s, or without limit when
+      the command has none. Streams have no overall limit but raise ``moat.ConnectionError`` after
+      ``stream_idle_timeout`` seconds (default 45) without even a keep-alive from moatd.
+    """
+
+    def __init__(self, api_url: Optional[str] = None, api_key: Optional[str] = None, *,
+                 request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT):
+        _check.string("api_url", api_url, optional=True)
+        _check.string("api_key", api_key, optional=True)
+        _check.number("request_timeout", request_timeout, lo=0)
+        _check.number("connect_timeout", connect_timeout, lo=0, optional=False)
+        _check.number("stream_idle_timeout", stream_idle_timeout, lo=0, optional=False)
+        url = api_url or os.environ.get("MOAT_API_URL") or DEFAULT_API_URL
+        key = api_key or os.environ.get("MOAT_API_KEY")
+        if not key:
+            raise ValueError("no API key: pass api_key= or set MOAT_API_KEY (moatd writes it to DATA_DIR/api-key)")
+        if request_timeout is not None and request_timeout <= 0:
+            raise ValueError("request_timeout must be > 0 seconds or None, got %s" % request_timeout)
+        self.api_url = url
+        self.request_timeout = request_timeout
+        self._t = Transport(url, key, request_timeout, connect_timeout, stream_idle_timeout)
+
+    def __repr__(self) -> str:
+        return "Client(%r)" % self.api_url
+
+    def health(self) -> Dict[str, Any]:
+        """GET /healthz (no authentication needed): {"status": "ok", "version", ...}."""
+        return self._t.request("GET", "/healthz")[1]
+
+    def close(self) -> None:
+        """Closes the calling thread's kept-alive connection."""
+        self._t.close()
+
+
+_default_lock = threading.Lock()
+_defaults: Dict[Tuple[Any, ...], Client] = {}
+
+
+def resolve(client: Optional[Client], api_url: Optional[str], api_key: Optional[str],
+            request_timeout: Any) -> Client:
+    """The client to use: the one given, else a shared one per (url, key, timeout) so that
+    Sandbox objects made from the environment share kept-alive connections."""
+    if client is not None:
+        if not isinstance(client, Client):
+            raise TypeError("client must be a moat.Client, got %s" % type(client).__name__)
+        if api_url is not None or api_key is not None or request_timeout is not _UNSET:
+            raise ValueError("pass either client= or api_url=/api_key=/request_timeout=, not both")
+        return client
+    rt = DEFAULT_REQUEST_TIMEOUT if request_timeout is _UNSET else request_timeout
+    _check.string("api_url", api_url, optional=True)
+    _check.string("api_key", api_key, optional=True)
+    key = (api_url or os.environ.get("MOAT_API_URL") or DEFAULT_API_URL, api_key or os.environ.get("MOAT_API_KEY"), rt)
+    with _default_lock:
+        c = _defaults.get(key)
+        if c is None:
+            c = Client(api_url, api_key, request_timeout=rt)
+            _defaults[key] = c
+        return c
