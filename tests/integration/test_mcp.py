@@ -245,6 +245,25 @@ class MCPTest(DaemonTest):
         st, body = self.post(self.path + "?x=1", init, expect=400)
         self.assertEqual(body["code"], "invalid_request")
 
+    def test_sessions_per_org_are_bounded(self):
+        # An org holds at most 64 sessions: opening one more ends its least recently used one.
+        key = self.daemon.new_org_key("mcp-bound")
+        saved, self.c = self.c, self.c.with_key(key)
+        try:
+            sids = [self.initialize("/v1/mcp")[0] for _ in range(65)]
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            st, body = self.post("/v1/mcp", ping, session=sids[0])
+            self.assertEqual((st, body["code"]), (404, "session_not_found"))
+            for sid in (sids[1], sids[64]):
+                st, body = self.post("/v1/mcp", ping, session=sid)
+                self.assertEqual(st, 200, body)
+        finally:
+            self.c = saved
+        # another org's sessions were not touched by that
+        sid, _ = self.initialize("/v1/mcp")
+        st, _ = self.post("/v1/mcp", {"jsonrpc": "2.0", "id": 1, "method": "ping"}, session=sid)
+        self.assertEqual(st, 200)
+
     def test_killed_sandbox_is_404(self):
         sb = self.c.create(ttl_seconds=300)
         path = "/v1/sandboxes/%s/mcp" % sb["id"]
