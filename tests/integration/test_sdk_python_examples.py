@@ -1,0 +1,59 @@
+"""test_sdk_python_examples.py -- runs each Python example (examples/python/*.py) as a script against a
+real moatd, with MOAT_API_URL / MOAT_API_KEY in its environment and the model stubbed by each
+example's fixed list of tool calls; each example checks its own outcome and exits 0 only when it is
+right. The best-of-N example needs checkpoints (skipped where /healthz says they are unavailable)."""
+
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import moatd  # noqa: E402
+from moattest import DaemonTest  # noqa: E402
+
+EXAMPLES = os.path.join(moatd.REPO, "examples", "python")
+
+
+class PythonExamplesTest(DaemonTest):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        moatd.ensure_template("code-interpreter")
+
+    def run_example(self, name, timeout=300):
+        env = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % self.daemon.port, MOAT_API_KEY=self.c.key)
+        env.pop("PYTHONPATH", None)  # the example finds the SDK in the checkout itself
+        r = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd="/")
+        out = r.stdout.decode(errors="replace")
+        return r.returncode, out
+
+    def assertNoSandboxLeft(self):
+        left = self.c.list()
+        self.assertEqual(left, [], "the example left sandboxes behind")
+
+    def test_openai_agents_tool(self):
+        rc, out = self.run_example("openai_agents_tool.py")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("NameError", out)
+        self.assertIn("mean 3.875", out)
+        self.assertTrue(out.rstrip().endswith("example ok"), out)
+        self.assertNoSandboxLeft()
+
+    def test_langgraph_tool_node(self):
+        rc, out = self.run_example("langgraph_tool_node.py")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("RecursionError", out)
+        self.assertTrue(out.rstrip().endswith("example ok"), out)
+        self.assertNoSandboxLeft()
+
+    def test_best_of_n_explore(self):
+        cp = self.c.healthz().get("checkpoints")
+        if not isinstance(cp, dict) or not cp.get("available"):
+            self.skipTest("this host cannot checkpoint (/healthz checkpoints: %r)" % (cp,))
+        rc, out = self.run_example("best_of_n_explore.py")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("candidate 2: exit 0, score 4.0, passed 4/4", out)
+        self.assertIn("original still: passed 0/4", out)
+        self.assertTrue(out.rstrip().endswith("example ok"), out)
+        self.assertNoSandboxLeft()
