@@ -1,6 +1,6 @@
 /* e2b_envd.h -- what the files of E2B's in-sandbox daemon (envd, port 49983) share:
  * e2b_connect.c (the Connect protocol: unary JSON replies, errors, server streams),
- * e2b_envd.c (routing, REST /health and /files, filesystem.Filesystem) and
+ * e2b_envd.c (routing, REST /health and /files), e2b_envd_fs.c (filesystem.Filesystem) and
  * e2b_envd_process.c (process.Process).
  *
  * Connect protocol (connectrpc.com/docs/protocol), JSON codec only, as the e2b SDK's
@@ -94,7 +94,7 @@ char *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error 
 
 /* process.Process/<method> (e2b_envd_process.c): body is the parsed request message. */
 void envd_process(struct api_req *r, struct envd_req *q, json_t *body);
-/* filesystem.Filesystem/<method> (e2b_envd.c). */
+/* filesystem.Filesystem/<method> (e2b_envd_fs.c). */
 void envd_filesystem(struct api_req *r, struct envd_req *q, json_t *body);
 /* Is method of service a server stream? */
 bool envd_is_stream(const char *service, const char *method);

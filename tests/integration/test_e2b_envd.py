@@ -79,6 +79,13 @@ class EnvdTest(DaemonTest):
     def test_bad_input(self):
         self.scenario("bad_input")
 
+    def test_pty(self):
+        self.scenario("pty")
+
+    def test_long_silence(self):
+        # 70 s without output, longer than moatd's 60 s connection timeout.
+        self.scenario("long_silence")
+
     # ---- raw wire checks ----
 
     def envd(self, path, body=b"", ctype="application/json", headers=None, sid=None, method="POST", token=True):
@@ -206,6 +213,14 @@ class EnvdTest(DaemonTest):
                           headers={"Connect-Timeout-Ms": "800"})
         self.assertLess(time.time() - t0, 5)
         self.assertEqual(env[-1][1]["error"]["code"], "deadline_exceeded")
+        # Keepalive messages after Keepalive-Ping-Interval seconds of silence.
+        env = self.stream("process.Process/Start", {"process": {"cmd": "/bin/sleep", "args": ["2.5"]}},
+                          headers={"Keepalive-Ping-Interval": "1"})
+        kinds = [list(m["event"])[0] for f, m in env[:-1]]
+        self.assertEqual(kinds[0], "start")
+        self.assertEqual(kinds[-1], "end")
+        self.assertGreaterEqual(kinds.count("keepalive"), 2, kinds)
+        self.assertEqual(env[-1][1], {})
         # A body that is not one envelope.
         st, _, body = self.envd("/process.Process/Start", b"{}", ctype="application/connect+json")
         self.assertEqual(st, 200)

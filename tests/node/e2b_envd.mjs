@@ -217,6 +217,33 @@ const scenarios = {
     await rejects(sbx.files.watchDir('/home/user/nope', () => {}), FileNotFoundError, 'watch a missing dir')
   },
 
+  // sbx.pty: an interactive bash on a terminal, input, resize, kill.
+  async pty() {
+    const sbx = await create()
+    const dec = new TextDecoder()
+    let out = ''
+    const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }) } })
+    assert.ok(h.pid > 0)
+    await sbx.pty.sendInput(h.pid, new TextEncoder().encode('stty size; echo "tty:$(tty)"; echo $TERM\n'))
+    for (let i = 0; i < 50 && !/xterm-256color\r?\n/.test(out); i++) await sleep(100)
+    assert.match(out, /24 80/)
+    assert.match(out, /tty:\/dev\/pts\//)
+    await sbx.pty.resize(h.pid, { cols: 100, rows: 30 })
+    await sbx.pty.sendInput(h.pid, new TextEncoder().encode('stty size\n'))
+    for (let i = 0; i < 50 && !/30 100/.test(out); i++) await sleep(100)
+    assert.match(out, /30 100/)
+    assert.equal(await sbx.pty.kill(h.pid), true)
+    await rejects(h.wait(), CommandExitError, 'pty wait after kill', 10000)
+  },
+
+  // A command silent for longer than moatd's connection timeout (60 s): the stream stays up
+  // (keepalive messages every Keepalive-Ping-Interval) and the output arrives.
+  async long_silence() {
+    const sbx = await create()
+    const r = await sbx.commands.run('sleep 70; echo woke', { timeoutMs: 0 })
+    assert.equal(r.stdout, 'woke\n')
+  },
+
   // Bad input gets the SDK's errors, fast.
   async bad_input() {
     const sbx = await create()
