@@ -54,8 +54,6 @@
 #include "slot_internal.h"
 
 #define META "moat-checkpoint"
-#define NET_KEY "moat-net"
-#define NET_FD 100 /* the netns fd CRIU inherits on restore */
 #define GUEST_READY_MS 10000
 
 const char *moat_host_criu_status(struct moat_host *h) {
@@ -121,6 +119,23 @@ static uint64_t pages_bytes(const char *dir) {
       total += (uint64_t)st.st_size;
   closedir(dp);
   return total;
+}
+
+/* Makes CRIU's images readable by the restored tasks, which open some (timens, ...) themselves
+ * from inside their user namespace through restore's hard links (prepare_images). The path to
+ * them stays closed: the checkpoint dir is the caller's, the per-restore dir belongs to the new
+ * range's root. 0 or -1. */
+static int share_images(const char *dir, moat_error **err) {
+  DIR *dp = opendir(dir);
+  if (!dp)
+    return moat_error_errno(err, "open %s", dir);
+  struct dirent *de;
+  int ret = 0;
+  while (ret == 0 && (de = readdir(dp)) != NULL)
+    if (de->d_name[0] != '.' && fchmodat(dirfd(dp), de->d_name, 0644, 0) < 0)
+      ret = moat_error_errno(err, "chmod %s/%s", dir, de->d_name);
+  closedir(dp);
+  return ret;
 }
 
 static uint64_t meta_u64(const char *text, const char *key) {
@@ -240,11 +255,6 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     return moat_error_errno(err, "checkpoint: open %s", dir);
   if (mkdirat(dfd, "images", 0700) < 0)
     return moat_error_errno(err, "checkpoint: mkdir %s/images", dir);
-  char nspath[64];
-  snprintf(nspath, sizeof(nspath), "/proc/%d/ns/net", v.pid);
-  struct stat nst;
-  if (stat(nspath, &nst) < 0)
-    return moat_error_errno(err, "checkpoint: stat %s", nspath);
 
   bool was_frozen = moat_cgroup_frozen(v.cgroups, slot);
   if (freeze_quiet(&v, slot, cgdir, was_frozen, err) < 0)
@@ -256,7 +266,6 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     _cleanup_free_ char *images = xasprintf("%s/images", dir);
     _cleanup_free_ char *log = xasprintf("%s/dump.log", images);
     _cleanup_free_ char *pid_s = xasprintf("%d", v.pid);
-    _cleanup_free_ char *ext_net = xasprintf("net[%lu]:" NET_KEY, (unsigned long)nst.st_ino);
     char *argv[32];
     int a = 0;
     argv[a++] = "criu";
@@ -267,20 +276,20 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     argv[a++] = images;
     argv[a++] = "-o";
     argv[a++] = "dump.log";
-    argv[a++] = "-v4";
+    argv[a++] = "-v2";
     argv[a++] = "--freeze-cgroup";
     argv[a++] = cgdir;
     argv[a++] = "--ext-mount-map";
     argv[a++] = "auto";
     argv[a++] = "--network-lock";
     argv[a++] = "skip";
-    argv[a++] = "--external";
-    argv[a++] = ext_net;
     argv[a++] = "--manage-cgroups=ignore";
     if (leave_running)
       argv[a++] = "--leave-running";
     argv[a] = NULL;
     ret = moat_criu_run(argv, NULL, NULL, NULL, log, err);
+    if (ret == 0)
+      ret = share_images(images, err);
     if (ret == 0 && info)
       info->memory_bytes = pages_bytes(images);
   }
@@ -319,8 +328,113 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
 
 /* ---- restore ---- */
 
-/* The holder: a process in a new user namespace (the new slot's map) and network namespace
- * (lo up) that CRIU restores into. It exits when its pipe closes. */
+/* Protobuf varints, for the one image we rewrite. */
+static int pb_varint(const uint8_t *p, size_t len, size_t *off, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && *off < len; shift += 7) {
+    uint8_t b = p[(*off)++];
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return 0;
+  }
+  return -1;
+}
+
+static size_t pb_put(uint8_t *out, uint64_t v) {
+  size_t n = 0;
+  do {
+    out[n] = (uint8_t)(v & 0x7f);
+    v >>= 7;
+    if (v)
+      out[n] |= 0x80;
+    n++;
+  } while (v);
+  return n;
+}
+
+/* Rewrites CRIU's userns image (UsernsEntry: repeated UidGidExtent uid_map = 1, gid_map = 2;
+ * UidGidExtent: first = 1, lower_first = 2, count = 3, all varints) so that lower_first values
+ * in the old range move to the new one: the restored user namespace then maps the new slot's
+ * range. Anything else in the image fails the rewrite (EPROTO). */
+static int rewrite_userns(const char *src, const char *dst, uid_t from, uid_t to, moat_error **err) {
+  _cleanup_free_ char *in = NULL;
+  size_t len;
+  if (read_file(src, &in, &len, err) < 0)
+    return -1;
+  const uint8_t *p = (const uint8_t *)in;
+  if (len < 12)
+    return moat_error_set(err, EPROTO, "%s: too short", src);
+  uint32_t msg_len;
+  memcpy(&msg_len, p + 8, 4);
+  if (12 + (size_t)msg_len != len)
+    return moat_error_set(err, EPROTO, "%s: one entry expected", src);
+  uint8_t body[1024];
+  size_t bl = 0, off = 12;
+  while (off < len) {
+    uint64_t tag, sub_len;
+    if (pb_varint(p, len, &off, &tag) < 0 || (tag != 0x0a && tag != 0x12) ||
+        pb_varint(p, len, &off, &sub_len) < 0 || off + sub_len > len)
+      return moat_error_set(err, EPROTO, "%s: unexpected field", src);
+    uint8_t sub[64];
+    size_t sl = 0, end = off + sub_len;
+    while (off < end) {
+      uint64_t ftag, v;
+      if (pb_varint(p, end, &off, &ftag) < 0 || (ftag & 7) != 0 || pb_varint(p, end, &off, &v) < 0 ||
+          sl + 22 > sizeof(sub))
+        return moat_error_set(err, EPROTO, "%s: unexpected extent", src);
+      if (ftag >> 3 == 2 && v >= from && v - from < MOAT_UID_RANGE)
+        v = v - from + to;
+      sl += pb_put(sub + sl, ftag);
+      sl += pb_put(sub + sl, v);
+    }
+    if (bl + sl + 12 > sizeof(body))
+      return moat_error_set(err, EPROTO, "%s: too many extents", src);
+    bl += pb_put(body + bl, tag);
+    bl += pb_put(body + bl, sl);
+    memcpy(body + bl, sub, sl);
+    bl += sl;
+  }
+  uint8_t hdr[12];
+  memcpy(hdr, p, 8);
+  uint32_t nl = (uint32_t)bl;
+  memcpy(hdr + 8, &nl, 4);
+  _cleanup_close_ int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || write_all(fd, hdr, sizeof(hdr)) < 0 || write_all(fd, body, bl) < 0)
+    return moat_error_errno(err, "write %s", dst);
+  return 0;
+}
+
+/* Makes dst_dir CRIU's images dir for one restore: hard links to every image of src_dir (read
+ * only, shared by concurrent restores) but userns-*.img, rewritten for the new uid range. The
+ * restored root task opens some images itself (timens, ...) through CRIU's dir fd, from inside
+ * its new user namespace and possibly before CRIU has written its uid map: so the dir is
+ * searchable (0711) and the images readable (0644, share_images) by anyone; the path to them
+ * stays closed (the slot dir's parents). */
+static int prepare_images(const char *src_dir, const char *dst_dir, uid_t from, uid_t to, moat_error **err) {
+  if (mkdir(dst_dir, 0711) < 0 || chown(dst_dir, to, to) < 0)
+    return moat_error_errno(err, "mkdir %s", dst_dir);
+  DIR *dp = opendir(src_dir);
+  if (!dp)
+    return moat_error_errno(err, "open %s", src_dir);
+  int ret = 0;
+  struct dirent *de;
+  while (ret == 0 && (de = readdir(dp)) != NULL) {
+    if (de->d_name[0] == '.' || strstr(de->d_name, ".log"))
+      continue;
+    _cleanup_free_ char *src = xasprintf("%s/%s", src_dir, de->d_name);
+    _cleanup_free_ char *dst = xasprintf("%s/%s", dst_dir, de->d_name);
+    if (strncmp(de->d_name, "userns-", 7) == 0)
+      ret = rewrite_userns(src, dst, from, to, err);
+    else if (link(src, dst) < 0)
+      ret = moat_error_errno(err, "link %s", dst);
+  }
+  closedir(dp);
+  return ret;
+}
+
+/* The holder: a process in a new user namespace with the new slot's map, for the idmapped
+ * template (an idmapped mount takes its mapping from a user namespace). It exits when its
+ * socket closes. */
 struct holder {
   pid_t pid;
   int pidfd;
@@ -329,22 +443,8 @@ struct holder {
 
 static __attribute__((noreturn)) void holder_main(int rd) {
   char b;
-  if (read(rd, &b, 1) != 1) /* maps written */
+  if (read(rd, &b, 1) != 1 || write(rd, "r", 1) != 1) /* maps written */
     _exit(1);
-  if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
-    _exit(2);
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  struct ifreq ifr;
-  memset(&ifr, 0, sizeof(ifr));
-  memcpy(ifr.ifr_name, "lo", 3);
-  if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
-    _exit(3);
-  ifr.ifr_flags |= IFF_UP;
-  if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
-    _exit(4);
-  close(s);
-  if (write(rd, "r", 1) != 1)
-    _exit(5);
   while (read(rd, &b, 1) > 0) /* until moatd closes its end */
     ;
   _exit(0);
@@ -372,7 +472,7 @@ static int holder_start(struct holder *hd, uid_t base, moat_error **err) {
     return moat_error_errno(err, "socketpair");
   struct clone_args args;
   memset(&args, 0, sizeof(args));
-  args.flags = CLONE_NEWUSER | CLONE_NEWNET | CLONE_PIDFD;
+  args.flags = CLONE_NEWUSER | CLONE_PIDFD;
   args.pidfd = (uint64_t)(uintptr_t)&hd->pidfd;
   args.exit_signal = SIGCHLD;
   pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
@@ -401,8 +501,8 @@ static int holder_start(struct holder *hd, uid_t base, moat_error **err) {
     goto fail;
   }
   char b;
-  if (read(hd->ctl, &b, 1) != 1) { /* lo is up */
-    moat_error_set(err, EIO, "restore holder failed to set up its namespaces");
+  if (read(hd->ctl, &b, 1) != 1) {
+    moat_error_set(err, EIO, "restore holder died");
     goto fail;
   }
   return 0;
@@ -413,7 +513,7 @@ fail:
 
 /* What the CRIU helper needs between fork and exec (syscalls only). */
 struct restore_ctx {
-  int lower_fd, disk_fd, net_fd, cg_fd;
+  int lower_fd, disk_fd, cg_fd;
   const char *lower, *disk, *root; /* mount points in the slot dir */
   const char *ovl_opts;
   struct moat_cgroups *cgroups;
@@ -437,8 +537,6 @@ static int restore_child(void *arg) {
       move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return -1;
   if (mount("overlay", c->root, "overlay", MS_NODEV, c->ovl_opts) < 0)
-    return -1;
-  if (dup2(c->net_fd, NET_FD) < 0)
     return -1;
   return 0;
 }
@@ -507,12 +605,13 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   _cleanup_free_ char *diskp = xasprintf("%s/disk", slot_dir);
   _cleanup_free_ char *root = xasprintf("%s/root", slot_dir);
   _cleanup_free_ char *img = xasprintf("%s/%d.img", v.disks_dir, n);
-  _cleanup_free_ char *images = xasprintf("%s/images", dir);
+  _cleanup_free_ char *src_images = xasprintf("%s/images", dir);
+  _cleanup_free_ char *images = xasprintf("%s/images", slot_dir);
   _cleanup_free_ char *pidfile = xasprintf("%s/criu.pid", slot_dir);
   _cleanup_free_ char *log = xasprintf("%s/restore.log", slot_dir);
   _cleanup_free_ char *sock = xasprintf("%s/guest.sock", slot_dir);
   _cleanup_free_ char *ovl = xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
-  _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, net_fd = -1, pidfd = -1;
+  _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1;
   struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1};
   pid_t pid = 0;
   uint64_t copied = 0;
@@ -533,23 +632,12 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   }
   if (moat_layer_copy(dfd, disk, "upper", old_base, v.uid_base, &copied, err) < 0)
     goto fail;
-  if (holder_start(&hd, v.uid_base, err) < 0)
+  if (prepare_images(src_images, images, old_base, v.uid_base, err) < 0 || holder_start(&hd, v.uid_base, err) < 0)
     goto fail;
   lower_fd = idmapped_lower(rootfs, hd.pid, err);
   if (lower_fd < 0)
     goto fail;
   {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/ns/net", hd.pid);
-    net_fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (net_fd < 0) {
-      moat_error_errno(err, "open %s", path);
-      goto fail;
-    }
-  }
-  {
-    _cleanup_free_ char *join_user = xasprintf("user:/proc/%d/ns/user", hd.pid);
-    _cleanup_free_ char *inherit_net = xasprintf("fd[%d]:" NET_KEY, NET_FD);
     char *argv[] = {"criu",
                     "restore",
                     "-D",
@@ -558,7 +646,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                     slot_dir,
                     "-o",
                     "restore.log",
-                    "-v4",
+                    "-v2",
                     "--root",
                     root,
                     "--restore-detached",
@@ -566,17 +654,12 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                     pidfile,
                     "--ext-mount-map",
                     "auto",
-                    "--join-ns",
-                    join_user,
-                    "--inherit-fd",
-                    inherit_net,
                     "--manage-cgroups=ignore",
                     "--network-lock",
                     "skip",
                     NULL};
     struct restore_ctx ctx = {.lower_fd = lower_fd,
                               .disk_fd = disk,
-                              .net_fd = net_fd,
                               .cg_fd = cg_fd,
                               .lower = lower,
                               .disk = diskp,
@@ -620,6 +703,10 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
 
 fail:
   holder_end(&hd);
+  if (getenv("MOAT_CRIU_KEEP_LOGS")) { /* debugging: the slot dir goes, its CRIU log stays */
+    _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
+    rename(log, keep);
+  }
   moat_host_slot_abort(h, n); /* kills what CRIU may have started in the slot's cgroups */
   return moat_error_wrap(err, "restore %s", dir);
 }
