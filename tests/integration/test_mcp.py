@@ -96,6 +96,15 @@ class MCPTest(DaemonTest):
                 self.c.request("DELETE", "/v1/sandboxes/" + s["id"], expect=(204, 404))
         self.assertEqual(self.c.list(metadata={"run": run}), [])
 
+    def test_client_workspace_fork_and_hibernate(self):
+        run = "mcp-" + uuid.uuid4().hex[:8]
+        try:
+            self.node("workspace_time_travel", MOAT_RUN=run)
+        finally:
+            for state in (None, "hibernated", "paused"):
+                for s in self.c.list(state=state, metadata={"run": run}):
+                    self.c.request("DELETE", "/v1/sandboxes/" + s["id"], expect=(204, 404))
+
     def test_client_errors(self):
         self.node("errors")
 
@@ -263,6 +272,27 @@ class MCPTest(DaemonTest):
         sid, _ = self.initialize("/v1/mcp")
         st, _ = self.post("/v1/mcp", {"jsonrpc": "2.0", "id": 1, "method": "ping"}, session=sid)
         self.assertEqual(st, 200)
+
+    def test_paused_sandbox_is_a_tool_error(self):
+        sb = self.c.create(ttl_seconds=300)
+        path = "/v1/sandboxes/%s/mcp" % sb["id"]
+        try:
+            sid, _ = self.initialize(path)
+            st, body = self.c.request("POST", "/v1/sandboxes/%s/pause" % sb["id"], body={}, expect=(200, 501, 503))
+            if st != 200:
+                self.skipTest("pause is not available here: %r" % (body,))
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "shell", "arguments": {"command": "echo hi"}}}
+            st, body = self.post(path, call, session=sid)
+            self.assertEqual(st, 200)
+            self.assertTrue(body["result"]["isError"])
+            self.assertIn("error (sandbox_paused)", body["result"]["content"][0]["text"])
+            self.c.request("POST", "/v1/sandboxes/%s/resume" % sb["id"], body={}, expect=200)
+            st, body = self.post(path, call, session=sid)
+            self.assertFalse(body["result"]["isError"], body)
+            self.assertIn("hi", body["result"]["content"][0]["text"])
+        finally:
+            self.c.request("DELETE", "/v1/sandboxes/" + sb["id"], expect=(204, 404))
 
     def test_killed_sandbox_is_404(self):
         sb = self.c.create(ttl_seconds=300)
