@@ -31,7 +31,9 @@ class FakeServer:
     'count'  -- answers 500 {"code":"internal"} to every request and counts them;
     'drop'   -- answers an SSE stream with one stdout event, then closes the socket;
     'silent' -- answers an SSE stream with one stdout event, then sends nothing more;
-    'hang'   -- reads the request and never answers."""
+    'hang'   -- reads the request and never answers;
+    'once'   -- answers one request with a sandbox (keep-alive), then closes the connection silently,
+                as a server does with an idle kept-alive connection."""
 
     def __init__(self, mode):
         self.mode = mode
@@ -84,6 +86,13 @@ class FakeServer:
                     c.sendall(b"HTTP/1.1 500 Internal\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                               % len(body) + body)
                     continue
+                if self.mode == "once":
+                    body = b'{"id":"abcdefghijklmnop","state":"running","template":"base"}'
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                              % len(body) + body)
+                    time.sleep(0.1)
+                    c.close()
+                    return
                 if self.mode == "hang":
                     self.stop.wait(30)
                     return
@@ -246,6 +255,15 @@ class DropTest(unittest.TestCase):
             sb.exec_stream("sleep 100")
         self.assertLess(time.monotonic() - t0, 5)
         self.assertIn("silent", str(cm.exception))
+
+    def test_stale_kept_alive_connection_is_replaced(self):
+        srv = FakeServer("once")
+        self.addCleanup(srv.close)
+        sb = Sandbox({"id": "abcdefghijklmnop", "state": "running"}, moat.Client(srv.url, "k"))
+        for _ in range(3):
+            time.sleep(0.3)  # the server has closed the connection by now
+            self.assertEqual(sb.refresh().state, "running")
+        self.assertEqual((srv.requests, len(srv.conns)), (3, 3))
 
     def test_request_timeout_and_unreachable(self):
         sb = self.sandbox("hang", request_timeout=0.5)

@@ -2,12 +2,7 @@
 
 import base64
 import time
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, overload)
-
-try:
-    from typing import Literal
-except ImportError:  # pragma: no cover - Python < 3.8
-    Literal = None  # type: ignore
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, overload
 
 from . import _check, errors
 from ._http import SSEStream, Transport, output_bytes
@@ -601,16 +596,15 @@ class Sandbox:
                 raise
 
     # ---- commands ----
-    if Literal is not None:
-        @overload
-        def exec(self, cmd: Command, *, env: Optional[Mapping[str, str]] = ..., cwd: Optional[str] = ...,
-                 timeout: Optional[float] = ..., stdin: Union[str, bytes, None] = ..., user: Optional[str] = ...,
-                 background: "Literal[False]" = ..., tag: None = ...) -> ExecResult: ...
+    @overload
+    def exec(self, cmd: Command, *, env: Optional[Mapping[str, str]] = ..., cwd: Optional[str] = ...,
+             timeout: Optional[float] = ..., stdin: Union[str, bytes, None] = ..., user: Optional[str] = ...,
+             background: Literal[False] = ..., tag: None = ...) -> ExecResult: ...
 
-        @overload
-        def exec(self, cmd: Command, *, env: Optional[Mapping[str, str]] = ..., cwd: Optional[str] = ...,
-                 timeout: Optional[float] = ..., stdin: Union[str, bytes, None] = ..., user: Optional[str] = ...,
-                 background: "Literal[True]", tag: Optional[str] = ...) -> Process: ...
+    @overload
+    def exec(self, cmd: Command, *, env: Optional[Mapping[str, str]] = ..., cwd: Optional[str] = ...,
+             timeout: Optional[float] = ..., stdin: Union[str, bytes, None] = ..., user: Optional[str] = ...,
+             background: Literal[True], tag: Optional[str] = ...) -> Process: ...
 
     def exec(self, cmd: Command, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
              timeout: Optional[float] = None, stdin: Union[str, bytes, None] = None, user: Optional[str] = None,
