@@ -383,7 +383,7 @@ static int fs_watch_dir(struct api_req *r, struct envd_req *q, const char *sock,
  * WATCHERS_PER_SANDBOX per sandbox and WATCHERS_MAX in all. Each holds its guest watch
  * connection; events wait in that connection until polled. A watcher not polled for
  * WATCHER_IDLE_S, or whose sandbox went away (its connection hung up), is freed by the next
- * watcher call. */
+ * watcher call (CreateWatcher, GetWatcherEvents or RemoveWatcher of any sandbox). */
 #define WATCHERS_MAX 1024
 #define WATCHERS_PER_SANDBOX 64
 #define WATCHER_IDLE_S 600
@@ -458,6 +458,7 @@ static int fs_create_watcher(struct api_req *r, struct envd_req *q, const char *
 static int find_watcher(struct api_req *r, struct envd_req *q, json_t *body) {
   moat_error *err = NULL;
   const char *id;
+  watchers_sweep();
   if (envd_json_str(body, "watcherId", &id, &err) < 0) {
     pthread_mutex_unlock(&watchers_lock);
     return cx_reply_moat_error(r, &err), -1;
