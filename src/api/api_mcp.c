@@ -35,9 +35,6 @@
 #define MCP_MAX_SESSIONS 4096       /* all orgs together; beyond: 503 */
 #define MCP_SESSION_ID_BYTES 16     /* 32 hex digits */
 
-/* Newest first; the first is what a client asking for an unknown revision gets. */
-static const char *const mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
-
 /* ---- sessions ---- */
 
 struct mcp_session {
@@ -200,55 +197,6 @@ static json_t *rpc_result(json_t *id, json_t *result) {
 
 /* ---- JSON-RPC messages ---- */
 
-enum msg_kind { MSG_INVALID, MSG_REQUEST, MSG_NOTIFICATION, MSG_RESPONSE };
-
-/* Classifies m. For MSG_INVALID *why says why and *id is the request id when one could be read. */
-static enum msg_kind classify(json_t *m, json_t **id, const char **why) {
-  *id = NULL;
-  if (!json_is_object(m)) {
-    *why = "a JSON-RPC message must be an object";
-    return MSG_INVALID;
-  }
-  json_t *jid = json_object_get(m, "id");
-  bool id_ok = jid && (json_is_string(jid) || json_is_integer(jid));
-  if (id_ok)
-    *id = jid;
-  json_t *v = json_object_get(m, "jsonrpc");
-  if (!json_is_string(v) || strcmp(json_string_value(v), "2.0") != 0) {
-    *why = "\"jsonrpc\" must be \"2.0\"";
-    return MSG_INVALID;
-  }
-  json_t *method = json_object_get(m, "method");
-  if (method) {
-    if (!json_is_string(method)) {
-      *why = "\"method\" must be a string";
-      return MSG_INVALID;
-    }
-    if (json_object_get(m, "result") || json_object_get(m, "error")) {
-      *why = "a request has no \"result\" or \"error\"";
-      return MSG_INVALID;
-    }
-    if (!jid)
-      return MSG_NOTIFICATION;
-    if (!id_ok) {
-      *why = "\"id\" must be a string or an integer";
-      return MSG_INVALID;
-    }
-    return MSG_REQUEST;
-  }
-  if ((json_object_get(m, "result") || json_object_get(m, "error")) && jid)
-    return MSG_RESPONSE;
-  *why = "not a request, notification or response (no \"method\")";
-  return MSG_INVALID;
-}
-
-static bool version_supported(const char *v) {
-  for (size_t i = 0; i < ARRAY_SIZE(mcp_versions); i++)
-    if (strcmp(v, mcp_versions[i]) == 0)
-      return true;
-  return false;
-}
-
 /* What the request is about, for the tools and for answers. */
 struct mcp_ctx {
   struct api_req *r;
@@ -325,13 +273,13 @@ static json_t *do_message(const struct mcp_ctx *c, json_t *m, bool *request) {
   json_t *id;
   const char *why = NULL;
   *request = false;
-  switch (classify(m, &id, &why)) {
-  case MSG_INVALID:
+  switch (mcp_classify(m, &id, &why)) {
+  case MCP_MSG_INVALID:
     *request = true;
     return rpc_error(id, -32600, "Invalid Request: %s", why);
-  case MSG_RESPONSE:
+  case MCP_MSG_RESPONSE:
     return NULL; /* this server sends no requests; nothing waits for an answer */
-  case MSG_NOTIFICATION: {
+  case MCP_MSG_NOTIFICATION: {
     const char *method = json_string_value(json_object_get(m, "method"));
     if (strcmp(method, "notifications/initialized") == 0)
       session_use(c->session_id, c->r->org, sandbox_of(c), NULL, false, true);
@@ -339,7 +287,7 @@ static json_t *do_message(const struct mcp_ctx *c, json_t *m, bool *request) {
      * read, so there is nothing to cancel. */
     return NULL;
   }
-  case MSG_REQUEST:
+  case MCP_MSG_REQUEST:
     *request = true;
     return do_request(c, m, id);
   }
@@ -360,7 +308,7 @@ static int do_initialize(struct mcp_ctx *c, json_t *m, json_t *id) {
                      rpc_error(id, -32602, "initialize: capabilities and clientInfo must be objects"), NULL,
                      NULL);
   const char *want = json_string_value(pv);
-  snprintf(c->version, sizeof(c->version), "%s", version_supported(want) ? want : mcp_versions[0]);
+  snprintf(c->version, sizeof(c->version), "%s", mcp_version_supported(want) ? want : MCP_LATEST_VERSION);
   char sid[MCP_SESSION_ID_BYTES * 2 + 1];
   moat_error *err = NULL;
   if (session_open(c->r->org, sandbox_of(c), c->version, sid, &err) < 0) {
@@ -379,32 +327,7 @@ static const char *header(struct api_req *r, const char *name) {
   return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
-/* True when the media type list s names type (case-insensitive, parameters ignored). */
-static bool media_has(const char *s, const char *type) {
-  size_t n = strlen(type);
-  while (s && *s) {
-    while (*s == ' ' || *s == '\t' || *s == ',')
-      s++;
-    if (strncasecmp(s, type, n) == 0 && (s[n] == '\0' || s[n] == ';' || s[n] == ',' || s[n] == ' '))
-      return true;
-    s = strchr(s, ',');
-  }
-  return false;
-}
 
-/* An Origin header, when present, must name the Host the request was sent to. */
-static bool origin_ok(struct api_req *r) {
-  const char *origin = header(r, "Origin");
-  if (!origin)
-    return true;
-  const char *host = header(r, MHD_HTTP_HEADER_HOST);
-  const char *p = strstr(origin, "://");
-  if (!host || !p)
-    return false;
-  p += 3;
-  size_t n = strcspn(p, "/");
-  return strlen(host) == n && strncasecmp(p, host, n) == 0;
-}
 
 /* Checks the session headers of a request that is not initialize. Replies and returns -1 on a
  * bad one; else fills c->session_id and c->version. */
@@ -415,7 +338,7 @@ static int session_headers(struct mcp_ctx *c, bool end) {
                      "the Mcp-Session-Id header is required (send initialize first to open a session)"),
            -1;
   const char *pv = header(c->r, "MCP-Protocol-Version");
-  if (pv && !version_supported(pv))
+  if (pv && !mcp_version_supported(pv))
     return mcp_error(c->r, 400, "invalid_request",
                      "unsupported MCP-Protocol-Version '%.32s' (supported: 2025-11-25, 2025-06-18, 2025-03-26, "
                      "2024-11-05)",
@@ -432,11 +355,11 @@ static int session_headers(struct mcp_ctx *c, bool end) {
 static int mcp_post(struct mcp_ctx *c) {
   struct api_req *r = c->r;
   const char *ct = header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
-  if (!ct || !media_has(ct, "application/json"))
+  if (!ct || !mcp_media_has(ct, "application/json"))
     return mcp_error(r, 415, "unsupported_media_type", "MCP messages are POSTed as Content-Type: application/json");
   const char *accept = header(r, MHD_HTTP_HEADER_ACCEPT);
-  if (accept && !media_has(accept, "application/json") && !media_has(accept, "application/*") &&
-      !media_has(accept, "*/*"))
+  if (accept && !mcp_media_has(accept, "application/json") && !mcp_media_has(accept, "application/*") &&
+      !mcp_media_has(accept, "*/*"))
     return mcp_error(r, 406, "not_acceptable", "this server answers with application/json: Accept it");
 
   json_error_t je;
@@ -454,12 +377,12 @@ static int mcp_post(struct mcp_ctx *c) {
   if (!batch) {
     json_t *id;
     const char *why;
-    enum msg_kind k = classify(msg, &id, &why);
-    if (k == MSG_INVALID) {
+    enum mcp_msg_kind k = mcp_classify(msg, &id, &why);
+    if (k == MCP_MSG_INVALID) {
       ret = mcp_reply(r, 400, rpc_error(id, -32600, "Invalid Request: %s", why), NULL, NULL);
       goto out;
     }
-    if (k == MSG_REQUEST && strcmp(json_string_value(json_object_get(msg, "method")), "initialize") == 0) {
+    if (k == MCP_MSG_REQUEST && strcmp(json_string_value(json_object_get(msg, "method")), "initialize") == 0) {
       ret = do_initialize(c, msg, id);
       goto out;
     }
@@ -509,7 +432,7 @@ static int mcp_handle(struct api_req *r, enum mcp_endpoint ep) {
     if (killed)
       return mcp_error(r, 404, "not_found", "sandbox %s was killed", r->route.id);
   }
-  if (!origin_ok(r))
+  if (!mcp_origin_matches(header(r, "Origin"), header(r, MHD_HTTP_HEADER_HOST)))
     return mcp_error(r, 403, "forbidden", "the Origin header does not match the Host this request was sent to");
   struct mcp_ctx c = {.r = r, .ep = ep};
   if (strcmp(r->method, "POST") == 0)
