@@ -231,6 +231,11 @@ static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, b
                         conns);
 }
 
+static int dump_child(void *arg) {
+  (void)arg;
+  return moat_criu_child_setup();
+}
+
 int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
                          struct moat_checkpoint_info *info, moat_error **err) {
   uint64_t t0 = now_ns();
@@ -287,7 +292,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     if (leave_running)
       argv[a++] = "--leave-running";
     argv[a] = NULL;
-    ret = moat_criu_run(argv, NULL, NULL, NULL, log, err);
+    ret = moat_criu_run(argv, NULL, dump_child, NULL, log, err);
     if (ret == 0)
       ret = share_images(images, err);
     if (ret == 0 && info)
@@ -531,7 +536,7 @@ static int restore_parent(void *arg, pid_t child, moat_error **err) {
 
 static int restore_child(void *arg) {
   struct restore_ctx *c = arg;
-  if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+  if (moat_criu_child_setup() < 0)
     return -1;
   if (move_mount(c->lower_fd, "", AT_FDCWD, c->lower, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
       move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0)
@@ -574,9 +579,20 @@ static int wait_guest(const char *sock, moat_error **err) {
   }
 }
 
+/* MOAT_CRIU_TIMING=1: each restore prints where its time went to stderr (for benchmarks). */
+static void mark(const char *what, uint64_t *last) {
+  static int on = -1;
+  if (on < 0)
+    on = getenv("MOAT_CRIU_TIMING") != NULL;
+  uint64_t now = now_ns();
+  if (on)
+    fprintf(stderr, "restore: %-28s %7.2f ms\n", what, (double)(now - *last) / 1e6);
+  *last = now;
+}
+
 int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
                       const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = now_ns(), tm = t0;
   const char *why;
   if (!moat_criu_available(&why))
     return moat_error_set(err, ENOSYS, "%s", why);
@@ -623,20 +639,24 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   cg_fd = moat_cgroup_create(v.cgroups, n, limits, err);
   if (cg_fd < 0)
     goto fail;
+  mark("slot, dirs, cgroups", &tm);
   disk = moat_disk_create(img, limits->disk_mb, v.uid_base, err);
   if (disk < 0)
     goto fail;
+  mark("disk", &tm);
   if (unlinkat(disk, "upper", AT_REMOVEDIR) < 0) {
     moat_error_errno(err, "remove the new disk's empty upper");
     goto fail;
   }
   if (moat_layer_copy(dfd, disk, "upper", old_base, v.uid_base, &copied, err) < 0)
     goto fail;
+  mark("upper copy", &tm);
   if (prepare_images(src_images, images, old_base, v.uid_base, err) < 0 || holder_start(&hd, v.uid_base, err) < 0)
     goto fail;
   lower_fd = idmapped_lower(rootfs, hd.pid, err);
   if (lower_fd < 0)
     goto fail;
+  mark("images, holder, idmap", &tm);
   {
     char *argv[] = {"criu",
                     "restore",
@@ -646,7 +666,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                     slot_dir,
                     "-o",
                     "restore.log",
-                    "-v2",
+                    getenv("MOAT_CRIU_KEEP_LOGS") ? "-v4" : "-v2",
                     "--root",
                     root,
                     "--restore-detached",
@@ -669,6 +689,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                               .slot = n};
     if (moat_criu_run(argv, restore_parent, restore_child, &ctx, log, err) < 0)
       goto fail;
+    mark("criu restore", &tm);
   }
   {
     _cleanup_free_ char *pid_s = NULL;
@@ -692,6 +713,11 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
     goto fail;
   if (wait_guest(sock, err) < 0)
     goto fail;
+  mark("guest answers", &tm);
+  if (getenv("MOAT_CRIU_KEEP_LOGS")) {
+    _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
+    rename(log, keep);
+  }
   moat_host_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk));
   moat_host_fill_instance(h, n, out);
   out->ready_ns = now_ns() - t0;
