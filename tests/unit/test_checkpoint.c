@@ -267,6 +267,24 @@ int main(void) {
   _cleanup_free_ char *fa = sh(a.sock_path, "ls /root | tr '\\n' ' '", &code);
   ok(!strstr(fa, "only-c") && !strstr(fa, "only-b"), "A sees neither", fa);
 
+  /* a restore that fails (an image missing) leaves nothing behind: checked at the end */
+  {
+    _cleanup_free_ char *bad = xasprintf("%s/ckpt-bad", data);
+    _cleanup_free_ char *cp = xasprintf("cp -a %s %s && rm %s/images/pstree.img", d1, bad, bad);
+    struct restore_job jx = {.h = h, .dir = bad, .r = -1};
+    if (system(cp) == 0)
+      restore_thread(&jx);
+    ok(jx.r < 0 && jx.err && strstr(moat_error_msg(jx.err), "criu restore"), "a broken checkpoint fails to restore",
+       jx.r == 0 ? "it restored" : moat_error_msg(jx.err));
+    if (jx.r == 0)
+      moat_host_destroy(h, jx.inst.slot, NULL);
+    moat_error_free(&jx.err);
+    struct moat_instance none;
+    r = moat_host_restore(h, d1, "code-interpreter", &lim, &none, &err);
+    ok(r < 0 && err && err->status == EINVAL, "restoring under another template is refused", moat_error_msg(err));
+    moat_error_free(&err);
+  }
+
   /* a checkpoint of a restored copy restores */
   mkdir(d2, 0700);
   r = moat_host_checkpoint(h, b->slot, d2, true, &info, &err);
