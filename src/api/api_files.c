@@ -75,6 +75,17 @@ static void read_free(void *cls) {
   free(st);
 }
 
+struct MHD_Response *api_file_response(struct moat_guest_reader *rd, uint64_t size, const char *desc) {
+  struct read_state *st = xcalloc(1, sizeof(*st));
+  st->reader = rd;
+  st->size = size;
+  st->desc = xstrdup(desc);
+  struct MHD_Response *resp = MHD_create_response_from_callback(size, API_FILE_BLOCK, read_cb, st, read_free);
+  if (!resp)
+    read_free(st);
+  return resp;
+}
+
 int api_h_files_get(struct api_req *r) {
   static const char *const allowed[] = {"path", "user", NULL};
   const char *path, *user;
@@ -84,18 +95,14 @@ int api_h_files_get(struct api_req *r) {
   _cleanup_free_ char *sock = guest_sock(r, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
-  struct read_state *st = xcalloc(1, sizeof(*st));
-  if (moat_guest_read_open(sock, path, user, &st->reader, &st->size, &err) < 0) {
-    free(st);
+  struct moat_guest_reader *rd = NULL;
+  uint64_t size = 0;
+  if (moat_guest_read_open(sock, path, user, &rd, &size, &err) < 0)
     return api_reply_moat_error(r, &err);
-  }
-  st->desc = xasprintf("%s:%.256s", r->route.id, path);
-  struct MHD_Response *resp =
-      MHD_create_response_from_callback(st->size, API_FILE_BLOCK, read_cb, st, read_free);
-  if (!resp) {
-    read_free(st);
+  _cleanup_free_ char *desc = xasprintf("%s:%.256s", r->route.id, path);
+  struct MHD_Response *resp = api_file_response(rd, size, desc);
+  if (!resp)
     return api_reply_error(r, 500, "internal", "could not create a response");
-  }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
   int ret = api_reply_response(r, 200, resp);
   MHD_destroy_response(resp); /* MHD holds its own reference until sent; read_free runs then */

@@ -341,6 +341,12 @@ void api_hold(struct moat_api *a);
 void api_release(struct moat_api *a);
 /* The client socket of the request (for disconnect checks), or -1. */
 int api_conn_fd(const struct api_req *r);
+/* True when the client on fd (from api_conn_fd; -1: never) hung up or its socket failed. */
+bool api_client_gone(int fd);
+/* A response of size bytes streamed from rd in API_FILE_BLOCK pieces (GET .../files and E2B's
+ * GET /files). rd is owned by the response from here on, also when NULL (out of memory) is
+ * returned; desc names the file in logs. */
+struct MHD_Response *api_file_response(struct moat_guest_reader *rd, uint64_t size, const char *desc);
 
 /* Time travel (api_timetravel.c, issue 4). */
 int api_h_pause(struct api_req *r, json_t *body);

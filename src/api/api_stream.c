@@ -201,8 +201,7 @@ static void pull(struct sse *s, int timeout_ms) {
   }
 }
 
-/* True when the client hung up (or the socket failed). */
-static bool client_gone(int fd) {
+bool api_client_gone(int fd) {
   if (fd < 0)
     return false;
   struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
@@ -231,7 +230,7 @@ static ssize_t sse_cb(void *cls, uint64_t pos, char *buf, size_t max) {
       sse_error(s, "unavailable", "moatd is stopping");
       continue;
     }
-    if (client_gone(s->client_fd))
+    if (api_client_gone(s->client_fd))
       return MHD_CONTENT_READER_END_WITH_ERROR;
     if (now_ns() - s->last_ns >= SSE_KEEPALIVE_MS * 1000000ULL) {
       out_add(s, ": keep-alive\n\n", 14);

@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <microhttpd.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,16 +204,6 @@ void cx_end_moat_error(struct cx_stream *s, moat_error **err) {
   moat_error_free(err);
 }
 
-/* True when the client hung up (or the socket failed). */
-static bool client_gone(int fd) {
-  if (fd < 0)
-    return false;
-  struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-  if (poll(&p, 1, 0) <= 0)
-    return false;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
 static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
   struct cx_stream *s = cls;
   for (;;) {
@@ -234,7 +223,7 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
       cx_end(s, "unavailable", "moatd is stopping");
       continue;
     }
-    if (client_gone(s->client_fd))
+    if (api_client_gone(s->client_fd))
       return MHD_CONTENT_READER_END_WITH_ERROR;
     uint64_t now = now_ns();
     if (s->deadline_ns && now >= s->deadline_ns) {

@@ -116,34 +116,6 @@ static int files_args(struct api_req *r, struct envd_req *q, const char **path, 
   return 0;
 }
 
-struct read_state {
-  struct moat_guest_reader *reader;
-  uint64_t size, pos;
-};
-
-static ssize_t read_cb(void *cls, uint64_t pos, char *buf, size_t max) {
-  struct read_state *st = cls;
-  if (st->pos >= st->size)
-    return MHD_CONTENT_READER_END_OF_STREAM;
-  size_t cap = max;
-  if ((uint64_t)cap > st->size - st->pos)
-    cap = (size_t)(st->size - st->pos);
-  moat_error *err = NULL;
-  ssize_t n = moat_guest_read_chunk(st->reader, buf, cap, &err);
-  if (n <= 0) { /* the file shrank or the guest went away: a short body and a closed connection */
-    moat_error_free(&err);
-    return MHD_CONTENT_READER_END_WITH_ERROR;
-  }
-  st->pos += (uint64_t)n;
-  return n;
-}
-
-static void read_free(void *cls) {
-  struct read_state *st = cls;
-  moat_guest_reader_close(st->reader);
-  free(st);
-}
-
 static void files_get(struct api_req *r, struct envd_req *q) {
   const char *path;
   moat_error *err = NULL;
@@ -154,18 +126,18 @@ static void files_get(struct api_req *r, struct envd_req *q) {
     rest_moat_error(r, &err);
     return;
   }
-  struct read_state *st = xcalloc(1, sizeof(*st));
-  if (moat_guest_read_open(sock, path, q->user, &st->reader, &st->size, &err) < 0) {
-    free(st);
+  struct moat_guest_reader *rd = NULL;
+  uint64_t size = 0;
+  if (moat_guest_read_open(sock, path, q->user, &rd, &size, &err) < 0) {
     if (err->status == EISDIR)
       rest_error(r, 400, "path '%.1024s' is a directory", path), moat_error_free(&err);
     else
       rest_moat_error(r, &err);
     return;
   }
-  struct MHD_Response *resp = MHD_create_response_from_callback(st->size, API_FILE_BLOCK, read_cb, st, read_free);
+  _cleanup_free_ char *desc = xasprintf("%s:%.256s", q->e->sandbox_id, path);
+  struct MHD_Response *resp = api_file_response(rd, size, desc);
   if (!resp) {
-    read_free(st);
     rest_error(r, 500, "could not create a response");
     return;
   }
