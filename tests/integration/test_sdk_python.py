@@ -126,6 +126,7 @@ class ValidationTest(unittest.TestCase):
         self.srv = FakeServer("count")
         self.addCleanup(self.srv.close)
         self.client = moat.Client(self.srv.url, "k", request_timeout=5)
+        self.addCleanup(self.client.close)
         self.sb = Sandbox({"id": "abcdefghijklmnop", "state": "running", "template": "base"}, self.client)
 
     def test_bad_arguments_send_nothing(self):
@@ -142,6 +143,8 @@ class ValidationTest(unittest.TestCase):
             (ValueError, lambda: Sandbox.create(cpu=0, client=c)),
             (TypeError, lambda: Sandbox.create(memory_mb=True, client=c)),
             (TypeError, lambda: Sandbox.create(network=["x"], client=c)),
+            (ValueError, lambda: Sandbox.create(hibernate_after_seconds=60, client=c)),
+            (TypeError, lambda: Sandbox.create(persistent=True, hibernate_after_seconds=1.5, client=c)),
             (TypeError, lambda: Sandbox.create(client="http://x")),
             (TypeError, lambda: Sandbox.connect(None, client=c)),
             (TypeError, lambda: Sandbox.connect(123, client=c)),
@@ -659,6 +662,10 @@ class SdkTimeTravelTest(DaemonTest):
         self.assertTrue(p.info().running)
         self.assertEqual(sb.exec("echo back").stdout, "back\n")
 
+    def test_idle_hibernation_setting(self):
+        sb = self.make(persistent=True, hibernate_after_seconds=3600)
+        self.assertEqual(sb.info.raw.get("idle"), {"hibernate_after_seconds": 3600})
+
     def test_hibernate_wake(self):
         self.need_checkpoints()
         sb = self.make()
@@ -683,7 +690,8 @@ class SdkTimeTravelTest(DaemonTest):
         sb.files.write("/root/f", "two")
         sb.rollback(snap)
         self.assertEqual(sb.files.read("/root/f"), "one")
-        twin = self.make(from_snapshot=snap.id)
+        twin = self.make(from_snapshot=snap)
+        self.assertEqual(twin.info.from_snapshot, snap.id)
         self.assertEqual(twin.files.read("/root/f"), "one")
         sb.delete_snapshot(snap)
         self.assertNotIn(snap.id, [x.id for x in sb.snapshots()])
@@ -707,6 +715,7 @@ class SdkTimeTravelTest(DaemonTest):
         self.assertEqual(len(kids), 2)
         self.assertEqual(len({k.id for k in kids} | {sb.id}), 3)
         for k in kids:
+            self.assertEqual(k.info.forked_from, sb.id)
             self.assertEqual(k.files.read("/root/f"), "parent")
             k.files.write("/root/f", k.id)
         self.assertEqual(sb.files.read("/root/f"), "parent")

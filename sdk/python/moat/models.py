@@ -44,7 +44,7 @@ class ExecResult:
 
 @dataclass
 class SandboxInfo:
-    """A sandbox as moatd describes it (``GET /v1/sandboxes/{id}``)."""
+    """A sandbox as moatd describes it (``GET /v1/sandboxes/{id}``); ``raw`` holds every field."""
     id: str
     template: str
     state: str
@@ -55,6 +55,10 @@ class SandboxInfo:
     metadata: Dict[str, str]
     cpu: Optional[float]
     memory_mb: Optional[int]
+    paused_at: Optional[str] = None
+    forked_from: Optional[str] = None
+    from_snapshot: Optional[str] = None
+    killed_reason: Optional[str] = None
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
@@ -62,7 +66,8 @@ class SandboxInfo:
         return cls(id=d["id"], template=d.get("template", ""), state=d.get("state", ""),
                    created_at=d.get("created_at"), expires_at=d.get("expires_at"), ttl_seconds=d.get("ttl_seconds"),
                    persistent=bool(d.get("persistent")), metadata=dict(d.get("metadata") or {}), cpu=d.get("cpu"),
-                   memory_mb=d.get("memory_mb"), raw=d)
+                   memory_mb=d.get("memory_mb"), paused_at=d.get("paused_at"), forked_from=d.get("forked_from"),
+                   from_snapshot=d.get("from_snapshot"), killed_reason=d.get("killed_reason"), raw=d)
 
 
 @dataclass

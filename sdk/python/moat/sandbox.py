@@ -1,6 +1,7 @@
 """sandbox.py -- Sandbox: one moat sandbox and everything a program does with it."""
 
 import base64
+import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, overload
 
@@ -268,7 +269,6 @@ class Files:
         elif hasattr(data, "read"):
             body = data
             try:
-                import os
                 size = os.fstat(data.fileno()).st_size - data.tell()
                 headers["Content-Length"] = str(size)
             except (AttributeError, OSError, ValueError):
@@ -489,7 +489,8 @@ class Sandbox:
                metadata: Optional[Mapping[str, str]] = None, env: Optional[Mapping[str, str]] = None,
                cpu: Optional[float] = None, memory_mb: Optional[int] = None, pids: Optional[int] = None,
                disk_mb: Optional[int] = None, network: Optional[Mapping[str, Any]] = None,
-               from_snapshot: Union[Snapshot, str, None] = None, client: Optional[Client] = None,
+               from_snapshot: Union[Snapshot, str, None] = None, hibernate_after_seconds: Optional[int] = None,
+               client: Optional[Client] = None,
                api_url: Optional[str] = None, api_key: Optional[str] = None,
                request_timeout: Any = _UNSET) -> "Sandbox":
         """Creates a sandbox from template (default "base"; "code-interpreter" has python3 with its
@@ -497,7 +498,9 @@ class Sandbox:
         persistent: never expires and is not killed by a with block; metadata: str->str labels
         to find it by; env: environment of every command; cpu (cores), memory_mb, pids, disk_mb:
         limits; network: egress policy (NotSupportedError where moatd lacks it); from_snapshot: a
-        Snapshot (or its id) to start from, with its memory, processes and disk."""
+        Snapshot (or its id) to start from, with its memory, processes and disk;
+        hibernate_after_seconds (persistent sandboxes only): moatd hibernates the sandbox after
+        that long without API calls and with its CPU idle."""
         _check.string("template", template)
         body: Dict[str, Any] = {"template": template}
         if _check.integer("ttl_seconds", ttl_seconds, 1, 2592000) is not None:
@@ -522,6 +525,10 @@ class Sandbox:
             from_snapshot = from_snapshot.id
         if _check.string("from_snapshot", from_snapshot, optional=True) is not None:
             body["from_snapshot"] = from_snapshot
+        if _check.integer("hibernate_after_seconds", hibernate_after_seconds, 1, 2592000) is not None:
+            if persistent is not True:
+                raise ValueError("hibernate_after_seconds needs persistent=True")
+            body["idle"] = {"hibernate_after_seconds": hibernate_after_seconds}
         c = resolve(client, api_url, api_key, request_timeout)
         return cls(c._t.request("POST", "/v1/sandboxes", json_body=body)[1], c)
 
