@@ -34,6 +34,7 @@
 #define MCP_MAX_SESSIONS_PER_ORG 64 /* opening one more ends the org's least recently used */
 #define MCP_MAX_SESSIONS 4096       /* all orgs together; beyond: 503 */
 #define MCP_SESSION_ID_BYTES 16     /* 32 hex digits */
+#define MCP_SEP1303_SINCE "2025-11-25" /* tool argument errors are isError results from this revision on */
 
 /* ---- sessions ---- */
 
@@ -230,7 +231,7 @@ static json_t *do_tools_call(const struct mcp_ctx *c, json_t *id, json_t *params
   else if (!json_is_object(args))
     return rpc_error(id, -32602, "tools/call \"arguments\" must be an object");
   struct mcp_call call = {
-      .r = c->r, .ep = c->ep, .bad_args_as_result = strcmp(c->version, "2025-11-25") >= 0};
+      .r = c->r, .ep = c->ep, .bad_args_as_result = strcmp(c->version, MCP_SEP1303_SINCE) >= 0};
   int code = 0;
   char *msg = NULL;
   json_t *res = mcp_tool_call(&call, json_string_value(name), args, &code, &msg);
@@ -326,8 +327,6 @@ static int do_initialize(struct mcp_ctx *c, json_t *m, json_t *id) {
 static const char *header(struct api_req *r, const char *name) {
   return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
-
-
 
 /* Checks the session headers of a request that is not initialize. Replies and returns -1 on a
  * bad one; else fills c->session_id and c->version. */
