@@ -10,7 +10,7 @@ pkgs=(
   debootstrap                       # builds template root images
   e2fsprogs util-linux procps       # mkfs.ext4 (sandbox disks), mount/losetup, ps
   python3                           # integration and attack tests
-  python3-pip python3-setuptools python3-venv  # pip install ./sdk/python offline (test_sdk_python.py)
+  python3-pip python3-venv          # pip install ./sdk/python into a venv (test_sdk_python.py)
   curl                              # scripts/run.sh checks moatd's /healthz with it
   bubblewrap                        # the benchmark's peer
   nodejs                            # E2B SDK, MCP client and TypeScript SDK tests (tests/node)

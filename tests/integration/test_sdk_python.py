@@ -2,7 +2,7 @@
 exec, streams, background processes, files and watch, code contexts, typed errors, the context
 manager, time travel (skipped while moatd answers 501), argument checks that send nothing (a
 counting server), streams whose connection drops (local servers that drop or go silent), and
-`pip install` of the package into a venv without network."""
+`pip install` (and `pip install -e`) of the package into venvs with no package index."""
 
 import io
 import os
@@ -751,40 +751,49 @@ class SdkTimeTravelTest(DaemonTest):
 
 
 class PipInstallTest(DaemonTest):
-    """pip install ./sdk/python into a fresh venv, with no index and no build isolation (no network)."""
+    """pip install ./sdk/python into fresh venvs with no package index: the in-tree build backend needs
+    nothing from one. Once with this interpreter, once with the system's python3 when it differs."""
     pool = 1
 
     def test_pip_install_into_venv(self):
+        pythons = [sys.executable]
+        if os.path.exists("/usr/bin/python3") and os.path.realpath("/usr/bin/python3") != os.path.realpath(sys.executable):
+            pythons.append("/usr/bin/python3")
+        for n, python in enumerate(pythons):
+            with self.subTest(python=python):
+                r = subprocess.run([python, "-c", "import venv, ensurepip"], stderr=subprocess.PIPE)
+                if r.returncode != 0:
+                    if n == 0:
+                        self.skipTest("%s has no venv/ensurepip (Debian: apt-get install python3-venv)" % python)
+                    continue
+                self.install_and_use(python, editable=(n == 1))
+
+    def install_and_use(self, python, editable):
         tmp = tempfile.mkdtemp(prefix="moat-sdk-venv-")
         self.addCleanup(shutil.rmtree, tmp, True)
         src = os.path.join(tmp, "src")
-        shutil.copytree(os.path.join(REPO, "sdk", "python"), src,
-                        ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+        shutil.copytree(os.path.join(REPO, "sdk", "python"), src, ignore=shutil.ignore_patterns("__pycache__"))
         venv = os.path.join(tmp, "venv")
         env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
         env.pop("PYTHONPATH", None)
-        # An interpreter with pip, setuptools and wheel installed (Debian: python3-pip, python3-setuptools,
-        # python3-venv, which scripts/deps.sh installs): a build needs no network then.
-        probe = "import setuptools, wheel, venv, ensurepip, pip"
-        pythons = [p for p in ("/usr/bin/python3", sys.executable)
-                   if os.path.exists(p) and subprocess.run([p, "-c", probe], stderr=subprocess.DEVNULL).returncode == 0]
-        if not pythons:
-            self.skipTest("no python3 with pip, setuptools, wheel and venv here (apt-get install python3-pip "
-                          "python3-setuptools python3-venv)")
-        subprocess.run([pythons[0], "-m", "venv", "--system-site-packages", venv], check=True, timeout=120)
+        subprocess.run([python, "-m", "venv", venv], check=True, timeout=120)
         py = os.path.join(venv, "bin", "python")
-        r = subprocess.run([py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps", src],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=300, cwd=tmp)
+        argv = [py, "-m", "pip", "install", "--no-index"] + (["-e"] if editable else []) + [src]
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=300, cwd=tmp)
         self.assertEqual(r.returncode, 0, r.stdout.decode(errors="replace"))
-        check = ("import moat, os, sys\n"
-                 "assert os.path.realpath(moat.__file__).startswith(os.path.realpath(sys.prefix)), moat.__file__\n"
+        where = src if editable else venv
+        check = ("import moat, os, sys, importlib.metadata as md\n"
+                 "assert os.path.realpath(moat.__file__).startswith(os.path.realpath(%r)), moat.__file__\n"
                  "assert os.path.exists(os.path.join(os.path.dirname(moat.__file__), 'py.typed'))\n"
+                 "assert md.version('moat') == moat.__version__, (md.version('moat'), moat.__version__)\n"
                  "with moat.Sandbox.create() as sb:\n"
-                 "    print(sb.exec('echo installed').stdout, end='')\n")
+                 "    print(sb.exec('echo installed').stdout, end='')\n" % where)
         env.update(MOAT_API_URL="http://127.0.0.1:%d" % self.daemon.port, MOAT_API_KEY=self.c.key)
         r = subprocess.run([py, "-c", check], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                            timeout=120, cwd=tmp)
         self.assertEqual((r.returncode, r.stdout.decode(errors="replace")), (0, "installed\n"))
+        self.assertEqual(sorted(os.listdir(src)), ["README.md", "_build", "moat", "pyproject.toml"],
+                         "the build left files in the source tree")
 
 
 if __name__ == "__main__":
