@@ -138,5 +138,133 @@ class OpenAPIServedTest(DaemonTest):
         self.assertGreater(n, 40)
 
 
+class Validator:
+    """Checks a JSON value against the subset of JSON Schema docs/openapi.yaml uses: $ref, oneOf, type
+    (also a list), enum, const, required, properties, additionalProperties, items, pattern, minimum,
+    maximum. Returns a list of problems (empty: valid)."""
+
+    TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+
+    def __init__(self, doc):
+        self.doc = doc
+
+    def is_type(self, v, t):
+        if t == "integer":
+            return isinstance(v, int) and not isinstance(v, bool)
+        if t == "number":
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+        return isinstance(v, self.TYPES[t])
+
+    def check(self, v, sch, where="$"):
+        if "$ref" in sch:
+            node = self.doc
+            for part in sch["$ref"].lstrip("#/").split("/"):
+                node = node[part]
+            return self.check(v, node, where)
+        if "oneOf" in sch:
+            results = [self.check(v, alt, where) for alt in sch["oneOf"]]
+            if sum(1 for r in results if not r) != 1:
+                return ["%s: matches %d of oneOf (%s)" % (where, sum(1 for r in results if not r),
+                                                         "; ".join(p for r in results for p in r[:2]))]
+            return []
+        errs = []
+        t = sch.get("type")
+        if t is not None:
+            ts = t if isinstance(t, list) else [t]
+            if not any(self.is_type(v, x) for x in ts):
+                return ["%s: %r is not %s" % (where, v, t)]
+        if "const" in sch and v != sch["const"]:
+            errs.append("%s: %r is not %r" % (where, v, sch["const"]))
+        if "enum" in sch and v not in sch["enum"]:
+            errs.append("%s: %r not in %r" % (where, v, sch["enum"]))
+        if isinstance(v, str) and "pattern" in sch and not re.search(sch["pattern"], v):
+            errs.append("%s: %r does not match %s" % (where, v, sch["pattern"]))
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if "minimum" in sch and v < sch["minimum"] or "maximum" in sch and v > sch["maximum"]:
+                errs.append("%s: %r out of range" % (where, v))
+        if isinstance(v, dict):
+            props = sch.get("properties", {})
+            for k in sch.get("required", []):
+                if k not in v:
+                    errs.append("%s: missing %s" % (where, k))
+            addl = sch.get("additionalProperties", True)
+            for k, x in v.items():
+                if k in props:
+                    errs += self.check(x, props[k], "%s.%s" % (where, k))
+                elif addl is False:
+                    errs.append("%s: undocumented field %s" % (where, k))
+                elif isinstance(addl, dict):
+                    errs += self.check(x, addl, "%s.%s" % (where, k))
+        if isinstance(v, list) and "items" in sch:
+            for i, x in enumerate(v):
+                errs += self.check(x, sch["items"], "%s[%d]" % (where, i))
+        return errs
+
+
+class OpenAPIResponsesTest(DaemonTest):
+    """Live answers of moatd match the schemas the document gives them."""
+
+    def setUp(self):
+        self.doc = load()
+        self.v = Validator(self.doc)
+
+    def schema_of(self, path, method, status, ctype="application/json"):
+        r = self.doc["paths"][path][method]["responses"][str(status)]
+        if "$ref" in r:
+            r = self.v.doc["components"]["responses"][r["$ref"].rsplit("/", 1)[1]]
+        return r["content"][ctype]["schema"]
+
+    def conforms(self, value, path, method, status):
+        problems = self.v.check(value, self.schema_of(path, method, status))
+        self.assertEqual(problems, [], "%s %s %s: %r" % (method.upper(), path, status, value))
+
+    def test_validator_rejects(self):
+        sb = {"$ref": "#/components/schemas/Sandbox"}
+        self.assertTrue(self.v.check({"id": "sb-x"}, sb))
+        self.assertTrue(self.v.check({"code": 1, "message": "m"}, {"$ref": "#/components/schemas/Error"}))
+        self.assertTrue(self.v.check({"code": "a", "message": "m", "extra": 1}, {"$ref": "#/components/schemas/Error"}))
+        self.assertEqual(self.v.check({"code": "a", "message": "m"}, {"$ref": "#/components/schemas/Error"}), [])
+
+    def test_live_answers_match_the_schemas(self):
+        c = self.c
+        self.conforms(c.healthz(), "/healthz", "get", 200)
+        sb = self.sandbox(ttl_seconds=600, metadata={"who": "openapi"})
+        sid = sb["id"]
+        P = "/v1/sandboxes/{id}"
+        self.conforms(sb, "/v1/sandboxes", "post", 201)
+        self.conforms(c.get(sid), P, "get", 200)
+        self.conforms({"sandboxes": c.list()}, "/v1/sandboxes", "get", 200)
+        self.conforms(c.patch(sid, ttl_seconds=900), P, "patch", 200)
+        self.conforms(c.exec(sid, cmd="echo hi; printf '\\377' >&2"), P + "/exec", "post", 200)
+        st, bg = c.request("POST", "/v1/sandboxes/%s/exec" % sid, body={"cmd": "sleep 1", "background": True,
+                                                                           "tag": "oa"}, expect=201)
+        self.conforms(bg, P + "/exec", "post", 201)
+        self.conforms(c.request("GET", "/v1/sandboxes/%s/processes" % sid)[1], P + "/processes", "get", 200)
+        self.conforms(c.put_file(sid, "/root/oa/a.txt", b"abc"), P + "/files", "put", 200)
+        self.conforms(c.stat(sid, "/root/oa/a.txt"), P + "/files/stat", "get", 200)
+        self.conforms(c.list_files(sid, "/root/oa"), P + "/files/list", "get", 200)
+        self.conforms(c.mkdir(sid, "/root/oa/d"), P + "/files/mkdir", "post", 201)
+        self.conforms(c.move(sid, "/root/oa/a.txt", "/root/oa/b.txt"), P + "/files/move", "post", 200)
+        self.conforms(c.request("GET", "/v1/templates")[1], "/v1/templates", "get", 200)
+        self.conforms(c.request("GET", "/v1/snapshots")[1], "/v1/snapshots", "get", 200)
+        st, body = c.request("POST", "/v1/sandboxes/%s/pause" % sid, body={}, expect=(200, 501, 503))
+        if st == 200:
+            self.conforms(body, P + "/pause", "post", 200)
+            self.conforms(c.request("POST", "/v1/sandboxes/%s/resume" % sid, body={})[1], P + "/resume", "post", 200)
+        # MCP: initialize and a tool call answer JSON-RPC responses
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        st, init = c.request("POST", "/v1/mcp", raw=json.dumps({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "1"}}}).encode(), headers=h)
+        self.conforms(init, "/v1/mcp", "post", 200)
+        # errors are Error objects
+        for status, fn in ((404, lambda: c.get("sb-00000000000000000", expect=404)),
+                           (400, lambda: c.request("POST", "/v1/sandboxes", body={"ttl_seconds": -1}, expect=400)[1]),
+                           (401, lambda: c.with_key("wrong").request("GET", "/v1/sandboxes", expect=401)[1])):
+            self.conforms(fn(), "/v1/sandboxes/{id}" if status == 404 else "/v1/sandboxes",
+                          "get" if status != 400 else "post", status)
+
+
 if __name__ == "__main__":
     unittest.main()
