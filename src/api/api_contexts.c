@@ -27,6 +27,7 @@
 #include "../common/buf.h"
 #include "../common/log.h"
 #include "api_internal.h"
+#include "e2b_internal.h"
 
 /* The kernels, embedded at build time (the Makefile makes this object depend on them). */
 #define EMBED(sym, path)                                                                                     \
@@ -420,6 +421,72 @@ int api_h_ctx_restart(struct api_req *r, json_t *body) {
   return ret;
 }
 
+/* ---- for the E2B code interpreter (e2b_interp.c) ---- */
+
+int api_ctx_list_json(struct api_req *r, json_t **out, moat_error **err) {
+  _cleanup_free_ char *sock = api_guest_sock(r, NULL, err);
+  if (!sock)
+    return -1;
+  struct moat_proc_info *v = NULL;
+  size_t n = 0;
+  if (moat_guest_procs(sock, &v, &n, err) < 0)
+    return -1;
+  *out = json_array();
+  for (size_t i = 0; i < n; i++) {
+    struct ctx_info c;
+    memset(&c, 0, sizeof(c));
+    if (ctx_from_proc(&v[i], &c))
+      json_array_append_new(*out, ctx_json(v[i].tag + strlen(CTX_TAG_PREFIX), &c));
+    ctx_info_clear(&c);
+  }
+  moat_proc_infos_free(v, n);
+  return 0;
+}
+
+int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const char *cwd, moat_error **err) {
+  const struct lang *l = lang_by_name(lname);
+  if (!l || !valid_cid(cid))
+    return moat_error_set(err, EINVAL, "no such language '%.64s' or context id '%.64s'", lname, cid);
+  _cleanup_strv_ char **senv = NULL;
+  _cleanup_free_ char *sock = api_guest_sock(r, &senv, err);
+  if (!sock)
+    return -1;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    struct ctx_info c;
+    memset(&c, 0, sizeof(c));
+    int rc = ctx_find(sock, cid, &c, err);
+    ctx_info_clear(&c);
+    if (rc != 0)
+      return rc;
+    if (ctx_start(sock, senv, cid, l, cwd, err) > 0)
+      return 0;
+    /* Another request started it at the same moment (the guest refuses a second kernel with the
+     * same tag): find that one. */
+    if (attempt > 0 || !*err || (*err)->status != EEXIST)
+      return -1;
+    moat_error_free(err);
+  }
+  return -1;
+}
+
+int api_ctx_restart_e2b(struct api_req *r) {
+  moat_error *err = NULL;
+  _cleanup_free_ char *sock = NULL;
+  _cleanup_strv_ char **senv = NULL;
+  struct ctx_info c;
+  memset(&c, 0, sizeof(c));
+  if (route_ctx(r, &sock, &senv, &c) <= 0)
+    return 0;
+  if (!busy_take(r->route.id, r->route.cid)) {
+    ctx_info_clear(&c);
+    return api_reply_error(r, 409, "context_busy", "context %s is running code", r->route.cid);
+  }
+  int pid = ctx_restart(sock, senv, r->route.cid, &c, &err);
+  busy_give(r->route.id, r->route.cid);
+  ctx_info_clear(&c);
+  return pid < 0 ? reply_ctx_error(r, &err) : api_reply_empty(r, 204);
+}
+
 /* ---- runs ---- */
 
 
@@ -445,6 +512,9 @@ struct run {
   bool has_exit_code;
   /* whole reply */
   bool sse;
+  bool e2b; /* the stream is E2B's /execute NDJSON instead of SSE (e2b_interp.c) */
+  struct moat_buf pend[2]; /* e2b: output text not yet written as a line */
+  uint64_t pend_ns[2];      /* when pend[i] became non-empty */
   struct moat_buf text[2];
   bool text_trunc[2];
   json_t *results;
@@ -468,6 +538,7 @@ static void run_free(struct run *u) {
   for (int i = 0; i < 2; i++) {
     free(u->frame[i].p);
     free(u->text[i].p);
+    free(u->pend[i].p);
   }
   json_decref(u->error);
   json_decref(u->results);
@@ -475,7 +546,13 @@ static void run_free(struct run *u) {
   free(u);
 }
 
+static void e2b_line(struct run *u, const char *name, json_t *data);
+
 static void sse_add(struct run *u, const char *name, json_t *data) {
+  if (u->e2b) {
+    e2b_line(u, name, data);
+    return;
+  }
   char *js = json_dumps(data, JSON_COMPACT);
   json_decref(data);
   if (!js)
@@ -490,10 +567,105 @@ static void sse_add(struct run *u, const char *name, json_t *data) {
 
 static const char *const stream_names[2] = {"stdout", "stderr"};
 
+static void line_add(struct run *u, json_t *j) {
+  char *js = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  if (!js)
+    abort();
+  moat_buf_append(&u->out, js, strlen(js));
+  moat_buf_append(&u->out, "\n", 1);
+  free(js);
+}
+
+/* One event of a run as E2B's code interpreter writes it (one JSON object per line, "type" first
+ * read by @e2b/code-interpreter's parseOutput): stdout/stderr {text}, result {text, png, html,
+ * json, is_main_result} (absent formats left out), error {name, value, traceback (one string)},
+ * number_of_executions {execution_count} and end_of_execution at the end. Consumes data. */
+#define E2B_GATHER_MS 50
+
+/* Writes gathered output text as stdout/stderr lines: all of it when all is true, else the text up
+ * to the last newline, or all of it once it waited E2B_GATHER_MS (complete UTF-8 characters). */
+static void e2b_flush_some(struct run *u, bool all) {
+  for (int w = 0; w < 2; w++) {
+    struct moat_buf *b = &u->pend[w];
+    if (b->len == 0)
+      continue;
+    bool valid;
+    size_t n = b->len;
+    if (!all && now_ns() - u->pend_ns[w] < E2B_GATHER_MS * 1000000ULL) {
+      const char *nl = memrchr(b->p, '\n', b->len);
+      n = nl ? (size_t)(nl - b->p) + 1 : 0;
+    }
+    if (n > 0 && n == b->len && !u->finished) {
+      n = api_utf8_stream_split(b->p, b->len, &valid);
+      if (!valid)
+        n = b->len;
+    }
+    if (n == 0)
+      continue;
+    size_t sl;
+    char *s = api_utf8_sanitize(b->p, n, &sl, NULL);
+    line_add(u, json_pack("{s:s, s:s%}", "type", stream_names[w], "text", s, sl));
+    free(s);
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+    u->pend_ns[w] = now_ns();
+  }
+}
+
+static void e2b_flush(struct run *u) { e2b_flush_some(u, true); }
+
+static void e2b_line(struct run *u, const char *name, json_t *data) {
+  if (strcmp(name, "stdout") != 0 && strcmp(name, "stderr") != 0)
+    e2b_flush(u);
+  json_t *j = json_pack("{s:s}", "type", name);
+  if (strcmp(name, "stdout") == 0 || strcmp(name, "stderr") == 0) {
+    json_object_set(j, "text", json_object_get(data, "text"));
+  } else if (strcmp(name, "result") == 0) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(data, k, v) {
+      if (!json_is_null(v))
+        json_object_set(j, k, v);
+    }
+  } else if (strcmp(name, "error") == 0) {
+    json_t *tb = json_object_get(data, "traceback");
+    struct moat_buf b = {0};
+    size_t i;
+    json_t *line;
+    json_array_foreach(tb, i, line) {
+      if (i)
+        moat_buf_append(&b, "\n", 1);
+      if (json_is_string(line))
+        moat_buf_append(&b, json_string_value(line), json_string_length(line));
+    }
+    json_t *nm = json_object_get(data, "name"), *val = json_object_get(data, "value");
+    if (!nm) /* a stream error {code, message} */
+      nm = json_object_get(data, "code"), val = json_object_get(data, "message");
+    json_object_set_new(j, "name", json_is_string(nm) ? json_incref(nm) : json_string("Error"));
+    json_object_set_new(j, "value", json_is_string(val) ? json_incref(val) : json_string(""));
+    json_object_set_new(j, "traceback", json_stringn(b.p ? b.p : "", b.len));
+    free(b.p);
+  } else if (strcmp(name, "end") == 0) {
+    json_object_set_new(j, "type", json_string("number_of_executions"));
+    json_object_set(j, "execution_count", json_object_get(data, "execution_count"));
+    line_add(u, j);
+    j = json_pack("{s:s}", "type", "end_of_execution");
+  }
+  json_decref(data);
+  line_add(u, j);
+}
+
 /* Output text of the cell on stream which (0 stdout, 1 stderr). */
 static void emit_text(struct run *u, int which, const char *p, size_t n) {
   if (n == 0)
     return;
+  if (u->e2b) { /* a print() arrives as several kernel messages: gathered as Jupyter does */
+    if (u->pend[which].len == 0)
+      u->pend_ns[which] = now_ns();
+    moat_buf_append(&u->pend[which], p, n);
+    return;
+  }
   if (u->sse) {
     size_t sl;
     _cleanup_free_ char *s = api_utf8_sanitize(p, n, &sl, NULL);
@@ -729,10 +901,15 @@ static ssize_t run_sse_cb(void *cls, uint64_t pos, char *buf, size_t max) {
       }
     }
     if (now_ns() - u->last_ns >= CTX_KEEPALIVE_MS * 1000000ULL) {
-      moat_buf_append(&u->out, ": keep-alive\n\n", 14);
+      if (u->e2b) /* a line of a type the SDK's parseOutput skips */
+        moat_buf_append(&u->out, "{\"type\":\"keepalive\"}\n", 21);
+      else
+        moat_buf_append(&u->out, ": keep-alive\n\n", 14);
       continue;
     }
-    run_step(u, CTX_POLL_MS);
+    run_step(u, u->e2b && (u->pend[0].len || u->pend[1].len) ? E2B_GATHER_MS / 2 : CTX_POLL_MS);
+    if (u->e2b && !u->finished)
+      e2b_flush_some(u, false);
   }
 }
 
@@ -743,8 +920,11 @@ static bool wants_sse(struct api_req *r) {
   return a && strstr(a, "text/event-stream");
 }
 
+enum run_mode { RUN_WHOLE, RUN_SSE, RUN_E2B };
+static int run_start(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms,
+                     enum run_mode mode);
+
 int api_h_ctx_run(struct api_req *r, json_t *body) {
-  moat_error *err = NULL;
   const char *code = NULL;
   size_t code_len = 0;
   uint32_t timeout_ms = CTX_DEFAULT_TIMEOUT_MS;
@@ -772,6 +952,17 @@ int api_h_ctx_run(struct api_req *r, json_t *body) {
   }
   if (!code)
     return api_reply_error(r, 400, "invalid_request", "'code' is required");
+  return run_start(r, code, code_len, timeout_ms, sse ? RUN_SSE : RUN_WHOLE);
+}
+
+int api_ctx_run_e2b(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms) {
+  return run_start(r, code, code_len, timeout_ms, RUN_E2B);
+}
+
+static int run_start(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms,
+                     enum run_mode mode) {
+  moat_error *err = NULL;
+  bool sse = mode != RUN_WHOLE;
   if (memchr(code, '\0', code_len))
     return api_reply_error(r, 400, "invalid_request", "'code' contains a NUL character");
 
@@ -793,6 +984,7 @@ int api_h_ctx_run(struct api_req *r, json_t *body) {
   random_id(u->rid, 16);
   u->timeout_ms = timeout_ms;
   u->sse = sse;
+  u->e2b = mode == RUN_E2B;
   u->results = json_array();
   u->client_fd = api_conn_fd(r);
   u->last_ns = now_ns();
@@ -829,7 +1021,8 @@ int api_h_ctx_run(struct api_req *r, json_t *body) {
       run_free(u);
       return api_reply_error(r, 500, "internal", "could not create a response");
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            u->e2b ? "application/x-ndjson" : "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     int ret = api_reply_response(r, 200, resp);

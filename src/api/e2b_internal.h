@@ -12,6 +12,12 @@
 #define E2B_ENVD_PORT 49983
 #define E2B_INTERP_PORT 49999
 
+/* The envdVersion create/connect/list answer. The SDK gates features on it (dist/index.mjs):
+ * >= 0.4.0 sends no default user, >= 0.5.2 closeStdin, >= 0.5.7 octet-stream uploads; 0.6.2 would
+ * send file metadata and 0.6.3 watch includeEntry, which moat does not serve: the SDK then raises
+ * TemplateError itself. */
+#define E2B_ENVD_VERSION "0.6.1"
+
 /* r->front of every claimed request. */
 struct e2b_req {
   unsigned port;                   /* 0: control plane; else the sandbox port addressed */
@@ -20,6 +26,10 @@ struct e2b_req {
   void *sub;                       /* the envd or interpreter handler's state */
   void (*sub_free)(void *);
 };
+
+/* The sandbox's envd access token (caller frees): what create/connect hand out and what
+ * e2b.c checks on every sandbox call (X-Access-Token or E2B-Traffic-Access-Token). */
+char *e2b_access_token(const char *org, const char *sandbox_id);
 
 /* envd (e2b_envd.c): same contract as api_e2b_begin/body/dispatch, called by e2b.c once the
  * sandbox is resolved and the caller authenticated. */
@@ -31,5 +41,18 @@ void e2b_envd_dispatch(struct api_req *r, struct e2b_req *e);
 bool e2b_interp_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method);
 int e2b_interp_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err);
 void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e);
+
+/* Code contexts for the interpreter (api_contexts.c); r->org and r->route.id name the sandbox. */
+/* The sandbox's contexts as an array of {id, language, cwd, created_at}. */
+int api_ctx_list_json(struct api_req *r, json_t **out, moat_error **err);
+/* Makes sure context cid (16 of [a-z0-9]) is running: 1 when it was, 0 when started now (language
+ * lname: python, node or bash, in cwd), -1 on error (EINVAL: the template lacks the interpreter). */
+int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const char *cwd, moat_error **err);
+/* Runs code in context r->route.cid and answers with E2B's /execute stream (newline-delimited
+ * JSON: stdout, stderr, result, error, number_of_executions, end_of_execution); errors before the
+ * stream starts are JSON replies (404 context_not_found, 409 context_busy...). */
+/* POST /contexts/{id}/restart for the SDK, which never reads the answer: 204 without a body. */
+int api_ctx_restart_e2b(struct api_req *r);
+int api_ctx_run_e2b(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms);
 
 #endif

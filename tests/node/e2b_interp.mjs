@@ -1,0 +1,128 @@
+// e2b_interp.mjs -- the unmodified @e2b/code-interpreter SDK (Sandbox.runCode, contexts) against moatd.
+//
+// Usage: node e2b_interp.mjs SCENARIO with E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY set (see
+// tests/integration/test_e2b.py). Prints "ok SCENARIO" or the failure (exit 1); the sandbox is
+// killed in every case.
+import assert from 'node:assert/strict'
+import { Sandbox, NotFoundError, SandboxError } from '@e2b/code-interpreter'
+
+let sbx = null
+
+const scenarios = {
+  // State kept across calls in the default context; output callbacks; a matplotlib PNG.
+  async state_and_png() {
+    sbx = await Sandbox.create({ timeoutMs: 300_000 })
+    assert.equal((await sbx.getInfo()).templateId, 'code-interpreter-v1')
+    const a = await sbx.runCode('x = 41\nprint("set", x)')
+    assert.equal(a.error, undefined)
+    assert.deepEqual(a.logs.stdout, ['set 41\n'])
+    const lines = []
+    const b = await sbx.runCode('import sys\nprint("out"); print("err", file=sys.stderr)\nx + 1', {
+      onStdout: (m) => lines.push(['out', m.line]),
+      onStderr: (m) => lines.push(['err', m.line]),
+    })
+    assert.equal(b.text, '42')
+    assert.ok(b.executionCount >= 2, `executionCount ${b.executionCount}`)
+    assert.deepEqual(lines.sort(), [['err', 'err\n'], ['out', 'out\n']])
+    const c = await sbx.runCode(
+      'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title("squares")\nplt.show()')
+    assert.equal(c.error, undefined, JSON.stringify(c.error))
+    const pngs = c.results.filter((r) => r.png)
+    assert.equal(pngs.length, 1, JSON.stringify(c.results.map((r) => r.formats())))
+    const bytes = Buffer.from(pngs[0].png, 'base64')
+    assert.equal(bytes.subarray(1, 4).toString(), 'PNG')
+    assert.ok(bytes.length > 1000, `png of ${bytes.length} bytes`)
+    // streaming: the first line arrives before the cell ends
+    const t0 = Date.now()
+    let first = 0
+    await sbx.runCode('import time\nprint("early", flush=True)\ntime.sleep(1.5)\nprint("late")', {
+      onStdout: () => { if (!first) first = Date.now() - t0 },
+    })
+    const total = Date.now() - t0
+    assert.ok(first > 0 && first < total - 1000, `first output after ${first} ms of ${total} ms`)
+  },
+
+  // An exception becomes execution.error with its traceback; the context survives it.
+  async error() {
+    sbx = await Sandbox.create({ timeoutMs: 300_000 })
+    let seen = null
+    const e = await sbx.runCode('def f():\n    return 1 / 0\nf()', { onError: (x) => { seen = x } })
+    assert.ok(e.error, 'no error')
+    assert.equal(e.error.name, 'ZeroDivisionError')
+    assert.match(e.error.value, /division by zero/)
+    assert.equal(typeof e.error.traceback, 'string')
+    assert.match(e.error.traceback, /f\(\)/)
+    assert.equal(seen?.name, 'ZeroDivisionError')
+    const ok = await sbx.runCode('"still here"')
+    assert.equal(ok.text, "'still here'")
+    const s = await sbx.runCode('raise ValueError("bad " + "value")')
+    assert.equal(s.error.name, 'ValueError')
+    assert.equal(s.error.value, 'bad value')
+  },
+
+  // Contexts: create (python, javascript, bash), run in one, list, restart (state gone), remove.
+  async contexts() {
+    sbx = await Sandbox.create({ timeoutMs: 300_000 })
+    const py = await sbx.createCodeContext({ language: 'python', cwd: '/tmp' })
+    assert.match(py.id, /^[a-z0-9]{16}$/)
+    assert.equal(py.cwd, '/tmp')
+    const r1 = await sbx.runCode('import os\ny = 7\nos.getcwd()', { context: py })
+    assert.equal(r1.text, "'/tmp'")
+    const r2 = await sbx.runCode('y * 6', { context: py })
+    assert.equal(r2.text, '42')
+    // the default context does not see y
+    const d = await sbx.runCode('y')
+    assert.equal(d.error?.name, 'NameError')
+    const js = await sbx.createCodeContext({ language: 'javascript' })
+    const j = await sbx.runCode('const z = 20; z * 2 + 2', { context: js })
+    assert.equal(j.error, undefined, JSON.stringify(j.error))
+    assert.match(j.text, /42/)
+    const b = await sbx.runCode('echo from-bash $((6 * 7))', { language: 'bash' })
+    assert.deepEqual(b.logs.stdout.join(''), 'from-bash 42\n')
+    const listed = (await sbx.listCodeContexts()).map((c) => c.id)
+    assert.ok(listed.includes(py.id) && listed.includes(js.id), JSON.stringify(listed))
+    await sbx.restartCodeContext(py)
+    const r3 = await sbx.runCode('y', { context: py })
+    assert.equal(r3.error?.name, 'NameError')
+    await sbx.removeCodeContext(py.id)
+    assert.ok(!(await sbx.listCodeContexts()).map((c) => c.id).includes(py.id))
+    try {
+      await sbx.runCode('1', { context: py })
+      assert.fail('ran in a removed context')
+    } catch (e) {
+      assert.ok(e instanceof NotFoundError, `${e.constructor.name}: ${e.message}`)
+    }
+  },
+
+  // Bad input: both context and language, an unknown language, per-run envs (not supported), a
+  // killed sandbox: errors, never a hang.
+  async bad_input() {
+    sbx = await Sandbox.create({ timeoutMs: 300_000 })
+    const ctx = await sbx.createCodeContext()
+    await assert.rejects(sbx.runCode('1', { context: ctx, language: 'python' }), /context or language/)
+    await assert.rejects(sbx.runCode('1', { language: 'cobol' }), (e) => e instanceof SandboxError && /400/.test(e.message))
+    await assert.rejects(sbx.runCode('1', { envs: { A: 'b' } }), (e) => e instanceof SandboxError && /400/.test(e.message))
+    await sbx.kill()
+    const t0 = Date.now()
+    await assert.rejects(sbx.runCode('1'), (e) => e instanceof Error)
+    assert.ok(Date.now() - t0 < 20000)
+  },
+}
+
+const name = process.argv[2]
+if (!scenarios[name]) {
+  console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(' ')}`)
+  process.exit(2)
+}
+try {
+  await scenarios[name]()
+  console.log('ok ' + name)
+} catch (e) {
+  console.error(`FAIL ${name}:`, e)
+  process.exitCode = 1
+} finally {
+  if (sbx) await sbx.kill().catch(() => {})
+}
+// runCode leaves its request timer (requestTimeoutMs, 60 s) running when the server answers an
+// error, which would keep Node alive for a minute: exit now that everything is cleaned up.
+process.exit(process.exitCode ?? 0)
