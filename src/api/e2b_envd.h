@@ -19,7 +19,7 @@
 #include "e2b_internal.h"
 
 #define ENVD_DEFAULT_USER "user" /* E2B's default user; moat's templates have it (uid 1000) */
-#define ENVD_MAX_TIMEOUT_MS 86400000u
+#define ENVD_MAX_TIMEOUT_MS 2592000000u /* 30 days: the longest sandbox TTL; fits the guest's u32 */
 
 /* ---- Connect codes (e2b_connect.c) ---- */
 
