@@ -65,6 +65,9 @@ const scenarios = {
     assert.equal(native.body.metadata.owner, 'e2b-test')
     const out = await sh(sbx.sandboxId, 'printf %s "$GREETING"')
     assert.equal(out.stdout, 'hello e2b')
+    const run = await sbx.commands.run('printf %s "$GREETING"')
+    assert.equal(run.stdout, 'hello e2b')
+    assert.equal(run.exitCode, 0)
     // made through v1, seen through E2B
     const r = await v1('POST', '/v1/sandboxes', { template: 'base', metadata: { via: 'v1' } })
     assert.equal(r.status, 201)
@@ -147,6 +150,8 @@ const scenarios = {
     const sbx = await create()
     await sh(sbx.sandboxId, 'echo kept > /tmp/kept; (sleep 1000 & echo $! > /tmp/sleeper)')
     const pid = (await sh(sbx.sandboxId, 'cat /tmp/sleeper')).stdout.trim()
+    await sbx.files.write('/home/user/notes.txt', 'through envd')
+    const bg = await sbx.commands.run('sleep 1000', { background: true })
     assert.equal(await sbx.pause(), true)
     assert.equal((await sbx.getInfo()).state, 'paused')
     assert.equal(await Sandbox.pause(sbx.sandboxId), false) // already paused
@@ -157,6 +162,10 @@ const scenarios = {
     assert.equal((await back.getInfo()).state, 'running')
     assert.equal((await sh(sbx.sandboxId, 'cat /tmp/kept')).stdout, 'kept\n')
     assert.equal((await sh(sbx.sandboxId, `kill -0 ${pid} && echo alive`)).stdout, 'alive\n')
+    assert.equal(await back.files.read('/home/user/notes.txt'), 'through envd')
+    const procs = await back.commands.list()
+    assert.ok(procs.some((p) => p.pid === bg.pid), JSON.stringify(procs))
+    assert.equal(await back.isRunning(), true)
   },
 
   // Bad input gets the SDK's own errors, fast.
