@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -83,7 +84,44 @@ static int run(char **argv) {
  * execs criu restore -d. */
 struct peer_restore {
   const char *rootfs, *upper, *work, *root, *images, *pidfile, *criu;
+  const char *lower; /* mount point for lower_fd */
+  int lower_fd;      /* the template, idmapped for the parent's uid range (as a sandbox sees it) */
 };
+
+/* An idmapped clone of rootfs for a user namespace mapping 0..65535 to base (a throwaway child
+ * holds the namespace while the mount is made). */
+static int idmapped_rootfs(const char *rootfs, unsigned base) {
+  int p[2];
+  if (pipe(p) < 0)
+    return -1;
+  pid_t c = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+  if (c == 0) {
+    char b;
+    close(p[1]);
+    if (read(p[0], &b, 1) < 0)
+      _exit(1);
+    _exit(0);
+  }
+  close(p[0]);
+  char path[64], map[64];
+  snprintf(map, sizeof(map), "0 %u 65536\n", base);
+  snprintf(path, sizeof(path), "/proc/%d/uid_map", c);
+  write_file(path, map, NULL);
+  snprintf(path, sizeof(path), "/proc/%d/gid_map", c);
+  write_file(path, map, NULL);
+  snprintf(path, sizeof(path), "/proc/%d/ns/user", c);
+  int userns = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY, .userns_fd = (uint64_t)userns};
+  if (fd >= 0 && mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+    close(fd);
+    fd = -1;
+  }
+  close(userns);
+  close(p[1]);
+  waitpid(c, NULL, 0);
+  return fd;
+}
 
 static int peer_restore(struct peer_restore *p) {
   pid_t c = fork();
@@ -92,8 +130,10 @@ static int peer_restore(struct peer_restore *p) {
     dup2(null, 0), dup2(null, 1), dup2(null, 2);
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
       _exit(120);
+    if (move_mount(p->lower_fd, "", AT_FDCWD, p->lower, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      _exit(122);
     char opts[4096];
-    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", p->rootfs, p->upper, p->work);
+    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", p->lower, p->upper, p->work);
     if (mount("overlay", p->root, "overlay", MS_NODEV, opts) < 0)
       _exit(121);
     char *argv[] = {(char *)p->criu, "restore", "-D", (char *)p->images, "-o", "restore.log", "--root",
@@ -248,6 +288,12 @@ static void bench_one(struct moat_host *h, const char *data, const char *tdir, c
            "moat 8 concurrent restores (fork of 8)", firstready, all, okn, (double)memsum / 1048576.0);
   }
   /* the plain CLI on the same sandbox */
+  unsigned parent_base = 0;
+  {
+    _cleanup_free_ char *meta_path = xasprintf("%s/moat-checkpoint", first), *meta = NULL;
+    if (read_file(meta_path, &meta, NULL, NULL) == 0 && strstr(meta, "uid_base "))
+      parent_base = (unsigned)strtoul(strstr(meta, "uid_base ") + 9, NULL, 10);
+  }
   const char *criu = moat_criu_path();
   _cleanup_free_ char *rootfs = xasprintf("%s/base/rootfs", tdir);
   _cleanup_free_ char *pidfile = xasprintf("%s/peer.pid", data);
@@ -269,25 +315,28 @@ static void bench_one(struct moat_host *h, const char *data, const char *tdir, c
     /* restore: a fresh overlay over the template with a copy of the sandbox's upper */
     _cleanup_free_ char *base = xasprintf("%s/%s-peerfs%d", data, label, i);
     _cleanup_free_ char *upper = xasprintf("%s/upper", base), *work = xasprintf("%s/work", base),
-                        *root = xasprintf("%s/root", base);
-    _cleanup_free_ char *cp = xasprintf("mkdir -p %s %s && cp -a %s/upper %s/", work, root, first, base);
+                        *root = xasprintf("%s/root", base), *lower = xasprintf("%s/lower", base);
+    _cleanup_free_ char *cp = xasprintf("mkdir -p %s %s %s && cp -a %s/upper %s/", work, root, lower, first, base);
     char *cpargv[] = {"/bin/sh", "-c", cp, NULL};
     run(cpargv);
     struct peer_restore p = {.rootfs = rootfs, .upper = upper, .work = work, .root = root, .images = img,
-                             .pidfile = pidfile, .criu = criu};
+                             .pidfile = pidfile, .criu = criu, .lower = lower,
+                             .lower_fd = idmapped_rootfs(rootfs, parent_base)};
     t0 = now_ns();
     int rc = peer_restore(&p);
     double d = ms_since(t0);
     if (rc == 0)
       pr[npr++] = d;
     else {
-      _cleanup_free_ char *lg = xasprintf("grep Error %s/restore.log | grep -v RLIMIT | head -3", img);
+      _cleanup_free_ char *lg = xasprintf("grep 'Error (' %s/restore.log | grep -v -e RLIMIT -e tables -e 'status 1' | head -3", img);
       printf("peer restore failed (%d):\n", rc);
       fflush(stdout);
       if (system(lg) < 0)
         perror("system");
     }
     kill_pidfile(pidfile);
+    if (p.lower_fd >= 0)
+      close(p.lower_fd);
     if (i > 0 || rc == 0) {
       rm_rf(base, NULL);
       rm_rf(img, NULL);
@@ -347,8 +396,11 @@ int main(int argc, char **argv) {
   }
   moat_host_reconcile(h, NULL);
   printf("# %s\n# runs per figure: %d\n", status, runs);
-  bench_one(h, data, tdir, "idle-shell", 0, runs);
-  bench_one(h, data, tdir, "64MiB", 64, runs);
+  const char *only = getenv("MOAT_BENCH_ONLY"); /* "idle" or "64" */
+  if (!only || strcmp(only, "idle") == 0)
+    bench_one(h, data, tdir, "idle-shell", 0, runs);
+  if (!only || strcmp(only, "64") == 0)
+    bench_one(h, data, tdir, "64MiB", 64, runs);
   moat_host_shutdown(h);
   rm_rf(data, NULL);
   return 0;
