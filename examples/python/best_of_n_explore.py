@@ -28,11 +28,13 @@ except ImportError:  # running from a checkout without `pip install ./sdk/python
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
     import moat
 
+# python3 -B: the candidates' patches keep calc.py's size and may land within the same second as the
+# first test run, so a cached .pyc would look current and hide the patch.
 PROJECT = {
     "/root/proj/calc.py": "def add(a, b):\n    return a - b\n\ndef mul(a, b):\n    return a + b\n",
     "/root/proj/test_calc.sh": (
         "cd /root/proj; pass=0; total=0\n"
-        "check() { total=$((total+1)); if [ \"$(python3 -c \"import calc; print($1)\")\" = \"$2\" ]; "
+        "check() { total=$((total+1)); if [ \"$(python3 -B -c \"import calc; print($1)\")\" = \"$2\" ]; "
         "then pass=$((pass+1)); fi; }\n"
         "check 'calc.add(2, 3)' 5\ncheck 'calc.add(-1, 1)' 0\ncheck 'calc.mul(2, 3)' 6\ncheck 'calc.mul(0, 5)' 0\n"
         "echo \"passed $pass/$total\"; [ $pass -eq $total ]\n"),
