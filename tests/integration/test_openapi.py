@@ -218,6 +218,25 @@ class OpenAPIResponsesTest(DaemonTest):
         problems = self.v.check(value, self.schema_of(path, method, status))
         self.assertEqual(problems, [], "%s %s %s: %r" % (method.upper(), path, status, value))
 
+    def test_live_contexts_match_the_schemas(self):
+        c = self.c
+        sid = self.sandbox(template="code-interpreter", ttl_seconds=600)["id"]
+        P = "/v1/sandboxes/{id}/contexts"
+        base = "/v1/sandboxes/%s/contexts" % sid
+        st, ctx = c.request("POST", base, body={"language": "python"}, expect=201)
+        self.conforms(ctx, P, "post", 201)
+        self.conforms(c.request("GET", base)[1], P, "get", 200)
+        for code in ("x = 41\nprint('out')\nx + 1", "1/0"):
+            st, ex = c.request("POST", "%s/%s/run" % (base, ctx["id"]), body={"code": code})
+            self.conforms(ex, P + "/{cid}/run", "post", 200)
+        st, ctx2 = c.request("POST", base, body={"language": "bash"}, expect=201)
+        st, ex = c.request("POST", "%s/%s/run" % (base, ctx2["id"]), body={"code": "echo hi; false"})
+        self.conforms(ex, P + "/{cid}/run", "post", 200)
+        self.conforms(c.request("POST", "%s/%s/restart" % (base, ctx["id"]), body={})[1], P + "/{cid}/restart", "post",
+                      200)
+        st, err = c.request("POST", "%s/nope/run" % base, body={"code": "1"}, expect=404)
+        self.conforms(err, P + "/{cid}/run", "post", 404)
+
     def test_validator_rejects(self):
         sb = {"$ref": "#/components/schemas/Sandbox"}
         self.assertTrue(self.v.check({"id": "sb-x"}, sb))
