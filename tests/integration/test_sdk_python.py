@@ -207,6 +207,24 @@ class ValidationTest(unittest.TestCase):
         self.assertEqual((cm.exception.status, cm.exception.code), (500, "internal"))
         self.assertEqual(self.srv.requests, 1)
 
+    def test_annotations_resolve(self):
+        # the public surface is typed: every annotation of every public callable resolves
+        import inspect
+        import typing
+        n = 0
+        for name in moat.__all__:
+            obj = getattr(moat, name)
+            targets = [obj]
+            if inspect.isclass(obj):
+                targets = [v for k, v in vars(obj).items() if not k.startswith("_") or k == "__init__"]
+            for t in targets:
+                fn = t.__func__ if isinstance(t, (classmethod, staticmethod)) else t
+                if inspect.isfunction(fn):
+                    typing.get_type_hints(fn)
+                    n += 1
+        self.assertGreater(n, 50)
+        self.assertTrue(os.path.exists(os.path.join(os.path.dirname(moat.__file__), "py.typed")))
+
     def test_client_arguments(self):
         env = dict(os.environ)
         try:
@@ -375,6 +393,14 @@ class SdkTest(DaemonTest):
         r = sb.exec("sleep 2.5; echo done")
         self.assertEqual((r.stdout, r.exit_code), ("done\n", 0))
         self.assertEqual(sb.exec_stream("sleep 2; echo streamed", on_stdout=lambda s: None), 0)
+
+    def test_silent_command_kept_alive(self):
+        # moatd's keep-alive comments (every 15 s) keep a silent stream within the idle limit
+        c = moat.Client(self.url, self.c.key, stream_idle_timeout=20)
+        sb = Sandbox.connect(self.sb.id, client=c)
+        out = []
+        self.assertEqual(sb.exec_stream("sleep 17; echo done", on_stdout=out.append), 0)
+        self.assertEqual(out, ["done\n"])
 
     def test_exec_from_threads(self):
         out, errs = {}, []
