@@ -132,3 +132,15 @@ def callback(name: str, v: Any) -> Any:
     if v is not None and not callable(v):
         raise TypeError("%s must be callable, got %s" % (name, _tn(v)))
     return v
+
+
+_TAG = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def tag(name: str, v: Any) -> Optional[str]:
+    """A process tag: 1..64 of [A-Za-z0-9_.-], not all digits (those are pids), or None."""
+    if string(name, v, optional=True) is None:
+        return None
+    if not _TAG.match(v) or v.isdigit():
+        raise ValueError("%s must be 1 to 64 characters of A-Z a-z 0-9 _ . - and not all digits, got %r" % (name, v))
+    return v

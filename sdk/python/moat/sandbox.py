@@ -115,7 +115,8 @@ class Process:
 
     @property
     def _ref(self) -> str:
-        return self.tag if self.tag else str(self.pid)
+        # the pid when known (a tag may be reused by a later process once this one has ended)
+        return str(self.pid) if self.pid else str(self.tag)
 
     def _post(self, action: str, body: Dict[str, Any]) -> None:
         self.sandbox._t.request("POST", "%s/processes/%s/%s" % (self.sandbox._path, self._ref, action), json_body=body)
@@ -624,7 +625,7 @@ class Sandbox:
         body = _exec_body(cmd, env, cwd, timeout, stdin, user)
         _check.boolean("background", background, optional=False)
         if background:
-            if _check.string("tag", tag, optional=True) is not None:
+            if _check.tag("tag", tag) is not None:
                 body["tag"] = tag
             body["background"] = True
             r = self._t.request("POST", self._path + "/exec", json_body=body)[1]
@@ -665,7 +666,7 @@ class Sandbox:
         if isinstance(ref, int):
             _check.integer("pid", ref, 1, 999999999)
             return Process(self, ref)
-        _check.string("tag", ref)
+        _check.tag("tag", ref)
         return Process(self, 0, ref)
 
     # ---- code contexts ----
