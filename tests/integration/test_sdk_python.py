@@ -779,6 +779,28 @@ class SdkTimeTravelTest(DaemonTest):
             manual.keep(manual.outcomes[1])
 
 
+class DaemonGoneTest(DaemonTest):
+    """moatd itself dies (SIGKILL) in the middle of a stream and of a long exec: both raise
+    moat.ConnectionError at once instead of hanging."""
+    pool = 1
+
+    def test_moatd_killed_mid_stream(self):
+        c = moat.Client("http://127.0.0.1:%d" % self.daemon.port, self.c.key)
+        sb = Sandbox.create(client=c)
+        w = sb.files.watch("/tmp")
+        got = []
+        threading.Timer(1.5, self.daemon.kill9).start()
+        t0 = time.monotonic()
+        with self.assertRaises(moat.ConnectionError):
+            sb.exec_stream("echo first; sleep 60", on_stdout=got.append)
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual(got, ["first\n"])
+        with self.assertRaises(moat.ConnectionError):
+            w.next(timeout=10)
+        with self.assertRaises(moat.ConnectionError):
+            sb.exec("true")
+
+
 class PipInstallTest(DaemonTest):
     """pip install ./sdk/python into fresh venvs with no package index: the in-tree build backend needs
     nothing from one. Once with this interpreter, once with the system's python3 when it differs."""
