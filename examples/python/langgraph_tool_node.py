@@ -13,6 +13,16 @@ final answer. The tiny loop in ``run_graph`` plays LangGraph's ``StateGraph`` wi
 model -> tools -> model until the model stops calling tools; with langgraph installed the same two
 functions go into ``StateGraph.add_node`` unchanged.
 
+With langgraph installed (and a real model node in place of ``stub_model``)::
+
+    from langgraph.graph import StateGraph, START, END
+    g = StateGraph(State)
+    g.add_node("model", model_node)
+    g.add_node("tools", sandbox_tool_node)
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", lambda s: "tools" if s["messages"][-1].tool_calls else END)
+    g.add_edge("tools", "model")
+
     MOAT_API_URL=http://127.0.0.1:7070 MOAT_API_KEY=... python3 examples/python/langgraph_tool_node.py
 
 Exits 0 when the stubbed session ends with the expected answer.

@@ -10,6 +10,13 @@ a model made in one recorded session (a first attempt that fails, then a fix); t
 to the tool exactly as the Agents SDK would, and prints what the model would be shown. With the
 ``openai-agents`` package installed, ``function_tool(run_python)`` gives the real tool object.
 
+With a real model (``pip install openai-agents``) the same function is used as is::
+
+    from agents import Agent, Runner, function_tool
+    agent = Agent(name="analyst", instructions="Use run_python to compute answers.",
+                  tools=[function_tool(run_python)])
+    print(Runner.run_sync(agent, "What is the median of 3 1 4 1 5 9 2 6?").final_output)
+
     MOAT_API_URL=http://127.0.0.1:7070 MOAT_API_KEY=... python3 examples/python/openai_agents_tool.py
 
 Exits 0 when every tool call returned what the recorded session expects.
