@@ -45,7 +45,7 @@ static char *read_small(const char *sock, const char *path, const char *user) {
   struct moat_guest_reader *rd = NULL;
   uint64_t size = 0;
   moat_error *err = NULL;
-  if (moat_guest_read_open(sock, path, "root", &rd, &size, &err) < 0 || size > (1u << 20)) {
+  if (moat_guest_read_open(sock, path, user, &rd, &size, &err) < 0 || size > (1u << 20)) {
     moat_error_free(&err);
     moat_guest_reader_close(rd);
     return NULL;
@@ -64,12 +64,50 @@ static char *read_small(const char *sock, const char *path, const char *user) {
   return buf;
 }
 
+/* The last NAMES_CACHE sandboxes' /etc/passwd and /etc/group, for NAMES_TTL_MS: a listing of a
+ * user's files costs no extra guest round trips (a user added in the sandbox shows as its number
+ * for at most that long). */
+#define NAMES_CACHE 32
+#define NAMES_TTL_MS 5000
+static struct {
+  char *sock;
+  char *text;
+  uint64_t at_ns;
+} names_cache[2][NAMES_CACHE];
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static char *names_text(const char *sock, int which) {
+  uint64_t now = now_ns();
+  size_t oldest = 0;
+  pthread_mutex_lock(&names_lock);
+  for (size_t i = 0; i < NAMES_CACHE; i++) {
+    if (names_cache[which][i].sock && strcmp(names_cache[which][i].sock, sock) == 0 &&
+        now - names_cache[which][i].at_ns < NAMES_TTL_MS * 1000000ULL) {
+      char *t = names_cache[which][i].text ? xstrdup(names_cache[which][i].text) : NULL;
+      pthread_mutex_unlock(&names_lock);
+      return t;
+    }
+    if (names_cache[which][i].at_ns < names_cache[which][oldest].at_ns)
+      oldest = i;
+  }
+  pthread_mutex_unlock(&names_lock);
+  char *t = read_small(sock, which == 0 ? "/etc/passwd" : "/etc/group", "root");
+  pthread_mutex_lock(&names_lock);
+  free(names_cache[which][oldest].sock);
+  free(names_cache[which][oldest].text);
+  names_cache[which][oldest].sock = xstrdup(sock);
+  names_cache[which][oldest].text = t ? xstrdup(t) : NULL;
+  names_cache[which][oldest].at_ns = now;
+  pthread_mutex_unlock(&names_lock);
+  return t;
+}
+
 static json_t *name_of(struct names *n, int which, uint32_t id) {
   if (id == 0)
     return json_string("root");
   if (!n->loaded[which]) {
     n->loaded[which] = true;
-    n->text[which] = read_small(n->sock, which == 0 ? "/etc/passwd" : "/etc/group", n->user);
+    n->text[which] = names_text(n->sock, which);
   }
   for (const char *l = n->text[which]; l && *l;) {
     const char *end = strchr(l, '\n');
@@ -199,15 +237,7 @@ static int fs_list_dir(struct api_req *r, struct envd_req *q, const char *sock, 
     depth = 1; /* proto3 omits 0; envd treats it as 1 */
   if (depth > API_MAX_DEPTH)
     return cx_reply_error(r, "invalid_argument", "depth must be at most %d", API_MAX_DEPTH);
-  struct moat_file_entry st;
-  memset(&st, 0, sizeof(st));
-  if (moat_guest_stat(sock, path, q->user, &st, &err) < 0)
-    return cx_reply_moat_error(r, &err);
-  char type = st.type;
-  moat_file_entry_clear(&st);
-  if (type != 'd')
-    return cx_reply_error(r, "invalid_argument", "path %.1024s is not a directory", path);
-  struct moat_file_entry *v = NULL;
+  struct moat_file_entry *v = NULL; /* a file is ENOTDIR: invalid_argument */
   size_t n = 0;
   if (moat_guest_list(sock, path, q->user, (uint32_t)depth, &v, &n, &err) < 0)
     return cx_reply_moat_error(r, &err);
