@@ -30,7 +30,7 @@
 #include "../common/log.h"
 #include "api_mcp.h"
 
-#define MCP_SESSION_IDLE_S 1800     /* a session unused this long is forgotten */
+#define MCP_SESSION_IDLE_S 1800     /* a session unused this long is forgotten ($MOAT_MCP_SESSION_IDLE_S) */
 #define MCP_MAX_SESSIONS_PER_ORG 64 /* opening one more ends the org's least recently used */
 #define MCP_MAX_SESSIONS 4096       /* all orgs together; beyond: 503 */
 #define MCP_SESSION_ID_BYTES 16     /* 32 hex digits */
@@ -56,9 +56,23 @@ static void session_drop_locked(size_t i) {
   sessions[i] = sessions[--n_sessions];
 }
 
+/* The idle limit: MCP_SESSION_IDLE_S, or $MOAT_MCP_SESSION_IDLE_S (1..86400 seconds) when set. */
+static uint64_t idle_limit_ns;
+static void idle_limit_init(void) {
+  uint64_t s = MCP_SESSION_IDLE_S, v;
+  const char *e = getenv("MOAT_MCP_SESSION_IDLE_S");
+  if (e && parse_u64(e, &v) == 0 && v >= 1 && v <= 86400)
+    s = v;
+  else if (e)
+    log_warn("MOAT_MCP_SESSION_IDLE_S='%s' is not 1..86400: sessions expire after %d s", e, MCP_SESSION_IDLE_S);
+  idle_limit_ns = s * 1000000000ULL;
+}
+
 static void sessions_expire_locked(uint64_t now) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, idle_limit_init);
   for (size_t i = 0; i < n_sessions;) {
-    if (now - sessions[i].last_ns > (uint64_t)MCP_SESSION_IDLE_S * 1000000000ULL)
+    if (now - sessions[i].last_ns > idle_limit_ns)
       session_drop_locked(i);
     else
       i++;

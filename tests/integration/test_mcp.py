@@ -303,6 +303,44 @@ class MCPTest(DaemonTest):
         self.assertEqual(body["code"], "not_found")
 
 
+class MCPIdleTest(DaemonTest):
+    """A session unused for MOAT_MCP_SESSION_IDLE_S seconds is forgotten; using it keeps it alive."""
+    pool = 0
+
+    @classmethod
+    def setUpClass(cls):
+        old = os.environ.get("MOAT_MCP_SESSION_IDLE_S")
+        os.environ["MOAT_MCP_SESSION_IDLE_S"] = "2"
+        try:
+            super().setUpClass()
+        finally:
+            if old is None:
+                del os.environ["MOAT_MCP_SESSION_IDLE_S"]
+            else:
+                os.environ["MOAT_MCP_SESSION_IDLE_S"] = old
+
+    def test_idle_session_expires(self):
+        import time
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}
+        ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.daemon.port, timeout=30)
+        conn.request("POST", "/v1/mcp", body=json.dumps(init), headers=dict(h, Authorization="Bearer " + self.c.key))
+        resp = conn.getresponse()
+        resp.read()
+        sid = resp.getheader("Mcp-Session-Id")
+        conn.close()
+        hs = dict(h, **{"Mcp-Session-Id": sid})
+        for _ in range(3):  # used every second: stays
+            time.sleep(1.0)
+            st, body = self.c.request("POST", "/v1/mcp", raw=ping, headers=hs, expect=(200, 404))
+            self.assertEqual(st, 200, body)
+        time.sleep(3.0)
+        st, body = self.c.request("POST", "/v1/mcp", raw=ping, headers=hs, expect=(200, 404))
+        self.assertEqual((st, body["code"]), (404, "session_not_found"))
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
