@@ -298,8 +298,9 @@ static json_t *do_message(const struct mcp_ctx *c, json_t *m, bool *request) {
     const char *method = json_string_value(json_object_get(m, "method"));
     if (strcmp(method, "notifications/initialized") == 0)
       session_use(c->session_id, c->r->org, sandbox_of(c), NULL, false, true);
-    /* notifications/cancelled and others: every request here is answered before the next is
-     * read, so there is nothing to cancel. */
+    /* notifications/cancelled and others are accepted and ignored: a tool call already running
+     * (in another POST) is not interrupted; its command ends by itself or at its timeout_ms
+     * (moat_control_exec offers no way to stop it early, and it keeps the sandbox marked busy). */
     return NULL;
   }
   case MCP_MSG_REQUEST:
