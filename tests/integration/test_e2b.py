@@ -7,6 +7,7 @@ prints "ok NAME" and exits 0; it kills every sandbox it made, also when it fails
 timeout, so a hang is a failure.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -46,6 +47,8 @@ class E2BTest(DaemonTest):
         except subprocess.TimeoutExpired as x:
             self.fail("%s %s hung for %d s\nstdout: %s\nstderr: %s\nmoatd log:\n%s" % (
                 script, name, SCENARIO_TIMEOUT_S, x.stdout, x.stderr, self.daemon.log_tail(40)))
+        if p.returncode == 0 and p.stdout.startswith("skip "):
+            self.skipTest(p.stdout[5:].strip())
         if p.returncode != 0 or ("ok " + name) not in p.stdout:
             self.fail("%s %s exited %d\nstdout: %s\nstderr: %s\nmoatd log:\n%s" % (
                 script, name, p.returncode, p.stdout, p.stderr[-6000:], self.daemon.log_tail(40)))
@@ -84,6 +87,113 @@ class E2BTest(DaemonTest):
 
     def test_interp_bad_input(self):
         self.scenario("e2b_interp.mjs", "bad_input")
+
+    def test_snapshot_fork(self):
+        self.scenario("e2b_control.mjs", "snapshot_fork")
+
+    # by hand: routing by Host (a TLS proxy in front), tokens, error shapes
+    def e2b_create(self, **body):
+        st, sb = self.c.request("POST", "/v2/sandboxes", body=dict({"templateID": "base"}, **body), auth=False,
+                                headers={"X-API-KEY": self.c.key}, expect=201)
+        self.addCleanup(self._delete_quietly, self.c, sb["sandboxID"])
+        return sb
+
+    def test_host_routing_and_tokens(self):
+        sb = self.e2b_create(timeout=120)
+        sid, tok = sb["sandboxID"], sb["envdAccessToken"]
+        self.assertEqual(sb["trafficAccessToken"], tok)
+        self.assertRegex(sb["envdVersion"], r"^0\.6\.\d+$")
+        host = {"Host": "49983-%s.moat.example:443" % sid}
+        st, _ = self.c.request("GET", "/health", auth=False, headers=dict(host, **{"X-Access-Token": tok}),
+                               expect=204)
+        # the interpreter port, by Host too (a base sandbox has python3)
+        st, ctxs = self.c.request("GET", "/contexts", auth=False, expect=200, headers={
+            "Host": "49999-%s.moat.example" % sid, "E2B-Traffic-Access-Token": tok})
+        self.assertEqual(ctxs, [])
+        # no token, a token of another sandbox, a forged one: 401 {"code": 401, "message"}
+        other = self.e2b_create()
+        for bad in (None, other["envdAccessToken"], tok[:-1] + ("0" if tok[-1] != "0" else "1"), "e2b1__00"):
+            h = dict(host)
+            if bad:
+                h["X-Access-Token"] = bad
+            with self.assertRaises(moatd.HTTPError) as cm:
+                self.c.request("GET", "/health", auth=False, headers=h)
+            self.assertEqual(cm.exception.status, 401)
+            self.assertEqual(cm.exception.body["code"], 401)
+            self.assertIsInstance(cm.exception.body["message"], str)
+        # the org's API key also opens the sandbox's ports
+        self.c.request("GET", "/health", auth=False, headers=dict(host, **{"X-API-KEY": self.c.key}), expect=204)
+        # an unknown sandbox (the org's key; a token is only good for its own sandbox), a port
+        # nothing listens on: the proxy's 502
+        for h in ({"Host": "49983-sb-0000000000000000x.moat.example", "X-API-KEY": self.c.key},
+                  {"Host": "3000-%s.moat.example" % sid, "X-Access-Token": tok}):
+            with self.assertRaises(moatd.HTTPError) as cm:
+                self.c.request("GET", "/health", auth=False, headers=h)
+            self.assertEqual(cm.exception.status, 502, cm.exception.body)
+            self.assertEqual(cm.exception.body["code"], 502)
+        # GET /sandboxes/{id} hands out the same token; v1 shows the same sandbox
+        st, info = self.c.request("GET", "/sandboxes/" + sid, auth=False, headers={"X-API-KEY": self.c.key})
+        self.assertEqual(info["envdAccessToken"], tok)
+        self.assertEqual(self.c.get(sid)[1]["state"], "running")
+
+    def test_control_errors(self):
+        key = {"X-API-KEY": self.c.key}
+        cases = [
+            ("POST", "/v2/sandboxes", {"templateID": "base", "timeout": 0}, 400),
+            ("POST", "/v2/sandboxes", {"templateID": "base", "autoPause": True}, 400),
+            ("POST", "/v2/sandboxes", {"templateID": "base", "bogus": 1}, 400),
+            ("POST", "/v2/sandboxes", {"templateID": 7}, 400),
+            ("POST", "/v2/sandboxes", {"templateID": "nope"}, 404),
+            ("POST", "/v2/sandboxes", {"templateID": "base", "envVars": {"1BAD": "x"}}, 400),
+            ("GET", "/v2/sandboxes?state=dead", None, 400),
+            ("GET", "/v2/sandboxes?limit=0", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=zzz", None, 400),
+            ("GET", "/sandboxes/sb-0000000000000000x", None, 404),
+            ("DELETE", "/sandboxes/sb-0000000000000000x", None, 404),
+            ("POST", "/sandboxes/sb-0000000000000000x/timeout", {"timeout": 10}, 404),
+            ("POST", "/v2/sandboxes/sb-0000000000000000x/connect", {}, 404),
+            ("GET", "/sandboxes/sb-0000000000000000x/metrics", None, 501),
+            ("PUT", "/sandboxes/sb-0000000000000000x", None, 405),
+            ("GET", "/v2/nothing-here", None, None),
+        ]
+        for method, path, body, status in cases:
+            raw = None if body is None else json.dumps(body).encode()
+            if status is None:  # not an E2B path: the v1 router's 404
+                self.c.request(method, path, auth=False, headers=key, expect=404)
+                continue
+            with self.assertRaises(moatd.HTTPError, msg=(method, path)) as cm:
+                self.c.request(method, path, raw=raw, auth=False,
+                               headers=dict(key, **{"Content-Type": "application/json"}))
+            e = cm.exception
+            self.assertEqual(e.status, status, (method, path, e.body))
+            self.assertEqual(e.body.get("code"), status, (method, path, e.body))
+            self.assertIsInstance(e.body.get("message"), str)
+        # malformed JSON and a wrong key
+        with self.assertRaises(moatd.HTTPError) as cm:
+            self.c.request("POST", "/v2/sandboxes", raw=b"{nope", auth=False, headers=key)
+        self.assertEqual((cm.exception.status, cm.exception.body["code"]), (400, 400))
+        with self.assertRaises(moatd.HTTPError) as cm:
+            self.c.request("GET", "/v2/sandboxes", auth=False, headers={"X-API-KEY": "moat_" + "0" * 64})
+        self.assertEqual((cm.exception.status, cm.exception.body["code"]), (401, 401))
+
+
+@unittest.skipUnless(NODE and HAVE_SDK, "node or the E2B npm packages are missing")
+class E2BRestartTest(DaemonTest):
+    def test_token_survives_restart(self):
+        st, sb = self.c.request("POST", "/v2/sandboxes", body={"templateID": "base"}, auth=False,
+                                headers={"X-API-KEY": self.c.key}, expect=201)
+        sid, tok = sb["sandboxID"], sb["envdAccessToken"]
+        self.addCleanup(self._delete_quietly, self.c, sid)
+        h = {"Host": "49983-%s.moat.example" % sid, "X-Access-Token": tok}
+        self.c.request("GET", "/health", auth=False, headers=h, expect=204)
+        secret = os.path.join(self.daemon.data_dir, "e2b-secret")
+        self.assertEqual(os.stat(secret).st_mode & 0o777, 0o600)
+        self.daemon.kill9()
+        self.daemon.start()
+        self.c = self.daemon.client
+        self.c.request("GET", "/health", auth=False, headers=h, expect=204)
+        st, info = self.c.request("GET", "/sandboxes/" + sid, auth=False, headers={"X-API-KEY": self.c.key})
+        self.assertEqual(info["envdAccessToken"], tok)
 
 
 if __name__ == "__main__":
