@@ -134,7 +134,7 @@ class E2BTest(DaemonTest):
         # GET /sandboxes/{id} hands out the same token; v1 shows the same sandbox
         st, info = self.c.request("GET", "/sandboxes/" + sid, auth=False, headers={"X-API-KEY": self.c.key})
         self.assertEqual(info["envdAccessToken"], tok)
-        self.assertEqual(self.c.get(sid)[1]["state"], "running")
+        self.assertEqual(self.c.get(sid)["state"], "running")
 
     def test_control_errors(self):
         key = {"X-API-KEY": self.c.key}
