@@ -79,6 +79,9 @@ class EnvdTest(DaemonTest):
     def test_bad_input(self):
         self.scenario("bad_input")
 
+    def test_reconnect(self):
+        self.scenario("reconnect")
+
     def test_pty(self):
         self.scenario("pty")
 
@@ -265,6 +268,33 @@ class EnvdTest(DaemonTest):
         st, m = self.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": "0" * 32})
         self.assertEqual((st, m["code"]), (404, "not_found"))
         self.assertLessEqual(fds(), held - 14)
+
+    def test_wire_v1_sandbox_and_host_routing(self):
+        # A sandbox made through moat's v1 API is served by envd too (with the API key), and a
+        # "49983-ID.DOMAIN" Host routes like the E2b-Sandbox-Id header.
+        sb = self.sandbox()
+        self.c.put_file(sb["id"], "/tmp/from-v1", b"v1 data")
+        st, _, body = self.envd("/files?path=/tmp/from-v1", method="GET", ctype=None, sid=sb["id"], token=False,
+                                headers={"X-API-KEY": self.c.key})
+        self.assertEqual((st, body), (200, b"v1 data"))
+        env = self.stream("process.Process/Start", {"process": {"cmd": "/bin/sleep", "args": ["30"]}, "tag": "slp"},
+                          headers={"Connect-Timeout-Ms": "1500"})
+        pid = env[0][1]["event"]["start"]["pid"]
+        self.assertEqual(env[-1][1]["error"]["code"], "deadline_exceeded")
+        h = {"Host": "49983-%s.moat.test" % self.sid, "X-Access-Token": self.token}
+        req = urllib.request.Request("http://127.0.0.1:%d/health" % self.daemon.port, headers=h)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            self.assertEqual(r.status, 204)
+        req = urllib.request.Request("http://127.0.0.1:%d/filesystem.Filesystem/Stat" % self.daemon.port,
+                                     data=b'{"path": "/etc/hostname"}', method="POST",
+                                     headers=dict(h, **{"Content-Type": "application/json"}))
+        with urllib.request.urlopen(req, timeout=30) as r:
+            self.assertEqual(json.loads(r.read())["entry"]["name"], "hostname")
+        # The process started through envd, killed at its timeout, is in v1's process list as exited.
+        st, procs = self.c.request("GET", "/v1/sandboxes/%s/processes" % self.sid, expect=200)
+        mine = [p for p in procs["processes"] if p["pid"] == pid]
+        self.assertEqual(len(mine), 1, procs)
+        self.assertFalse(mine[0]["running"])
 
     def test_wire_files_rest(self):
         # multipart with two files; the second part's filename is its path

@@ -217,6 +217,21 @@ const scenarios = {
     await rejects(sbx.files.watchDir('/home/user/nope', () => {}), FileNotFoundError, 'watch a missing dir')
   },
 
+  // A second client (Sandbox.connect) sees the first one's files and processes and can drive them.
+  async reconnect() {
+    const sbx = await create()
+    await sbx.files.write('/home/user/shared.txt', 'from the first client')
+    const h = await sbx.commands.run('echo ready; sleep 60', { background: true })
+    const other = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(await other.files.read('/home/user/shared.txt'), 'from the first client')
+    assert.ok((await other.commands.list()).some((p) => p.pid === h.pid))
+    const h2 = await other.commands.connect(h.pid)
+    assert.equal(await other.commands.kill(h.pid), true)
+    await rejects(h2.wait(), CommandExitError, 'second handle after kill', 10000)
+    const e = await rejects(h.wait(), CommandExitError, 'first handle after kill', 10000)
+    assert.equal(e.stdout, 'ready\n')
+  },
+
   // sbx.pty: an interactive bash on a terminal, input, resize, kill.
   async pty() {
     const sbx = await create()
