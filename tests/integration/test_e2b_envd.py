@@ -82,6 +82,9 @@ class EnvdTest(DaemonTest):
     def test_reconnect(self):
         self.scenario("reconnect")
 
+    def test_sandbox_killed(self):
+        self.scenario("sandbox_killed")
+
     def test_pty(self):
         self.scenario("pty")
 

@@ -214,6 +214,16 @@ const scenarios = {
     const seen = events.map((e) => `${e.type}:${e.name}`)
     for (const want of ['create:f1', 'write:f1', 'rename:f1', 'create:f2', 'remove:f2'])
       assert.ok(seen.includes(want), `${want} not in ${JSON.stringify(seen)}`)
+    // recursive: names relative to the watched directory, in new subdirectories too
+    const rev = []
+    const rh = await sbx.files.watchDir('/home/user/w', (ev) => rev.push(ev), { recursive: true })
+    await sbx.files.makeDir('/home/user/w/sub')
+    await sleep(200)
+    await sbx.files.write('/home/user/w/sub/deep.txt', 'd')
+    for (let i = 0; i < 50 && !rev.some((e) => e.name === 'sub/deep.txt'); i++) await sleep(100)
+    await rh.stop()
+    assert.ok(rev.some((e) => e.type === 'create' && e.name === 'sub'), JSON.stringify(rev))
+    assert.ok(rev.some((e) => e.name === 'sub/deep.txt'), JSON.stringify(rev))
     await rejects(sbx.files.watchDir('/home/user/nope', () => {}), FileNotFoundError, 'watch a missing dir')
   },
 
@@ -230,6 +240,22 @@ const scenarios = {
     await rejects(h2.wait(), CommandExitError, 'second handle after kill', 10000)
     const e = await rejects(h.wait(), CommandExitError, 'first handle after kill', 10000)
     assert.equal(e.stdout, 'ready\n')
+  },
+
+  // The sandbox killed under a running command and a watch: both end at once with an error.
+  async sandbox_killed() {
+    const sbx = await Sandbox.create('base', { timeoutMs: 300_000 })
+    let exited = null
+    await sbx.files.watchDir('/tmp', () => {}, { onExit: (e) => { exited = e ?? 'clean' } })
+    const h = await sbx.commands.run('sleep 120', { background: true })
+    const t0 = Date.now()
+    await Sandbox.kill(sbx.sandboxId)
+    await rejects(h.wait(), SandboxError, 'wait on a killed sandbox', 10000)
+    for (let i = 0; i < 100 && exited === null; i++) await sleep(100)
+    assert.ok(exited instanceof Error, `watch onExit: ${exited}`)
+    assert.ok(Date.now() - t0 < 10000)
+    assert.equal(await sbx.isRunning(), false)
+    await rejects(sbx.commands.run('true'), SandboxError, 'run on a killed sandbox', 10000)
   },
 
   // sbx.pty: an interactive bash on a terminal, input, resize, kill.
