@@ -254,6 +254,33 @@ class MCPTest(DaemonTest):
         st, body = self.post(self.path + "?x=1", init, expect=400)
         self.assertEqual(body["code"], "invalid_request")
 
+    def test_concurrent_calls_on_one_session(self):
+        import threading
+        import time
+        sid, _ = self.initialize(self.path)
+        out, errs = {}, []
+
+        def call(i):
+            try:
+                st, body = self.post(self.path, {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+                    "name": "shell", "arguments": {"command": "sleep 1; echo call-%d" % i}}}, session=sid)
+                out[i] = (st, body)
+            except Exception as e:  # reported below
+                errs.append(e)
+        t0 = time.time()
+        ts = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        took = time.time() - t0
+        self.assertEqual(errs, [])
+        for i in range(6):
+            st, body = out[i]
+            self.assertEqual((st, body["id"]), (200, i))
+            self.assertIn("call-%d\n" % i, body["result"]["content"][0]["text"])
+        self.assertLess(took, 5.0, "six 1 s calls on one session took %.1f s: they ran one after another" % took)
+
     def test_sessions_per_org_are_bounded(self):
         # An org holds at most 64 sessions: opening one more ends its least recently used one.
         key = self.daemon.new_org_key("mcp-bound")
