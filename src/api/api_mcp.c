@@ -64,7 +64,8 @@ static void idle_limit_init(void) {
   if (e && parse_u64(e, &v) == 0 && v >= 1 && v <= 86400)
     s = v;
   else if (e)
-    log_warn("MOAT_MCP_SESSION_IDLE_S='%s' is not 1..86400: sessions expire after %d s", e, MCP_SESSION_IDLE_S);
+    log_warn("MOAT_MCP_SESSION_IDLE_S='%s' is not 1..86400: sessions expire after %d s", e,
+             MCP_SESSION_IDLE_S);
   idle_limit_ns = s * 1000000000ULL;
 }
 
@@ -102,7 +103,8 @@ static int session_open(const char *org, const char *sandbox, const char *versio
     session_drop_locked(lru);
   else if (n_sessions >= MCP_MAX_SESSIONS) {
     pthread_mutex_unlock(&sessions_mu);
-    return moat_error_set(err, EAGAIN, "too many MCP sessions on this server; end some (DELETE) or retry later");
+    return moat_error_set(err, EAGAIN,
+                          "too many MCP sessions on this server; end some (DELETE) or retry later");
   }
   if (n_sessions == cap_sessions) {
     cap_sessions = cap_sessions ? cap_sessions * 2 : 16;
@@ -220,17 +222,21 @@ struct mcp_ctx {
   char version[16];
 };
 
-static const char *sandbox_of(const struct mcp_ctx *c) { return c->ep == MCP_EP_SANDBOX ? c->r->route.id : NULL; }
+static const char *sandbox_of(const struct mcp_ctx *c) {
+  return c->ep == MCP_EP_SANDBOX ? c->r->route.id : NULL;
+}
 
 static json_t *instructions(const struct mcp_ctx *c) {
   if (c->ep == MCP_EP_SANDBOX)
-    return json_sprintf("Tools act inside the moat sandbox %s, an isolated Linux machine: run shell commands "
-                        "(as root, /bin/sh -c) and read, write and list its files. Relative paths are against "
-                        "/root.",
-                        c->r->route.id);
-  return json_string("Tools create and run isolated Linux sandboxes (moat): create_sandbox returns an id; "
-                     "exec runs a shell command in one; fork_sandbox copies a running one; hibernate_sandbox "
-                     "frees its memory until the next exec; kill_sandbox ends it. Sandboxes die at their TTL.");
+    return json_sprintf(
+        "Tools act inside the moat sandbox %s, an isolated Linux machine: run shell commands "
+        "(as root, /bin/sh -c) and read, write and list its files. Relative paths are against "
+        "/root.",
+        c->r->route.id);
+  return json_string(
+      "Tools create and run isolated Linux sandboxes (moat): create_sandbox returns an id; "
+      "exec runs a shell command in one; fork_sandbox copies a running one; hibernate_sandbox "
+      "frees its memory until the next exec; kill_sandbox ends it. Sandboxes die at their TTL.");
 }
 
 /* tools/call params -> result, or a JSON-RPC error. */
@@ -315,8 +321,8 @@ static int do_initialize(struct mcp_ctx *c, json_t *m, json_t *id) {
   json_t *params = json_object_get(m, "params");
   json_t *pv = json_is_object(params) ? json_object_get(params, "protocolVersion") : NULL;
   if (!json_is_string(pv))
-    return mcp_reply(c->r, 200, rpc_error(id, -32602, "initialize needs params.protocolVersion (a string)"), NULL,
-                     NULL);
+    return mcp_reply(c->r, 200, rpc_error(id, -32602, "initialize needs params.protocolVersion (a string)"),
+                     NULL, NULL);
   json_t *caps = json_object_get(params, "capabilities");
   json_t *info = json_object_get(params, "clientInfo");
   if ((caps && !json_is_object(caps)) || (info && !json_is_object(info)))
@@ -353,10 +359,11 @@ static int session_headers(struct mcp_ctx *c, bool end) {
            -1;
   const char *pv = header(c->r, "MCP-Protocol-Version");
   if (pv && !mcp_version_supported(pv))
-    return mcp_error(c->r, 400, "invalid_request",
-                     "unsupported MCP-Protocol-Version '%.32s' (supported: 2025-11-25, 2025-06-18, 2025-03-26, "
-                     "2024-11-05)",
-                     pv),
+    return mcp_error(
+               c->r, 400, "invalid_request",
+               "unsupported MCP-Protocol-Version '%.32s' (supported: 2025-11-25, 2025-06-18, 2025-03-26, "
+               "2024-11-05)",
+               pv),
            -1;
   if (session_use(sid, c->r->org, sandbox_of(c), c->version, end, false) < 0)
     return mcp_error(c->r, 404, "session_not_found",
@@ -370,7 +377,8 @@ static int mcp_post(struct mcp_ctx *c) {
   struct api_req *r = c->r;
   const char *ct = header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
   if (!ct || !mcp_media_has(ct, "application/json"))
-    return mcp_error(r, 415, "unsupported_media_type", "MCP messages are POSTed as Content-Type: application/json");
+    return mcp_error(r, 415, "unsupported_media_type",
+                     "MCP messages are POSTed as Content-Type: application/json");
   const char *accept = header(r, MHD_HTTP_HEADER_ACCEPT);
   if (accept && !mcp_media_has(accept, "application/json") && !mcp_media_has(accept, "application/*") &&
       !mcp_media_has(accept, "*/*"))
@@ -379,9 +387,9 @@ static int mcp_post(struct mcp_ctx *c) {
   json_error_t je;
   json_t *msg = json_loadb(r->body ? r->body : "", r->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
   if (!msg)
-    return mcp_reply(r, 400,
-                     rpc_error(NULL, -32700, "Parse error: %s (line %d, column %d)", je.text, je.line, je.column),
-                     NULL, NULL);
+    return mcp_reply(
+        r, 400, rpc_error(NULL, -32700, "Parse error: %s (line %d, column %d)", je.text, je.line, je.column),
+        NULL, NULL);
   int ret;
   bool batch = json_is_array(msg);
   if (batch && json_array_size(msg) == 0) {
@@ -396,7 +404,8 @@ static int mcp_post(struct mcp_ctx *c) {
       ret = mcp_reply(r, 400, rpc_error(id, -32600, "Invalid Request: %s", why), NULL, NULL);
       goto out;
     }
-    if (k == MCP_MSG_REQUEST && strcmp(json_string_value(json_object_get(msg, "method")), "initialize") == 0) {
+    if (k == MCP_MSG_REQUEST &&
+        strcmp(json_string_value(json_object_get(msg, "method")), "initialize") == 0) {
       ret = do_initialize(c, msg, id);
       goto out;
     }
@@ -447,7 +456,8 @@ static int mcp_handle(struct api_req *r, enum mcp_endpoint ep) {
       return mcp_error(r, 404, "not_found", "sandbox %s was killed", r->route.id);
   }
   if (!mcp_origin_matches(header(r, "Origin"), header(r, MHD_HTTP_HEADER_HOST)))
-    return mcp_error(r, 403, "forbidden", "the Origin header does not match the Host this request was sent to");
+    return mcp_error(r, 403, "forbidden",
+                     "the Origin header does not match the Host this request was sent to");
   struct mcp_ctx c = {.r = r, .ep = ep};
   if (strcmp(r->method, "POST") == 0)
     return mcp_post(&c);
@@ -457,10 +467,11 @@ static int mcp_handle(struct api_req *r, enum mcp_endpoint ep) {
     return mcp_reply(r, 204, NULL, NULL, NULL);
   }
   /* GET: no server-initiated stream (this server sends no requests or notifications). */
-  return mcp_reply(r, 405,
-                   api_error_json("method_not_allowed",
-                                  "this MCP server offers no server-initiated SSE stream; POST messages instead"),
-                   NULL, "POST, DELETE");
+  return mcp_reply(
+      r, 405,
+      api_error_json("method_not_allowed",
+                     "this MCP server offers no server-initiated SSE stream; POST messages instead"),
+      NULL, "POST, DELETE");
 }
 
 int api_h_mcp_sandbox(struct api_req *r) { return mcp_handle(r, MCP_EP_SANDBOX); }

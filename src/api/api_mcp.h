@@ -53,6 +53,7 @@ json_t *mcp_tools_list(enum mcp_endpoint ep);
  * a result with isError true. Returns NULL for a protocol error: *rpc_code is the JSON-RPC code
  * (-32602 for an unknown tool or, before 2025-11-25, invalid arguments) and *rpc_msg its
  * message (caller frees). */
-json_t *mcp_tool_call(const struct mcp_call *c, const char *name, json_t *args, int *rpc_code, char **rpc_msg);
+json_t *mcp_tool_call(const struct mcp_call *c, const char *name, json_t *args, int *rpc_code,
+                      char **rpc_msg);
 
 #endif

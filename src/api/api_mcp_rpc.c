@@ -57,7 +57,8 @@ bool mcp_media_has(const char *s, const char *type) {
   while (s && *s) {
     while (*s == ' ' || *s == '\t' || *s == ',')
       s++;
-    if (strncasecmp(s, type, n) == 0 && (s[n] == '\0' || s[n] == ';' || s[n] == ',' || s[n] == ' ' || s[n] == '\t'))
+    if (strncasecmp(s, type, n) == 0 &&
+        (s[n] == '\0' || s[n] == ';' || s[n] == ',' || s[n] == ' ' || s[n] == '\t'))
       return true;
     s = strchr(s, ',');
   }

@@ -17,12 +17,12 @@
 #include "../common/buf.h"
 #include "api_mcp.h"
 
-#define MCP_MAX_OUTPUT (1024 * 1024)     /* bytes kept per exec stream */
-#define MCP_MAX_READ (1024 * 1024)       /* bytes read_file returns */
-#define MCP_MAX_ENTRIES 2000             /* list_dir lines */
-#define MCP_DEFAULT_TIMEOUT_MS 60000     /* shell / exec without timeout_ms */
-#define MCP_MAX_TIMEOUT_MS 3600000       /* 1 hour */
-#define MCP_MAX_COMMAND (256 * 1024)     /* bytes of a command */
+#define MCP_MAX_OUTPUT (1024 * 1024) /* bytes kept per exec stream */
+#define MCP_MAX_READ (1024 * 1024)   /* bytes read_file returns */
+#define MCP_MAX_ENTRIES 2000         /* list_dir lines */
+#define MCP_DEFAULT_TIMEOUT_MS 60000 /* shell / exec without timeout_ms */
+#define MCP_MAX_TIMEOUT_MS 3600000   /* 1 hour */
+#define MCP_MAX_COMMAND (256 * 1024) /* bytes of a command */
 #define MCP_MAX_FORK 16
 
 /* What a tool produced: text items of the result and whether it is an error. bad_args: the
@@ -181,7 +181,7 @@ static void section(struct moat_buf *b, const char *name, const char *data, size
   bool valid;
   char *u = api_utf8_sanitize(data ? data : "", data ? len : 0, &n, &valid);
   bprintf(b, "--- %s%s%s ---\n", name, valid ? "" : " (invalid UTF-8 replaced)",
-                  truncated ? " (truncated to the first 1 MiB)" : "");
+          truncated ? " (truncated to the first 1 MiB)" : "");
   moat_buf_append(b, u, n);
   if (n > 0 && u[n - 1] != '\n')
     moat_buf_append(b, "\n", 1);
@@ -192,7 +192,8 @@ static void section(struct moat_buf *b, const char *name, const char *data, size
 static int run_command(const struct mcp_call *c, const char *id, json_t *args, struct tool_out *o) {
   const char *cmd, *cwd;
   int64_t timeout;
-  if (arg_str(args, "command", true, MCP_MAX_COMMAND, &cmd, o) < 0 || arg_path(args, "cwd", false, &cwd, o) < 0 ||
+  if (arg_str(args, "command", true, MCP_MAX_COMMAND, &cmd, o) < 0 ||
+      arg_path(args, "cwd", false, &cwd, o) < 0 ||
       arg_int(args, "timeout_ms", 1, MCP_MAX_TIMEOUT_MS, MCP_DEFAULT_TIMEOUT_MS, &timeout, o) < 0)
     return -1;
   char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
@@ -278,8 +279,8 @@ static int tool_read_file(const struct mcp_call *c, json_t *args, struct tool_ou
   }
   out_text(o, data, text);
   if (truncated)
-    out_printf(o, "[truncated: the first %zu of %llu bytes are shown; read the rest with the shell tool]", text,
-               (unsigned long long)size);
+    out_printf(o, "[truncated: the first %zu of %llu bytes are shown; read the rest with the shell tool]",
+               text, (unsigned long long)size);
   return 0;
 }
 
@@ -339,12 +340,11 @@ static int tool_list_dir(const struct mcp_call *c, json_t *args, struct tool_out
   for (size_t i = 0; i < n && i < MCP_MAX_ENTRIES; i++) {
     const struct moat_file_entry *e = &v[i];
     bprintf(&b, "%s %llu %04o %s%s%s%s\n", api_file_type_name(e->type), (unsigned long long)e->size,
-                    e->mode & 07777, e->path ? e->path : "", e->type == 'd' ? "/" : "",
-                    e->link_target ? " -> " : "", e->link_target ? e->link_target : "");
+            e->mode & 07777, e->path ? e->path : "", e->type == 'd' ? "/" : "", e->link_target ? " -> " : "",
+            e->link_target ? e->link_target : "");
   }
   if (n > MCP_MAX_ENTRIES)
-    bprintf(&b, "[%zu more not shown; list a subdirectory or use a smaller depth]\n",
-                    n - MCP_MAX_ENTRIES);
+    bprintf(&b, "[%zu more not shown; list a subdirectory or use a smaller depth]\n", n - MCP_MAX_ENTRIES);
   out_text(o, b.p ? b.p : "", b.len);
   free(b.p);
   moat_file_entries_free(v, n);
@@ -356,8 +356,8 @@ static int tool_list_dir(const struct mcp_call *c, json_t *args, struct tool_out
 static json_t *sandbox_brief(const struct moat_sandbox_info *s) {
   json_t *full = api_sandbox_json(s);
   json_t *o = json_object();
-  static const char *const keep[] = {"id",       "template",  "state",     "created_at", "expires_at",
-                                     "metadata", "cpu",       "memory_mb", "killed_reason"};
+  static const char *const keep[] = {"id",       "template", "state",     "created_at",   "expires_at",
+                                     "metadata", "cpu",      "memory_mb", "killed_reason"};
   for (size_t i = 0; i < ARRAY_SIZE(keep); i++) {
     json_t *v = json_object_get(full, keep[i]);
     if (v)
@@ -389,7 +389,8 @@ static int tool_create(const struct mcp_call *c, json_t *args, struct tool_out *
   int64_t ttl;
   json_t *meta;
   if (check_keys(args, keys, o) < 0 || arg_str(args, "template", false, 63, &tname, o) < 0 ||
-      arg_int(args, "ttl_seconds", 1, MOAT_MAX_TTL_S, 0, &ttl, o) < 0 || arg_str_map(args, "metadata", &meta, o) < 0)
+      arg_int(args, "ttl_seconds", 1, MOAT_MAX_TTL_S, 0, &ttl, o) < 0 ||
+      arg_str_map(args, "metadata", &meta, o) < 0)
     return -1;
   /* The same checks as POST /v1/sandboxes. */
   moat_error *err = NULL;
@@ -507,26 +508,31 @@ struct tool {
   int (*run)(const struct mcp_call *c, json_t *args, struct tool_out *o);
 };
 
-#define CMD_PROPS                                                                                                 \
-  "\"command\":{\"type\":\"string\",\"description\":\"Shell command, run as root with /bin/sh -c\"},"           \
-  "\"timeout_ms\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":3600000,\"description\":\"Kill the command "   \
-  "after this many milliseconds (default 60000)\"},"                                                              \
+#define CMD_PROPS                                                                                            \
+  "\"command\":{\"type\":\"string\",\"description\":\"Shell command, run as root with /bin/sh -c\"},"        \
+  "\"timeout_ms\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":3600000,\"description\":\"Kill the "       \
+  "command "                                                                                                 \
+  "after this many milliseconds (default 60000)\"},"                                                         \
   "\"cwd\":{\"type\":\"string\",\"description\":\"Working directory (default /root)\"}"
-#define SB_PROP "\"sandbox_id\":{\"type\":\"string\",\"pattern\":\"^sb-[a-z0-9]{17}$\",\"description\":\"Sandbox id\"}"
+#define SB_PROP                                                                                              \
+  "\"sandbox_id\":{\"type\":\"string\",\"pattern\":\"^sb-[a-z0-9]{17}$\",\"description\":\"Sandbox id\"}"
 
 static const struct tool sandbox_tools[] = {
     {"shell", "Run a shell command",
      "Runs a shell command in the sandbox and returns its exit code, stdout and stderr (each cut at 1 MiB).",
-     "{\"type\":\"object\",\"properties\":{" CMD_PROPS "},\"required\":[\"command\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{" CMD_PROPS
+     "},\"required\":[\"command\"],\"additionalProperties\":false}",
      tool_shell},
     {"read_file", "Read a text file",
      "Returns the text of a file in the sandbox (up to 1 MiB; a binary file is reported, not shown).",
-     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"File path; relative "
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"File path; "
+     "relative "
      "paths are against /root\"}},\"required\":[\"path\"],\"additionalProperties\":false}",
      tool_read_file},
     {"write_file", "Write a file",
      "Writes content to a file in the sandbox, replacing it and creating parent directories.",
-     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"File path; relative "
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"File path; "
+     "relative "
      "paths are against /root\"},\"content\":{\"type\":\"string\",\"description\":\"The new contents "
      "(UTF-8)\"}},\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
      tool_write_file},
@@ -542,15 +548,18 @@ static const struct tool workspace_tools[] = {
     {"create_sandbox", "Create a sandbox",
      "Creates a new isolated Linux sandbox and returns it as JSON (its id is what the other tools take).",
      "{\"type\":\"object\",\"properties\":{\"template\":{\"type\":\"string\",\"description\":\"Template name "
-     "(default base; code-interpreter has python3 with data libraries)\"},\"ttl_seconds\":{\"type\":\"integer\","
-     "\"minimum\":1,\"maximum\":2592000,\"description\":\"Lifetime in seconds (default 3600)\"},\"metadata\":{"
+     "(default base; code-interpreter has python3 with data "
+     "libraries)\"},\"ttl_seconds\":{\"type\":\"integer\","
+     "\"minimum\":1,\"maximum\":2592000,\"description\":\"Lifetime in seconds (default "
+     "3600)\"},\"metadata\":{"
      "\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Labels to find it "
      "by\"}},\"additionalProperties\":false}",
      tool_create},
     {"list_sandboxes", "List sandboxes",
      "Lists this account's sandboxes (not killed ones unless state is killed) as JSON.",
      "{\"type\":\"object\",\"properties\":{\"state\":{\"type\":\"string\",\"enum\":[\"creating\",\"running\","
-     "\"paused\",\"hibernated\",\"killed\"]},\"metadata\":{\"type\":\"object\",\"additionalProperties\":{\"type\":"
+     "\"paused\",\"hibernated\",\"killed\"]},\"metadata\":{\"type\":\"object\",\"additionalProperties\":{"
+     "\"type\":"
      "\"string\"},\"description\":\"Only sandboxes with all these labels\"}},\"additionalProperties\":false}",
      tool_list},
     {"exec", "Run a command in a sandbox",
@@ -560,16 +569,20 @@ static const struct tool workspace_tools[] = {
      tool_exec},
     {"fork_sandbox", "Fork a sandbox",
      "Copies a running sandbox (memory, processes and files) count times; returns the new sandboxes as JSON.",
-     "{\"type\":\"object\",\"properties\":{" SB_PROP ",\"count\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":16,"
-     "\"description\":\"Number of copies (default 1)\"}},\"required\":[\"sandbox_id\"],\"additionalProperties\":"
+     "{\"type\":\"object\",\"properties\":{" SB_PROP
+     ",\"count\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":16,"
+     "\"description\":\"Number of copies (default "
+     "1)\"}},\"required\":[\"sandbox_id\"],\"additionalProperties\":"
      "false}",
      tool_fork},
     {"hibernate_sandbox", "Hibernate a sandbox",
      "Saves a sandbox to disk and frees its memory; the next exec in it wakes it where it was.",
-     "{\"type\":\"object\",\"properties\":{" SB_PROP "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{" SB_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
      tool_hibernate},
     {"kill_sandbox", "Kill a sandbox", "Ends a sandbox and deletes its files.",
-     "{\"type\":\"object\",\"properties\":{" SB_PROP "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{" SB_PROP
+     "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
      tool_kill},
 };
 
@@ -597,7 +610,8 @@ json_t *mcp_tools_list(enum mcp_endpoint ep) {
   return arr;
 }
 
-json_t *mcp_tool_call(const struct mcp_call *c, const char *name, json_t *args, int *rpc_code, char **rpc_msg) {
+json_t *mcp_tool_call(const struct mcp_call *c, const char *name, json_t *args, int *rpc_code,
+                      char **rpc_msg) {
   size_t n;
   const struct tool *t = tools_of(c->ep, &n);
   for (size_t i = 0; i < n; i++) {

@@ -1,4 +1,5 @@
-/* test_api_mcp.c -- the MCP transport's pure helpers: JSON-RPC message kinds, protocol revisions, media types, Origin */
+/* test_api_mcp.c -- the MCP transport's pure helpers: JSON-RPC message kinds, protocol revisions, media
+ * types, Origin */
 #include <string.h>
 
 #include "api/api_mcp.h"
@@ -9,7 +10,7 @@ static void kind(const char *text, enum mcp_msg_kind want, const char *want_id) 
   json_t *m = json_loads(text, JSON_DECODE_ANY, &je);
   json_t *id = NULL;
   const char *why = "";
-  enum mcp_msg_kind k = m ? mcp_classify(m, &id, &why) : (enum mcp_msg_kind)-1;
+  enum mcp_msg_kind k = m ? mcp_classify(m, &id, &why) : (enum mcp_msg_kind) - 1;
   char *ids = id ? json_dumps(id, JSON_ENCODE_ANY) : NULL;
   OK(k == want && ((!want_id && !ids) || (want_id && ids && strcmp(ids, want_id) == 0)),
      "%s -> kind %d id %s (want %d %s) %s", text, k, ids ? ids : "none", want, want_id ? want_id : "none",
@@ -20,7 +21,8 @@ static void kind(const char *text, enum mcp_msg_kind want, const char *want_id) 
 
 int main(void) {
   kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", MCP_MSG_REQUEST, "1");
-  kind("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"tools/list\",\"params\":{}}", MCP_MSG_REQUEST, "\"a\"");
+  kind("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"tools/list\",\"params\":{}}", MCP_MSG_REQUEST,
+       "\"a\"");
   kind("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", MCP_MSG_NOTIFICATION, NULL);
   kind("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}", MCP_MSG_RESPONSE, "3");
   kind("{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":1,\"message\":\"x\"}}", MCP_MSG_RESPONSE, "3");
@@ -57,10 +59,12 @@ int main(void) {
   OK(mcp_origin_matches(NULL, "127.0.0.1:7070"), "no Origin is fine");
   OK(mcp_origin_matches("http://127.0.0.1:7070", "127.0.0.1:7070"), "same host and port");
   OK(mcp_origin_matches("https://MOAT.example", "moat.example"), "host without port, case ignored");
-  OK(mcp_origin_matches("http://127.0.0.1:7070/path", "127.0.0.1:7070"), "a path after the origin is ignored");
+  OK(mcp_origin_matches("http://127.0.0.1:7070/path", "127.0.0.1:7070"),
+     "a path after the origin is ignored");
   OK(!mcp_origin_matches("http://evil.example", "127.0.0.1:7070"), "another host");
   OK(!mcp_origin_matches("http://127.0.0.1:7071", "127.0.0.1:7070"), "another port");
   OK(!mcp_origin_matches("http://127.0.0.1:70", "127.0.0.1:7070"), "a prefix of the host is not the host");
-  OK(!mcp_origin_matches("null", "127.0.0.1:7070") && !mcp_origin_matches("http://x", NULL), "null origin, no Host");
+  OK(!mcp_origin_matches("null", "127.0.0.1:7070") && !mcp_origin_matches("http://x", NULL),
+     "null origin, no Host");
   return tap_done();
 }

@@ -1,5 +1,5 @@
-/* test_openapi_routes.c -- docs/openapi.yaml and the router agree: every documented operation is a route moatd
- * serves (with the route kind its x-route names, the auth it declares and a JSON body where the router
+/* test_openapi_routes.c -- docs/openapi.yaml and the router agree: every documented operation is a route
+ * moatd serves (with the route kind its x-route names, the auth it declares and a JSON body where the router
  * reads one), every method a documented path does not list is refused, and every route kind the router
  * has is documented.
  *
@@ -83,7 +83,8 @@ static json_t *load_doc(void) {
       return doc;
     }
     if (strstr(je.text, "unable to open") == NULL) {
-      OK(false, "%s is not JSON-compatible YAML: %s (line %d, column %d)", tries[i], je.text, je.line, je.column);
+      OK(false, "%s is not JSON-compatible YAML: %s (line %d, column %d)", tries[i], je.text, je.line,
+         je.column);
       return NULL;
     }
   }
@@ -152,8 +153,8 @@ int main(void) {
         OK(r.needs_auth == !op_public(op), "%s %s: auth %s as documented", up, path,
            r.needs_auth ? "required" : "not required");
         if (r.json_body)
-          OK(op_json_body(op), "%s %s reads a JSON body: the document has an application/json requestBody", up,
-             path);
+          OK(op_json_body(op), "%s %s reads a JSON body: the document has an application/json requestBody",
+             up, path);
         if ((size_t)r.kind < ARRAY_SIZE(reached))
           reached[r.kind] = true;
       }
