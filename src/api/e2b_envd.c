@@ -16,8 +16,8 @@
 
 #include "../common/log.h"
 #include "e2b_envd.h"
+#include "e2b_multipart.h"
 
-#define ENVD_MAX_PART_HEADERS (16 * 1024)
 #define ENVD_MAX_FILES 1024 /* parts of one multipart upload */
 
 /* ---- small JSON readers ---- */
@@ -147,22 +147,17 @@ static void files_get(struct api_req *r, struct envd_req *q) {
 }
 
 /* POST /files: multipart/form-data (one part "file" per file; its filename is the path when the
- * query has none) or application/octet-stream (the body is the file at ?path=). Every file
- * streams to a guest writer as it arrives; nothing is buffered whole. */
-enum { UP_PREAMBLE, UP_HEADERS, UP_DATA, UP_AFTER_DELIM, UP_DONE };
-
+ * query has none; other parts are skipped) or application/octet-stream (the body is the file at
+ * ?path=). Every file streams to a guest writer as it arrives; nothing is buffered whole. */
 struct envd_upload {
   char *sock;
+  const char *user;  /* borrowed from the envd_req */
   const char *qpath; /* ?path= (borrowed from r->args) or NULL */
   bool multipart;
-  char delim[80]; /* "\r\n--BOUNDARY" */
-  size_t dlen;
-  int state;
-  struct moat_buf pend; /* bytes not yet consumed */
-  size_t pend_off;
+  struct mp_parser mp;
   struct moat_guest_writer *w;
   char *cur_path;
-  bool skip; /* a part that is not "file" */
+  bool skip; /* the current part is not "file" */
   size_t nfiles;
   json_t *written; /* [{name, type, path}] */
 };
@@ -173,18 +168,18 @@ static void upload_free(struct envd_upload *u) {
   if (u->w)
     moat_guest_writer_close(u->w); /* an unfinished file is discarded */
   free(u->sock);
-  free(u->pend.p);
+  mp_free(&u->mp);
   free(u->cur_path);
   json_decref(u->written);
   free(u);
 }
 
-static int part_open(struct envd_upload *u, const char *user, const char *path, moat_error **err) {
+static int part_open(struct envd_upload *u, const char *path, moat_error **err) {
   if (api_check_path("path", path, strlen(path), err) < 0)
     return -1;
   if (++u->nfiles > ENVD_MAX_FILES)
     return moat_error_set(err, E2BIG, "more than %d files in one upload", ENVD_MAX_FILES);
-  if (moat_guest_write_open(u->sock, path, user, 0644, &u->w, err) < 0) {
+  if (moat_guest_write_open(u->sock, path, u->user, 0644, &u->w, err) < 0) {
     u->w = NULL;
     return -1;
   }
@@ -193,7 +188,19 @@ static int part_open(struct envd_upload *u, const char *user, const char *path, 
   return 0;
 }
 
-static int part_finish(struct envd_upload *u, const char *user, moat_error **err) {
+static int part_write(struct envd_upload *u, const char *p, size_t n, moat_error **err) {
+  if (!u->w)
+    return moat_error_set(err, EIO, "upload already failed");
+  if (moat_guest_write_chunk(u->w, p, n, err) < 0) {
+    moat_guest_writer_close(u->w); /* discards the partial file */
+    u->w = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+/* Renames the file into place and adds its entry to u->written. */
+static int part_finish(struct envd_upload *u, moat_error **err) {
   if (!u->w)
     return 0;
   uint64_t written = 0;
@@ -206,8 +213,8 @@ static int part_finish(struct envd_upload *u, const char *user, moat_error **err
   memset(&e, 0, sizeof(e));
   moat_error *serr = NULL;
   const char *path = u->cur_path;
-  if (moat_guest_stat(u->sock, u->cur_path, user, &e, &serr) == 0 && e.path)
-    path = e.path;
+  if (moat_guest_stat(u->sock, u->cur_path, u->user, &e, &serr) == 0 && e.path)
+    path = e.path; /* absolute: relative paths are against the user's home */
   moat_error_free(&serr);
   const char *slash = strrchr(path, '/');
   json_array_append_new(u->written, json_pack("{s:o, s:s, s:o}", "name", api_str_json(slash ? slash + 1 : path),
@@ -216,136 +223,41 @@ static int part_finish(struct envd_upload *u, const char *user, moat_error **err
   return 0;
 }
 
-/* The value of param (name="..." / filename="...") in a Content-Disposition line, or NULL. */
-static char *disposition_param(const char *h, size_t hl, const char *param) {
-  size_t pl = strlen(param);
-  for (size_t i = 0; i + pl + 2 <= hl; i++) {
-    if ((i == 0 || h[i - 1] == ' ' || h[i - 1] == ';') && strncasecmp(h + i, param, pl) == 0 && h[i + pl] == '=') {
-      const char *v = h + i + pl + 1, *end = h + hl;
-      if (v < end && *v == '"') {
-        v++;
-        const char *q = memchr(v, '"', (size_t)(end - v));
-        return q ? xstrndup(v, (size_t)(q - v)) : NULL;
-      }
-      const char *q = v;
-      while (q < end && *q != ';' && *q != '\r')
-        q++;
-      return xstrndup(v, (size_t)(q - v));
-    }
-  }
-  return NULL;
-}
-
-/* A part's headers are complete (h[0..hl), without the blank line): open its writer. */
-static int part_headers(struct envd_upload *u, const char *user, const char *h, size_t hl, moat_error **err) {
-  _cleanup_free_ char *name = NULL, *filename = NULL;
-  for (const char *l = h; l < h + hl;) {
-    const char *e = memmem(l, (size_t)(h + hl - l), "\r\n", 2);
-    size_t ll = e ? (size_t)(e - l) : (size_t)(h + hl - l);
-    if (ll > 20 && strncasecmp(l, "Content-Disposition:", 20) == 0) {
-      name = disposition_param(l + 20, ll - 20, "name");
-      filename = disposition_param(l + 20, ll - 20, "filename");
-    }
-    l = e ? e + 2 : h + hl;
-  }
+static int mp_begin(void *ctx, const char *name, const char *filename, moat_error **err) {
+  struct envd_upload *u = ctx;
   u->skip = !name || strcmp(name, "file") != 0;
   if (u->skip)
     return 0;
   const char *path = u->qpath ? u->qpath : filename;
   if (!path || !*path)
     return moat_error_set(err, EINVAL, "a file part needs a path (?path= or the part's filename)");
-  return part_open(u, user, path, err);
+  return part_open(u, path, err);
 }
 
-static int multipart_feed(struct envd_upload *u, const char *user, moat_error **err) {
-  for (;;) {
-    const char *p = u->pend.p + u->pend_off;
-    size_t n = u->pend.len - u->pend_off;
-    switch (u->state) {
-    case UP_PREAMBLE:
-    case UP_DATA: {
-      const char *d = memmem(p, n, u->delim, u->dlen);
-      size_t take = d ? (size_t)(d - p) : (n >= u->dlen ? n - (u->dlen - 1) : 0);
-      if (u->state == UP_DATA && !u->skip && take > 0 && moat_guest_write_chunk(u->w, p, take, err) < 0) {
-        moat_guest_writer_close(u->w);
-        u->w = NULL;
-        return -1;
-      }
-      u->pend_off += take;
-      if (!d)
-        return 0;
-      if (u->state == UP_DATA && !u->skip && part_finish(u, user, err) < 0)
-        return -1;
-      u->pend_off += u->dlen;
-      u->state = UP_AFTER_DELIM;
-      break;
-    }
-    case UP_AFTER_DELIM:
-      if (n < 2)
-        return 0;
-      if (p[0] == '-' && p[1] == '-') {
-        u->state = UP_DONE;
-        u->pend_off = u->pend.len;
-        return 0;
-      }
-      if (p[0] != '\r' || p[1] != '\n')
-        return moat_error_set(err, EINVAL, "malformed multipart body (no CRLF after a boundary)");
-      u->pend_off += 2;
-      u->state = UP_HEADERS;
-      break;
-    case UP_HEADERS: {
-      if (n >= 2 && p[0] == '\r' && p[1] == '\n') { /* a part without headers */
-        u->pend_off += 2;
-        u->skip = true;
-        u->state = UP_DATA;
-        break;
-      }
-      const char *e = memmem(p, n, "\r\n\r\n", 4);
-      if (!e) {
-        if (n > ENVD_MAX_PART_HEADERS)
-          return moat_error_set(err, EINVAL, "multipart part headers longer than %d bytes", ENVD_MAX_PART_HEADERS);
-        return 0;
-      }
-      if (part_headers(u, user, p, (size_t)(e - p), err) < 0)
-        return -1;
-      u->pend_off += (size_t)(e - p) + 4;
-      u->state = UP_DATA;
-      break;
-    }
-    case UP_DONE:
-      u->pend_off = u->pend.len; /* the epilogue is ignored */
-      return 0;
-    }
-  }
+static int mp_data(void *ctx, const char *p, size_t n, moat_error **err) {
+  struct envd_upload *u = ctx;
+  return u->skip ? 0 : part_write(u, p, n, err);
 }
+
+static int mp_end(void *ctx, moat_error **err) {
+  struct envd_upload *u = ctx;
+  return u->skip ? 0 : part_finish(u, err);
+}
+
+static const struct mp_callbacks upload_cb = {.begin = mp_begin, .data = mp_data, .end = mp_end};
 
 static int upload_chunk(struct envd_req *q, const char *data, size_t len, moat_error **err) {
   struct envd_upload *u = q->up;
-  if (!u->multipart) {
-    if (!u->w)
-      return moat_error_set(err, EIO, "upload already failed");
-    if (moat_guest_write_chunk(u->w, data, len, err) < 0) {
-      moat_guest_writer_close(u->w);
-      u->w = NULL;
-      return -1;
-    }
-    return 0;
-  }
-  /* Drop what was consumed, then append: pend stays below one chunk plus a boundary. */
-  if (u->pend_off > 0) {
-    memmove(u->pend.p, u->pend.p + u->pend_off, u->pend.len - u->pend_off);
-    u->pend.len -= u->pend_off;
-    u->pend_off = 0;
-  }
-  moat_buf_append(&u->pend, data, len);
-  return multipart_feed(u, q->user, err);
+  if (u->multipart)
+    return mp_feed(&u->mp, data, len, &upload_cb, u, err);
+  return part_write(u, data, len, err);
 }
 
 static void upload_finish(struct api_req *r, struct envd_req *q) {
   struct envd_upload *u = q->up;
   moat_error *err = NULL;
   if (u->multipart) {
-    if (u->state != UP_DONE) {
+    if (!mp_done(&u->mp)) {
       rest_error(r, 400, "the multipart body ended before its closing boundary");
       return;
     }
@@ -353,7 +265,7 @@ static void upload_finish(struct api_req *r, struct envd_req *q) {
       rest_error(r, 400, "no 'file' part in the multipart body");
       return;
     }
-  } else if (part_finish(u, q->user, &err) < 0) {
+  } else if (part_finish(u, &err) < 0) {
     rest_moat_error(r, &err);
     return;
   }
@@ -386,26 +298,11 @@ static int upload_begin(struct api_req *r, struct envd_req *q) {
   q->up = u;
   u->written = json_array();
   u->qpath = path;
+  u->user = q->user;
   if (ct && strncasecmp(ct, "multipart/form-data", 19) == 0) {
-    const char *b = strcasestr(ct, "boundary=");
-    if (!b)
-      return rest_error(r, 400, "multipart/form-data without a boundary"), -1;
-    b += 9;
-    size_t bl;
-    if (*b == '"') {
-      b++;
-      const char *e = strchr(b, '"');
-      bl = e ? (size_t)(e - b) : 0;
-    } else {
-      bl = strcspn(b, "; \t");
-    }
-    if (bl == 0 || bl > 70)
-      return rest_error(r, 400, "multipart boundary must be 1 to 70 characters"), -1;
+    if (mp_init(&u->mp, ct, &err) < 0)
+      return rest_moat_error(r, &err), -1;
     u->multipart = true;
-    u->dlen = (size_t)snprintf(u->delim, sizeof(u->delim), "\r\n--%.*s", (int)bl, b);
-    /* The body starts with "--BOUNDARY": seen as a delimiter after a virtual CRLF. */
-    moat_buf_append(&u->pend, "\r\n", 2);
-    u->state = UP_PREAMBLE;
   } else if (ct && strncasecmp(ct, "application/octet-stream", 24) == 0) {
     if (!path)
       return rest_error(r, 400, "query parameter 'path' is required for an application/octet-stream upload"), -1;
@@ -415,7 +312,7 @@ static int upload_begin(struct api_req *r, struct envd_req *q) {
   u->sock = envd_guest(r, q, NULL, &err);
   if (!u->sock)
     return rest_moat_error(r, &err), -1;
-  if (!u->multipart && part_open(u, q->user, path, &err) < 0)
+  if (!u->multipart && part_open(u, path, &err) < 0)
     return rest_moat_error(r, &err), -1;
   return 0;
 }
