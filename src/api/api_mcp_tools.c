@@ -252,8 +252,10 @@ static int tool_read_file(const struct mcp_call *c, json_t *args, struct tool_ou
   uint64_t size = 0;
   if (moat_guest_read_open(sock, path, NULL, &rd, &size, &err) < 0)
     return out_moat_error(o, path, &err);
-  size_t want = size < MCP_MAX_READ ? (size_t)size : MCP_MAX_READ, got = 0;
-  _cleanup_free_ char *data = xmalloc(want + 1);
+  /* Read to the end, not to the size stat reported: files of /proc and /sys say 0. One byte past
+   * the limit tells whether there is more. */
+  size_t want = MCP_MAX_READ + 1, got = 0;
+  _cleanup_free_ char *data = xmalloc(want);
   while (got < want) {
     ssize_t n = moat_guest_read_chunk(rd, data + got, want - got, &err);
     if (n < 0) {
@@ -265,7 +267,11 @@ static int tool_read_file(const struct mcp_call *c, json_t *args, struct tool_ou
     got += (size_t)n;
   }
   moat_guest_reader_close(rd);
-  bool truncated = got < size;
+  bool truncated = got > MCP_MAX_READ;
+  if (truncated)
+    got = MCP_MAX_READ;
+  if (size < got)
+    size = got;
   bool valid;
   size_t text = truncated ? api_utf8_stream_split(data, got, &valid) : got;
   if (!truncated)
@@ -278,9 +284,15 @@ static int tool_read_file(const struct mcp_call *c, json_t *args, struct tool_ou
     return 0;
   }
   out_text(o, data, text);
-  if (truncated)
-    out_printf(o, "[truncated: the first %zu of %llu bytes are shown; read the rest with the shell tool]",
-               text, (unsigned long long)size);
+  if (truncated) {
+    char total[48];
+    if (size > got)
+      snprintf(total, sizeof(total), "%llu", (unsigned long long)size);
+    else /* stat did not know (a /proc file): there is at least one byte more */
+      snprintf(total, sizeof(total), "more than %zu", got);
+    out_printf(o, "[truncated: the first %zu of %s bytes are shown; read the rest with the shell tool]", text,
+               total);
+  }
   return 0;
 }
 

@@ -101,6 +101,10 @@ const scenarios = {
     assert.ok(r.content[0].text.startsWith('0123456789abcde\n'));
     assert.match(r.content[1].text, /truncated: the first 1048576 of 1600000 bytes/);
 
+    r = await call(client, 'read_file', { path: '/proc/version' }); // stat says 0 bytes
+    assert.equal(r.isError, false);
+    assert.match(text(r), /^Linux version /);
+
     r = await call(client, 'read_file', { path: '/root/mcp/none' });
     assert.equal(r.isError, true);
     assert.match(text(r), /not_found/);
