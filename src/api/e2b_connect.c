@@ -23,11 +23,21 @@ static const struct {
   const char *code;
   unsigned http;
 } cx_codes[] = {
-    {"canceled", 499},          {"unknown", 500},           {"invalid_argument", 400},
-    {"deadline_exceeded", 504}, {"not_found", 404},         {"already_exists", 409},
-    {"permission_denied", 403}, {"resource_exhausted", 429}, {"failed_precondition", 400},
-    {"aborted", 409},           {"out_of_range", 400},      {"unimplemented", 501},
-    {"internal", 500},          {"unavailable", 503},       {"data_loss", 500},
+    {"canceled", 499},
+    {"unknown", 500},
+    {"invalid_argument", 400},
+    {"deadline_exceeded", 504},
+    {"not_found", 404},
+    {"already_exists", 409},
+    {"permission_denied", 403},
+    {"resource_exhausted", 429},
+    {"failed_precondition", 400},
+    {"aborted", 409},
+    {"out_of_range", 400},
+    {"unimplemented", 501},
+    {"internal", 500},
+    {"unavailable", 503},
+    {"data_loss", 500},
     {"unauthenticated", 401},
 };
 
@@ -137,7 +147,8 @@ void cx_frame(struct moat_buf *b, unsigned flags, json_t *msg) {
 
 int cx_unwrap(const char *body, size_t len, json_t **out, moat_error **err) {
   if (len < 5)
-    return moat_error_set(err, EINVAL, "a streaming request needs one enveloped message (%zu bytes received)", len);
+    return moat_error_set(err, EINVAL, "a streaming request needs one enveloped message (%zu bytes received)",
+                          len);
   const unsigned char *p = (const unsigned char *)body;
   if (p[0] & 0x01)
     return moat_error_set(err, EINVAL, "compressed messages are not supported");
@@ -145,8 +156,9 @@ int cx_unwrap(const char *body, size_t len, json_t **out, moat_error **err) {
     return moat_error_set(err, EINVAL, "unexpected envelope flags 0x%02x", p[0]);
   size_t n = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
   if (n != len - 5)
-    return moat_error_set(err, EINVAL, "the request must hold exactly one message (envelope of %zu bytes, body of %zu)",
-                          n, len - 5);
+    return moat_error_set(err, EINVAL,
+                          "the request must hold exactly one message (envelope of %zu bytes, body of %zu)", n,
+                          len - 5);
   json_error_t je;
   json_t *j = json_loadb(body + 5, n, 0, &je);
   if (!j)
@@ -253,7 +265,8 @@ static void stream_free(void *cls) {
 }
 
 int cx_stream_reply(struct api_req *r, struct cx_stream *s) {
-  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CX_BLOCK, stream_cb, s, stream_free);
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CX_BLOCK, stream_cb, s, stream_free);
   if (!resp) {
     stream_free(s);
     return cx_reply_error(r, "internal", "could not create a response");
@@ -266,7 +279,9 @@ int cx_stream_reply(struct api_req *r, struct cx_stream *s) {
   return ret;
 }
 
-static void pull_nothing(struct cx_stream *s, int timeout_ms) { cx_end(s, "internal", "stream without a source"); }
+static void pull_nothing(struct cx_stream *s, int timeout_ms) {
+  cx_end(s, "internal", "stream without a source");
+}
 
 int cx_stream_error(struct api_req *r, const char *code, const char *fmt, ...) {
   struct cx_stream *s = cx_stream_new(r, NULL);

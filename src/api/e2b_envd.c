@@ -22,7 +22,8 @@
 
 /* ---- small JSON readers ---- */
 
-int envd_json_uint(json_t *msg, const char *field, uint64_t max, uint64_t def, uint64_t *out, moat_error **err) {
+int envd_json_uint(json_t *msg, const char *field, uint64_t max, uint64_t def, uint64_t *out,
+                   moat_error **err) {
   json_t *v = json_object_get(msg, field);
   uint64_t n;
   if (!v || json_is_null(v)) {
@@ -52,7 +53,6 @@ int envd_json_str(json_t *msg, const char *field, const char **out, moat_error *
   return 0;
 }
 
-
 char *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error **err) {
   char *sock = NULL;
   if (moat_control_guest(api_control(r), q->e->org, q->e->sandbox_id, &sock, env, err) < 0) {
@@ -68,14 +68,16 @@ char *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error 
 /* ---- REST ---- */
 
 /* envd's REST errors: {"code": HTTP status, "message"}. */
-static int rest_error(struct api_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int rest_error(struct api_req *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int rest_error(struct api_req *r, unsigned status, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  return api_reply_json(r, status, json_pack("{s:i, s:o}", "code", (int)status, "message", api_str_json(msg)));
+  return api_reply_json(r, status,
+                        json_pack("{s:i, s:o}", "code", (int)status, "message", api_str_json(msg)));
 }
 
 static unsigned rest_status(int st) {
@@ -217,8 +219,9 @@ static int part_finish(struct envd_upload *u, moat_error **err) {
     path = e.path; /* absolute: relative paths are against the user's home */
   moat_error_free(&serr);
   const char *slash = strrchr(path, '/');
-  json_array_append_new(u->written, json_pack("{s:o, s:s, s:o}", "name", api_str_json(slash ? slash + 1 : path),
-                                              "type", "file", "path", api_str_json(path)));
+  json_array_append_new(u->written,
+                        json_pack("{s:o, s:s, s:o}", "name", api_str_json(slash ? slash + 1 : path), "type",
+                                  "file", "path", api_str_json(path)));
   moat_file_entry_clear(&e);
   return 0;
 }
@@ -305,7 +308,8 @@ static int upload_begin(struct api_req *r, struct envd_req *q) {
     u->multipart = true;
   } else if (ct && strncasecmp(ct, "application/octet-stream", 24) == 0) {
     if (!path)
-      return rest_error(r, 400, "query parameter 'path' is required for an application/octet-stream upload"), -1;
+      return rest_error(r, 400, "query parameter 'path' is required for an application/octet-stream upload"),
+             -1;
   } else {
     return rest_error(r, 400, "Content-Type must be multipart/form-data or application/octet-stream"), -1;
   }
@@ -329,10 +333,11 @@ static void envd_req_free(void *p) {
   free(q);
 }
 
-static const char *const process_methods[] = {"Start",      "Connect",    "List",   "SendInput", "SendSignal",
-                                              "CloseStdin", "Update",     "StreamInput", NULL};
-static const char *const fs_methods[] = {"Stat",   "MakeDir",  "Move",          "ListDir",          "Remove",
-                                         "WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher", NULL};
+static const char *const process_methods[] = {
+    "Start", "Connect", "List", "SendInput", "SendSignal", "CloseStdin", "Update", "StreamInput", NULL};
+static const char *const fs_methods[] = {"Stat",          "MakeDir",  "Move",          "ListDir",
+                                         "Remove",        "WatchDir", "CreateWatcher", "GetWatcherEvents",
+                                         "RemoveWatcher", NULL};
 
 bool envd_is_stream(const char *service, const char *method) {
   if (strcmp(service, "process.Process") == 0)
@@ -389,7 +394,8 @@ static bool rpc_begin(struct api_req *r, struct envd_req *q, const char *url, co
     return true;
   }
   if (!in_list(proc ? process_methods : fs_methods, m)) {
-    api_reply_json(r, 404, json_pack("{s:s, s:s+}", "code", "unimplemented", "message", "no such procedure: ", url));
+    api_reply_json(r, 404,
+                   json_pack("{s:s, s:s+}", "code", "unimplemented", "message", "no such procedure: ", url));
     return true;
   }
   if (strcmp(method, "POST") != 0) {
@@ -403,8 +409,9 @@ static bool rpc_begin(struct api_req *r, struct envd_req *q, const char *url, co
   const char *want = q->stream ? "application/connect+json" : "application/json";
   size_t wl = strlen(want);
   if (!ct || strncasecmp(ct, want, wl) != 0 || (ct[wl] && ct[wl] != ';' && ct[wl] != ' ')) {
-    api_reply_json(r, 415,
-                   json_pack("{s:s, s:s+}", "code", "invalid_argument", "message", "Content-Type must be ", want));
+    api_reply_json(
+        r, 415,
+        json_pack("{s:s, s:s+}", "code", "invalid_argument", "message", "Content-Type must be ", want));
     return true;
   }
   const char *ver = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Connect-Protocol-Version");

@@ -18,7 +18,7 @@
 #include "../common/buf.h"
 #include "e2b_internal.h"
 
-#define ENVD_DEFAULT_USER "user" /* E2B's default user; moat's templates have it (uid 1000) */
+#define ENVD_DEFAULT_USER "user"        /* E2B's default user; moat's templates have it (uid 1000) */
 #define ENVD_MAX_TIMEOUT_MS 2592000000u /* 30 days: the longest sandbox TTL; fits the guest's u32 */
 
 /* ---- Connect codes (e2b_connect.c) ---- */
@@ -30,7 +30,8 @@ const char *cx_errno_code(int status);
 
 /* Unary replies: JSON message (consumed) with 200, or a Connect error. */
 int cx_reply(struct api_req *r, json_t *msg);
-int cx_reply_error(struct api_req *r, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int cx_reply_error(struct api_req *r, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Maps (*err)->status with cx_errno_code; frees *err. */
 int cx_reply_moat_error(struct api_req *r, moat_error **err);
 
@@ -46,14 +47,14 @@ int cx_unwrap(const char *body, size_t len, json_t **out, moat_error **err);
  * ends the stream with cx_end. */
 struct cx_stream {
   struct moat_api *api;
-  int client_fd;                /* not owned */
-  struct moat_buf out;          /* envelopes not yet handed to MHD */
+  int client_fd;       /* not owned */
+  struct moat_buf out; /* envelopes not yet handed to MHD */
   size_t out_pos;
-  bool done;                    /* the end-of-stream envelope is in out */
-  uint64_t last_ns;             /* last byte handed to MHD */
-  uint64_t deadline_ns;         /* Connect-Timeout-Ms; 0 = none */
-  uint64_t keepalive_ns;        /* Keepalive-Ping-Interval; 0 = none */
-  json_t *keepalive;            /* the keepalive message (owned) */
+  bool done;             /* the end-of-stream envelope is in out */
+  uint64_t last_ns;      /* last byte handed to MHD */
+  uint64_t deadline_ns;  /* Connect-Timeout-Ms; 0 = none */
+  uint64_t keepalive_ns; /* Keepalive-Ping-Interval; 0 = none */
+  json_t *keepalive;     /* the keepalive message (owned) */
   /* Waits up to timeout_ms for something to send and appends it (or ends the stream). */
   void (*pull)(struct cx_stream *s, int timeout_ms);
   /* Called once the deadline passed, before the deadline_exceeded end (may be NULL). */
@@ -66,24 +67,26 @@ struct cx_stream {
 struct cx_stream *cx_stream_new(struct api_req *r, json_t *keepalive);
 void cx_send(struct cx_stream *s, json_t *msg);
 /* Ends the stream: code NULL for success. */
-void cx_end(struct cx_stream *s, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void cx_end(struct cx_stream *s, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void cx_end_moat_error(struct cx_stream *s, moat_error **err);
 /* Queues the 200 application/connect+json response; s is owned by it from here on (also on
  * failure). */
 int cx_stream_reply(struct api_req *r, struct cx_stream *s);
 /* A stream that ends at once with an error (nothing sent before). */
-int cx_stream_error(struct api_req *r, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int cx_stream_error(struct api_req *r, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- envd request state (e2b_envd.c) ---- */
 
 struct envd_req {
   struct e2b_req *e;
-  char *method;        /* "Start" ... (RPC) */
-  bool proc;           /* process.Process (else filesystem.Filesystem) */
-  bool stream;         /* application/connect+json */
-  const char *user;    /* points into user_buf */
+  char *method;     /* "Start" ... (RPC) */
+  bool proc;        /* process.Process (else filesystem.Filesystem) */
+  bool stream;      /* application/connect+json */
+  const char *user; /* points into user_buf */
   char user_buf[API_MAX_USER + 1];
-  int64_t timeout_ms;  /* Connect-Timeout-Ms, -1 = none */
+  int64_t timeout_ms; /* Connect-Timeout-Ms, -1 = none */
   struct moat_buf body;
   /* POST /files */
   struct envd_upload *up;
@@ -101,7 +104,8 @@ bool envd_is_stream(const char *service, const char *method);
 
 /* Reads a non-negative integer field of a protobuf JSON message (number or decimal string).
  * 0 with *out (def when absent), -1 EINVAL naming the field. */
-int envd_json_uint(json_t *msg, const char *field, uint64_t max, uint64_t def, uint64_t *out, moat_error **err);
+int envd_json_uint(json_t *msg, const char *field, uint64_t max, uint64_t def, uint64_t *out,
+                   moat_error **err);
 /* A string field: NULL when absent; -1 EINVAL when not a string. */
 int envd_json_str(json_t *msg, const char *field, const char **out, moat_error **err);
 

@@ -160,8 +160,8 @@ static json_t *entry_json(struct names *n, const struct moat_file_entry *e) {
   char perms[11], size[24], t[32];
   perm_string(e->type, e->mode, perms);
   snprintf(size, sizeof(size), "%llu", (unsigned long long)e->size);
-  json_t *j = json_pack("{s:o, s:s, s:o, s:s, s:i, s:s, s:o, s:o, s:s}", "name", api_str_json(e->name), "type",
-                        file_type(e->type), "path", api_str_json(e->path), "size", size, "mode",
+  json_t *j = json_pack("{s:o, s:s, s:o, s:s, s:i, s:s, s:o, s:o, s:s}", "name", api_str_json(e->name),
+                        "type", file_type(e->type), "path", api_str_json(e->path), "size", size, "mode",
                         (int)(e->mode & 0777), "permissions", perms, "owner", name_of(n, 0, e->uid), "group",
                         name_of(n, 1, e->gid), "modifiedTime", api_rfc3339_ms(e->mtime_ms, t, sizeof(t)));
   if (e->link_target)
@@ -231,7 +231,8 @@ static int fs_list_dir(struct api_req *r, struct envd_req *q, const char *sock, 
   moat_error *err = NULL;
   const char *path;
   uint64_t depth;
-  if (json_path(body, "path", &path, &err) < 0 || envd_json_uint(body, "depth", UINT32_MAX, 1, &depth, &err) < 0)
+  if (json_path(body, "path", &path, &err) < 0 ||
+      envd_json_uint(body, "depth", UINT32_MAX, 1, &depth, &err) < 0)
     return cx_reply_moat_error(r, &err);
   if (depth == 0)
     depth = 1; /* proto3 omits 0; envd treats it as 1 */
@@ -339,7 +340,8 @@ static void fs_events(const struct watch_src *ws, const struct moat_watch_event 
 }
 
 /* Opens a watch on the request's path (must be a directory). 0, or -1 with *err. */
-static int watch_open(struct envd_req *q, const char *sock, json_t *body, struct watch_src **out, moat_error **err) {
+static int watch_open(struct envd_req *q, const char *sock, json_t *body, struct watch_src **out,
+                      moat_error **err) {
   const char *path;
   json_t *rec = json_object_get(body, "recursive"), *inc = json_object_get(body, "includeEntry");
   if (json_path(body, "path", &path, err) < 0)
@@ -494,7 +496,8 @@ static int find_watcher(struct api_req *r, struct envd_req *q, json_t *body) {
     return cx_reply_moat_error(r, &err), -1;
   }
   for (size_t i = 0; id && i < WATCHERS_MAX; i++)
-    if (watchers[i] && strcmp(watchers[i]->id, id) == 0 && strcmp(watchers[i]->sandbox, q->e->sandbox_id) == 0)
+    if (watchers[i] && strcmp(watchers[i]->id, id) == 0 &&
+        strcmp(watchers[i]->sandbox, q->e->sandbox_id) == 0)
       return (int)i;
   pthread_mutex_unlock(&watchers_lock);
   return cx_reply_error(r, "not_found", "watcher %.64s not found", id ? id : ""), -1;

@@ -51,7 +51,8 @@ static void proc_pull(struct cx_stream *s, int timeout_ms) {
   if (rc < 0)
     return cx_end_moat_error(s, &err);
   if (rc == 0)
-    return cx_end(s, "unavailable", "the process stream ended without an exit status (the sandbox went away)");
+    return cx_end(s, "unavailable",
+                  "the process stream ended without an exit status (the sandbox went away)");
   switch (ev.type) {
   case MOAT_PROC_STDOUT:
     send_data(s, c->pty ? "pty" : "stdout", ev.data, ev.len);
@@ -67,11 +68,12 @@ static void proc_pull(struct cx_stream *s, int timeout_ms) {
     char status[64];
     json_t *end;
     if (ev.signal) {
-      snprintf(status, sizeof(status), "signal: %s", ev.signal == SIGKILL   ? "killed"
-                                                   : ev.signal == SIGTERM ? "terminated"
-                                                   : ev.signal == SIGINT  ? "interrupt"
-                                                   : ev.signal == SIGHUP  ? "hangup"
-                                                                          : strsignal(ev.signal));
+      snprintf(status, sizeof(status), "signal: %s",
+               ev.signal == SIGKILL   ? "killed"
+               : ev.signal == SIGTERM ? "terminated"
+               : ev.signal == SIGINT  ? "interrupt"
+               : ev.signal == SIGHUP  ? "hangup"
+                                      : strsignal(ev.signal));
       end = json_pack("{s:i, s:b, s:s, s:s}", "exitCode", -1, "exited", 0, "status", status, "error", status);
     } else {
       snprintf(status, sizeof(status), "exit status %d", ev.exit_code);
@@ -160,10 +162,12 @@ static int parse_config(json_t *cfg, char ***argv, char ***env, const char **cwd
   json_t *val;
   json_object_foreach(envs, k, val) {
     if (!api_valid_env_name(k) || strlen(k) > API_MAX_ENV_KEY || !json_is_string(val) ||
-        json_string_length(val) > API_MAX_ENV_VALUE || strlen(json_string_value(val)) != json_string_length(val)) {
+        json_string_length(val) > API_MAX_ENV_VALUE ||
+        strlen(json_string_value(val)) != json_string_length(val)) {
       strv_free(v);
       strv_free(e);
-      return moat_error_set(err, EINVAL, "process.envs: '%.128s' must be a valid name with a string value", k);
+      return moat_error_set(err, EINVAL, "process.envs: '%.128s' must be a valid name with a string value",
+                            k);
     }
     e[ne++] = xasprintf("%s=%s", k, json_string_value(val));
   }
@@ -295,8 +299,9 @@ static int p_list(struct api_req *r, const char *sock) {
     json_t *args = json_array();
     for (size_t k = 1; v[i].argv[0] && v[i].argv[k]; k++)
       json_array_append_new(args, api_str_json(v[i].argv[k]));
-    json_t *p = json_pack("{s:{s:o, s:o, s:{}}, s:i}", "config", "cmd", api_str_json(v[i].argv[0] ? v[i].argv[0] : ""),
-                          "args", args, "envs", "pid", v[i].pid);
+    json_t *p =
+        json_pack("{s:{s:o, s:o, s:{}}, s:i}", "config", "cmd",
+                  api_str_json(v[i].argv[0] ? v[i].argv[0] : ""), "args", args, "envs", "pid", v[i].pid);
     if (v[i].tag)
       json_object_set_new(p, "tag", api_str_json(v[i].tag));
     json_array_append_new(arr, p);

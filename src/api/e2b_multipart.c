@@ -50,8 +50,8 @@ void mp_free(struct mp_parser *m) {
 static char *disposition_param(const char *h, size_t hl, const char *param) {
   size_t pl = strlen(param);
   for (size_t i = 0; i + pl + 1 <= hl; i++) {
-    if ((i == 0 || h[i - 1] == ' ' || h[i - 1] == ';' || h[i - 1] == '\t') && strncasecmp(h + i, param, pl) == 0 &&
-        h[i + pl] == '=') {
+    if ((i == 0 || h[i - 1] == ' ' || h[i - 1] == ';' || h[i - 1] == '\t') &&
+        strncasecmp(h + i, param, pl) == 0 && h[i + pl] == '=') {
       const char *v = h + i + pl + 1, *end = h + hl;
       if (v < end && *v == '"') {
         v++;
@@ -68,7 +68,8 @@ static char *disposition_param(const char *h, size_t hl, const char *param) {
 }
 
 /* A part's header block h[0..hl) (without the blank line) is complete. */
-static int part_headers(const char *h, size_t hl, const struct mp_callbacks *cb, void *ctx, moat_error **err) {
+static int part_headers(const char *h, size_t hl, const struct mp_callbacks *cb, void *ctx,
+                        moat_error **err) {
   _cleanup_free_ char *name = NULL, *filename = NULL;
   for (const char *l = h; l < h + hl;) {
     const char *e = memmem(l, (size_t)(h + hl - l), "\r\n", 2);

@@ -13,8 +13,8 @@
 #define MAXP 8
 
 struct got {
-  int n;           /* parts begun */
-  int ended;       /* parts ended */
+  int n;     /* parts begun */
+  int ended; /* parts ended */
   char name[MAXP][64], filename[MAXP][64];
   struct moat_buf data[MAXP];
   int fail_at_begin; /* 1-based part whose begin fails, or 0 */
@@ -52,7 +52,8 @@ static void got_free(struct got *g) {
 }
 
 /* Feeds body in chunks of `step` bytes (0: all at once). Returns mp_feed's last result; *done. */
-static int run(const char *ct, const char *body, size_t len, size_t step, struct got *g, bool *done, int *status) {
+static int run(const char *ct, const char *body, size_t len, size_t step, struct got *g, bool *done,
+               int *status) {
   struct mp_parser m;
   moat_error *err = NULL;
   *status = 0;
@@ -105,11 +106,11 @@ int main(void) {
     bool ok = rc == 0 && done && g.n == 3 && g.ended == 3 && strcmp(g.name[0], "field") == 0 &&
               strcmp(g.filename[0], "(null)") == 0 && data_is(&g.data[0], "value", 5) &&
               strcmp(g.name[1], "file") == 0 && strcmp(g.filename[1], "/tmp/a b.txt") == 0 &&
-              data_is(&g.data[1], d2, d2l) && strcmp(g.name[2], "file") == 0 && strcmp(g.filename[2], "rel/x") == 0 &&
-              data_is(&g.data[2], "", 0);
+              data_is(&g.data[1], d2, d2l) && strcmp(g.name[2], "file") == 0 &&
+              strcmp(g.filename[2], "rel/x") == 0 && data_is(&g.data[2], "", 0);
     if (!ok) {
-      OK(false, "chunks of %zu bytes: rc %d done %d parts %d ended %d names %s/%s/%s", step, rc, done, g.n, g.ended,
-         g.name[0], g.name[1], g.name[2]);
+      OK(false, "chunks of %zu bytes: rc %d done %d parts %d ended %d names %s/%s/%s", step, rc, done, g.n,
+         g.ended, g.name[0], g.name[1], g.name[2]);
       all_ok = false;
     }
     got_free(&g);
@@ -136,13 +137,14 @@ int main(void) {
     bool done;
     int st;
     OK(run("multipart/form-data", "", 0, 0, &g, &done, &st) < 0 && st == EINVAL, "no boundary: EINVAL");
-    OK(run("multipart/form-data; boundary=", "", 0, 0, &g, &done, &st) < 0 && st == EINVAL, "empty boundary: EINVAL");
+    OK(run("multipart/form-data; boundary=", "", 0, 0, &g, &done, &st) < 0 && st == EINVAL,
+       "empty boundary: EINVAL");
     char longb[128] = "multipart/form-data; boundary=";
     memset(longb + strlen(longb), 'x', 71);
     OK(run(longb, "", 0, 0, &g, &done, &st) < 0 && st == EINVAL, "boundary of 71 characters: EINVAL");
     const char *trunc = "--B\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nabc";
-    OK(run("multipart/form-data; boundary=B", trunc, strlen(trunc), 0, &g, &done, &st) == 0 && !done && g.n == 1 &&
-           g.ended == 0,
+    OK(run("multipart/form-data; boundary=B", trunc, strlen(trunc), 0, &g, &done, &st) == 0 && !done &&
+           g.n == 1 && g.ended == 0,
        "no closing boundary: the part never ends, the parse is not done");
     got_free(&g);
     memset(&g, 0, sizeof(g));
@@ -198,10 +200,12 @@ int main(void) {
            cx_code_http("unauthenticated") == 401 && cx_code_http("resource_exhausted") == 429 &&
            cx_code_http("unimplemented") == 501 && cx_code_http("bogus") == 500,
        "Connect codes map to Connect's HTTP statuses");
-    OK(strcmp(cx_errno_code(ENOENT), "not_found") == 0 && strcmp(cx_errno_code(EEXIST), "already_exists") == 0 &&
+    OK(strcmp(cx_errno_code(ENOENT), "not_found") == 0 &&
+           strcmp(cx_errno_code(EEXIST), "already_exists") == 0 &&
            strcmp(cx_errno_code(ENOTDIR), "invalid_argument") == 0 &&
            strcmp(cx_errno_code(EACCES), "permission_denied") == 0 &&
-           strcmp(cx_errno_code(ECONNREFUSED), "unavailable") == 0 && strcmp(cx_errno_code(EIO), "internal") == 0,
+           strcmp(cx_errno_code(ECONNREFUSED), "unavailable") == 0 &&
+           strcmp(cx_errno_code(EIO), "internal") == 0,
        "errno statuses map to Connect codes");
   }
   return tap_done();
