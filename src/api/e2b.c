@@ -1023,7 +1023,8 @@ static int h_list(struct api_req *r) {
   json_decref(meta);
   if (rc < 0)
     return e2b_moat_error(r, &err);
-  qsort(v, n, sizeof(*v), cmp_created);
+  if (n > 1)
+    qsort(v, n, sizeof(*v), cmp_created);
   json_t *arr = json_array();
   char next[64] = "";
   const struct moat_sandbox_info *last = NULL;
