@@ -297,6 +297,14 @@ class DropTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5)
         self.assertIsInstance(cm.exception, TimeoutError)
         self.assertEqual(cm.exception.code, "client_timeout")
+        # life-cycle calls have their own limit
+        slow = self.sandbox("hang", request_timeout=30, lifecycle_timeout=0.5)
+        t0 = time.monotonic()
+        with self.assertRaises(moat.TimeoutError):
+            Sandbox.create(client=slow.client)
+        with self.assertRaises(moat.TimeoutError):
+            slow.kill()
+        self.assertLess(time.monotonic() - t0, 5)
         port = moatd.free_port()  # nothing listens there
         c = moat.Client("http://127.0.0.1:%d" % port, "k")
         with self.assertRaises(moat.ConnectionError):

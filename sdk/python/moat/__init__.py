@@ -9,8 +9,8 @@
 See docs/quickstart-python.md in the moat repository.
 """
 
-from .client import (DEFAULT_API_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT,
-                     TIMEOUT_MARGIN, Client)
+from .client import (DEFAULT_API_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIFECYCLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
+                     DEFAULT_STREAM_IDLE_TIMEOUT, TIMEOUT_MARGIN, Client)
 from .errors import (AuthenticationError, ConflictError, ConnectionError, InvalidRequestError, MoatError,
                      NotFoundError, NotSupportedError, SandboxError, TimeoutError)
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
@@ -25,6 +25,6 @@ __all__ = [
     "ExecutionError", "Snapshot", "ExploreOutcome",
     "MoatError", "InvalidRequestError", "AuthenticationError", "NotFoundError", "ConflictError", "TimeoutError",
     "ConnectionError", "SandboxError", "NotSupportedError",
-    "DEFAULT_API_URL", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT", "DEFAULT_STREAM_IDLE_TIMEOUT",
-    "TIMEOUT_MARGIN", "__version__",
+    "DEFAULT_API_URL", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_LIFECYCLE_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_STREAM_IDLE_TIMEOUT", "TIMEOUT_MARGIN", "__version__",
 ]

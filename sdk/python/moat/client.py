@@ -10,6 +10,9 @@ from ._http import Transport
 DEFAULT_API_URL = "http://127.0.0.1:7070"
 #: Seconds an ordinary call (create, files, list, ...) may take before moat.TimeoutError.
 DEFAULT_REQUEST_TIMEOUT = 60.0
+#: Seconds a sandbox life-cycle call (create, kill, pause/resume, hibernate/wake, snapshot, rollback,
+#: fork) may take: these build or tear down namespaces, disks and checkpoints.
+DEFAULT_LIFECYCLE_TIMEOUT = 300.0
 #: Seconds to open a TCP connection to moatd.
 DEFAULT_CONNECT_TIMEOUT = 10.0
 #: Seconds of silence after which a stream counts as dropped (moatd sends a keep-alive every 15 s).
@@ -26,19 +29,27 @@ class Client:
 
     - ``api_url``: ``MOAT_API_URL``, else ``http://127.0.0.1:7070``;
     - ``api_key``: ``MOAT_API_KEY`` (required);
-    - ``request_timeout``: seconds for ordinary calls (default 60; ``None`` = no limit). ``exec`` and
-      ``run_code`` never use it: they wait for their own ``timeout`` plus 30 s, or without limit when
-      the command has none. Streams have no overall limit but raise ``moat.ConnectionError`` after
-      ``stream_idle_timeout`` seconds (default 45) without even a keep-alive from moatd.
+    - ``request_timeout``: seconds for ordinary calls: files, processes, listing (default 60;
+      ``None`` = no limit);
+    - ``lifecycle_timeout``: seconds for create, kill, pause/resume, hibernate/wake, snapshot,
+      rollback and fork (default 300; ``None`` = no limit).
+
+    ``exec`` and ``run_code`` use neither: they wait for their own ``timeout`` plus 30 s, or without
+    limit when the command has none; ``explore`` waits for its branches (each bounded by its
+    ``timeout``, moatd's default 10 minutes). Streams have no overall limit but raise
+    ``moat.ConnectionError`` after ``stream_idle_timeout`` seconds (default 45) without even a
+    keep-alive from moatd. A client-side timeout raises ``moat.TimeoutError``.
     """
 
     def __init__(self, api_url: Optional[str] = None, api_key: Optional[str] = None, *,
                  request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
+                 lifecycle_timeout: Optional[float] = DEFAULT_LIFECYCLE_TIMEOUT,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                  stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT):
         _check.string("api_url", api_url, optional=True)
         _check.string("api_key", api_key, optional=True)
         _check.number("request_timeout", request_timeout, lo=0)
+        _check.number("lifecycle_timeout", lifecycle_timeout, lo=0)
         _check.number("connect_timeout", connect_timeout, lo=0, optional=False)
         _check.number("stream_idle_timeout", stream_idle_timeout, lo=0, optional=False)
         url = api_url or os.environ.get("MOAT_API_URL") or DEFAULT_API_URL
@@ -47,8 +58,11 @@ class Client:
             raise ValueError("no API key: pass api_key= or set MOAT_API_KEY (moatd writes it to DATA_DIR/api-key)")
         if request_timeout is not None and request_timeout <= 0:
             raise ValueError("request_timeout must be > 0 seconds or None, got %s" % request_timeout)
+        if lifecycle_timeout is not None and lifecycle_timeout <= 0:
+            raise ValueError("lifecycle_timeout must be > 0 seconds or None, got %s" % lifecycle_timeout)
         self.api_url = url
         self.request_timeout = request_timeout
+        self.lifecycle_timeout = lifecycle_timeout
         self._t = Transport(url, key, request_timeout, connect_timeout, stream_idle_timeout)
 
     def __repr__(self) -> str:

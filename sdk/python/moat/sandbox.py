@@ -414,7 +414,8 @@ class CodeContext:
 
     def restart(self) -> None:
         """Restarts the interpreter (its state is lost)."""
-        self.sandbox._t.request("POST", self._path + "/restart", json_body={})
+        self.sandbox._t.request("POST", self._path + "/restart", json_body={},
+                                timeout=self.sandbox.client.lifecycle_timeout)
 
     def delete(self) -> None:
         """Stops the interpreter and forgets the context."""
@@ -531,7 +532,7 @@ class Sandbox:
                 raise ValueError("hibernate_after_seconds needs persistent=True")
             body["idle"] = {"hibernate_after_seconds": hibernate_after_seconds}
         c = resolve(client, api_url, api_key, request_timeout)
-        return cls(c._t.request("POST", "/v1/sandboxes", json_body=body)[1], c)
+        return cls(c._t.request("POST", "/v1/sandboxes", json_body=body, timeout=c.lifecycle_timeout)[1], c)
 
     @classmethod
     def connect(cls, sandbox_id: str, *, client: Optional[Client] = None, api_url: Optional[str] = None,
@@ -586,7 +587,7 @@ class Sandbox:
 
     def kill(self) -> None:
         """Destroys the sandbox and everything in it."""
-        self._t.request("DELETE", self._path)
+        self._t.request("DELETE", self._path, timeout=self.client.lifecycle_timeout)
         self.info.state = "killed"
 
     def __enter__(self) -> "Sandbox":
@@ -679,7 +680,8 @@ class Sandbox:
         body: Dict[str, Any] = {"language": language}
         if _check.string("cwd", cwd, optional=True) is not None:
             body["cwd"] = cwd
-        return CodeContext(self, self._t.request("POST", self._path + "/contexts", json_body=body)[1])
+        return CodeContext(self, self._t.request("POST", self._path + "/contexts", json_body=body,
+                                                 timeout=self.client.lifecycle_timeout)[1])
 
     def code_contexts(self) -> List[CodeContext]:
         """The sandbox's code contexts."""
@@ -699,7 +701,8 @@ class Sandbox:
 
     # ---- time travel (issue 4) ----
     def _state_call(self, action: str) -> None:
-        r = self._t.request("POST", "%s/%s" % (self._path, action), json_body={})[1]
+        r = self._t.request("POST", "%s/%s" % (self._path, action), json_body={},
+                            timeout=self.client.lifecycle_timeout)[1]
         if isinstance(r, dict) and "id" in r and "state" in r:
             self.info = SandboxInfo.from_json(r)
         else:
@@ -728,7 +731,8 @@ class Sandbox:
         m = _check.str_map("metadata", metadata)
         if m is not None:
             body["metadata"] = m
-        return Snapshot.from_json(self._t.request("POST", self._path + "/snapshots", json_body=body)[1])
+        return Snapshot.from_json(self._t.request("POST", self._path + "/snapshots", json_body=body,
+                                                  timeout=self.client.lifecycle_timeout)[1])
 
     def snapshots(self) -> List[Snapshot]:
         """The snapshots taken of this sandbox."""
@@ -745,7 +749,8 @@ class Sandbox:
         """Restores the sandbox in place to a snapshot of it (memory, processes and disk)."""
         sid = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
         _check.string("snapshot", sid)
-        r = self._t.request("POST", self._path + "/rollback", json_body={"snapshot_id": sid})[1]
+        r = self._t.request("POST", self._path + "/rollback", json_body={"snapshot_id": sid},
+                            timeout=self.client.lifecycle_timeout)[1]
         if isinstance(r, dict) and "id" in r and "state" in r:
             self.info = SandboxInfo.from_json(r)
 
@@ -753,7 +758,8 @@ class Sandbox:
         """count (1..16) copies of this sandbox as it is now, running processes and their memory
         included, each a new Sandbox."""
         _check.integer("count", count, 1, 16, optional=False)
-        r = self._t.request("POST", self._path + "/fork", json_body={"count": count}, timeout=None)[1]
+        r = self._t.request("POST", self._path + "/fork", json_body={"count": count},
+                            timeout=self.client.lifecycle_timeout)[1]
         return [Sandbox(d, self.client) for d in r.get("sandboxes", [])]
 
     def explore(self, commands: Sequence[str], *, score_fn: Optional[Callable[[ExploreOutcome], float]] = None,
