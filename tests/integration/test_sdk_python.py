@@ -601,6 +601,14 @@ class SdkTest(DaemonTest):
             Sandbox.create(memory_mb=1 << 40, client=self.client)
         self.assertIn("memory_mb", cm.exception.message)
         self.assertEqual(self.client.health()["status"], "ok")
+        # network: passed through; a moatd without egress policy answers 501 -> NotSupportedError
+        try:
+            sb = Sandbox.create(client=self.client, network={"egress": "deny"})
+            self.addCleanup(self._delete_quietly, self.c, sb.id)
+        except moat.NotSupportedError as e:
+            self.assertEqual((e.status, e.code), (501, "not_implemented"))
+        except moat.InvalidRequestError as e:
+            self.assertIn("network", e.message)
 
 
 class SdkCodeTest(DaemonTest):
