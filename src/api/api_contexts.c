@@ -143,11 +143,13 @@ struct ctx_info {
   int pid;
   const struct lang *lang;
   char *cwd;
+  char *user; /* NULL = root; else argv[3] of the kernel (E2B's contexts run as "user") */
   int64_t started_at_ms;
 };
 
 static void ctx_info_clear(struct ctx_info *c) {
   free(c->cwd);
+  free(c->user);
   memset(c, 0, sizeof(*c));
 }
 
@@ -161,6 +163,7 @@ static bool ctx_from_proc(const struct moat_proc_info *p, struct ctx_info *out) 
   out->pid = p->pid;
   out->lang = l;
   out->cwd = xstrdup(p->argv[2] ? p->argv[2] : "");
+  out->user = p->argv[2] && p->argv[3] ? xstrdup(p->argv[3]) : NULL;
   out->started_at_ms = p->started_at_ms;
   return true;
 }
@@ -242,7 +245,7 @@ static int kernel_install(const char *sock, const struct lang *l, moat_error **e
 /* Starts the kernel of l for cid in cwd. Returns the pid or -1: EINVAL when the interpreter is
  * missing from the sandbox or cwd is not a directory. */
 static int ctx_start(const char *sock, char *const *senv, const char *cid, const struct lang *l,
-                     const char *cwd, moat_error **err) {
+                     const char *cwd, const char *user, moat_error **err) {
   /* Is the interpreter there? (Starting it would only report "not found" on its stderr.) */
   _cleanup_free_ char *probe = xasprintf("command -v %s >/dev/null", l->interp);
   char *pargv[] = {"/bin/sh", "-c", probe, NULL};
@@ -260,11 +263,13 @@ static int ctx_start(const char *sock, char *const *senv, const char *cid, const
                           l->name, l->hint);
   if (kernel_install(sock, l, err) < 0)
     return -1;
-  char *argv[] = {(char *)l->interp, (char *)l->kernel_path, (char *)cwd, NULL};
+  /* The kernels read their cwd only; a user (other than root) rides along as argv[3] so that a
+   * restart can start the kernel as the same user. */
+  char *argv[] = {(char *)l->interp, (char *)l->kernel_path, (char *)cwd, (char *)user, NULL};
   char *extra[] = {"MPLBACKEND=Agg", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", NULL};
   _cleanup_strv_ char **env = api_env_concat(senv, extra);
   _cleanup_free_ char *tag = xasprintf(CTX_TAG_PREFIX "%s", cid);
-  struct moat_exec_req req = {.argv = argv, .env = env, .cwd = cwd};
+  struct moat_exec_req req = {.argv = argv, .env = env, .cwd = cwd, .user = user};
   struct moat_exec_opts opts = {.background = true, .tag = tag, .keep_on_disconnect = true};
   int pid = 0;
   if (moat_guest_exec_start(sock, &req, &opts, NULL, &pid, err) < 0)
@@ -322,7 +327,7 @@ int api_h_ctx_create(struct api_req *r, json_t *body) {
     return api_reply_moat_error(r, &err);
   char cid[CTX_ID_LEN + 1];
   random_id(cid, CTX_ID_LEN);
-  int pid = ctx_start(sock, senv, cid, l, cwd, &err);
+  int pid = ctx_start(sock, senv, cid, l, cwd, NULL, &err);
   if (pid < 0)
     return reply_ctx_error(r, &err);
   struct ctx_info c = {.pid = pid, .lang = l, .cwd = xstrdup(cwd), .started_at_ms = wall_ms()};
@@ -391,7 +396,7 @@ static int ctx_restart(const char *sock, char *const *senv, const char *cid, str
                        moat_error **err) {
   if (ctx_kill(sock, c->pid, err) < 0)
     return -1;
-  int pid = ctx_start(sock, senv, cid, c->lang, c->cwd, err);
+  int pid = ctx_start(sock, senv, cid, c->lang, c->cwd, c->user, err);
   if (pid > 0) {
     c->pid = pid;
     c->started_at_ms = wall_ms();
@@ -443,7 +448,8 @@ int api_ctx_list_json(struct api_req *r, json_t **out, moat_error **err) {
   return 0;
 }
 
-int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const char *cwd, moat_error **err) {
+int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const char *cwd, const char *user,
+                   moat_error **err) {
   const struct lang *l = lang_by_name(lname);
   if (!l || !valid_cid(cid))
     return moat_error_set(err, EINVAL, "no such language '%.64s' or context id '%.64s'", lname, cid);
@@ -458,7 +464,7 @@ int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const 
     ctx_info_clear(&c);
     if (rc != 0)
       return rc;
-    if (ctx_start(sock, senv, cid, l, cwd, err) > 0)
+    if (ctx_start(sock, senv, cid, l, cwd, user, err) > 0)
       return 0;
     /* Another request started it at the same moment (the guest refuses a second kernel with the
      * same tag): find that one. */

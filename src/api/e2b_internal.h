@@ -46,8 +46,10 @@ void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e);
 /* The sandbox's contexts as an array of {id, language, cwd, created_at}. */
 int api_ctx_list_json(struct api_req *r, json_t **out, moat_error **err);
 /* Makes sure context cid (16 of [a-z0-9]) is running: 1 when it was, 0 when started now (language
- * lname: python, node or bash, in cwd), -1 on error (EINVAL: the template lacks the interpreter). */
-int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const char *cwd, moat_error **err);
+ * lname: python, node or bash, in cwd, as user: NULL = root), -1 on error (EINVAL: the template
+ * lacks the interpreter, or no such user or cwd). */
+int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const char *cwd, const char *user,
+                   moat_error **err);
 /* Runs code in context r->route.cid and answers with E2B's /execute stream (newline-delimited
  * JSON: stdout, stderr, result, error, number_of_executions, end_of_execution); errors before the
  * stream starts are JSON replies (404 context_not_found, 409 context_busy...). */

@@ -22,6 +22,7 @@
 #include "e2b_internal.h"
 
 #define E2B_DEFAULT_CWD "/home/user"
+#define E2B_CODE_USER "user" /* E2B's Jupyter runs code as "user": files it writes are user's */
 
 /* E2B language names -> moat context language and default context id (16 of [a-z0-9]). */
 static const struct {
@@ -156,7 +157,7 @@ static int h_execute(struct api_req *r, json_t *body) {
     if (li < 0)
       return unsupported_lang(r, ln);
     moat_error *err = NULL;
-    if (api_ctx_ensure(r, languages[li].cid, languages[li].moat, E2B_DEFAULT_CWD, &err) < 0) {
+    if (api_ctx_ensure(r, languages[li].cid, languages[li].moat, E2B_DEFAULT_CWD, E2B_CODE_USER, &err) < 0) {
       api_exec_enoent(r, err);
       return api_reply_moat_error(r, &err);
     }
@@ -182,10 +183,18 @@ static int h_ctx_create(struct api_req *r, json_t *body) {
   int li = lang_index(ln);
   if (li < 0)
     return unsupported_lang(r, ln);
-  json_t *mb = json_pack("{s:s, s:s}", "language", languages[li].moat, "cwd", cwd);
-  int ret = api_h_ctx_create(r, mb);
-  json_decref(mb);
-  return ret;
+  moat_error *err = NULL;
+  if (api_check_path("cwd", cwd, strlen(cwd), &err) < 0)
+    return api_reply_moat_error(r, &err);
+  if (cwd[0] != '/')
+    return interp_error(r, 400, "invalid_request", "'cwd' must be an absolute path");
+  char cid[17];
+  random_id(cid, 16);
+  if (api_ctx_ensure(r, cid, languages[li].moat, cwd, E2B_CODE_USER, &err) < 0) {
+    api_exec_enoent(r, err);
+    return api_reply_moat_error(r, &err);
+  }
+  return api_reply_json(r, 200, json_pack("{s:s, s:s, s:s}", "id", cid, "language", ln, "cwd", cwd));
 }
 
 static int h_ctx_list(struct api_req *r) {
@@ -193,6 +202,13 @@ static int h_ctx_list(struct api_req *r) {
   moat_error *err = NULL;
   if (api_ctx_list_json(r, &arr, &err) < 0)
     return api_reply_moat_error(r, &err);
+  size_t i;
+  json_t *c;
+  json_array_foreach(arr, i, c) { /* E2B's name for moat's node contexts */
+    json_t *l = json_object_get(c, "language");
+    if (json_is_string(l) && strcmp(json_string_value(l), "node") == 0)
+      json_object_set_new(c, "language", json_string("javascript"));
+  }
   return api_reply_json(r, 200, arr);
 }
 

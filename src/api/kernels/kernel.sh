@@ -13,6 +13,10 @@ if [ -n "$1" ]; then
 fi
 __moat_n=0
 __moat_f=/run/moat/cell-$$.sh
+# A context of an unprivileged user (E2B's, which run as "user") cannot write /run/moat.
+if [ ! -w /run/moat ]; then
+  __moat_f=$(mktemp /tmp/moat-cell-XXXXXX) || exit 2
+fi
 trap '' INT
 while IFS= read -r __moat_line <&3; do
   __moat_id=${__moat_line#*\"id\":\"}
