@@ -326,16 +326,32 @@ static json_t *fs_event(const struct watch_src *ws, const char *type, const char
   return j;
 }
 
+/* True for the temporary file the guest writes an upload into (".moat-upload-*" beside the
+ * target), renamed over the target when complete. */
+static bool upload_temp(const char *path) {
+  const char *b = strrchr(path, '/');
+  return strncmp(b ? b + 1 : path, ".moat-upload-", 13) == 0;
+}
+
 /* Appends the FilesystemEvents of one guest event to arr: a rename is envd's (fsnotify's)
- * RENAME of the old name plus CREATE of the new one. */
+ * RENAME of the old name plus CREATE of the new one. An upload's temporary file stays invisible:
+ * its rename onto the target reads as envd's direct write, CREATE and WRITE of the target. */
 static void fs_events(const struct watch_src *ws, const struct moat_watch_event *ev, json_t *arr) {
   const char *type = event_type(ev->event);
   if (!type) {
     log_warn("e2b watch %s: %s event (events were lost)", ws->root, ev->event);
     return;
   }
+  bool rename = strcmp(ev->event, "rename") == 0;
+  if (upload_temp(ev->path)) {
+    if (rename && ev->path2 && !upload_temp(ev->path2)) {
+      json_array_append_new(arr, fs_event(ws, "EVENT_TYPE_CREATE", ev->path2));
+      json_array_append_new(arr, fs_event(ws, "EVENT_TYPE_WRITE", ev->path2));
+    }
+    return;
+  }
   json_array_append_new(arr, fs_event(ws, type, ev->path));
-  if (strcmp(ev->event, "rename") == 0 && ev->path2)
+  if (rename && ev->path2)
     json_array_append_new(arr, fs_event(ws, "EVENT_TYPE_CREATE", ev->path2));
 }
 

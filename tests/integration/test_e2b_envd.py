@@ -251,6 +251,20 @@ class EnvdTest(DaemonTest):
                 break
             time.sleep(0.1)
         self.assertIn({"name": "f.txt", "type": "EVENT_TYPE_CREATE"}, events)
+        # includeEntry: create/write events carry the entry
+        st, m = self.rpc("filesystem.Filesystem/CreateWatcher", {"path": "/tmp/pw", "includeEntry": True})
+        wid2 = m["watcherId"]
+        self.assertEqual(self.envd("/files?path=/tmp/pw/g.txt", b"hello", ctype="application/octet-stream")[0], 200)
+        ev2 = []
+        for _ in range(50):
+            ev2 += self.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid2})[1].get("events", [])
+            if any(e["name"] == "g.txt" and "entry" in e for e in ev2):
+                break
+            time.sleep(0.1)
+        withe = [e for e in ev2 if e["name"] == "g.txt" and "entry" in e]
+        self.assertTrue(withe, ev2)
+        self.assertEqual(withe[-1]["entry"]["path"], "/tmp/pw/g.txt")
+        self.assertEqual(self.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid2})[0], 200)
         self.assertEqual(self.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})[0], 200)
         st, m = self.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
         self.assertEqual((st, m["code"]), (404, "not_found"))
