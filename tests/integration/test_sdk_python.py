@@ -197,6 +197,9 @@ class ValidationTest(unittest.TestCase):
             (ValueError, lambda: sb.process(1).signal("BOGUS")),
             (TypeError, lambda: sb.process(1).stdin.write(5)),
             (TypeError, lambda: sb.process(1).stream(on_stdout=3)),
+            (ValueError, lambda: sb.pty(cols=0)),
+            (TypeError, lambda: sb.pty(rows="24")),
+            (TypeError, lambda: sb.pty(["bash"])),
         ]
         for i, (exc, fn) in enumerate(cases):
             with self.subTest(case=i):
@@ -510,6 +513,37 @@ class SdkTest(DaemonTest):
         with self.assertRaises(moat.NotFoundError) as cm:
             self.sb.process("no-such-tag").kill()
         self.assertEqual((cm.exception.status, cm.exception.code), (404, "process_not_found"))
+
+    # -- pty --
+    def test_pty(self):
+        with self.sb.pty(cols=100, rows=30) as t:
+            self.assertIsInstance(t, moat.Pty)
+            t.send("stty size; echo MARK$((40+2))\r")
+            out = t.read_until("MARK42", timeout=20)
+            self.assertIn(b"30 100", out)
+            t.resize(120, 40)
+            t.send("stty size; echo MARK$((40+3))\r")
+            self.assertIn(b"40 120", t.read_until("MARK43", timeout=20))
+            t.send("exit\r")
+            t.read_all(timeout=20)
+            self.assertTrue(t.exited)
+            self.assertEqual(t.recv(), b"")
+        with self.sb.pty("echo hello; tty; echo $TERM") as t:
+            out = t.read_all(timeout=20)
+        self.assertIn(b"hello", out)
+        self.assertIn(b"/dev/pts/", out)
+        self.assertIn(b"xterm-256color", out)
+        with self.sb.pty("sleep 60") as t:
+            with self.assertRaises(moat.TimeoutError):
+                t.recv(timeout=0.3)
+        deadline = time.time() + 10  # closing the pty killed its process
+        while any(p.running and p.cmd.endswith("sleep 60") for p in self.sb.processes()):
+            self.assertLess(time.time(), deadline, "the pty's process outlived the pty")
+            time.sleep(0.2)
+        with self.assertRaises(moat.InvalidRequestError):
+            self.sb.pty("true", user="nosuchuser")
+        with self.assertRaises(moat.NotFoundError):
+            Sandbox({"id": "zzzzzzzzzzzzzzzz", "state": "running"}, self.client).pty()
 
     # -- files --
     def test_files(self):

@@ -15,12 +15,12 @@ from .errors import (AuthenticationError, ConflictError, ConnectionError, Invali
                      NotFoundError, NotSupportedError, SandboxError, TimeoutError)
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
                      Result, SandboxInfo, Snapshot, WriteInfo)
-from .sandbox import CodeContext, ExploreResult, Files, Process, ProcessStdin, Sandbox, WatchHandle
+from .sandbox import CodeContext, ExploreResult, Files, Process, ProcessStdin, Pty, Sandbox, WatchHandle
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Client", "Files", "Process", "ProcessStdin", "CodeContext", "WatchHandle", "ExploreResult",
+    "Sandbox", "Client", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
     "ExecResult", "SandboxInfo", "EntryInfo", "WriteInfo", "FilesystemEvent", "ProcessInfo", "Execution", "Result",
     "ExecutionError", "Snapshot", "ExploreOutcome",
     "MoatError", "InvalidRequestError", "AuthenticationError", "NotFoundError", "ConflictError", "TimeoutError",

@@ -1,11 +1,13 @@
 """sandbox.py -- Sandbox: one moat sandbox and everything a program does with it."""
 
 import base64
+import json
 import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, overload
 
 from . import _check, errors
+from . import _ws
 from ._http import SSEStream, Transport, output_bytes
 from .client import TIMEOUT_MARGIN, _UNSET, Client, resolve
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
@@ -422,6 +424,87 @@ class CodeContext:
         self.sandbox._t.request("DELETE", self._path)
 
 
+class Pty:
+    """An interactive terminal in the sandbox (``Sandbox.pty``): a process on a pseudo-terminal,
+    driven over a WebSocket. The process is killed when the Pty is closed."""
+
+    def __init__(self, ws: "_ws.WebSocket"):
+        self._ws = ws
+        self.exited = False
+
+    def send(self, data: Union[str, bytes]) -> None:
+        """Types data into the terminal (str as UTF-8); "\\r" is Enter, "\\x03" is Ctrl-C."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        elif not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("data must be str or bytes, got %s" % type(data).__name__)
+        self._ws.send(_ws.BINARY, bytes(data))
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Changes the terminal's size (each 1..1000)."""
+        _check.integer("cols", cols, 1, 1000, optional=False)
+        _check.integer("rows", rows, 1, 1000, optional=False)
+        self._ws.send(_ws.TEXT, json.dumps({"type": "resize", "cols": cols, "rows": rows}).encode())
+
+    def recv(self, timeout: Optional[float] = None) -> bytes:
+        """The next chunk of terminal output; b"" once the process has exited (after its last
+        output). timeout: seconds (moat.TimeoutError past it; nothing is lost)."""
+        _check.number("timeout", timeout, lo=0)
+        if self.exited:
+            return b""
+        while True:
+            op, payload = self._ws.recv(timeout)
+            if op == _ws.CLOSE:
+                self.exited = True
+                if self._ws.close_code not in (1000, 1005):
+                    raise errors.ConnectionError("pty closed with code %s: %s" % (
+                        self._ws.close_code, payload.decode("utf-8", "replace")), code="connection_error")
+                return b""
+            if op == _ws.TEXT:
+                try:
+                    msg = json.loads(payload)
+                except ValueError:
+                    return payload
+                if isinstance(msg, dict) and msg.get("type") == "error":
+                    raise errors.InvalidRequestError("pty: %s" % msg.get("message"), code="invalid_request")
+                continue
+            return payload
+
+    def read_until(self, marker: Union[str, bytes], timeout: float = 30) -> bytes:
+        """Reads output until marker appears; returns everything read (marker included).
+        moat.TimeoutError past timeout; moat.ConnectionError if the process exits first."""
+        m = marker.encode("utf-8") if isinstance(marker, str) else marker
+        deadline = time.monotonic() + timeout
+        out = b""
+        while m not in out:
+            chunk = self.recv(max(0.0, deadline - time.monotonic()))
+            if chunk == b"" and self.exited:
+                raise errors.ConnectionError("pty: the process exited before %r appeared (output: %r)"
+                                             % (marker, out[-300:]), code="connection_error")
+            out += chunk
+        return out
+
+    def read_all(self, timeout: float = 30) -> bytes:
+        """Reads output until the process exits; returns all of it."""
+        deadline = time.monotonic() + timeout
+        out = b""
+        while True:
+            chunk = self.recv(max(0.0, deadline - time.monotonic()))
+            if not chunk and self.exited:
+                return out
+            out += chunk
+
+    def close(self) -> None:
+        """Closes the terminal; moatd kills its process."""
+        self._ws.close()
+
+    def __enter__(self) -> "Pty":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 class ExploreResult:
     """The outcome of ``Sandbox.explore``: each branch's outcome (in the order of the commands) and
     the winner, a Sandbox (None when no branch qualified).
@@ -669,6 +752,21 @@ class Sandbox:
             return Process(self, ref)
         _check.tag("tag", ref)
         return Process(self, 0, ref)
+
+    def pty(self, cmd: Optional[str] = None, *, cols: int = 80, rows: int = 24,
+            user: Optional[str] = None) -> Pty:
+        """Starts cmd (default: a login shell) on a pseudo-terminal of cols x rows with
+        TERM=xterm-256color and returns a Pty to type into and read from. Closing it kills the
+        process."""
+        _check.string("cmd", cmd, optional=True)
+        _check.integer("cols", cols, 1, 1000, optional=False)
+        _check.integer("rows", rows, 1, 1000, optional=False)
+        _check.string("user", user, optional=True)
+        t = self._t
+        path = t.path(self._path + "/pty", {"cols": cols, "rows": rows, "cmd": cmd, "user": user})
+        ws = _ws.WebSocket.connect(t.scheme, t.host, t.port, path, t.headers(), t.connect_timeout,
+                                   self.client.lifecycle_timeout)
+        return Pty(ws)
 
     # ---- code contexts ----
     def create_code_context(self, language: str = "python", *, cwd: Optional[str] = None) -> CodeContext:
