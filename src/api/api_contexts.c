@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../common/buf.h"
 #include "../common/log.h"
@@ -981,11 +982,16 @@ static int run_start(struct api_req *r, const char *code, size_t code_len, uint3
     run_free(u);
     return 0;
   }
-  if (!busy_take(u->sid, u->cid)) {
-    u->cid[0] = '\0';
-    run_free(u);
-    return api_reply_error(r, 409, "context_busy",
-                           "context %s is running code; runs in one context do not overlap", r->route.cid);
+  /* E2B's Jupyter queues executions of one kernel: an E2B run waits for the context while its
+   * client is there; the v1 API answers 409 at once. */
+  while (!busy_take(u->sid, u->cid)) {
+    if (mode != RUN_E2B || api_stopping(r->api) || api_client_gone(api_conn_fd(r))) {
+      u->cid[0] = '\0';
+      run_free(u);
+      return api_reply_error(r, 409, "context_busy",
+                             "context %s is running code; runs in one context do not overlap", r->route.cid);
+    }
+    usleep(20000);
   }
   random_id(u->rid, 16);
   u->timeout_ms = timeout_ms;

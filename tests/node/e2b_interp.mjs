@@ -40,6 +40,9 @@ const scenarios = {
     })
     const total = Date.now() - t0
     assert.ok(first > 0 && first < total - 1000, `first output after ${first} ms of ${total} ms`)
+    // concurrent runs in one context wait for each other (E2B's kernel queues them)
+    const [p, q] = await Promise.all([sbx.runCode('import time\ntime.sleep(0.5)\n"first"'), sbx.runCode('"second"')])
+    assert.deepEqual([p.text, q.text, p.error, q.error], ["'first'", "'second'", undefined, undefined])
   },
 
   // An exception becomes execution.error with its traceback; the context survives it.
