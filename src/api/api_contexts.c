@@ -929,7 +929,7 @@ static bool wants_sse(struct api_req *r) {
 
 enum run_mode { RUN_WHOLE, RUN_SSE, RUN_E2B };
 static int run_start(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms,
-                     enum run_mode mode);
+                     enum run_mode mode, json_t *env);
 
 int api_h_ctx_run(struct api_req *r, json_t *body) {
   const char *code = NULL;
@@ -959,15 +959,57 @@ int api_h_ctx_run(struct api_req *r, json_t *body) {
   }
   if (!code)
     return api_reply_error(r, 400, "invalid_request", "'code' is required");
-  return run_start(r, code, code_len, timeout_ms, sse ? RUN_SSE : RUN_WHOLE);
+  return run_start(r, code, code_len, timeout_ms, sse ? RUN_SSE : RUN_WHOLE, NULL);
 }
 
-int api_ctx_run_e2b(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms) {
-  return run_start(r, code, code_len, timeout_ms, RUN_E2B);
+int api_ctx_run_e2b(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms, json_t *env) {
+  return run_start(r, code, code_len, timeout_ms, RUN_E2B, env);
+}
+
+/* Single-quotes s for bash. */
+static void sh_quote(struct moat_buf *b, const char *s) {
+  moat_buf_append(b, "'", 1);
+  for (; *s; s++) {
+    if (*s == '\'')
+      moat_buf_append(b, "'\\''", 4);
+    else
+      moat_buf_append(b, s, 1);
+  }
+  moat_buf_append(b, "'", 1);
+}
+
+/* bash: env for one cell as two scripts the kernel evals around it (kernel.sh): the first saves
+ * each variable's state and exports the new value, the second puts the old state back. Names were
+ * checked by the caller ([A-Za-z_][A-Za-z0-9_]*). */
+static void bash_env_scripts(json_t *env, json_t *line) {
+  struct moat_buf set = {0}, unset = {0};
+  const char *k;
+  json_t *v;
+  json_object_foreach(env, k, v) {
+    char *t = xasprintf("__moat_s_%s=${%s+x}; __moat_o_%s=${%s-}; export %s=", k, k, k, k, k);
+    moat_buf_append(&set, t, strlen(t));
+    free(t);
+    sh_quote(&set, json_string_value(v));
+    moat_buf_append(&set, "\n", 1);
+    t = xasprintf("if [ -n \"$__moat_s_%s\" ]; then %s=$__moat_o_%s; else unset %s; fi; unset __moat_s_%s "
+                  "__moat_o_%s\n",
+                  k, k, k, k, k, k);
+    moat_buf_append(&unset, t, strlen(t));
+    free(t);
+  }
+  size_t n;
+  char *b = moat_base64_encode(set.p ? set.p : "", set.len, &n);
+  json_object_set_new(line, "env_b64", json_stringn(b, n));
+  free(b);
+  b = moat_base64_encode(unset.p ? unset.p : "", unset.len, &n);
+  json_object_set_new(line, "unenv_b64", json_stringn(b, n));
+  free(b);
+  free(set.p);
+  free(unset.p);
 }
 
 static int run_start(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms,
-                     enum run_mode mode) {
+                     enum run_mode mode, json_t *env) {
   moat_error *err = NULL;
   bool sse = mode != RUN_WHOLE;
   if (memchr(code, '\0', code_len))
@@ -1006,7 +1048,14 @@ static int run_start(struct api_req *r, const char *code, size_t code_len, uint3
     return reply_ctx_error(r, &err);
   }
   json_t *line = json_pack("{s:s, s:s%}", "id", u->rid, "code", code, code_len);
-  if (strcmp(u->ctx.lang->name, "bash") == 0) {
+  bool bash = strcmp(u->ctx.lang->name, "bash") == 0;
+  if (env && json_object_size(env) > 0) { /* for this cell only (E2B's runCode envs) */
+    if (bash)
+      bash_env_scripts(env, line);
+    else
+      json_object_set(line, "env", env);
+  }
+  if (bash) {
     size_t bl;
     _cleanup_free_ char *b64 = moat_base64_encode(code, code_len, &bl);
     json_object_set_new(line, "code_b64", json_stringn(b64, bl));

@@ -55,6 +55,8 @@ int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const 
  * stream starts are JSON replies (404 context_not_found, 409 context_busy...). */
 /* POST /contexts/{id}/restart for the SDK, which never reads the answer: 204 without a body. */
 int api_ctx_restart_e2b(struct api_req *r);
-int api_ctx_run_e2b(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms);
+/* env: object of name -> string set for this run only (E2B's env_vars; names checked by the
+ * caller), or NULL. */
+int api_ctx_run_e2b(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms, json_t *env);
 
 #endif

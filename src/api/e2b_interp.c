@@ -144,10 +144,23 @@ static int h_execute(struct api_req *r, json_t *body) {
     return interp_error(r, 400, "invalid_request", "'language' must be a string");
   if (json_is_string(ctx) && json_is_string(lang))
     return interp_error(r, 400, "invalid_request", "give context_id or language, not both");
-  if (!null_or_empty(envs))
-    return interp_error(r, 400, "invalid_request",
-                           "per-execution env_vars (runCode's envs) are not supported by moat; set envs at "
-                           "Sandbox.create (see docs/e2b-compat.md)");
+  if (null_or_empty(envs)) {
+    envs = NULL;
+  } else {
+    if (!json_is_object(envs) || json_object_size(envs) > API_MAX_ENV_KEYS)
+      return interp_error(r, 400, "invalid_request", "'env_vars' must be an object of at most %d names",
+                          API_MAX_ENV_KEYS);
+    const char *k;
+    json_t *ev;
+    json_object_foreach(envs, k, ev) {
+      if (!api_valid_env_name(k) || strlen(k) > API_MAX_ENV_KEY)
+        return interp_error(r, 400, "invalid_request", "env_vars: '%.64s' is not a valid variable name", k);
+      if (!json_is_string(ev) || json_string_length(ev) > API_MAX_ENV_VALUE ||
+          strlen(json_string_value(ev)) != json_string_length(ev))
+        return interp_error(r, 400, "invalid_request", "env_vars: the value of '%.64s' must be a string without NUL",
+                            k);
+    }
+  }
   if (json_is_string(ctx)) {
     if (set_cid(r, json_string_value(ctx)) < 0)
       return -1;
@@ -163,7 +176,7 @@ static int h_execute(struct api_req *r, json_t *body) {
     }
     memcpy(r->route.cid, languages[li].cid, 17);
   }
-  return api_ctx_run_e2b(r, json_string_value(code), json_string_length(code), (uint32_t)API_MAX_TIMEOUT_MS);
+  return api_ctx_run_e2b(r, json_string_value(code), json_string_length(code), (uint32_t)API_MAX_TIMEOUT_MS, envs);
 }
 
 static int h_ctx_create(struct api_req *r, json_t *body) {

@@ -70,5 +70,16 @@ rl.on('line', (line) => {
   if (!line.trim()) return;
   let req;
   try { req = JSON.parse(line); } catch (e) { send({ id: null, type: 'error', name: 'ProtocolError', value: String(e), traceback: [] }); return; }
-  queue = queue.then(() => { curId = req.id; return run(String(req.code)); });
+  // Optional "env": {name: value} for this cell only (E2B's runCode envs).
+  const env = req.env && typeof req.env === 'object' ? req.env : {};
+  queue = queue.then(async () => {
+    curId = req.id;
+    const saved = {};
+    for (const k of Object.keys(env)) { saved[k] = process.env[k]; process.env[k] = String(env[k]); }
+    try {
+      return await run(String(req.code));
+    } finally {
+      for (const k of Object.keys(saved)) { if (saved[k] === undefined) delete process.env[k]; else process.env[k] = saved[k]; }
+    }
+  });
 });

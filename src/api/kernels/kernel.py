@@ -362,13 +362,23 @@ class Kernel:
                 self.send({"id": None, "type": "error", "name": "ProtocolError", "value": str(e), "traceback": []})
                 continue
             self.cur_id = rid
+            # Optional "env": {name: value} for this cell only (E2B's runCode envs).
+            env = req.get("env") if isinstance(req.get("env"), dict) else {}
+            saved = dict((k, os.environ.get(k)) for k in env)
             try:
+                os.environ.update(dict((str(k), str(v)) for k, v in env.items()))
                 self.run(code)
             except SystemExit as e:
                 self.send({"id": rid, "type": "error", "name": "SystemExit", "value": str(e.code), "traceback": []})
             except KeyboardInterrupt:
                 # Arrived after the cell ended, while its answers were being sent.
                 pass
+            finally:
+                for k, old in saved.items():
+                    if old is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = old
             while True:
                 try:
                     self.sync_fds()

@@ -24,11 +24,23 @@ while IFS= read -r __moat_line <&3; do
   __moat_b=${__moat_line##*\"code_b64\":\"}
   __moat_b=${__moat_b%%\"*}
   printf '%s' "$__moat_b" | base64 -d >"$__moat_f" 2>/dev/null
+  # Optional env for this cell only: "env_b64" (sets) and "unenv_b64" (restores), before code_b64.
+  __moat_pre= __moat_post=
+  case $__moat_line in
+  *'"env_b64":"'*)
+    __moat_pre=${__moat_line#*\"env_b64\":\"}
+    __moat_pre=${__moat_pre%%\"*}
+    __moat_post=${__moat_line#*\"unenv_b64\":\"}
+    __moat_post=${__moat_post%%\"*}
+    ;;
+  esac
+  [ -n "$__moat_pre" ] && eval "$(printf '%s' "$__moat_pre" | base64 -d)"
   __moat_n=$((__moat_n + 1))
   trap 'trap "" INT; return 130' INT
   . "$__moat_f"
   __moat_rc=$?
   trap '' INT
+  [ -n "$__moat_post" ] && eval "$(printf '%s' "$__moat_post" | base64 -d)"
   printf '\036{"id":"%s","type":"end","execution_count":%d,"exit_code":%d}\n' "$__moat_id" "$__moat_n" "$__moat_rc" >&2
   printf '\036{"id":"%s","type":"end","execution_count":%d,"exit_code":%d}\n' "$__moat_id" "$__moat_n" "$__moat_rc"
 done
