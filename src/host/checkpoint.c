@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -231,6 +232,96 @@ static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, b
                         conns);
 }
 
+/* After a moatd restart a slot keeps no fd of its writable layer. Finds it again: a dir under
+ * project quotas (SLOT/fs), or the loop device whose (unlinked) backing file was DISKS/N.img,
+ * whose ext4 superblock is then mounted again, detached. Returns a dir fd of the layer or -1. */
+static int reattach_disk(const char *slot_dir, const char *disks_dir, int slot, moat_error **err) {
+  _cleanup_free_ char *fs_dir = xasprintf("%s/fs", slot_dir);
+  int fd = open(fs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0)
+    return fd;
+  _cleanup_free_ char *want = xasprintf("%s/%d.img", disks_dir, slot);
+  DIR *dp = opendir("/sys/block");
+  if (!dp)
+    return moat_error_errno(err, "open /sys/block");
+  char loop[300] = "";
+  struct dirent *de;
+  while (!loop[0] && (de = readdir(dp)) != NULL) {
+    if (strncmp(de->d_name, "loop", 4) != 0)
+      continue;
+    _cleanup_free_ char *bf = xasprintf("/sys/block/%s/loop/backing_file", de->d_name);
+    _cleanup_free_ char *name = NULL;
+    if (read_file(bf, &name, NULL, NULL) < 0)
+      continue;
+    name[strcspn(name, "\n")] = '\0';
+    char *del = strstr(name, " (deleted)");
+    if (del)
+      *del = '\0';
+    if (strcmp(name, want) == 0)
+      snprintf(loop, sizeof(loop), "/dev/%s", de->d_name);
+  }
+  closedir(dp);
+  if (!loop[0])
+    return moat_error_set(err, ENOENT, "no loop device holds %s", want);
+  _cleanup_close_ int fsfd = fsopen("ext4", FSOPEN_CLOEXEC);
+  if (fsfd < 0)
+    return moat_error_errno(err, "fsopen ext4");
+  if (fsconfig(fsfd, FSCONFIG_SET_STRING, "source", loop, 0) < 0 ||
+      fsconfig(fsfd, FSCONFIG_SET_FLAG, "nodelalloc", NULL, 0) < 0 ||
+      fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+    return moat_error_errno(err, "mount %s again", loop);
+  fd = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
+  if (fd < 0)
+    return moat_error_errno(err, "fsmount %s", loop);
+  return fd;
+}
+
+/* SLOT/checkpointing exists while a checkpoint holds the sandbox frozen: "was_frozen 0|1" and,
+ * once CRIU runs, "criu PID START". If moatd dies meanwhile, moat_checkpoint_recover (at adopt)
+ * waits for that CRIU to finish and thaws what the checkpoint froze. */
+#define MARKER "checkpointing"
+
+struct dump_ctx {
+  const char *marker;
+  bool was_frozen;
+};
+
+static int dump_parent(void *arg, pid_t child, moat_error **err) {
+  struct dump_ctx *c = arg;
+  _cleanup_free_ char *line = xasprintf("was_frozen %d\ncriu %d %llu\n", c->was_frozen, child,
+                                        (unsigned long long)moat_proc_start_time(child));
+  _cleanup_close_ int fd = open(c->marker, O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0 || write_all(fd, line, strlen(line)) < 0)
+    return moat_error_errno(err, "write %s", c->marker);
+  return 0;
+}
+
+void moat_checkpoint_recover(struct moat_cgroups *cg, int slot, const char *slot_dir) {
+  _cleanup_free_ char *marker = xasprintf("%s/" MARKER, slot_dir);
+  _cleanup_free_ char *text = NULL;
+  if (read_file(marker, &text, NULL, NULL) < 0)
+    return;
+  pid_t criu = (pid_t)meta_u64(text, "criu");
+  _cleanup_free_ char *criu_line = meta_str(text, "criu");
+  unsigned long long start = 0;
+  if (criu_line)
+    sscanf(criu_line, "%*d %llu", &start);
+  if (criu > 0 && start && moat_proc_start_time(criu) == start) {
+    /* CRIU outlived the moatd that started it: it finishes (and leaves the tasks as it found
+     * them, frozen); thawing under it would be undone by it */
+    int pfd = (int)syscall(SYS_pidfd_open, criu, 0);
+    if (pfd >= 0) {
+      struct pollfd p = {.fd = pfd, .events = POLLIN};
+      poll(&p, 1, 60000);
+      close(pfd);
+    }
+  }
+  if (meta_u64(text, "was_frozen") == 0)
+    moat_cgroup_freeze(cg, slot, false, 5000, NULL);
+  unlink(marker);
+  log_info("slot %d: thawed after a checkpoint interrupted by a moatd restart", slot);
+}
+
 static int dump_child(void *arg) {
   (void)arg;
   return moat_criu_child_setup();
@@ -247,11 +338,8 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     return moat_error_wrap(err, "checkpoint");
   _cleanup_free_ char *slot_dir = v.slot_dir;
   _cleanup_close_ int disk = v.disk_fd;
-  if (disk < 0)
-    return moat_error_set(err, ENOTSUP,
-                          "checkpoint slot %d: its writable layer is not reachable (sandbox adopted after a "
-                          "moatd restart)",
-                          slot);
+  if (disk < 0 && (disk = reattach_disk(slot_dir, v.disks_dir, slot, err)) < 0)
+    return moat_error_wrap(err, "checkpoint slot %d: find its writable layer", slot);
   _cleanup_free_ char *cgdir = v2_cgroup_of(v.pid, err);
   if (!cgdir)
     return moat_error_wrap(err, "checkpoint slot %d", slot);
@@ -262,8 +350,21 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     return moat_error_errno(err, "checkpoint: mkdir %s/images", dir);
 
   bool was_frozen = moat_cgroup_frozen(v.cgroups, slot);
-  if (freeze_quiet(&v, slot, cgdir, was_frozen, err) < 0)
+  _cleanup_free_ char *marker = xasprintf("%s/" MARKER, slot_dir);
+  {
+    _cleanup_free_ char *line = xasprintf("was_frozen %d\n", was_frozen);
+    _cleanup_close_ int mfd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (mfd < 0)
+      return moat_error_errno(err, "checkpoint slot %d: %s", slot, errno == EEXIST ? "another checkpoint runs" : marker);
+    if (write_all(mfd, line, strlen(line)) < 0) {
+      unlink(marker);
+      return moat_error_errno(err, "write %s", marker);
+    }
+  }
+  if (freeze_quiet(&v, slot, cgdir, was_frozen, err) < 0) {
+    unlink(marker);
     return moat_error_wrap(err, "checkpoint slot %d", slot);
+  }
   uint64_t tf = now_ns();
   uint64_t disk_bytes = 0;
   int ret = moat_layer_copy(disk, dfd, "upper", v.uid_base, v.uid_base, &disk_bytes, err);
@@ -292,7 +393,8 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     if (leave_running)
       argv[a++] = "--leave-running";
     argv[a] = NULL;
-    ret = moat_criu_run(argv, NULL, dump_child, NULL, log, err);
+    struct dump_ctx dc = {.marker = marker, .was_frozen = was_frozen};
+    ret = moat_criu_run(argv, dump_parent, dump_child, &dc, log, err);
     if (ret == 0)
       ret = share_images(images, err);
     if (ret == 0 && info)
@@ -310,6 +412,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
       }
     }
   }
+  unlink(marker);
   if (ret < 0)
     return moat_error_wrap(err, "checkpoint slot %d", slot);
   _cleanup_free_ char *meta = xasprintf("version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\n",
@@ -607,7 +710,8 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   _cleanup_free_ char *tmpl = meta_str(meta, "template");
   if (!old_base || !tmpl)
     return moat_error_set(err, EINVAL, "restore: %s has no uid_base/template", meta_path);
-  if (strcmp(tmpl, template_name) != 0)
+  /* a sandbox adopted after a moatd restart does not know its template: the caller's word */
+  if (tmpl[0] && strcmp(tmpl, template_name) != 0)
     return moat_error_set(err, EINVAL, "restore: %s was taken from template %s, not %s", dir, tmpl,
                           template_name);
 

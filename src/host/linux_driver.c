@@ -576,6 +576,10 @@ int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_tim
   s->pid = pid;
   s->start_time = start_time;
   s->own_child = false;
+  {
+    _cleanup_free_ char *dir = slot_path(h, slot);
+    moat_checkpoint_recover(h->cgroups, slot, dir); /* a checkpoint cut short by our death */
+  }
   fill_instance(h, s, out);
   return 1;
 }
@@ -723,6 +727,7 @@ int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *ou
   pthread_mutex_unlock(&h->lock);
   out->slot_dir = slot_path(h, slot);
   out->cgroups = h->cgroups;
+  out->disks_dir = h->disks_dir;
   return 0;
 }
 

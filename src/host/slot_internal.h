@@ -17,7 +17,8 @@ struct moat_slot_view {
   char template_name[64];
   struct moat_limits limits;
   struct moat_cgroups *cgroups; /* the host's, not owned */
-  const char *disks_dir, *template_dir, *guest_path; /* the host's (reserve only), not owned */
+  const char *disks_dir;                  /* the host's, not owned */
+  const char *template_dir, *guest_path; /* the host's (reserve only), not owned */
 };
 
 /* A running (assigned) sandbox's slot. 0, or -1 (ENOENT when the slot holds no sandbox). The
@@ -36,6 +37,10 @@ void moat_host_slot_commit(struct moat_host *h, int slot, pid_t pid, int pidfd, 
 /* The restore into slot failed: kills whatever runs in its cgroups, removes cgroups, slot dir and
  * range claim, frees the slot. */
 void moat_host_slot_abort(struct moat_host *h, int slot);
+
+/* (checkpoint.c) At adopt: when a checkpoint of the slot was interrupted by moatd's death, waits
+ * for its CRIU to finish and thaws the sandbox unless it was paused before. */
+void moat_checkpoint_recover(struct moat_cgroups *cg, int slot, const char *slot_dir);
 
 /* Fills out for an assigned slot as moat_host_create does. */
 void moat_host_fill_instance(struct moat_host *h, int slot, struct moat_instance *out);

@@ -319,6 +319,49 @@ int main(void) {
     ok(strcmp(fe, "only-c") == 0, "E has C's files", fe);
   }
 
+  /* moatd restarts: an adopted sandbox checkpoints again (its writable layer is found again), and
+   * one frozen by a checkpoint that the restart cut short is thawed at adopt */
+  if (je.r == 0 && jd.r == 0) {
+    _cleanup_free_ char *marker = xasprintf("%s/host/slots/%d/checkpointing", data, a.slot);
+    r = moat_host_pause(h, a.slot, &err);
+    ok(r == 0, "freeze A as an interrupted checkpoint leaves it", moat_error_msg(err));
+    FILE *mf = fopen(marker, "w");
+    if (mf) {
+      fputs("was_frozen 0\n", mf);
+      fclose(mf);
+    }
+    moat_host_shutdown(h);
+    r = moat_host_init(&h, &cfg, &err);
+    ok(r == 0, "host re-init", moat_error_msg(err));
+    if (r < 0)
+      return 1;
+    struct moat_instance x;
+    int adopted = 0;
+    const struct moat_instance *all[] = {&a, &jb.inst, &jd.inst, &je.inst};
+    for (size_t i = 0; i < ARRAY_SIZE(all); i++)
+      adopted += moat_host_adopt(h, all[i]->slot, all[i]->pid, all[i]->start_time, &x, NULL) == 1;
+    ok(adopted == 4, "the four running sandboxes are adopted", NULL);
+    moat_host_reconcile(h, NULL);
+    ok(moat_guest_ping(a.sock_path, 2000, &err) == 0 && access(marker, F_OK) < 0,
+       "A, frozen by an interrupted checkpoint, runs again after adopt", moat_error_msg(err));
+    moat_error_free(&err);
+    _cleanup_free_ char *d4 = xasprintf("%s/ckpt-a2", data);
+    mkdir(d4, 0700);
+    r = moat_host_checkpoint(h, a.slot, d4, true, &info, &err);
+    ok(r == 0, "checkpoint of an adopted sandbox", moat_error_msg(err));
+    struct restore_job jf = {.h = h, .dir = d4, .r = -1};
+    if (r == 0)
+      restore_thread(&jf);
+    struct state sf;
+    ok(jf.r == 0 && ticking(jf.inst.sock_path, 0, &sf) && strcmp(sf.tok, sa.tok) == 0,
+       "its restore has A's memory", jf.r ? moat_error_msg(jf.err) : sf.tok);
+    _cleanup_free_ char *ff = jf.r == 0 ? sh(jf.inst.sock_path, "cat /root/file.txt", &code) : xstrdup("");
+    ok(strcmp(ff, "disk-A") == 0, "and A's files", ff);
+    if (jf.r == 0)
+      moat_host_destroy(h, jf.inst.slot, NULL);
+    moat_error_free(&jf.err);
+  }
+
 out:
   moat_host_destroy(h, a.slot, NULL);
   if (jb.r == 0)
