@@ -1,0 +1,38 @@
+// @moat/sdk -- TypeScript client for moat's v1 API.
+export { Sandbox } from './sandbox.js';
+export type {
+  SandboxInfo,
+  SandboxState,
+  CreateOptions,
+  ListOptions,
+  ExecOptions,
+  BackgroundExecOptions,
+  ExecResult,
+  ExecStreamOptions,
+  ExploreBranch,
+  ExploreOutcome,
+  ExploreResult,
+  SnapshotInfo,
+} from './sandbox.js';
+export { SandboxProcess, SIGNALS } from './process.js';
+export type { ExitInfo, ProcessInfo, OutputCallback, SignalName, StreamOptions } from './process.js';
+export { Files } from './files.js';
+export type { EntryInfo, FsEvent, Watcher } from './files.js';
+export { CodeContext } from './context.js';
+export type { Execution, ExecutionError, Result, Language, RunCodeOptions } from './context.js';
+export type { Pty, PtyOptions, PtyExit } from './pty.js';
+export { Connection, DEFAULT_API_URL, sdkDispatcher } from './http.js';
+export type { ConnectionOptions } from './http.js';
+export {
+  MoatError,
+  InvalidRequestError,
+  AuthenticationError,
+  ForbiddenError,
+  NotFoundError,
+  ConflictError,
+  TimeoutError,
+  NotImplementedError,
+  SandboxUnavailableError,
+  CheckpointsUnavailableError,
+  ConnectionError,
+} from './errors.js';
