@@ -85,6 +85,9 @@ class EnvdTest(DaemonTest):
     def test_sandbox_killed(self):
         self.scenario("sandbox_killed")
 
+    def test_concurrent(self):
+        self.scenario("concurrent")
+
     def test_pty(self):
         self.scenario("pty")
 

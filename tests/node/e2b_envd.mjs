@@ -261,6 +261,26 @@ const scenarios = {
     await rejects(sbx.commands.run('true'), SandboxError, 'run on a killed sandbox', 10000)
   },
 
+  // Many calls at once on one sandbox: 40 commands, 40 writes then reads, 10 watches, all right.
+  async concurrent() {
+    const sbx = await create()
+    const n = 40
+    const runs = await Promise.all([...Array(n).keys()].map((i) =>
+      sbx.commands.run(`echo out$i; echo err$i >&2; exit $(( $i % 3 ))`.replaceAll('$i', String(i))).catch((e) => e)))
+    runs.forEach((r, i) => {
+      assert.equal(r.stdout, `out${i}\n`)
+      assert.equal(r.stderr, `err${i}\n`)
+      assert.equal(r.exitCode, i % 3)
+      assert.equal(r instanceof CommandExitError, i % 3 !== 0)
+    })
+    await Promise.all([...Array(n).keys()].map((i) => sbx.files.write(`/tmp/c/${i}.txt`, `content ${i}`.repeat(100))))
+    const back = await Promise.all([...Array(n).keys()].map((i) => sbx.files.read(`/tmp/c/${i}.txt`)))
+    back.forEach((t, i) => assert.equal(t, `content ${i}`.repeat(100)))
+    const watches = await Promise.all([...Array(10).keys()].map(() => sbx.files.watchDir('/tmp/c', () => {})))
+    await Promise.all(watches.map((w) => w.stop()))
+    assert.equal((await sbx.files.list('/tmp/c')).length, n)
+  },
+
   // sbx.pty: an interactive bash on a terminal, input, resize, kill.
   async pty() {
     const sbx = await create()
