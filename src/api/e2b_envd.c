@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "../common/log.h"
 #include "e2b_envd.h"
@@ -150,13 +151,16 @@ static void files_get(struct api_req *r, struct envd_req *q) {
 
 /* POST /files: multipart/form-data (one part "file" per file; its filename is the path when the
  * query has none; other parts are skipped) or application/octet-stream (the body is the file at
- * ?path=). Every file streams to a guest writer as it arrives; nothing is buffered whole. */
+ * ?path=, possibly Content-Encoding: gzip, which the SDK's write(..., {gzip: true}) sends). Every
+ * file streams to a guest writer as it arrives; nothing is buffered whole. */
 struct envd_upload {
   char *sock;
   const char *user;  /* borrowed from the envd_req */
   const char *qpath; /* ?path= (borrowed from r->args) or NULL */
   bool multipart;
   struct mp_parser mp;
+  z_stream *gz; /* Content-Encoding: gzip (octet-stream): inflated as it arrives */
+  bool gz_end;  /* the last gzip member ended */
   struct moat_guest_writer *w;
   char *cur_path;
   bool skip; /* the current part is not "file" */
@@ -171,6 +175,10 @@ static void upload_free(struct envd_upload *u) {
     moat_guest_writer_close(u->w); /* an unfinished file is discarded */
   free(u->sock);
   mp_free(&u->mp);
+  if (u->gz) {
+    inflateEnd(u->gz);
+    free(u->gz);
+  }
   free(u->cur_path);
   json_decref(u->written);
   free(u);
@@ -249,10 +257,38 @@ static int mp_end(void *ctx, moat_error **err) {
 
 static const struct mp_callbacks upload_cb = {.begin = mp_begin, .data = mp_data, .end = mp_end};
 
+/* Inflates a gzip body's bytes into the file (members may follow each other, as gzip allows). */
+static int gunzip_write(struct envd_upload *u, const char *data, size_t len, moat_error **err) {
+  char out[64 * 1024];
+  z_stream *z = u->gz;
+  z->next_in = (Bytef *)data;
+  z->avail_in = (uInt)len;
+  int rc;
+  do {
+    if (u->gz_end && z->avail_in > 0) { /* the next member */
+      inflateReset(z);
+      u->gz_end = false;
+    }
+    z->next_out = (Bytef *)out;
+    z->avail_out = sizeof(out);
+    rc = inflate(z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
+      return moat_error_set(err, EINVAL, "the gzip body is corrupt: %s", z->msg ? z->msg : "inflate failed");
+    size_t n = sizeof(out) - z->avail_out;
+    if (n > 0 && part_write(u, out, n, err) < 0)
+      return -1;
+    if (rc == Z_STREAM_END)
+      u->gz_end = true;
+  } while (z->avail_out == 0 || (z->avail_in > 0 && rc != Z_BUF_ERROR));
+  return 0;
+}
+
 static int upload_chunk(struct envd_req *q, const char *data, size_t len, moat_error **err) {
   struct envd_upload *u = q->up;
   if (u->multipart)
     return mp_feed(&u->mp, data, len, &upload_cb, u, err);
+  if (u->gz)
+    return gunzip_write(u, data, len, err);
   return part_write(u, data, len, err);
 }
 
@@ -268,6 +304,9 @@ static void upload_finish(struct api_req *r, struct envd_req *q) {
       rest_error(r, 400, "no 'file' part in the multipart body");
       return;
     }
+  } else if (u->gz && !u->gz_end) {
+    rest_error(r, 400, "the gzip body ended early (truncated)");
+    return;
   } else if (part_finish(u, &err) < 0) {
     rest_moat_error(r, &err);
     return;
@@ -294,8 +333,9 @@ static int upload_begin(struct api_req *r, struct envd_req *q) {
   if (meta)
     return rest_error(r, 400, "file metadata (X-Metadata-* headers) is not supported by moat"), -1;
   const char *enc = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
-  if (enc && strcasecmp(enc, "identity") != 0)
-    return rest_error(r, 400, "Content-Encoding %.64s is not supported (upload without gzip)", enc), -1;
+  bool gzip = enc && strcasecmp(enc, "gzip") == 0;
+  if (enc && !gzip && strcasecmp(enc, "identity") != 0)
+    return rest_error(r, 400, "Content-Encoding %.64s is not supported (gzip or identity)", enc), -1;
   const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
   struct envd_upload *u = xcalloc(1, sizeof(*u));
   q->up = u;
@@ -303,6 +343,8 @@ static int upload_begin(struct api_req *r, struct envd_req *q) {
   u->qpath = path;
   u->user = q->user;
   if (ct && strncasecmp(ct, "multipart/form-data", 19) == 0) {
+    if (gzip)
+      return rest_error(r, 400, "a gzip body must be application/octet-stream"), -1;
     if (mp_init(&u->mp, ct, &err) < 0)
       return rest_moat_error(r, &err), -1;
     u->multipart = true;
@@ -316,6 +358,14 @@ static int upload_begin(struct api_req *r, struct envd_req *q) {
   u->sock = envd_guest(r, q, NULL, &err);
   if (!u->sock)
     return rest_moat_error(r, &err), -1;
+  if (gzip) {
+    u->gz = xcalloc(1, sizeof(*u->gz));
+    if (inflateInit2(u->gz, 16 + MAX_WBITS) != Z_OK) { /* 16: gzip framing */
+      free(u->gz);
+      u->gz = NULL;
+      return rest_error(r, 500, "cannot set up gzip decoding"), -1;
+    }
+  }
   if (!u->multipart && part_open(u, path, &err) < 0)
     return rest_moat_error(r, &err), -1;
   return 0;

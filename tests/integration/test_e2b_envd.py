@@ -9,6 +9,7 @@ does not use. Every scenario runs under a timeout, so a hang is a failure.
 """
 
 import base64
+import gzip
 import json
 import os
 import shutil
@@ -340,6 +341,21 @@ class EnvdTest(DaemonTest):
         self.assertEqual(st, 400, out)  # no closing boundary
         st, _, out = self.envd("/files?path=/tmp/x&username=root", b"x", ctype="application/octet-stream",
                                headers={"X-Metadata-Foo": "bar"})
+        self.assertEqual(st, 400, out)
+        # gzip bodies: two members in a row are one file; corrupt or truncated ones are 400
+        gz = gzip.compress(b"first ") + gzip.compress(b"second")
+        st, _, out = self.envd("/files?path=/tmp/gz", gz, ctype="application/octet-stream",
+                               headers={"Content-Encoding": "gzip"})
+        self.assertEqual(st, 200, out)
+        self.assertEqual(self.envd("/files?path=/tmp/gz", method="GET", ctype=None)[2], b"first second")
+        st, _, out = self.envd("/files?path=/tmp/gz2", gzip.compress(b"x" * 100000)[:-12], ctype="application/octet-stream",
+                               headers={"Content-Encoding": "gzip"})
+        self.assertEqual(st, 400, out)
+        st, _, out = self.envd("/files?path=/tmp/gz3", b"not gzip at all", ctype="application/octet-stream",
+                               headers={"Content-Encoding": "gzip"})
+        self.assertEqual(st, 400, out)
+        self.assertEqual(self.envd("/files?path=/tmp/gz2", method="GET", ctype=None)[0], 404)  # nothing left behind
+        st, _, out = self.envd("/files?path=/tmp/x", b"x", ctype="application/octet-stream", headers={"Content-Encoding": "br"})
         self.assertEqual(st, 400, out)
         st, _, out = self.envd("/files?path=/tmp/x&username=no-such-user", b"x", ctype="application/octet-stream")
         self.assertIn(st, (400, 404), out)

@@ -171,6 +171,10 @@ const scenarios = {
     assert.equal(back.length, 8 << 20)
     assert.equal(createHash('sha256').update(back).digest('hex'),
       createHash('sha256').update(Buffer.alloc(8 << 20, 'z')).digest('hex'))
+    // gzip: true (octet-stream with Content-Encoding: gzip), inflated on the way in
+    const text = 'compressible line\n'.repeat(200000)
+    await sbx.files.write('/tmp/gz.txt', text, { gzip: true })
+    assert.equal(await sbx.files.read('/tmp/gz.txt', { gzip: true }), text)
     // owner: files written as the default user belong to it
     const info = await sbx.files.getInfo('dir/a.txt')
     assert.equal(info.type, 'file')
