@@ -827,6 +827,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   out->ready_ns = now_ns() - t0;
   out->from_pool = false;
   unlink(pidfile);
+  rm_rf(images, NULL); /* hard links into the checkpoint: they would pin its space and expose it */
   log_debug("slot %d: restored from %s in %.1f ms (%llu bytes of disk)", n, dir, (double)out->ready_ns / 1e6,
             (unsigned long long)copied);
   return 0;
