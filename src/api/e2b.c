@@ -256,7 +256,8 @@ static bool has_prefix_seg(const char *url, const char *p) {
 
 static bool control_path(const char *url) {
   static const char *const prefixes[] = {"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates",
-                                         "/v2/templates", "/v3/templates", "/volumes", NULL};
+                                         "/v2/templates", "/v3/templates", "/volumes", "/volumecontent",
+                                         "/secrets", NULL};
   for (size_t i = 0; prefixes[i]; i++)
     if (has_prefix_seg(url, prefixes[i]))
       return true;
@@ -1087,6 +1088,10 @@ static void control_dispatch(struct api_req *r) {
     return;
   }
   bool get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0, del = strcmp(m, "DELETE") == 0;
+  if (has_prefix_seg(r->path, "/v2/templates") || has_prefix_seg(r->path, "/v3/templates")) {
+    e2b_error(r, 501, "E2B templates are not supported by moat (see docs/e2b-compat.md)");
+    return;
+  }
   if (strcmp(p.seg[0], "sandboxes") == 0) {
     if (p.n == 1) {
       if (post)
@@ -1149,7 +1154,8 @@ static void control_dispatch(struct api_req *r) {
   } else if (strcmp(p.seg[0], "templates") == 0 && !p.v2 && p.n == 2 && del) {
     h_snapshot_delete(r, p.seg[1]);
     return;
-  } else if (strcmp(p.seg[0], "templates") == 0 || strcmp(p.seg[0], "volumes") == 0) {
+  } else if (strcmp(p.seg[0], "templates") == 0 || strcmp(p.seg[0], "volumes") == 0 ||
+             strcmp(p.seg[0], "volumecontent") == 0 || strcmp(p.seg[0], "secrets") == 0) {
     e2b_error(r, 501, "E2B %s are not supported by moat (see docs/e2b-compat.md)", p.seg[0]);
     return;
   }

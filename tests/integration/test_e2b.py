@@ -154,6 +154,9 @@ class E2BTest(DaemonTest):
             ("POST", "/v2/sandboxes/sb-0000000000000000x/connect", {}, 404),
             ("GET", "/sandboxes/sb-0000000000000000x/metrics", None, 501),
             ("PUT", "/sandboxes/sb-0000000000000000x", None, 405),
+            ("GET", "/secrets", None, 501),
+            ("POST", "/v3/templates", {"name": "x"}, 501),
+            ("GET", "/volumes", None, 501),
             ("GET", "/v2/nothing-here", None, None),
         ]
         for method, path, body, status in cases:
