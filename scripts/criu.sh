@@ -119,7 +119,8 @@ fetch_suite() { # fetch_suite SUITE: installs $PREFIX/SUITE/root and $PREFIX/cri
 
 if ! command -v patchelf >/dev/null 2>&1; then
   say "installing patchelf (Debian 12)"
-  apt-get install -y -q --no-install-recommends patchelf >/dev/null
+  apt-get install -y -q --no-install-recommends patchelf >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends patchelf >/dev/null; }
 fi
 tried=""
 for suite in $SUITES; do

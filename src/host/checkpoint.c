@@ -1,27 +1,33 @@
 /* checkpoint.c -- checkpoint and restore of a running sandbox with CRIU (issue 4)
  *
  * A checkpoint dir holds:
- *   images/          CRIU's images of the sandbox's process tree (dump.log beside them)
+ *   images/          CRIU's images of the sandbox's process tree (dump.log beside them), 0644:
+ *                    restored tasks open some of them from inside their user namespace
  *   upper/           a copy of the overlay upper dir (the writable layer), owners as on the host
  *   moat-checkpoint  "key value" lines (uid_base, template, sizes), written last: a dir without
  *                    it is incomplete
  *
- * Checkpoint: freeze the slot's v2 cgroup, copy the upper dir, let CRIU dump the frozen tree
- * (--freeze-cgroup: it finds the tasks frozen and leaves them so), thaw (or destroy the slot for
- * a hibernate). The guest listens inside the sandbox (/run/moat/guest.sock, shell.c), so its
- * listener is an ordinary unix socket of the tree; moatd's connections are per request, so none
- * is open while the sandbox is frozen unless a stream is attached (then CRIU refuses and says so).
- * The network namespace (loopback only) is marked external and not dumped.
+ * Checkpoint: freeze the slot's v2 cgroup at a moment when no moatd connection to the guest is
+ * open (freeze_quiet), copy the upper dir, let CRIU dump the frozen tree (--freeze-cgroup: it
+ * finds the tasks frozen and leaves them so), thaw (or destroy the slot for a hibernate). The
+ * guest listens inside the sandbox (/run/moat/guest.sock, shell.c), so its listener is an
+ * ordinary unix socket of the tree that CRIU dumps and restores; moatd connects per request, so
+ * none is open at the freeze unless a stream, watch or PTY is attached (then EBUSY). The network
+ * namespace (loopback only) is dumped and rebuilt by CRIU: a prepared one cannot be handed over,
+ * since CRIU creates the restored user namespace itself and a namespace made before belongs to
+ * another user namespace (CRIU 4.1.1 and 4.2.1, also with --join-ns user: "Can't setns net:
+ * Operation not permitted"). SLOT/checkpointing marks a checkpoint in progress, for recovery
+ * after moatd's death (moat_checkpoint_recover).
  *
  * Restore into a fresh slot: a new uid range, cgroups and disk; the upper copy is written into
- * the new disk with owners shifted to the new range; a holder process makes a user namespace
- * with the new range's map and a network namespace with lo up; a helper (the process that
- * execs CRIU) enters a private mount namespace and mounts the overlay root there (idmapped
- * template for the new user namespace + the new upper); CRIU then restores the tree into the
- * holder's user and network namespaces (--join-ns user, --inherit-fd for net) under that root,
- * with new pid, mount, uts, ipc namespaces. CRIU's helper runs inside the slot's cgroups, so the
- * restored tree lands there. Nothing of the checkpoint dir is written: restores may run
- * concurrently from one dir.
+ * the new disk with owners shifted to the new range; CRIU's images are linked into SLOT/images
+ * with the userns image rewritten to map the new range (so the restored tree runs in it, never
+ * in the parent's); a holder process makes a user namespace with the same map for the
+ * idmapped template; a helper (the process that execs CRIU) enters a private mount namespace
+ * with CRIU's kernel-feature cache on a tmpfs /run (criu.c) and mounts the overlay root there;
+ * CRIU then restores the tree under that root with new user, pid, mount, net, uts, ipc, cgroup
+ * namespaces. CRIU's helper runs inside the slot's cgroups, so the restored tree lands there.
+ * Nothing of the checkpoint dir is written: restores may run concurrently from one dir.
  */
 #include <errno.h>
 #include <fcntl.h>
