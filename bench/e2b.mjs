@@ -8,7 +8,8 @@
 // Sandbox.create / sbx.commands.run / sbx.files.write / sbx.kill; the v1 loop does the same work:
 // POST /v1/sandboxes, POST .../exec {argv: [/bin/bash, -l, -c, CMD], user: "user"} (what envd runs
 // for commands.run), PUT .../files?path=&user=user, DELETE. Prints p50/p95/p99 per call kind and
-// per loop, and the E2B / v1 ratios.
+// per loop, and the E2B / v1 ratios. Then, on one code-interpreter sandbox, --runs runCode('1 + 1')
+// calls (@e2b/code-interpreter) against the same cell on moat's v1 contexts API, alternating.
 //
 // Without E2B_API_URL it starts its own moatd through tests/lib/moatd.py (MOAT_BUILD, default build).
 import { spawn } from 'node:child_process'
@@ -20,6 +21,7 @@ import { performance } from 'node:perf_hooks'
 const REPO = path.dirname(path.dirname(fileURLToPath(import.meta.url)))
 const require = createRequire(path.join(REPO, 'tests', 'node', 'package.json'))
 const { Sandbox } = await import(require.resolve('e2b'))
+const CI = await import(require.resolve('@e2b/code-interpreter'))
 
 const args = process.argv.slice(2)
 const opt = (name, def) => {
@@ -28,6 +30,7 @@ const opt = (name, def) => {
 }
 const LOOPS = opt('--loops', 30)
 const PACE = opt('--pace', 250)
+const RUNS = opt('--runs', 200)
 
 async function startDaemon() {
   const py = `
@@ -145,6 +148,24 @@ try {
       await v1Loop()
     }
   }
+  // the code interpreter: runCode against v1 contexts/{cid}/run on one sandbox
+  const ci = await CI.Sandbox.create({ timeoutMs: 600_000 })
+  try {
+    const ctx = await v1('POST', `/v1/sandboxes/${ci.sandboxId}/contexts`, { language: 'python' })
+    for (let i = 0; i < 10; i++) {
+      await ci.runCode('1 + 1')
+      await v1('POST', `/v1/sandboxes/${ci.sandboxId}/contexts/${ctx.id}/run`, { code: '1 + 1' })
+    }
+    for (let i = 0; i < RUNS; i++) {
+      const e = await timed('e2b runCode', () => ci.runCode('1 + 1'))
+      if (e.text !== '2') throw new Error(`runCode gave ${e.text}`)
+      const r = await timed('v1 context run', () =>
+        v1('POST', `/v1/sandboxes/${ci.sandboxId}/contexts/${ctx.id}/run`, { code: '1 + 1' }))
+      if (r.results[0].text !== '2') throw new Error(`v1 run gave ${JSON.stringify(r)}`)
+    }
+  } finally {
+    await ci.kill()
+  }
   const kinds = ['create', 'command', 'file write', 'kill', 'loop']
   console.log(`E2B SDK agent loop (create, 10 commands, 3 file writes, kill) vs moat v1, ${LOOPS} loops each`)
   console.log('| measurement (ms)          |      p50 |      p95 |      p99 |     n |')
@@ -155,6 +176,15 @@ try {
       const f = (p) => pct(xs, p).toFixed(3).padStart(8)
       console.log(`| ${`${side === 'e2b' ? 'E2B SDK' : 'v1 fetch'} ${k}`.padEnd(25)} | ${f(50)} | ${f(95)} | ${f(99)} | ${String(xs.length).padStart(5)} |`)
     }
+  }
+  for (const [a, b] of [['e2b runCode', 'E2B runCode 1+1'], ['v1 context run', 'v1 context run 1+1']]) {
+    const xs = samples[a]
+    const f = (p) => pct(xs, p).toFixed(3).padStart(8)
+    console.log(`| ${b.padEnd(25)} | ${f(50)} | ${f(95)} | ${f(99)} | ${String(xs.length).padStart(5)} |`)
+  }
+  {
+    const a = samples['e2b runCode'], b = samples['v1 context run']
+    console.log(`runCode: E2B / v1 p50 ${(pct(a, 50) / pct(b, 50)).toFixed(2)}x, p95 ${(pct(a, 95) / pct(b, 95)).toFixed(2)}x`)
   }
   for (const k of kinds) {
     const a = samples[`e2b ${k}`], b = samples[`v1 ${k}`]
