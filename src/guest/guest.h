@@ -73,6 +73,10 @@ struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms);
 void guest_procs_dispatch(struct pollfd *p, size_t base, size_t n);
 /* Takes over a connection whose request (one PID 1 serves) is still unread. */
 void guest_procs_adopt(int conn);
+/* Before a checkpoint (SIGUSR2 from the host): closes every connection PID 1 holds, streams
+ * included; their processes run on as if started with keep_on_disconnect (ATTACH replays their
+ * output later). The next guest_procs_dispatch frees them. */
+void guest_procs_quiesce(void);
 /* A child reaped by PID 1's waitpid(-1). */
 void guest_procs_reaped(pid_t pid, int status);
 

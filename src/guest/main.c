@@ -71,12 +71,40 @@ static void ensure_std_fds(void) {
 
 static void forget_spare(pid_t pid);
 
+/* Workers that took a file operation or WATCH (they told PID 1 through the notify pipe): ended
+ * by a checkpoint's quiesce, so that none holds a connection to moatd while CRIU dumps. */
+#define MAX_BUSY 64
+static pid_t busy_workers[MAX_BUSY];
+
+static void busy_add(pid_t pid) {
+  for (int i = 0; i < MAX_BUSY; i++)
+    if (busy_workers[i] <= 0) {
+      busy_workers[i] = pid;
+      return;
+    }
+}
+
+static void busy_forget(pid_t pid) {
+  for (int i = 0; i < MAX_BUSY; i++)
+    if (busy_workers[i] == pid)
+      busy_workers[i] = 0;
+}
+
+/* SIGUSR2 from the host before a checkpoint: drop every connection to moatd (see guest.h). */
+static void quiesce(void) {
+  guest_procs_quiesce();
+  for (int i = 0; i < MAX_BUSY; i++)
+    if (busy_workers[i] > 0)
+      kill(busy_workers[i], SIGKILL);
+}
+
 static void reap_all(void) {
   for (;;) {
     int status = 0;
     pid_t p = waitpid(-1, &status, WNOHANG);
     if (p > 0) {
       forget_spare(p); /* a spare that died before serving is replaced */
+      busy_forget(p);
       guest_procs_reaped(p, status);
       continue;
     }
@@ -282,6 +310,7 @@ int main(int argc, char **argv) {
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGUSR2); /* the host's quiesce before a checkpoint */
   sigprocmask(SIG_BLOCK, &mask, NULL);
   int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) {
@@ -330,14 +359,21 @@ int main(int argc, char **argv) {
       pid_t busy[16];
       ssize_t k;
       while ((k = read(notify[0], busy, sizeof(busy))) > 0)
-        for (size_t i = 0; i < (size_t)k / sizeof(pid_t); i++)
+        for (size_t i = 0; i < (size_t)k / sizeof(pid_t); i++) {
           forget_spare(busy[i]);
+          busy_add(busy[i]);
+        }
     }
     if (p[2].revents & POLLIN) {
       struct signalfd_siginfo si[16];
-      while (read(sfd, si, sizeof(si)) > 0)
-        ;
+      ssize_t k;
+      bool q = false;
+      while ((k = read(sfd, si, sizeof(si))) > 0)
+        for (size_t i = 0; i < (size_t)k / sizeof(si[0]); i++)
+          q |= si[i].ssi_signo == SIGUSR2;
       reap_all();
+      if (q)
+        quiesce();
     }
     guest_procs_dispatch(p, 3, n);
     fork_spares(lfd, notify[1], handoff[1], etc_dir);

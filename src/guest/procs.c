@@ -954,6 +954,14 @@ struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms) {
   return g_pv;
 }
 
+void guest_procs_quiesce(void) {
+  for (struct conn *c = g_conns; c; c = c->next) {
+    if (c->p && c->primary)
+      c->p->kill_on_disconnect = false; /* the process outlives its cut stream */
+    conn_drop(c);
+  }
+}
+
 static void sweep(void) {
   for (struct conn **pc = &g_conns; *pc;) {
     struct conn *c = *pc;

@@ -211,8 +211,9 @@ static int outside_sockets(const char *cgdir) {
 /* Freezes the slot at a moment when no connection to the guest is open: moatd opens one per
  * request and the guest closes its end a moment after the reply, so a freeze can catch one
  * half-closed; CRIU cannot dump a socket whose peer is outside. Thaws and retries for up to a
- * second; an attached stream, watch or PTY keeps its connection open, and then this fails with
- * EBUSY. A slot that was paused already stays frozen. */
+ * second; after a few tries it asks the guest (SIGUSR2) to drop the connections an attached
+ * stream, watch or PTY keeps open (their processes run on). A slot that was paused already
+ * stays frozen and fails with EBUSY if a connection is open. */
 static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, bool was_frozen, moat_error **err) {
   int conns = 0;
   for (int attempt = 0; attempt < 100; attempt++) {
@@ -225,6 +226,10 @@ static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, b
       break; /* a paused sandbox cannot close anything */
     if (moat_cgroup_freeze(v->cgroups, slot, false, 5000, err) < 0)
       return -1;
+    /* still open after a few tries: a stream, watch or PTY; the guest drops them on SIGUSR2
+     * (their processes run on, their output stays for ATTACH) */
+    if (attempt == 2)
+      kill(v->pid, SIGUSR2);
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }

@@ -207,6 +207,18 @@ int main(void) {
   struct state sa;
   ok(ticking(a.sock_path, 0, &sa), "A's state process runs", sa.tok);
 
+  /* an attached exec stream is open during the checkpoint: the guest drops it, its process runs on */
+  struct moat_proc_stream *stream = NULL;
+  int spid = 0;
+  {
+    char *argv[] = {"/bin/sh", "-c", "while true; do echo tick; sleep 0.1; done", NULL};
+    struct moat_exec_req req = {.argv = argv};
+    struct moat_exec_opts opts = {.tag = "ticker"};
+    r = moat_guest_exec_start(a.sock_path, &req, &opts, &stream, &spid, &err);
+    ok(r == 0 && stream, "an exec stream is attached", moat_error_msg(err));
+    moat_error_free(&err);
+  }
+
   /* checkpoint A, leave it running */
   mkdir(d1, 0700);
   struct moat_checkpoint_info info;
@@ -220,6 +232,18 @@ int main(void) {
          (unsigned long long)info.disk_bytes);
   struct state sa2;
   ok(ticking(a.sock_path, sa.n, &sa2) && strcmp(sa2.tok, sa.tok) == 0, "A runs on after its checkpoint", sa2.tok);
+  if (stream) {
+    struct moat_proc_event ev;
+    int got;
+    do
+      got = moat_proc_stream_next(stream, &ev, 3000, &err);
+    while (got == 1 && ev.type != MOAT_PROC_EXIT);
+    ok(got == 0, "the checkpoint cut the stream (guest closed it)", moat_error_msg(err));
+    moat_error_free(&err);
+    moat_proc_stream_close(stream);
+    _cleanup_free_ char *alive = sh(a.sock_path, "kill -0 $(pgrep -f 'echo tick' | head -1) && echo alive", &code);
+    ok(strcmp(alive, "alive") == 0, "its process runs on", alive);
+  }
 
   /* two restores at once */
   jb.dir = jc.dir = d1;
