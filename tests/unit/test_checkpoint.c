@@ -213,9 +213,9 @@ int main(void) {
   {
     char *argv[] = {"/bin/sh", "-c", "while true; do echo tick; sleep 0.1; done", NULL};
     struct moat_exec_req req = {.argv = argv};
-    struct moat_exec_opts opts = {.tag = "ticker"};
+    struct moat_exec_opts opts = {.tag = "ticker", .pty_cols = 80, .pty_rows = 24}; /* on a pty, too */
     r = moat_guest_exec_start(a.sock_path, &req, &opts, &stream, &spid, &err);
-    ok(r == 0 && stream, "an exec stream is attached", moat_error_msg(err));
+    ok(r == 0 && stream, "an exec stream on a pty is attached", moat_error_msg(err));
     moat_error_free(&err);
   }
 
