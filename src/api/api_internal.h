@@ -84,6 +84,12 @@ enum api_route_kind {
   API_R_SNAPSHOTS_LIST,
   API_R_SNAPSHOT_GET,
   API_R_SNAPSHOT_DELETE,
+  /* issue 5: exposed ports (ports.c) */
+  API_R_PORTS_LIST,
+  API_R_PORT_GET,
+  API_R_PORT_EXPOSE,
+  API_R_PORT_UNEXPOSE,
+  API_R_PORT_PROXY, /* any method under .../ports/P/: the handler authenticates and streams the body */
   /* issue 7: MCP over streamable HTTP (api_mcp.c); the body is JSON-RPC (object or batch array),
    * read raw: the handler parses it */
   API_R_MCP_SANDBOX,
@@ -105,6 +111,7 @@ struct api_route {
   char tag[API_MAX_TAG + 1]; /* process routes addressed by tag */
   char cid[64];              /* context routes: the context id as given (checked by the handler) */
   char sid[64];              /* snapshot routes: the snapshot id as given (checked by the handler) */
+  unsigned port;             /* port routes: 1..65535, or 0 when the path's port is not one */
   const char *allow;        /* BAD_METHOD: value of the Allow header (static) */
   bool json_body;           /* the route reads a JSON body */
   bool needs_auth;
@@ -255,6 +262,7 @@ struct api_req {
   char *org;       /* authenticated org, owned */
   unsigned status; /* status queued, for the access log */
   bool responded;  /* a response was queued (or written) */
+  char *raw_uri;   /* the request target as received (path and query, not decoded), owned */
   /* JSON body */
   char *body;
   size_t body_len, body_cap;
@@ -360,6 +368,19 @@ int api_h_rollback(struct api_req *r, json_t *body);
 int api_h_snapshots_list(struct api_req *r);
 int api_h_snapshot_get(struct api_req *r);
 int api_h_snapshot_delete(struct api_req *r);
+
+/* Exposed ports (ports.c, issue 5). The proxy route: begin from req_begin (true when a reply was
+ * queued), body chunks (-1 with *err: abort), then api_h_port_proxy once the body is in. */
+int api_h_ports_list(struct api_req *r);
+int api_h_port_get(struct api_req *r);
+int api_h_port_expose(struct api_req *r, json_t *body);
+int api_h_port_unexpose(struct api_req *r);
+bool api_port_proxy_begin(struct api_req *r);
+int api_port_proxy_body(struct api_req *r, const char *data, size_t len, moat_error **err);
+int api_h_port_proxy(struct api_req *r);
+/* "PORT-ID.DOMAIN[:P]" (a Host header) -> port (1..65535) and id; *domain (may be NULL) points at
+ * DOMAIN[:P] in host. Pure; shared by the E2B front end and the proxy listener. */
+bool api_parse_port_host(const char *host, unsigned *port, char id[MOAT_ID_LEN + 1], const char **domain);
 
 /* MCP (api_mcp.c, issue 7): r->body / r->body_len hold the raw request body. */
 int api_h_mcp_sandbox(struct api_req *r);

@@ -264,30 +264,9 @@ static bool control_path(const char *url) {
   return false;
 }
 
-/* "PORT-ID.DOMAIN[:P]" -> port and id. */
+/* "PORT-ID.DOMAIN[:P]" -> port and id (router.c; the port proxy listener parses Hosts the same way). */
 static bool parse_host(const char *host, unsigned *port, char id[MOAT_ID_LEN + 1]) {
-  if (!host)
-    return false;
-  const char *dash = strchr(host, '-');
-  if (!dash || dash == host || dash - host > 5)
-    return false;
-  unsigned p = 0;
-  for (const char *c = host; c < dash; c++) {
-    if (*c < '0' || *c > '9')
-      return false;
-    p = p * 10 + (unsigned)(*c - '0');
-  }
-  const char *dot = strchr(dash + 1, '.');
-  if (!dot || dot - dash - 1 != MOAT_ID_LEN)
-    return false;
-  char buf[MOAT_ID_LEN + 1];
-  memcpy(buf, dash + 1, MOAT_ID_LEN);
-  buf[MOAT_ID_LEN] = '\0';
-  if (!api_valid_sandbox_id(buf) || p == 0 || p > 65535)
-    return false;
-  *port = p;
-  memcpy(id, buf, sizeof(buf));
-  return true;
+  return api_parse_port_host(host, port, id, NULL);
 }
 
 static void e2b_req_free(void *p) {

@@ -27,6 +27,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "api_internal.h"
+#include "ports.h"
 
 struct moat_api {
   struct MHD_Daemon *daemon;
@@ -58,6 +59,16 @@ int api_conn_fd(const struct api_req *r) {
  * cleared at the request's first access-handler call, which runs on the same connection thread
  * right after the request line and headers were parsed. */
 static __thread bool t_url_nul;
+
+/* The request target as received (MHD's URI log callback runs on the connection's thread just
+ * before the first access-handler call of each request): the port proxy forwards it undecoded. */
+static __thread char *t_raw_uri;
+
+static void *uri_cb(void *cls, const char *uri, struct MHD_Connection *c) {
+  free(t_raw_uri);
+  t_raw_uri = xstrdup(uri);
+  return NULL;
+}
 
 static size_t unescape_cb(void *cls, struct MHD_Connection *c, char *s) {
   size_t n = MHD_http_unescape(s);
@@ -246,6 +257,7 @@ static void req_free(struct api_req *r) {
   }
   free(r->path);
   free(r->org);
+  free(r->raw_uri);
   free(r->body);
   free(r->sock_path);
   free(r);
@@ -273,6 +285,8 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
   t_url_nul = false;
   snprintf(r->method, sizeof(r->method), "%s", method);
   r->path = xstrdup(url);
+  r->raw_uri = t_raw_uri;
+  t_raw_uri = NULL;
   if (url_nul) {
     api_reply_error(r, 400, "invalid_request", "the request URL contains a NUL byte (%%00)");
     return true;
@@ -307,6 +321,8 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
     return true;
   }
   }
+  if (r->route.kind == API_R_PORT_PROXY)
+    return api_port_proxy_begin(r);
 
   if (r->route.needs_auth) {
     const char *key = api_key(r->conn);
@@ -471,6 +487,21 @@ static void req_dispatch(struct api_req *r) {
   case API_R_SNAPSHOT_DELETE:
     api_h_snapshot_delete(r);
     break;
+  case API_R_PORTS_LIST:
+    api_h_ports_list(r);
+    break;
+  case API_R_PORT_GET:
+    api_h_port_get(r);
+    break;
+  case API_R_PORT_EXPOSE:
+    api_h_port_expose(r, body);
+    break;
+  case API_R_PORT_UNEXPOSE:
+    api_h_port_unexpose(r);
+    break;
+  case API_R_PORT_PROXY:
+    api_h_port_proxy(r);
+    break;
   case API_R_MCP_SANDBOX:
     api_h_mcp_sandbox(r);
     break;
@@ -508,6 +539,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     if (r->e2b) {
       moat_error *err = NULL;
       if (api_e2b_body(r, upload_data, n, &err) < 0)
+        return abort_with_error(r, &err);
+      return MHD_YES;
+    }
+    if (r->route.kind == API_R_PORT_PROXY) {
+      moat_error *err = NULL;
+      if (api_port_proxy_body(r, upload_data, n, &err) < 0)
         return abort_with_error(r, &err);
       return MHD_YES;
     }
@@ -617,7 +654,7 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
   a->daemon =
       MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
                        MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-                       NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+                       NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER,
                        mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_END);
   if (!a->daemon) {
     free(a->version);

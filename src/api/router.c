@@ -73,6 +73,11 @@ static const char *const route_names[] = {
     [API_R_SNAPSHOTS_LIST] = "snapshots.list",
     [API_R_SNAPSHOT_GET] = "snapshot.get",
     [API_R_SNAPSHOT_DELETE] = "snapshot.delete",
+    [API_R_PORTS_LIST] = "ports.list",
+    [API_R_PORT_GET] = "port.get",
+    [API_R_PORT_EXPOSE] = "port.expose",
+    [API_R_PORT_UNEXPOSE] = "port.unexpose",
+    [API_R_PORT_PROXY] = "port.proxy",
     [API_R_MCP_SANDBOX] = "mcp.sandbox",
     [API_R_MCP_WORKSPACE] = "mcp.workspace",
 };
@@ -153,6 +158,72 @@ static const struct shape sh_mcp_workspace = {"POST, GET, DELETE",
                                               {{"POST", API_R_MCP_WORKSPACE, false},
                                                {"GET", API_R_MCP_WORKSPACE, false},
                                                {"DELETE", API_R_MCP_WORKSPACE, false}}};
+
+/* Exposed ports: ports, ports/{P} (settings), ports/{P}/... (proxied: every method but TRACE and
+ * CONNECT; the handler authenticates, by API key or the port's token). */
+static const struct shape sh_ports = {"GET", {{"GET", API_R_PORTS_LIST, false}}};
+static const struct shape sh_port = {"GET, POST, DELETE",
+                                     {{"GET", API_R_PORT_GET, false},
+                                      {"POST", API_R_PORT_EXPOSE, true},
+                                      {"DELETE", API_R_PORT_UNEXPOSE, false}}};
+
+static enum api_match port_route(const char *sub, const char *method, struct api_route *r) {
+  if (strcmp(sub, "ports") == 0)
+    return pick(&sh_ports, method, r);
+  const char *p = sub + 6, *slash = strchr(p, '/');
+  size_t n = slash ? (size_t)(slash - p) : strlen(p);
+  unsigned port = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9' || i >= 5) {
+      port = 0;
+      break;
+    }
+    port = port * 10 + (unsigned)(p[i] - '0');
+  }
+  if (n == 0) {
+    r->id[0] = '\0';
+    return API_MATCH_NOT_FOUND;
+  }
+  r->port = port <= 65535 ? port : 0;
+  if (!slash)
+    return pick(&sh_port, method, r);
+  static const char *const proxied[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
+  for (size_t i = 0; i < ARRAY_SIZE(proxied); i++) {
+    if (strcmp(method, proxied[i]) == 0) {
+      r->kind = API_R_PORT_PROXY;
+      return API_MATCH_OK;
+    }
+  }
+  r->allow = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+  return API_MATCH_BAD_METHOD;
+}
+
+bool api_parse_port_host(const char *host, unsigned *port, char id[MOAT_ID_LEN + 1], const char **domain) {
+  if (!host)
+    return false;
+  const char *dash = strchr(host, '-');
+  if (!dash || dash == host || dash - host > 5)
+    return false;
+  unsigned p = 0;
+  for (const char *c = host; c < dash; c++) {
+    if (*c < '0' || *c > '9')
+      return false;
+    p = p * 10 + (unsigned)(*c - '0');
+  }
+  const char *dot = strchr(dash + 1, '.');
+  if (!dot || dot - dash - 1 != MOAT_ID_LEN)
+    return false;
+  char buf[MOAT_ID_LEN + 1];
+  memcpy(buf, dash + 1, MOAT_ID_LEN);
+  buf[MOAT_ID_LEN] = '\0';
+  if (!api_valid_sandbox_id(buf) || p == 0 || p > 65535)
+    return false;
+  *port = p;
+  memcpy(id, buf, sizeof(buf));
+  if (domain)
+    *domain = dot + 1;
+  return true;
+}
 
 /* Code contexts: contexts, contexts/{cid}, contexts/{cid}/restart, contexts/{cid}/run. The cid
  * is kept as given (1..63 chars of [A-Za-z0-9_.-]); the handler answers 404 context_not_found. */
@@ -355,6 +426,8 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
     s = &sh_explore;
   else if (strcmp(sub, "rollback") == 0)
     s = &sh_rollback;
+  else if (strcmp(sub, "ports") == 0 || strncmp(sub, "ports/", 6) == 0)
+    return port_route(sub, method, r);
   else if (strcmp(sub, "mcp") == 0)
     s = &sh_mcp_sandbox;
   else if (later_sub(sub))

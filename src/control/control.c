@@ -589,6 +589,26 @@ int moat_control_guest(struct moat_control *c, const char *org, const char *id, 
   return 0;
 }
 
+int moat_control_netns(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct live *e = acquire_running(c, org, id, NULL, NULL, err);
+  if (!e)
+    return -1;
+  int fd = -1;
+  pthread_mutex_lock(&e->m); /* a kill waits for m: the pid stays the sandbox's init meanwhile */
+  if (e->state == MOAT_SB_RUNNING && e->pid > 0) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)e->pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      moat_error_errno(err, "open %s", path);
+  } else {
+    moat_error_set(err, EBUSY, "sandbox %s is %s", id, moat_sandbox_state_name(e->state));
+  }
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  return fd;
+}
+
 int moat_control_exec(struct moat_control *c, const char *org, const char *id,
                       const struct moat_exec_req *req, struct moat_exec_result *res, moat_error **err) {
   _cleanup_free_ char *sock = NULL;

@@ -138,6 +138,11 @@ int moat_control_kill(struct moat_control *c, const char *org, const char *id, c
 int moat_control_guest(struct moat_control *c, const char *org, const char *id, char **sock_path,
                        char ***env, moat_error **err);
 
+/* For exposed ports: the same checks as moat_control_guest (a hibernated sandbox is woken, a paused
+ * one is MOAT_E_PAUSED), then an open fd of the sandbox's network namespace (/proc/INIT/ns/net;
+ * caller closes), or -1. */
+int moat_control_netns(struct moat_control *c, const char *org, const char *id, moat_error **err);
+
 /* Runs a command: moat_control_guest + moat_guest_exec; req->env is merged over the sandbox env. */
 int moat_control_exec(struct moat_control *c, const char *org, const char *id, const struct moat_exec_req *req,
                       struct moat_exec_result *res, moat_error **err);

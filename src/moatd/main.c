@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/ports.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"
@@ -31,6 +32,9 @@ static void usage(FILE *f) {
              "  --template-dir DIR   built templates (default $MOAT_TEMPLATE_DIR, else DIR/templates)\n"
              "  --recipes DIR        template recipes (default: the repository's templates/)\n"
              "  --guest PATH         the static moat-guest binary (default: next to moatd)\n"
+             "  --proxy-listen HOST:PORT  serve exposed ports by host name: a request with Host\n"
+             "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
+             "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
              "  --pool N             warm shells of the base template kept ready (default 4)\n");
 }
 
@@ -189,9 +193,12 @@ int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:7070", *data_opt = "./.moat", *template_opt = NULL,
              *recipes_opt = NULL, *guest_opt = NULL;
   unsigned pool = 4;
+  const char *proxy_listen = NULL, *proxy_domain = NULL;
   enum moat_log_level level = MOAT_LOG_INFO;
   static const struct option opts[] = {
       {"listen", required_argument, NULL, 'l'},
+      {"proxy-listen", required_argument, NULL, 0x100},
+      {"proxy-domain", required_argument, NULL, 0x101},
       {"data-dir", required_argument, NULL, 'd'},
       {"template-dir", required_argument, NULL, 't'},
       {"recipes", required_argument, NULL, 'r'},
@@ -207,6 +214,12 @@ int main(int argc, char **argv) {
     switch (ch) {
     case 'l':
       listen_addr = optarg;
+      break;
+    case 0x100:
+      proxy_listen = optarg;
+      break;
+    case 0x101:
+      proxy_domain = optarg;
       break;
     case 'd':
       data_opt = optarg;
@@ -351,10 +364,24 @@ int main(int argc, char **argv) {
   fflush(stdout);
   log_info("moatd listening on http://%s:%u", host, moat_api_port(api));
 
+  struct moat_proxy *proxy = NULL;
+  if (proxy_listen) {
+    struct moat_proxy_config pc = {.listen = proxy_listen, .domain = proxy_domain};
+    if (moat_proxy_start(&proxy, control, &pc, &err) < 0) {
+      moat_api_stop(api);
+      moat_control_close(control);
+      die("%s", moat_error_msg(err));
+    }
+    printf("moatd port proxy on http://%.*s:%u\n", (int)(strrchr(proxy_listen, ':') - proxy_listen), proxy_listen,
+           moat_proxy_port(proxy));
+    fflush(stdout);
+  }
+
   int sig = 0;
   while (sigwait(&set, &sig) != 0)
     ;
   log_info("%s: stopping (sandboxes keep running and are adopted on the next start)", strsignal(sig));
+  moat_proxy_stop(proxy);
   moat_api_stop(api);
   moat_control_close(control);
   log_info("stopped");

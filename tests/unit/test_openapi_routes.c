@@ -26,6 +26,10 @@ static const char *param_value(const char *name, int pass) {
     return "snap-0123456789abcdefg";
   if (strcmp(name, "name") == 0)
     return "code-interpreter";
+  if (strcmp(name, "port") == 0)
+    return "8080";
+  if (strcmp(name, "path") == 0)
+    return "static/app.js";
   return NULL;
 }
 
