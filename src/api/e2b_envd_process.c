@@ -9,6 +9,7 @@
  * unless StartRequest.stdin is true (or a pty is used). Connect attaches to a running process by
  * pid or tag (live output only, as envd; an exited process is not_found).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <signal.h>
@@ -74,6 +75,7 @@ static void proc_pull(struct cx_stream *s, int timeout_ms) {
                : ev.signal == SIGINT  ? "interrupt"
                : ev.signal == SIGHUP  ? "hangup"
                                       : strsignal(ev.signal));
+      status[8] = (char)tolower((unsigned char)status[8]); /* Go's names are lower case */
       end = json_pack("{s:i, s:b, s:s, s:s}", "exitCode", -1, "exited", 0, "status", status, "error", status);
     } else {
       snprintf(status, sizeof(status), "exit status %d", ev.exit_code);

@@ -209,6 +209,11 @@ class EnvdTest(DaemonTest):
         end = env[-2][1]["event"]["end"]
         self.assertEqual((end["exitCode"], end["exited"], end["status"]), (4, True, "exit status 4"))
         self.assertEqual(env[-1][1], {})
+        # Killed by a signal: Go's os/exec wording.
+        env = self.stream("process.Process/Start", {"process": {"cmd": "/bin/sh", "args": ["-c", "kill -SEGV $$"]}})
+        end = env[-2][1]["event"]["end"]
+        self.assertEqual((end["exitCode"], end.get("exited", False), end["status"], end["error"]),
+                         (-1, False, "signal: segmentation fault", "signal: segmentation fault"))
         # Errors in a stream: HTTP 200 and an end-of-stream envelope with the error.
         env = self.stream("process.Process/Start", {"process": {"cmd": "/bin/true", "cwd": "/no/such"}})
         self.assertEqual(len(env), 1)
