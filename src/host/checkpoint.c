@@ -333,6 +333,20 @@ void moat_checkpoint_recover(struct moat_cgroups *cg, int slot, const char *slot
   log_info("slot %d: thawed after a checkpoint interrupted by a moatd restart", slot);
 }
 
+/* Network devices of pid's net namespace other than lo (a veth to the host's network, net.c). */
+static int count_net_links(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/net/dev", pid);
+  _cleanup_free_ char *s = NULL;
+  if (read_file(path, &s, NULL, NULL) < 0)
+    return 0;
+  int n = 0, line = 0;
+  for (char *l = strtok(s, "\n"); l; l = strtok(NULL, "\n"))
+    if (++line > 2 && !strstr(l, " lo:") && strncmp(l, "lo:", 3) != 0)
+      n++;
+  return n;
+}
+
 static int dump_child(void *arg) {
   (void)arg;
   return moat_criu_child_setup();
@@ -360,6 +374,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
   if (mkdirat(dfd, "images", 0700) < 0)
     return moat_error_errno(err, "checkpoint: mkdir %s/images", dir);
 
+  int net_links = count_net_links(v.pid);
   bool was_frozen = moat_cgroup_frozen(v.cgroups, slot);
   _cleanup_free_ char *marker = xasprintf("%s/" MARKER, slot_dir);
   {
@@ -426,9 +441,10 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
   unlink(marker);
   if (ret < 0)
     return moat_error_wrap(err, "checkpoint slot %d", slot);
-  _cleanup_free_ char *meta = xasprintf("version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\n",
-                                        v.uid_base, v.template_name, (unsigned long long)disk_bytes,
-                                        (unsigned long long)(info ? info->memory_bytes : 0));
+  _cleanup_free_ char *meta =
+      xasprintf("version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\nnet_links %d\n", v.uid_base,
+                v.template_name, (unsigned long long)disk_bytes, (unsigned long long)(info ? info->memory_bytes : 0),
+                net_links);
   {
     _cleanup_close_ int mfd = openat(dfd, META ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (mfd < 0 || write_all(mfd, meta, strlen(meta)) < 0 || fsync(mfd) < 0 ||
@@ -677,6 +693,17 @@ static int idmapped_lower(const char *rootfs, pid_t pid, moat_error **err) {
   return steal_fd(&fd);
 }
 
+/* CRIU's action script for a restore into an empty net namespace: lo up at setup-namespaces. */
+static int write_script(const char *path, moat_error **err) {
+  static const char text[] = "#!/bin/sh\n"
+                             "[ \"$CRTOOLS_SCRIPT_ACTION\" = setup-namespaces ] || exit 0\n"
+                             "exec nsenter -t \"$CRTOOLS_INIT_PID\" -n ip link set lo up\n";
+  _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
+  if (fd < 0 || write_all(fd, text, sizeof(text) - 1) < 0)
+    return moat_error_errno(err, "write %s", path);
+  return 0;
+}
+
 static int wait_guest(const char *sock, moat_error **err) {
   uint64_t deadline = now_ns() + (uint64_t)GUEST_READY_MS * 1000000ull;
   for (;;) {
@@ -741,6 +768,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   _cleanup_free_ char *pidfile = xasprintf("%s/criu.pid", slot_dir);
   _cleanup_free_ char *log = xasprintf("%s/restore.log", slot_dir);
   _cleanup_free_ char *sock = xasprintf("%s/guest.sock", slot_dir);
+  _cleanup_free_ char *net_script = xasprintf("%s/criu-net.sh", slot_dir);
   _cleanup_free_ char *ovl = xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
   _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1;
   struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1};
@@ -792,7 +820,26 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                     "--manage-cgroups=ignore",
                     "--network-lock",
                     "skip",
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
                     NULL};
+    if (meta_u64(meta, "net_links") > 0) {
+      /* The sandbox had a veth to the host's network, whose far end CRIU cannot rebuild ("Unknown
+       * peer net namespace"): restore into an empty net namespace, bring its lo up once CRIU made
+       * it (before any socket is restored), and let the host give the new slot its own veth
+       * (moat_host_slot_commit). */
+      size_t k = 0;
+      while (argv[k])
+        k++;
+      argv[k++] = "--empty-ns";
+      argv[k++] = "net";
+      argv[k++] = "--action-script";
+      argv[k++] = net_script;
+      if (write_script(net_script, err) < 0)
+        goto fail;
+    }
     struct restore_ctx ctx = {.lower_fd = lower_fd,
                               .disk_fd = disk,
                               .cg_fd = cg_fd,
