@@ -6,8 +6,9 @@
  * os/exec reports them ("exit status 1", "signal: killed"). As in envd, the process outlives the
  * stream (the SDK's disconnect() leaves it running) but not the call's Connect-Timeout-Ms: the
  * guest kills it then (the SDK's timeoutMs, 60 s by default, 0 = none). stdin is closed at once
- * unless StartRequest.stdin is true (or a pty is used). Connect attaches to a running process by
- * pid or tag (live output only, as envd; an exited process is not_found).
+ * when StartRequest.stdin is false (the SDK's default), open when true or absent, as in envd.
+ * Connect attaches to a running process by pid or tag (live output only unless replay is set, as
+ * envd; an exited process is not_found).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -108,13 +109,17 @@ static int selector(json_t *msg, int *pid, const char **tag, moat_error **err) {
   return 0;
 }
 
+static int reply_not_found(struct api_req *r, int pid, const char *tag) {
+  if (tag)
+    return cx_reply_error(r, "not_found", "process with tag %s not found", tag);
+  return cx_reply_error(r, "not_found", "process with pid %d not found", pid);
+}
+
 /* Replies to a failed one-shot process operation. */
 static int reply_proc_error(struct api_req *r, int pid, const char *tag, moat_error **err) {
   if (*err && (*err)->status == ESRCH) {
     moat_error_free(err);
-    if (tag)
-      return cx_reply_error(r, "not_found", "process with tag %s not found", tag);
-    return cx_reply_error(r, "not_found", "process with pid %d not found", pid);
+    return reply_not_found(r, pid, tag);
   }
   return cx_reply_moat_error(r, err);
 }
@@ -233,7 +238,7 @@ static int p_start(struct api_req *r, struct envd_req *q, json_t *body) {
       err->status = EINVAL; /* a missing cwd */
     return stream_fail(r, &err);
   }
-  if (!json_is_true(in) && !cols) {
+  if (json_is_false(in) && !cols) { /* envd: absent means open (older clients), false /dev/null */
     moat_error *cerr = NULL;
     if (moat_proc_stream_close_input(ps, &cerr) < 0)
       moat_error_free(&cerr);
@@ -261,7 +266,8 @@ static int p_connect(struct api_req *r, struct envd_req *q, json_t *body) {
   struct moat_proc_stream *ps = NULL;
   struct moat_proc_info info;
   memset(&info, 0, sizeof(info));
-  if (moat_guest_attach(sock, tag ? 0 : pid, tag, false, &ps, &info, &err) < 0) {
+  json_t *replay = json_object_get(body, "replay"); /* newer envd: the retained output first */
+  if (moat_guest_attach(sock, tag ? 0 : pid, tag, json_is_true(replay), &ps, &info, &err) < 0) {
     if (err && err->status == ESRCH) {
       moat_error_free(&err);
       if (tag)
@@ -312,6 +318,23 @@ static int p_list(struct api_req *r, const char *sock) {
   return cx_reply(r, json_pack("{s:o}", "processes", arr));
 }
 
+/* True when the guest runs the process (pid, or tag when not NULL). */
+static bool proc_running(const char *sock, int pid, const char *tag) {
+  moat_error *err = NULL;
+  struct moat_proc_info *v = NULL;
+  size_t n = 0;
+  bool running = false;
+  if (moat_guest_procs(sock, &v, &n, &err) < 0) {
+    moat_error_free(&err);
+    return true; /* unknown: keep the stdin answer */
+  }
+  for (size_t i = 0; i < n; i++)
+    if (v[i].running && (tag ? v[i].tag && strcmp(v[i].tag, tag) == 0 : v[i].pid == pid))
+      running = true;
+  moat_proc_infos_free(v, n);
+  return running;
+}
+
 /* Decodes a protobuf JSON bytes value (standard or URL-safe base64, padding optional). */
 static int json_bytes(json_t *v, unsigned char **out, size_t *len) {
   if (!json_is_string(v))
@@ -341,7 +364,11 @@ static int p_send_input(struct api_req *r, const char *sock, json_t *body) {
     return cx_reply_error(r, "invalid_argument", "input.stdin / input.pty must be base64 bytes");
   if (moat_guest_proc_stdin(sock, pid, tag, data, len, false, &err) < 0) {
     if (err && err->status == EPIPE) {
+      /* The guest's EPIPE is "stdin closed" and also "has exited"; envd has forgotten an exited
+       * process (not_found). */
       moat_error_free(&err);
+      if (!proc_running(sock, pid, tag))
+        return reply_not_found(r, pid, tag);
       return cx_reply_error(r, "failed_precondition",
                             "stdin of the process is closed (start it with stdin: true to send input)");
     }

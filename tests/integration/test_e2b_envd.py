@@ -16,6 +16,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
 import unittest
 import urllib.error
@@ -240,6 +241,54 @@ class EnvdTest(DaemonTest):
         st, _, body = self.envd("/process.Process/Start", b"{}", ctype="application/connect+json")
         self.assertEqual(st, 200)
         self.assertIn(b"invalid_argument", body)
+
+    def test_wire_stdin_and_replay(self):
+        # StartRequest without "stdin" keeps stdin open (envd's default for older clients); input by tag.
+        out = {}
+        t = threading.Thread(target=lambda: out.update(env=self.stream(
+            "process.Process/Start", {"process": {"cmd": "/bin/cat"}, "tag": "catty"})))
+        t.start()
+        for _ in range(100):
+            st, m = self.rpc("process.Process/List", {})
+            if any(p.get("tag") == "catty" for p in m.get("processes", [])):
+                break
+            time.sleep(0.05)
+        sel = {"process": {"tag": "catty"}}
+        st, m = self.rpc("process.Process/SendInput", dict(sel, input={"stdin": base64.b64encode(b"hi\n").decode()}))
+        self.assertEqual(st, 200, m)
+        self.assertEqual(self.rpc("process.Process/CloseStdin", sel)[0], 200)
+        t.join(30)
+        self.assertFalse(t.is_alive())
+        data = b"".join(base64.b64decode(m["event"]["data"]["stdout"]) for f, m in out["env"][1:-2])
+        self.assertEqual(data, b"hi\n")
+        # The exited process is gone for input, as in envd.
+        pid = out["env"][0][1]["event"]["start"]["pid"]
+        st, m = self.rpc("process.Process/SendInput", {"process": {"pid": pid}, "input": {"stdin": "eA=="}})
+        self.assertEqual((st, m["code"]), (404, "not_found"))
+        # stdin: false -> EOF at once; SendInput then is refused while the process runs.
+        env = self.stream("process.Process/Start", {"process": {"cmd": "/bin/sh", "args": ["-c", "cat; echo eof"]},
+                                                    "stdin": False})
+        self.assertEqual(base64.b64decode(env[1][1]["event"]["data"]["stdout"]), b"eof\n")
+        # Connect with replay (newer envd) sees output from before it attached; without, only what follows.
+        out2 = {}
+        t = threading.Thread(target=lambda: out2.update(env=self.stream(
+            "process.Process/Start", {"process": {"cmd": "/bin/sh", "args": ["-c", "echo early; sleep 1.5; echo late"]},
+                                      "tag": "rep", "stdin": False})))
+        t.start()
+        time.sleep(0.7)
+        got = {}
+
+        def attach(replay):
+            env = self.stream("process.Process/Connect", {"process": {"tag": "rep"}, "replay": replay})
+            got[replay] = b"".join(base64.b64decode(m["event"]["data"]["stdout"]) for f, m in env
+                                   if "data" in m.get("event", {}))
+        ts = [threading.Thread(target=attach, args=(r,)) for r in (True, False)]
+        for x in ts:
+            x.start()
+        for x in ts + [t]:
+            x.join(30)
+        self.assertEqual(got[True], b"early\nlate\n")
+        self.assertEqual(got[False], b"late\n")
 
     def test_wire_watchers(self):
         self.assertEqual(self.rpc("filesystem.Filesystem/MakeDir", {"path": "/tmp/pw"})[0], 200)
