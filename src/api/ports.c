@@ -66,8 +66,8 @@ static void rule_free(struct port_rule *r) {
   free(r);
 }
 
-int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey, const char *bearer,
-                    const char *token, char **org, bool *bearer_used, moat_error **err) {
+int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey,
+                    const char *bearer, const char *token, char **org, bool *bearer_used, moat_error **err) {
   *bearer_used = false;
   pthread_mutex_lock(&g_lock);
   struct port_rule **p = find_locked(id, port);
@@ -88,10 +88,11 @@ int ports_authorize(struct moat_control *c, const char *id, unsigned port, const
   } else if (pub) {
     *org = steal_pointer(&rule_org);
   } else {
-    rc = moat_error_set(err, EACCES,
-                        "port %u of %s needs an API key (Authorization: Bearer KEY or X-API-Key) or its access "
-                        "token (" PORT_TOKEN_HEADER " header or ?" PORT_TOKEN_ARG "=)",
-                        port, id);
+    rc = moat_error_set(
+        err, EACCES,
+        "port %u of %s needs an API key (Authorization: Bearer KEY or X-API-Key) or its access "
+        "token (" PORT_TOKEN_HEADER " header or ?" PORT_TOKEN_ARG "=)",
+        port, id);
   }
   free(rule_org);
   return rc;
@@ -190,8 +191,8 @@ static bool valid_token(const char *t) {
     return false;
   for (size_t i = 0; i < n; i++) {
     char c = t[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-          c == '.' || c == '~'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_' || c == '.' || c == '~'))
       return false;
   }
   return true;
@@ -214,11 +215,12 @@ int api_h_port_expose(struct api_req *r, json_t *body) {
         continue;
       if (!json_is_string(v) || !valid_token(json_string_value(v)))
         return api_reply_error(r, 400, "invalid_request",
-                               "token must be a string of %d to %d characters of [A-Za-z0-9._~-]", PORT_TOKEN_MIN,
-                               PORT_TOKEN_MAX);
+                               "token must be a string of %d to %d characters of [A-Za-z0-9._~-]",
+                               PORT_TOKEN_MIN, PORT_TOKEN_MAX);
       token = json_string_value(v);
     } else {
-      return api_reply_error(r, 400, "invalid_request", "unknown field '%.64s' (allowed: public, token)", key);
+      return api_reply_error(r, 400, "invalid_request", "unknown field '%.64s' (allowed: public, token)",
+                             key);
     }
   }
   if (pub && token)
@@ -329,7 +331,8 @@ bool api_port_proxy_begin(struct api_req *r) {
     if (token && !*token)
       token = NULL;
   }
-  if (ports_authorize(api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &bearer_used, &err) < 0)
+  if (ports_authorize(api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &bearer_used,
+                      &err) < 0)
     return proxy_error(r, &err);
   _cleanup_free_ char *target = ports_strip_token(raw + pl);
   struct port_fwd_req fr = {

@@ -32,10 +32,10 @@ struct MHD_Response;
 #define PORTS_MAX_PER_SANDBOX 64
 #define PORT_TOKEN_MIN 16
 #define PORT_TOKEN_MAX 256
-#define PORT_CONNECT_TIMEOUT_S 5   /* connecting to the server in the sandbox */
-#define PORT_HEAD_TIMEOUT_S 300    /* waiting for the response head: 504 after this */
-#define PORT_SEND_TIMEOUT_S 60     /* a server that reads nothing of a request body for this long */
-#define PORT_MAX_HEAD (64 * 1024)  /* response head from the server; larger: 502 */
+#define PORT_CONNECT_TIMEOUT_S 5  /* connecting to the server in the sandbox */
+#define PORT_HEAD_TIMEOUT_S 300   /* waiting for the response head: 504 after this */
+#define PORT_SEND_TIMEOUT_S 60    /* a server that reads nothing of a request body for this long */
+#define PORT_MAX_HEAD (64 * 1024) /* response head from the server; larger: 502 */
 
 /* How the listener a request came through lets a long wait end (moatd stopping) and keeps itself
  * alive while a WebSocket outlives its request. */
@@ -53,9 +53,9 @@ struct port_fwd;
 struct port_fwd_req {
   struct MHD_Connection *conn; /* the client's request: method, headers, client address */
   const char *method;
-  const char *target;        /* request target sent to the server: "/path?query", raw */
-  const char *prefix;        /* X-Forwarded-Prefix (path routing), or NULL */
-  bool drop_authorization;   /* the Authorization header carried moat's API key: not forwarded */
+  const char *target;      /* request target sent to the server: "/path?query", raw */
+  const char *prefix;      /* X-Forwarded-Prefix (path routing), or NULL */
+  bool drop_authorization; /* the Authorization header carried moat's API key: not forwarded */
   struct port_env env;
 };
 
@@ -86,8 +86,8 @@ int port_reply_error(struct MHD_Connection *conn, moat_error **err);
  * does not forward that header) passes; else a port token presented (token) must be the port's
  * (else EPERM: 403); else a public port passes; otherwise EACCES (401; also for an API key that is
  * not valid). Sets *org (caller frees) to the org that control then checks the sandbox against. */
-int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey, const char *bearer,
-                    const char *token, char **org, bool *bearer_used, moat_error **err);
+int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey,
+                    const char *bearer, const char *token, char **org, bool *bearer_used, moat_error **err);
 /* The request target without the moat_token query parameter (caller frees). */
 char *ports_strip_token(const char *target);
 /* The proxy listener's domain and port, for the URLs the API hands out (NULL: none). */
@@ -97,12 +97,12 @@ void ports_set_proxy(const char *domain, unsigned port);
 
 struct moat_proxy;
 struct moat_proxy_config {
-  const char *listen; /* "HOST:PORT" */
-  const char *domain; /* the DOMAIN of "P-ID.DOMAIN"; NULL = any */
+  const char *listen;      /* "HOST:PORT" */
+  const char *domain;      /* the DOMAIN of "P-ID.DOMAIN"; NULL = any */
   unsigned conn_timeout_s; /* idle connections; 0 = 60 */
 };
-int moat_proxy_start(struct moat_proxy **out, struct moat_control *control, const struct moat_proxy_config *cfg,
-                     moat_error **err);
+int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
+                     const struct moat_proxy_config *cfg, moat_error **err);
 unsigned moat_proxy_port(const struct moat_proxy *p);
 void moat_proxy_stop(struct moat_proxy *p);
 

@@ -133,8 +133,8 @@ static int connect_backend(struct moat_control *c, const char *org, const char *
       break;
   }
   if (last == ECONNREFUSED || last == EADDRNOTAVAIL || last == ENETUNREACH || last == EAFNOSUPPORT)
-    return moat_error_set(err, ECONNREFUSED, "nothing listens on port %u in sandbox %s (127.0.0.1 or ::1)", port,
-                          id);
+    return moat_error_set(err, ECONNREFUSED, "nothing listens on port %u in sandbox %s (127.0.0.1 or ::1)",
+                          port, id);
   errno = last;
   return moat_error_errno(err, "connect to port %u in sandbox %s", port, id);
 }
@@ -161,9 +161,20 @@ static bool has_token(const char *h, const char *t) {
 
 /* Request headers that are the hop's own, or moat's, and never go to the server. */
 static bool skip_request_header(const char *k, bool drop_auth) {
-  static const char *const hop[] = {"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization",
-                                    "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length",
-                                    "X-API-Key", PORT_TOKEN_HEADER, "X-Forwarded-Prefix", NULL};
+  static const char *const hop[] = {"Connection",
+                                    "Keep-Alive",
+                                    "Proxy-Connection",
+                                    "Proxy-Authorization",
+                                    "TE",
+                                    "Trailer",
+                                    "Transfer-Encoding",
+                                    "Upgrade",
+                                    "Content-Length",
+                                    "X-API-Key",
+                                    PORT_TOKEN_HEADER,
+                                    "X-Forwarded-Prefix",
+                                    "Expect",
+                                    NULL};
   for (size_t i = 0; hop[i]; i++)
     if (strcasecmp(k, hop[i]) == 0)
       return true;
@@ -219,9 +230,11 @@ static int send_all(int fd, const void *p, size_t n, moat_error **err) {
     if (w < 0 && errno == EINTR)
       continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return moat_error_set(err, ETIMEDOUT, "the server in the sandbox read nothing for %d s", PORT_SEND_TIMEOUT_S);
+      return moat_error_set(err, ETIMEDOUT, "the server in the sandbox read nothing for %d s",
+                            PORT_SEND_TIMEOUT_S);
     if (w < 0)
-      return moat_error_set(err, EPIPE, "the server in the sandbox closed the connection: %s", strerror(errno));
+      return moat_error_set(err, EPIPE, "the server in the sandbox closed the connection: %s",
+                            strerror(errno));
     c += w;
     n -= (size_t)w;
   }
@@ -449,7 +462,8 @@ static int read_head(struct port_fwd *f, struct resp_head *h, moat_error **err) 
     /* the head ends at an empty line */
     char *end = NULL;
     for (size_t i = scanned; i < f->len; i++) {
-      if (f->in[i] == '\n' && ((i >= 1 && f->in[i - 1] == '\n') || (i >= 2 && f->in[i - 1] == '\r' && f->in[i - 2] == '\n'))) {
+      if (f->in[i] == '\n' &&
+          ((i >= 1 && f->in[i - 1] == '\n') || (i >= 2 && f->in[i - 1] == '\r' && f->in[i - 2] == '\n'))) {
         if (i + 1 - f->pos > 1) {
           end = f->in + i + 1;
           break;
@@ -474,7 +488,8 @@ static int read_head(struct port_fwd *f, struct resp_head *h, moat_error **err) 
     ssize_t n = fill(f, (int)((deadline - now) / 1000000ULL) + 1);
     scanned -= old_pos - f->pos; /* fill may have compacted the buffer */
     if (n == 0)
-      return moat_error_set(err, ECONNRESET, "the server in the sandbox closed the connection without answering");
+      return moat_error_set(err, ECONNRESET,
+                            "the server in the sandbox closed the connection without answering");
     if (n < 0) {
       if (errno == ETIMEDOUT)
         return moat_error_set(err, ETIMEDOUT, "the server in the sandbox did not answer within %d s",
@@ -602,8 +617,8 @@ broken:
 
 /* Response headers that are the hop's own and not passed to the client. */
 static bool skip_response_header(const char *k) {
-  static const char *const hop[] = {"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
-                                    "Content-Length", "Upgrade", "Trailer", NULL};
+  static const char *const hop[] = {"Connection",     "Keep-Alive", "Proxy-Connection", "Transfer-Encoding",
+                                    "Content-Length", "Upgrade",    "Trailer",          NULL};
   for (size_t i = 0; hop[i]; i++)
     if (strcasecmp(k, hop[i]) == 0)
       return true;

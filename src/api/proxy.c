@@ -52,9 +52,13 @@ static void *uri_cb(void *cls, const char *uri, struct MHD_Connection *c) {
   return NULL;
 }
 
-static bool env_stopping(void *a) { return __atomic_load_n(&((struct moat_proxy *)a)->stopping, __ATOMIC_SEQ_CST); }
+static bool env_stopping(void *a) {
+  return __atomic_load_n(&((struct moat_proxy *)a)->stopping, __ATOMIC_SEQ_CST);
+}
 static void env_hold(void *a) { __atomic_add_fetch(&((struct moat_proxy *)a)->holds, 1, __ATOMIC_SEQ_CST); }
-static void env_release(void *a) { __atomic_sub_fetch(&((struct moat_proxy *)a)->holds, 1, __ATOMIC_SEQ_CST); }
+static void env_release(void *a) {
+  __atomic_sub_fetch(&((struct moat_proxy *)a)->holds, 1, __ATOMIC_SEQ_CST);
+}
 
 static const char *hdr(struct MHD_Connection *c, const char *k) {
   const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, k);
@@ -176,7 +180,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char
   return q->responded ? MHD_YES : MHD_NO;
 }
 
-static void completed_cb(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+static void completed_cb(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
   struct preq *q = *con_cls;
   if (!q)
     return;
@@ -201,8 +206,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   log_debug("proxy http: %s", msg);
 }
 
-int moat_proxy_start(struct moat_proxy **out, struct moat_control *control, const struct moat_proxy_config *cfg,
-                     moat_error **err) {
+int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
+                     const struct moat_proxy_config *cfg, moat_error **err) {
   struct sockaddr_storage ss;
   socklen_t sl;
   if (api_parse_listen(cfg->listen, &ss, &sl, err) < 0)
@@ -235,10 +240,11 @@ int moat_proxy_start(struct moat_proxy **out, struct moat_control *control, cons
   if (ss.ss_family == AF_INET6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
-  p->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, p, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                               MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-                               NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER,
-                               mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_END);
+  p->daemon =
+      MHD_start_daemon(flags, 0, NULL, NULL, access_cb, p, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                       MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
+                       NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                       NULL, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_END);
   if (!p->daemon) {
     free(p->domain);
     free(p);

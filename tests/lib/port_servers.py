@@ -30,6 +30,7 @@ PATTERN = bytes(range(256)) * 256
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # the head and the body are separate writes: no delayed-ACK stalls
 
     def log_message(self, *a):
         pass
@@ -162,6 +163,7 @@ def _read(sock, n):
 class WsHandler(socketserver.BaseRequestHandler):
     def handle(self):
         s = self.request
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         data = b""
         while b"\r\n\r\n" not in data:
             d = s.recv(4096)
