@@ -5,7 +5,12 @@
  * namespace at once; a socket keeps the namespace it was made in. It connects to 127.0.0.1:P,
  * else [::1]:P.
  *
- * One backend connection per request, sent with "Connection: close" (or the client's Upgrade).
+ * Backend connections are kept alive: one whose response ended cleanly (framed by Content-Length
+ * or chunked, HTTP/1.1, no "Connection: close", the whole request body sent) goes to an idle pool
+ * keyed by (network namespace inode, port) and is reused by the next request for that port within
+ * PORT_IDLE_MS; one that the server closed meanwhile is noticed (readable at reuse) and dropped. A
+ * request without a body that fails on a reused connection before any answer byte is retried once
+ * on a new one. Upgrades always get a connection of their own.
  * The request body is streamed as MHD hands it over (re-chunked when the client sent it chunked);
  * the response head is parsed and the body streamed back through an MHD callback response:
  * chunked bodies are decoded (MHD frames them again for the client; trailers are dropped),
@@ -29,6 +34,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -39,6 +45,9 @@
 
 #define WAIT_SLICE_MS 500
 #define COPY_BUF (64 * 1024)
+#define PORT_IDLE_MS 4000  /* below Node's 5 s keepAliveTimeout: a server rarely closes one we pick */
+#define POOL_MAX 256       /* idle backend connections kept, all ports together */
+#define POOL_MAX_PER_KEY 8 /* per (namespace, port) */
 
 enum framing { FR_NONE, FR_LENGTH, FR_CHUNKED, FR_CLOSE };
 enum chunk_state { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE };
@@ -58,7 +67,84 @@ struct port_fwd {
   uint64_t remaining; /* FR_LENGTH: body bytes left; FR_CHUNKED: of the current chunk */
   enum chunk_state ch;
   char desc[64];
+  /* keep-alive */
+  int ns; /* the sandbox's network namespace, for a retry */
+  dev_t ns_dev;
+  ino_t ns_ino;
+  unsigned port;
+  bool reused;   /* fd came from the idle pool */
+  bool has_body; /* the request has a body */
+  bool keep;     /* the response allows reuse (HTTP/1.1, no Connection: close) */
+  bool got_any;  /* a byte of the response arrived */
+  bool answered; /* port_fwd_respond made a response */
+  char *head;    /* the request head, kept for one retry (no body) */
+  size_t head_len;
 };
+
+/* ---- idle backend connections ---- */
+
+struct idle {
+  dev_t dev;
+  ino_t ino;
+  unsigned port;
+  int fd;
+  uint64_t since_ns;
+};
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct idle pool[POOL_MAX]; /* pool_lock; fd -1 = free entry */
+static size_t pool_n;              /* pool_lock: entries in use are pool[0..pool_n) */
+
+static void pool_drop_locked(size_t i) {
+  close(pool[i].fd);
+  pool[i] = pool[--pool_n];
+}
+
+/* An idle connection to (dev, ino, port) that the server has not closed, or -1. */
+static int pool_take(dev_t dev, ino_t ino, unsigned port) {
+  uint64_t now = now_ns();
+  int fd = -1;
+  pthread_mutex_lock(&pool_lock);
+  for (size_t i = 0; i < pool_n;) {
+    if (now - pool[i].since_ns > PORT_IDLE_MS * 1000000ULL) {
+      pool_drop_locked(i);
+      continue;
+    }
+    if (fd < 0 && pool[i].dev == dev && pool[i].ino == ino && pool[i].port == port) {
+      int cand = pool[i].fd;
+      pool[i] = pool[--pool_n];
+      struct pollfd p = {.fd = cand, .events = POLLIN};
+      if (poll(&p, 1, 0) != 0) { /* closed by the server, or bytes nobody asked for */
+        close(cand);
+        continue;
+      }
+      fd = cand;
+      continue;
+    }
+    i++;
+  }
+  pthread_mutex_unlock(&pool_lock);
+  return fd;
+}
+
+static void pool_put(dev_t dev, ino_t ino, unsigned port, int fd) {
+  pthread_mutex_lock(&pool_lock);
+  size_t same = 0, oldest = 0;
+  for (size_t i = 0; i < pool_n; i++) {
+    if (pool[i].dev == dev && pool[i].ino == ino && pool[i].port == port)
+      same++;
+    if (pool[i].since_ns < pool[oldest].since_ns)
+      oldest = i;
+  }
+  if (same >= POOL_MAX_PER_KEY) {
+    pthread_mutex_unlock(&pool_lock);
+    close(fd);
+    return;
+  }
+  if (pool_n == POOL_MAX)
+    pool_drop_locked(oldest);
+  pool[pool_n++] = (struct idle){.dev = dev, .ino = ino, .port = port, .fd = fd, .since_ns = now_ns()};
+  pthread_mutex_unlock(&pool_lock);
+}
 
 /* ---- the sandbox's namespace ---- */
 
@@ -87,11 +173,8 @@ static int socket_in(int nsfd, int family, moat_error **err) {
   return fd;
 }
 
-static int connect_backend(struct moat_control *c, const char *org, const char *id, unsigned port,
-                           moat_error **err) {
-  _cleanup_close_ int ns = moat_control_netns(c, org, id, err);
-  if (ns < 0)
-    return -1;
+/* A new connection to port in the namespace ns (of sandbox id). */
+static int connect_backend(int ns, const char *id, unsigned port, moat_error **err) {
   int last = ECONNREFUSED;
   for (int i = 0; i < 2; i++) {
     int family = i == 0 ? AF_INET : AF_INET6;
@@ -257,6 +340,16 @@ static void client_ip(struct MHD_Connection *c, char *out, size_t size) {
     inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)size);
 }
 
+/* Replaces f's connection with a new one (same namespace and port). 0 or -1. */
+static int reconnect(struct port_fwd *f, const char *id, moat_error **err) {
+  close(f->fd);
+  f->fd = -1;
+  f->reused = false;
+  f->pos = f->len = 0;
+  f->fd = connect_backend(f->ns, id, f->port, err);
+  return f->fd < 0 ? -1 : 0;
+}
+
 struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const char *id, unsigned port,
                                const struct port_fwd_req *req, moat_error **err) {
   struct MHD_Connection *conn = req->conn;
@@ -270,17 +363,32 @@ struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const ch
     moat_error_set(err, EINVAL, "bad Content-Length");
     return NULL;
   }
-  int fd = connect_backend(c, org, id, port, err);
-  if (fd < 0)
+  _cleanup_close_ int ns = moat_control_netns(c, org, id, err);
+  if (ns < 0)
+    return NULL;
+  struct stat st;
+  if (fstat(ns, &st) < 0) {
+    moat_error_errno(err, "stat the network namespace of %s", id);
+    return NULL;
+  }
+  int fd = want_upgrade ? -1 : pool_take(st.st_dev, st.st_ino, port);
+  bool reused = fd >= 0;
+  if (fd < 0 && (fd = connect_backend(ns, id, port, err)) < 0)
     return NULL;
 
   struct port_fwd *f = xcalloc(1, sizeof(*f));
   f->conn = conn;
   f->env = req->env;
   f->fd = fd;
+  f->ns = steal_fd(&ns);
+  f->ns_dev = st.st_dev;
+  f->ns_ino = st.st_ino;
+  f->port = port;
+  f->reused = reused;
   f->head_req = strcmp(req->method, "HEAD") == 0;
   f->upgrade = want_upgrade;
   f->chunked_out = !cl && te && has_token(te, "chunked");
+  f->has_body = (cl && len > 0) || f->chunked_out;
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   f->client_fd = ci ? ci->connect_fd : -1;
   snprintf(f->desc, sizeof(f->desc), "%s:%u", id, port);
@@ -304,18 +412,27 @@ struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const ch
     buf_printf(&b, "X-Forwarded-Prefix: %s\r\n", req->prefix);
   if (want_upgrade)
     buf_printf(&b, "Connection: Upgrade\r\nUpgrade: %s\r\n", upgrade);
-  else
-    buf_printf(&b, "Connection: close\r\n");
   if (cl)
     buf_printf(&b, "Content-Length: %llu\r\n", (unsigned long long)len);
   else if (f->chunked_out)
     buf_printf(&b, "Transfer-Encoding: chunked\r\n");
   moat_buf_append(&b, "\r\n", 2);
-  int rc = send_all(fd, b.p, b.len, err);
-  free(b.p);
+  f->head = b.p;
+  f->head_len = b.len;
+  int rc = send_all(f->fd, f->head, f->head_len, err);
+  if (rc < 0 && f->reused) { /* the server closed the idle connection just now: once more, anew */
+    moat_error_free(err);
+    rc = reconnect(f, id, err);
+    if (rc == 0)
+      rc = send_all(f->fd, f->head, f->head_len, err);
+  }
   if (rc < 0) {
     port_fwd_free(f);
     return NULL;
+  }
+  if (f->has_body) { /* no retry once a body went out: the head is not needed again */
+    free(f->head);
+    f->head = NULL;
   }
   return f;
 }
@@ -333,12 +450,36 @@ int port_fwd_body(struct port_fwd *f, const char *data, size_t len, moat_error *
   return 0;
 }
 
+/* True when f's connection ended its exchange cleanly and may carry the next request. */
+static bool reusable(const struct port_fwd *f) {
+  if (f->fd < 0 || !f->answered || !f->keep || !f->body_ended || f->pos != f->len)
+    return false;
+  switch (f->framing) {
+  case FR_NONE:
+    return true;
+  case FR_LENGTH:
+    return f->remaining == 0;
+  case FR_CHUNKED:
+    return f->ch == CH_DONE;
+  case FR_CLOSE:
+    return false;
+  }
+  return false;
+}
+
 void port_fwd_free(void *p) {
   struct port_fwd *f = p;
   if (!f)
     return;
+  if (reusable(f)) {
+    pool_put(f->ns_dev, f->ns_ino, f->port, f->fd);
+    f->fd = -1;
+  }
   if (f->fd >= 0)
     close(f->fd);
+  if (f->ns >= 0)
+    close(f->ns);
+  free(f->head);
   free(f->in);
   free(f);
 }
@@ -386,8 +527,10 @@ static ssize_t fill(struct port_fwd *f, int timeout_ms) {
     ssize_t n = recv(f->fd, f->in + f->len, f->cap - f->len, MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
-    if (n > 0)
+    if (n > 0) {
       f->len += (size_t)n;
+      f->got_any = true;
+    }
     return n;
   }
 }
@@ -397,6 +540,7 @@ static char *line_end(struct port_fwd *f) { return memchr(f->in + f->pos, '\n', 
 
 struct resp_head {
   unsigned status;
+  bool http11;
   size_t n;
   char *name[128], *value[128];
 };
@@ -416,6 +560,7 @@ static int parse_head(char *p, char *end, struct resp_head *h) {
   if (st < 100 || st > 599)
     return -1;
   h->status = st;
+  h->http11 = p[7] == '1';
   p = nl + 1;
   while (p < end) {
     nl = memchr(p, '\n', (size_t)(end - p));
@@ -769,8 +914,16 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
   }
   struct resp_head h;
   for (;;) {
-    if (read_head(f, &h, err) < 0)
-      return NULL;
+    if (read_head(f, &h, err) < 0) {
+      /* A reused connection the server closed as the request went out: a request without a body
+       * is sent again once, on a new connection. */
+      if (!f->reused || f->got_any || !f->head || !*err || (*err)->status != ECONNRESET)
+        return NULL;
+      moat_error_free(err);
+      if (reconnect(f, f->desc, err) < 0 || send_all(f->fd, f->head, f->head_len, err) < 0)
+        return NULL;
+      continue;
+    }
     if (h.status == 101 || h.status >= 200)
       break; /* 100 Continue, 103 Early Hints: the client gets the final answer only */
   }
@@ -789,6 +942,8 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
     *status = 101;
     return resp;
   }
+  const char *rconn = head_get(&h, "Connection");
+  f->keep = h.http11 && !f->upgrade && !(rconn && has_token(rconn, "close"));
   const char *te = head_get(&h, "Transfer-Encoding");
   const char *cl = head_get(&h, "Content-Length");
   uint64_t len = 0;
@@ -814,6 +969,7 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
     abort();
   copy_headers(resp, &h);
   *status = h.status;
+  f->answered = true;
   return resp;
 }
 

@@ -187,6 +187,24 @@ class PortsTest(DaemonTest):
             finally:
                 conn.close()
 
+    def test_backend_connections_reused_and_server_closes(self):
+        for routing in ("path", "host"):
+            peers = [self.json_call(routing, "GET", "echo")[1]["peer_port"] for _ in range(5)]
+            self.assertEqual(len(set(peers)), 1, "%s: moatd did not keep its connection to the server: %r"
+                             % (routing, peers))
+            # the server closes a connection after answering: the next request still gets through, on a new
+            # one (found closed in the pool, or sent again once)
+            for i in range(10):
+                st, _, data = self.call(routing, "GET", "bye")
+                self.assertEqual((st, data), (200, b"bye"), routing)
+                st, j = self.json_call(routing, "GET", "echo?after-bye=%d" % i)
+                self.assertEqual(st, 200, routing)
+            # a close-delimited answer is not reused either
+            st, _, data = self.call(routing, "GET", "close?n=10")
+            self.assertEqual((st, len(data)), (200, 10))
+            st, j = self.json_call(routing, "POST", "echo", body=b"after close")
+            self.assertEqual((st, j["body_len"]), (200, 11))
+
     # -- WebSocket --
     def _ws_echo(self, w):
         w.send_text("hello")

@@ -3,12 +3,13 @@
 
 HTTP (HTTP/1.1, keep-alive, one thread per connection) on HTTP_PORT:
   GET  /hello            200 "hello" (Content-Length)
-  ANY  /echo[?...]       200 JSON {method, path, headers, body_len, body_sha256} (reads Content-Length or
+  ANY  /echo[?...]       200 JSON {method, path, headers, body_len, body_sha256, peer_port} (reads Content-Length or
                          chunked bodies)
   GET  /chunked?n=N      N chunks "chunk-I\n" with Transfer-Encoding: chunked
   GET  /big?n=BYTES      BYTES bytes of a repeating pattern, Content-Length
   GET  /close?n=BYTES    BYTES bytes without Content-Length, ended by closing the connection
   GET  /stream           a chunk every 100 ms, forever (for a sandbox killed mid-stream)
+  GET  /bye              200 "bye", then the server closes the (keep-alive) connection
   GET  /status/CODE      an empty answer with that status
 WebSocket (RFC 6455, text and binary echo; close answered) on WS_PORT, any path.
 """
@@ -79,7 +80,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             else:
                 n, sha = b
             out = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()),
-                   "body_len": n, "body_sha256": sha}
+                   "body_len": n, "body_sha256": sha, "peer_port": self.client_address[1]}
             return self._send(200, json.dumps(out).encode(), "application/json")
         if u.path == "/chunked":
             n = int(q.get("n", ["5"])[0])
@@ -130,6 +131,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 i += 1
                 time.sleep(0.1)
+        if u.path == "/bye":
+            # a sized answer without "Connection: close", then the server closes the connection anyway
+            # (as servers do with idle keep-alive connections)
+            self.close_connection = True
+            return self._send(200, b"bye")
         if u.path.startswith("/status/"):
             code = int(u.path.split("/")[2])
             self.send_response(code)
