@@ -2,7 +2,9 @@
 # criu.sh -- picks a CRIU that works on this host and installs it where moatd looks for it.
 #
 # moatd runs /var/lib/moat/criu/criu (override: MOAT_CRIU). This script makes that path one of:
-#   1. the system's criu (Debian 12's package, installed if absent) when `criu check` passes;
+#   1. the system's criu (Debian 12's package, installed if absent) when `criu check` passes and
+#      it is 4.2 or newer; one that passes but is older is kept only as the fallback of step 2
+#      (sid's only; MOAT_CRIU_SYSTEM_ONLY=1 keeps it outright);
 #   2. otherwise a newer Debian criu, fetched with `apt-get download` through a private apt
 #      configuration (the host's apt sources, lists and cache are not touched) from Debian's
 #      archive, unpacked with `dpkg -x` into /var/lib/moat/criu/SUITE/root with its own
@@ -55,19 +57,24 @@ sys_err=""
 if [ -x "$sys" ]; then
   sys_ver=$("$sys" --version 2>/dev/null | awk '/Version/ {print $2}')
   if check "$sys"; then
-    ln -sfn "$sys" "$LINK"
-    note=""
-    if [ "$(printf '%s\n4.2\n' "$sys_ver" | sort -V | head -1)" != 4.2 ]; then
-      note="; older than 4.2: restores of sandboxes whose process-group leader exited fail (CRIU #2687)"
+    if [ "$(printf '%s\n4.2\n' "$sys_ver" | sort -V | head -1)" = 4.2 ] || [ -n "${MOAT_CRIU_SYSTEM_ONLY:-}" ]; then
+      ln -sfn "$sys" "$LINK"
+      echo "criu $sys_ver from $sys (the system's; criu check passes) (kernel $KERNEL)" >"$CHOICE"
+      say "chose: $(cat "$CHOICE")"
+      exit 0
     fi
-    echo "criu $sys_ver from $sys (the system's; criu check passes$note) (kernel $KERNEL)" >"$CHOICE"
-    say "chose: $(cat "$CHOICE")"
-    exit 0
+    # It works, but before 4.2 it cannot restore a sandbox's named unix socket (the guest's
+    # listener) once a process group's leader has exited (CRIU #2687): try sid's first, and keep
+    # the system's as the fallback.
+    say "the system's criu $sys_ver passes criu check but predates 4.2 (CRIU #2687); trying sid's"
+    SUITES=sid
+    sys_ok=1
+  else
+    sys_out=$("$sys" check 2>&1 || true)
+    sys_err=$(echo "$sys_out" | grep -m1 -i 'vdso' || echo "$sys_out" | grep -i error | tail -1 || true)
+    sys_err=${sys_err#*): }
+    say "the system's criu $sys_ver fails criu check on kernel $KERNEL: ${sys_err:-no detail}"
   fi
-  sys_out=$("$sys" check 2>&1 || true)
-  sys_err=$(echo "$sys_out" | grep -m1 -i 'vdso' || echo "$sys_out" | grep -i error | tail -1 || true)
-  sys_err=${sys_err#*): }
-  say "the system's criu $sys_ver fails criu check on kernel $KERNEL: ${sys_err:-no detail}"
 fi
 
 # 2. A newer Debian criu in a private prefix, suite by suite.
@@ -128,12 +135,23 @@ for suite in $SUITES; do
     ln -sfn "$PREFIX/criu-$suite" "$LINK"
     why=""
     [ "$suite" = trixie ] && why="; restores of sandboxes whose process-group leader exited fail (CRIU #2687, fixed in 4.2)"
-    echo "criu $ver from $PREFIX/$suite/root ($suite's, own libc via $CHOSEN_LOADER; the system's ${sys_ver:-criu} fails criu check: ${sys_err:-not installed}$tried$why) (kernel $KERNEL)" >"$CHOICE"
+    if [ -n "${sys_ok:-}" ]; then
+      sys_why="the system's $sys_ver passes criu check but predates 4.2 (CRIU #2687)"
+    else
+      sys_why="the system's ${sys_ver:-criu} fails criu check: ${sys_err:-not installed}"
+    fi
+    echo "criu $ver from $PREFIX/$suite/root ($suite's, own libc via $CHOSEN_LOADER; $sys_why$tried$why) (kernel $KERNEL)" >"$CHOICE"
     say "chose: $(cat "$CHOICE")"
     exit 0
   fi
   tried="$tried, $suite's could not be fetched or fails criu check"
 done
+if [ -n "${sys_ok:-}" ]; then
+  ln -sfn "$sys" "$LINK"
+  echo "criu $sys_ver from $sys (the system's; criu check passes; older than 4.2: restores of sandboxes whose process-group leader exited fail (CRIU #2687)$tried) (kernel $KERNEL)" >"$CHOICE"
+  say "chose: $(cat "$CHOICE")"
+  exit 0
+fi
 echo "none: the system's criu fails criu check (${sys_err:-not installable})$tried (kernel $KERNEL)" >"$CHOICE"
 say "no working CRIU: $(cat "$CHOICE")" >&2
 exit 0
