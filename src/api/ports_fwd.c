@@ -8,9 +8,11 @@
  * Backend connections are kept alive: one whose response ended cleanly (framed by Content-Length
  * or chunked, HTTP/1.1, no "Connection: close", the whole request body sent) goes to an idle pool
  * keyed by (network namespace inode, port) and is reused by the next request for that port within
- * PORT_IDLE_MS; one that the server closed meanwhile is noticed (readable at reuse) and dropped. A
- * request without a body that fails on a reused connection before any answer byte is retried once
- * on a new one. Upgrades always get a connection of their own.
+ * PORT_IDLE_MS (a sweeper thread closes older ones: CRIU refuses to checkpoint a sandbox with an
+ * established TCP connection, so idle ones must not linger); one that the server closed meanwhile
+ * is noticed (readable at reuse) and dropped. A request without a body that fails on a reused
+ * connection before any answer byte is retried once on a new one. Upgrades always get a connection
+ * of their own.
  * The request body is streamed as MHD hands it over (re-chunked when the client sent it chunked);
  * the response head is parsed and the body streamed back through an MHD callback response:
  * chunked bodies are decoded (MHD frames them again for the client; trailers are dropped),
@@ -45,7 +47,7 @@
 
 #define WAIT_SLICE_MS 500
 #define COPY_BUF (64 * 1024)
-#define PORT_IDLE_MS 4000  /* below Node's 5 s keepAliveTimeout: a server rarely closes one we pick */
+#define PORT_IDLE_MS 1000  /* short: an open connection keeps CRIU from checkpointing the sandbox */
 #define POOL_MAX 256       /* idle backend connections kept, all ports together */
 #define POOL_MAX_PER_KEY 8 /* per (namespace, port) */
 
@@ -126,7 +128,42 @@ static int pool_take(dev_t dev, ino_t ino, unsigned port) {
   return fd;
 }
 
+/* Closes idle connections older than PORT_IDLE_MS, every PORT_IDLE_MS / 4, for moatd's life. */
+static void *sweeper(void *arg) {
+  for (;;) {
+    usleep(PORT_IDLE_MS * 1000 / 4);
+    uint64_t now = now_ns();
+    pthread_mutex_lock(&pool_lock);
+    for (size_t i = 0; i < pool_n;) {
+      if (now - pool[i].since_ns > PORT_IDLE_MS * 1000000ULL)
+        pool_drop_locked(i);
+      else
+        i++;
+    }
+    pthread_mutex_unlock(&pool_lock);
+  }
+  return NULL;
+}
+
+static pthread_once_t sweeper_once = PTHREAD_ONCE_INIT;
+static bool sweeper_ok;
+static void sweeper_start(void) {
+  pthread_t t;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  sweeper_ok = pthread_create(&t, &at, sweeper, NULL) == 0;
+  pthread_attr_destroy(&at);
+  if (!sweeper_ok)
+    log_warn("ports: no sweeper thread: backend connections are not kept alive");
+}
+
 static void pool_put(dev_t dev, ino_t ino, unsigned port, int fd) {
+  pthread_once(&sweeper_once, sweeper_start);
+  if (!sweeper_ok) {
+    close(fd);
+    return;
+  }
   pthread_mutex_lock(&pool_lock);
   size_t same = 0, oldest = 0;
   for (size_t i = 0; i < pool_n; i++) {

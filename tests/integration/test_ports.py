@@ -345,6 +345,27 @@ class PortsTest(DaemonTest):
         st, _, data = self.call("host", "GET", "hello", sid=sb["id"])
         self.assertEqual((st, data), (200, b"hello"))
 
+    def test_hibernated_sandbox_is_woken(self):
+        ck = self.c.request("GET", "/healthz", auth=False)[1].get("checkpoints") or {}
+        if not ck.get("available"):
+            self.skipTest("checkpoints unavailable on this host: %s" % ck.get("criu"))
+        sb = self.sandbox(template="code-interpreter", persistent=True)
+        start_servers(self.c, sb["id"])
+        url = "/v1/sandboxes/%s/ports/%d" % (sb["id"], HTTP_PORT)
+        tok = self.c.request("POST", url, body={})[1]["token"]
+        self.assertEqual(self.call("host", "GET", "hello", sid=sb["id"])[2], b"hello")
+        # moatd closes its idle connection to the server within 1 s (CRIU does not dump established TCP
+        # connections); a checkpoint right after proxied traffic would fail
+        time.sleep(1.6)
+        self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sb["id"], body={}, timeout=300)
+        self.assertEqual(self.c.get(sb["id"])["state"], "hibernated")
+        # the port token outlives hibernation; the request wakes the sandbox and reaches the restored server
+        st, _, data = self.call("host", "GET", "hello", sid=sb["id"], key=False, headers={"X-Moat-Port-Token": tok})
+        self.assertEqual((st, data), (200, b"hello"))
+        self.assertEqual(self.c.get(sb["id"])["state"], "running")
+        st, _, data = self.call("path", "GET", "hello", sid=sb["id"])
+        self.assertEqual((st, data), (200, b"hello"))
+
     def test_killed_mid_stream_ends_connection(self):
         for routing in ("path", "host"):
             sb = self.sandbox(template="code-interpreter")
