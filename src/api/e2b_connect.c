@@ -83,6 +83,8 @@ const char *cx_errno_code(int status) {
     return "failed_precondition";
   case ETIMEDOUT:
     return "deadline_exceeded";
+  case EKEYREJECTED:
+    return "unauthenticated";
   case ECONNREFUSED:
   case ECONNRESET:
   case EPIPE:

@@ -63,6 +63,16 @@ char *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error 
       (*err)->status = ECONNREFUSED;
     return NULL;
   }
+  if (q->check_user && !envd_user_known(sock, q->user)) {
+    moat_error_set(err, EKEYREJECTED, "invalid username: '%s'%s", q->user,
+                   q->user == q->user_buf ? "" : " (E2B's default user: the template needs it)");
+    free(sock);
+    if (env) {
+      strv_free(*env);
+      *env = NULL;
+    }
+    return NULL;
+  }
   return sock;
 }
 
@@ -84,6 +94,8 @@ static int rest_error(struct api_req *r, unsigned status, const char *fmt, ...) 
 static unsigned rest_status(int st) {
   if (st == ENOSPC || st == EDQUOT)
     return 507; /* the SDK's NotEnoughSpaceError */
+  if (st == EKEYREJECTED)
+    return 401; /* an unknown user */
   const char *code;
   return api_errno_http(st, &code);
 }
@@ -102,6 +114,7 @@ static int files_args(struct api_req *r, struct envd_req *q, const char **path, 
     return rest_moat_error(r, &err), -1;
   if (api_arg_get(&r->args, "signature"))
     return rest_error(r, 400, "signed file URLs are not supported; use the access token"), -1;
+  q->check_user = true;
   const char *u = api_arg_get(&r->args, "username");
   if (u && *u) {
     if (api_check_user("username", u, &err) < 0)
@@ -422,6 +435,7 @@ static int rpc_user(struct api_req *r, struct envd_req *q) {
     return cx_reply_error(r, "invalid_argument", "user name longer than %d bytes", API_MAX_USER), -1;
   memcpy(q->user_buf, dec, ul);
   q->user_buf[ul] = '\0';
+  q->check_user = true; /* envd's authn checks a given user on every call */
   moat_error *err = NULL;
   if (api_check_user("user", q->user_buf, &err) < 0)
     return cx_reply_moat_error(r, &err), -1;
@@ -454,6 +468,7 @@ static bool rpc_begin(struct api_req *r, struct envd_req *q, const char *url, co
   }
   q->method = xstrdup(m);
   q->proc = proc;
+  q->check_user = !proc || strcmp(m, "Start") == 0; /* the calls that act as the user */
   q->stream = envd_is_stream(service, m);
   const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
   const char *want = q->stream ? "application/connect+json" : "application/json";

@@ -84,16 +84,21 @@ struct envd_req {
   char *method;     /* "Start" ... (RPC) */
   bool proc;        /* process.Process (else filesystem.Filesystem) */
   bool stream;      /* application/connect+json */
-  const char *user; /* points into user_buf */
+  const char *user; /* points into user_buf, or ENVD_DEFAULT_USER */
   char user_buf[API_MAX_USER + 1];
-  int64_t timeout_ms; /* Connect-Timeout-Ms, -1 = none */
+  bool check_user; /* envd_guest checks that the user exists (unauthenticated otherwise) */
   struct moat_buf body;
   /* POST /files */
   struct envd_upload *up;
 };
 
-/* The guest socket of the request's sandbox (caller frees) and, with env, the sandbox env. */
+/* The guest socket of the request's sandbox (caller frees) and, with env, the sandbox env. With
+ * q->check_user, a user the sandbox does not know is EKEYREJECTED (envd's "invalid username",
+ * Connect's unauthenticated, HTTP 401). */
 char *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error **err);
+/* False when the sandbox's /etc/passwd (cached a few seconds) has no such user; true when it
+ * does or cannot be read (the guest then decides). */
+bool envd_user_known(const char *sock, const char *user);
 
 /* process.Process/<method> (e2b_envd_process.c): body is the parsed request message. */
 void envd_process(struct api_req *r, struct envd_req *q, json_t *body);

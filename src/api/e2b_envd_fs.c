@@ -102,6 +102,22 @@ static char *names_text(const char *sock, int which) {
   return t;
 }
 
+bool envd_user_known(const char *sock, const char *user) {
+  if (strcmp(user, "root") == 0)
+    return true;
+  _cleanup_free_ char *pw = names_text(sock, 0);
+  if (!pw)
+    return true;
+  size_t ul = strlen(user);
+  for (const char *l = pw; l && *l;) {
+    if (strncmp(l, user, ul) == 0 && l[ul] == ':')
+      return true;
+    l = strchr(l, '\n');
+    l = l ? l + 1 : NULL;
+  }
+  return false;
+}
+
 static json_t *name_of(struct names *n, int which, uint32_t id) {
   if (id == 0)
     return json_string("root");

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import {
   Sandbox, CommandExitError, NotFoundError, FileNotFoundError, InvalidArgumentError, TimeoutError, SandboxError,
+  AuthenticationError,
 } from 'e2b'
 
 const made = []
@@ -337,7 +338,10 @@ const scenarios = {
     // The default user cannot read root's files.
     await sbx.files.write('/root/secret', 's', { user: 'root' })
     await rejects(sbx.files.read('/root/secret'), SandboxError, 'read root file as user')
-    await rejects(sbx.commands.run('true', { user: 'nobody-here' }), SandboxError, 'unknown user')
+    // An unknown user is envd's "invalid username" (unauthenticated): AuthenticationError.
+    await rejects(sbx.commands.run('true', { user: 'nobody-here' }), AuthenticationError, 'run as an unknown user')
+    await rejects(sbx.files.read('/etc/hostname', { user: 'nobody-here' }), AuthenticationError, 'read as an unknown user')
+    await rejects(sbx.files.list('/', { user: 'nobody-here' }), AuthenticationError, 'list as an unknown user')
     await rejects(sbx.commands.sendStdin(4000000, 'x'), NotFoundError, 'stdin to an unknown pid')
     assert.equal(await sbx.commands.kill(4000000), false)
     await sbx.files.remove('/home/user/never-existed') // envd: removing a missing path is fine
