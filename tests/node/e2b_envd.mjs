@@ -238,6 +238,17 @@ const scenarios = {
     await rh.stop()
     assert.ok(rev.some((e) => e.type === 'create' && e.name === 'sub'), JSON.stringify(rev))
     assert.ok(rev.some((e) => e.name === 'sub/deep.txt'), JSON.stringify(rev))
+    // includeEntry (envd >= 0.6.3): events carry the entry
+    const iev = []
+    const ih = await sbx.files.watchDir('/home/user/w', (ev) => iev.push(ev), { includeEntry: true })
+    await sbx.files.write('/home/user/w/inc.txt', 'twelve bytes')
+    for (let i = 0; i < 50 && !iev.some((e) => e.entry && e.name === 'inc.txt'); i++) await sleep(100)
+    await ih.stop()
+    const ie = iev.find((e) => e.entry && e.name === 'inc.txt')
+    assert.ok(ie, JSON.stringify(iev))
+    assert.equal(ie.entry.path, '/home/user/w/inc.txt')
+    assert.equal(ie.entry.type, 'file')
+    assert.equal(ie.entry.size, 12)
     await rejects(sbx.files.watchDir('/home/user/nope', () => {}), FileNotFoundError, 'watch a missing dir')
   },
 
