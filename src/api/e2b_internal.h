@@ -13,10 +13,10 @@
 #define E2B_INTERP_PORT 49999
 
 /* The envdVersion create/connect/list answer. The SDK gates features on it (dist/index.mjs):
- * >= 0.4.0 sends no default user, >= 0.5.2 closeStdin, >= 0.5.7 octet-stream uploads; 0.6.2 would
- * send file metadata and 0.6.3 watch includeEntry, which moat does not serve: the SDK then raises
- * TemplateError itself. */
-#define E2B_ENVD_VERSION "0.6.1"
+ * >= 0.4.0 sends no default user, >= 0.5.2 closeStdin, >= 0.5.7 octet-stream uploads, >= 0.6.2
+ * file metadata (envd answers 400: not supported), >= 0.6.3 watch includeEntry (served). It stays
+ * below 0.6.4 (watching network mounts), which the SDK then refuses itself with TemplateError. */
+#define E2B_ENVD_VERSION "0.6.3"
 
 /* r->front of every claimed request. */
 struct e2b_req {

@@ -75,6 +75,9 @@ class E2BTest(DaemonTest):
     def test_bad_input(self):
         self.scenario("e2b_control.mjs", "bad_input")
 
+    def test_envd_version_gates(self):
+        self.scenario("e2b_control.mjs", "envd_version_gates")
+
     # code interpreter (e2b_interp.mjs)
     def test_interp_state_and_png(self):
         self.scenario("e2b_interp.mjs", "state_and_png")

@@ -5,7 +5,7 @@
 // cross-checks). Prints "ok SCENARIO" and exits 0, or prints the failure and exits 1. Every
 // sandbox a scenario creates is killed in a finally block.
 import assert from 'node:assert/strict'
-import { Sandbox, NotFoundError, AuthenticationError, SandboxError } from 'e2b'
+import { Sandbox, NotFoundError, AuthenticationError, SandboxError, TemplateError } from 'e2b'
 
 const V1 = process.env.MOAT_URL
 const KEY = process.env.E2B_API_KEY
@@ -210,6 +210,25 @@ const scenarios = {
     await rejects(Sandbox.fork('sb-0000000000000000x'), NotFoundError, 'fork unknown')
   },
 
+  // What the envdVersion we announce turns on in the SDK: watch includeEntry works; watching network
+  // mounts is refused by the SDK itself.
+  async envd_version_gates() {
+    const sbx = await create()
+    assert.equal((await sbx.getInfo()).envdVersion, '0.6.3')
+    const events = []
+    const h = await sbx.files.watchDir('/home/user', (e) => events.push(e), { includeEntry: true })
+    await sbx.files.write('/home/user/watched.txt', 'hello')
+    const deadline = Date.now() + 10_000
+    while (!events.some((e) => e.name === 'watched.txt' && e.entry) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50))
+    await h.stop()
+    const ev = events.find((e) => e.name === 'watched.txt' && e.entry)
+    assert.ok(ev, JSON.stringify(events))
+    assert.equal(ev.entry.path, '/home/user/watched.txt')
+    await assert.rejects(sbx.files.watchDir('/home/user', () => {}, { allowNetworkMounts: true }),
+      (e) => e instanceof TemplateError)
+  },
+
   // Bad input gets the SDK's own errors, fast.
   async bad_input() {
     await rejects(Sandbox.getInfo('sb-0000000000000000x'), NotFoundError, 'getInfo unknown')
@@ -224,7 +243,7 @@ const scenarios = {
     const sbx = await create()
     await rejects(sbx.setTimeout(0), SandboxError, 'timeout 0')
     // a sandbox call with a wrong access token
-    const forged = new Sandbox({ sandboxId: sbx.sandboxId, envdAccessToken: 'e2b1_00_00', envdVersion: '0.6.1' })
+    const forged = new Sandbox({ sandboxId: sbx.sandboxId, envdAccessToken: 'e2b1_00_00', envdVersion: '0.6.3' })
     await rejects(forged.isRunning(), AuthenticationError, 'forged token')
   },
 }
