@@ -4,8 +4,10 @@
  * e2b.c hands every port-49983 call here once the sandbox is resolved and the caller
  * authenticated (X-Access-Token). The user a call acts as is E2B's: "Authorization: Basic
  * base64(USER:)" on RPCs, ?username= on /files, else ENVD_DEFAULT_USER ("user", uid 1000 in
- * moat's templates, as in E2B's). Paths are resolved by the guest against that user's home and
- * inside the sandbox's root, as envd does.
+ * moat's templates, as in E2B's). A user the sandbox's /etc/passwd lacks is envd's "invalid
+ * username" (unauthenticated / 401: the SDK's AuthenticationError); a template without "user"
+ * answers so to calls that do not name root. Paths are resolved by the guest against the user's
+ * home and inside the sandbox's root, as envd does (".." cannot leave the sandbox).
  */
 #include <errno.h>
 #include <microhttpd.h>
