@@ -289,7 +289,10 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
       .metadata = spec->metadata,
       .env = spec->env,
       .hibernate_after_s = spec->hibernate_after_seconds,
+      .network = spec->network,
   };
+  if (spec->network && moat_control_network_check(c, spec->network, err) < 0)
+    return -1;
   if (!moat_template_exists(c->templates, tmpl))
     return moat_error_set(err, EINVAL, "unknown template '%s'", tmpl);
   if (moat_spec_resolve(spec, &c->bounds, &n.limits, &n.ttl_seconds, err) < 0)
@@ -384,7 +387,8 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   e->pid = inst.pid;
   e->start_time = inst.start_time;
   e->sock_path = xstrdup(inst.sock_path);
-  if (moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
+  if (ctl_net_bind(c, id, org, inst.slot, n->network, n->forked_from, err) < 0 ||
+      moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
                                      err) < 0) {
     moat_error_wrap(err, "create sandbox");
     kill_locked(c, e, "error");
@@ -863,6 +867,14 @@ static int recover(struct moat_control *c, moat_error **err) {
       }
     }
     if (alive == 1) {
+      /* The freezer state follows the record: a moatd killed in the middle of a checkpoint (the host
+       * freezes the cgroup for it) or of a pause leaves the cgroup frozen or not regardless. */
+      moat_error *e3 = NULL;
+      if ((st == MOAT_SB_PAUSED ? moat_host_pause(c->host, r->slot, &e3) : moat_host_resume(c->host, r->slot, &e3)) <
+          0) {
+        log_warn("recover %s: set freezer to %s: %s", r->id, r->state, moat_error_msg(e3));
+        moat_error_free(&e3);
+      }
       struct live *e = live_new(r->id, r->org);
       e->state = st;
       e->slot = r->slot;
@@ -952,6 +964,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
       .pool_size = cfg->pool_size,
       .pool_template = "base",
       .max_slots = 16384,
+      .net = cfg->net,
   };
   if (moat_host_init(&c->host, &hc, err) < 0) {
     moat_error_wrap(err, "host");

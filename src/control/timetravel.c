@@ -113,6 +113,26 @@ static int state_error(struct live *e, const char *what, moat_error **err) {
 
 /* ---- open / close ---- */
 
+/* Removes a leftover of a moatd that died. A CRIU it had started may still be writing into it (it
+ * outlives moatd): retry for up to 2 s, then move it out of the way into the temp dir (swept at the
+ * next start) so that it is never taken for a snapshot or an image. */
+static void remove_leftover(struct moat_control *c, const char *path, const char *name) {
+  moat_error *err = NULL;
+  for (int i = 0; i < 20; i++) {
+    if (rm_rf(path, &err) == 0)
+      return;
+    moat_error_free(&err);
+    usleep(100000);
+  }
+  char tag[8];
+  random_id(tag, 7);
+  _cleanup_free_ char *dst = xasprintf("%s/stale-%s-%s", c->tmp_dir, name, tag);
+  if (rename(path, dst) < 0)
+    log_error("leftover %s: cannot remove nor move it away: %s", path, strerror(errno));
+  else
+    log_warn("leftover %s is still being written (a CRIU of the previous moatd?): moved to %s", path, dst);
+}
+
 /* Removes entries of dir that keep() rejects. */
 static void sweep(struct moat_control *c, const char *dir, bool (*keep)(struct moat_control *, const char *)) {
   DIR *d = opendir(dir);
@@ -126,7 +146,7 @@ static void sweep(struct moat_control *c, const char *dir, bool (*keep)(struct m
       continue;
     _cleanup_free_ char *p = xasprintf("%s/%s", dir, de->d_name);
     log_info("removing leftover %s", p);
-    remove_dir(p);
+    remove_leftover(c, p, de->d_name);
   }
   closedir(d);
 }
