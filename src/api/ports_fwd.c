@@ -997,7 +997,12 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
     f->remaining = len;
   } else
     f->framing = FR_CLOSE;
-  if (f->framing == FR_NONE)
+  uint64_t head_len = 0;
+  if (f->head_req && cl && !(te && has_token(te, "chunked")) && parse_u64(cl, &head_len) == 0)
+    /* HEAD: no body, but the length a GET would have (MHD sends no body for HEAD, and never calls
+     * body_reader, which would end at once for FR_NONE) */
+    resp = MHD_create_response_from_callback(head_len, COPY_BUF, body_reader, f, NULL);
+  else if (f->framing == FR_NONE)
     resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
   else
     resp = MHD_create_response_from_callback(f->framing == FR_LENGTH ? len : MHD_SIZE_UNKNOWN, COPY_BUF,

@@ -157,7 +157,7 @@ class PortsTest(DaemonTest):
             self.assertEqual((st, len(data)), (200, 1 << 20))
             self.assertEqual(data, pattern(1 << 20))
             st, h, data = self.call(routing, "HEAD", "hello")
-            self.assertEqual((st, data), (200, b""))
+            self.assertEqual((st, data, h.get("content-length")), (200, b"", "5"), routing)
             st, h, data = self.call(routing, "GET", "status/204")
             self.assertEqual((st, data), (204, b""))
             st, h, data = self.call(routing, "GET", "status/418")
@@ -204,6 +204,30 @@ class PortsTest(DaemonTest):
             self.assertEqual((st, len(data)), (200, 10))
             st, j = self.json_call(routing, "POST", "echo", body=b"after close")
             self.assertEqual((st, j["body_len"]), (200, 11))
+
+    def test_concurrent_requests(self):
+        import threading
+        errors = []
+
+        def worker(routing, n):
+            try:
+                for i in range(n):
+                    body = os.urandom(1000 + i)
+                    st, j = self.json_call(routing, "POST", "echo?w=%d" % i, body=body)
+                    if st != 200 or j["body_sha256"] != hashlib.sha256(body).hexdigest():
+                        errors.append((routing, i, st))
+                    st, _, data = self.call(routing, "GET", "chunked?n=20")
+                    if st != 200 or data.count(b"chunk-") != 20:
+                        errors.append((routing, i, st, data[:50]))
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append((routing, repr(e)))
+
+        ts = [threading.Thread(target=worker, args=(("path", "host")[k % 2], 15)) for k in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        self.assertEqual(errors, [])
 
     # -- WebSocket --
     def _ws_echo(self, w):
