@@ -254,6 +254,26 @@ class PortsTest(DaemonTest):
         finally:
             w.close()
 
+    def test_websocket_ends_when_sandbox_killed(self):
+        sb = self.sandbox(template="code-interpreter")
+        start_servers(self.c, sb["id"])
+        w = ws.connect(_Target("127.0.0.1", self.proxy_port, self.c.key), "/ws", headers={"Host": self.host(WS_PORT, sb["id"])})
+        try:
+            w.send_text("before")
+            self.assertEqual(w.recv(timeout=10), (ws.TEXT, b"before"))
+            t0 = time.time()
+            self.c.delete(sb["id"])
+            try:
+                got = w.recv(timeout=15)
+                self.fail("a message after the sandbox was killed: %r" % (got,))
+            except TimeoutError:
+                self.fail("the WebSocket stayed open after the sandbox was killed")
+            except (ws.Closed, ConnectionError):
+                pass
+            self.assertLess(time.time() - t0, 15)
+        finally:
+            w.close()
+
     # -- access --
     def test_access_token_and_public(self):
         url = "/v1/sandboxes/%s/ports/%d" % (self.sid, HTTP_PORT)
