@@ -131,8 +131,9 @@ export async function openPty(conn: Connection, sandboxId: string, opts?: PtyOpt
     on('open', () => settle());
     if (node) {
       // ws: a non-101 answer; read moatd's JSON error for the typed error.
-      on('unexpected-response', (_req: unknown, res: any) => {
+      on('unexpected-response', (req: any, res: any) => {
         let text = '';
+        const sock = res.socket; // Node's keep-alive agent would keep it (and the process) alive
         res.setEncoding('utf8');
         res.on('data', (c: string) => (text += c));
         res.on('end', () => {
@@ -142,6 +143,8 @@ export async function openPty(conn: Connection, sandboxId: string, opts?: PtyOpt
           } catch {
             body = undefined;
           }
+          req.destroy(); // ws leaves the refused request to us
+          sock?.destroy();
           settle(errorFromResponse(res.statusCode, body, `${where}: HTTP ${res.statusCode}`));
           resolveExit({ code: 1006, reason: 'handshake refused' });
         });
