@@ -21,7 +21,7 @@ CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -MMD -MP -Isrc $(SANFLAGS)
 LDFLAGS += $(SANFLAGS)
 
-DAEMON_LIBS := -lmicrohttpd -lwslay -ljansson -lsqlite3 -lseccomp -lz -lpthread
+DAEMON_LIBS := -lmicrohttpd -lwslay -ljansson -lsqlite3 -lseccomp -lmnl -lnftables -lz -lpthread
 CLI_LIBS := -lcurl -lwslay -ljansson
 
 COMMON_SRC := $(wildcard src/common/*.c) $(wildcard src/proto/*.c)

@@ -94,6 +94,10 @@ enum api_route_kind {
    * read raw: the handler parses it */
   API_R_MCP_SANDBOX,
   API_R_MCP_WORKSPACE,
+  /* issue 5: network policy, state and connection log (api_network.c) */
+  API_R_NETWORK_GET,
+  API_R_NETWORK_PUT,
+  API_R_NETWORK_LOG,
 };
 
 enum api_match {
@@ -366,6 +370,10 @@ int api_h_fork(struct api_req *r, json_t *body);
 int api_h_explore(struct api_req *r, json_t *body);
 int api_h_rollback(struct api_req *r, json_t *body);
 int api_h_snapshots_list(struct api_req *r);
+/* issue 5 (api_network.c) */
+int api_h_network_get(struct api_req *r);
+int api_h_network_put(struct api_req *r, json_t *body);
+int api_h_network_log(struct api_req *r);
 int api_h_snapshot_get(struct api_req *r);
 int api_h_snapshot_delete(struct api_req *r);
 

@@ -140,7 +140,7 @@ static int unknown_field(const char *k, const char *const *later, moat_error **e
 
 int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_spec *spec,
                      moat_error **err) {
-  static const char *const later[] = {"network", NULL};
+  static const char *const later[] = {NULL};
   memset(spec, 0, sizeof(*spec));
   uint64_t max_mem = MOAT_MAX_MEMORY_MB;
   if (host_memory_mb > 0 && host_memory_mb < max_mem)
@@ -206,6 +206,13 @@ int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_
           return -1;
         spec->hibernate_after_seconds = x;
       }
+    } else if (strcmp(k, "network") == 0) {
+      /* {internet, egress, allow, deny}: control checks the entries (control/network.c) */
+      if (json_is_null(v))
+        continue;
+      if (!json_is_object(v))
+        return moat_error_set(err, EINVAL, "field 'network' must be an object {internet, egress, allow, deny}");
+      spec->network = v;
     } else {
       return unknown_field(k, later, err);
     }

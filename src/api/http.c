@@ -508,6 +508,15 @@ static void req_dispatch(struct api_req *r) {
   case API_R_MCP_WORKSPACE:
     api_h_mcp_workspace(r);
     break;
+  case API_R_NETWORK_GET:
+    api_h_network_get(r);
+    break;
+  case API_R_NETWORK_PUT:
+    api_h_network_put(r, body);
+    break;
+  case API_R_NETWORK_LOG:
+    api_h_network_log(r);
+    break;
   case API_R_NONE:
     break;
   }

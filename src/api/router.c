@@ -80,6 +80,9 @@ static const char *const route_names[] = {
     [API_R_PORT_PROXY] = "port.proxy",
     [API_R_MCP_SANDBOX] = "mcp.sandbox",
     [API_R_MCP_WORKSPACE] = "mcp.workspace",
+    [API_R_NETWORK_GET] = "sandbox.network.get",
+    [API_R_NETWORK_PUT] = "sandbox.network.put",
+    [API_R_NETWORK_LOG] = "sandbox.network.log",
 };
 
 const char *api_route_name(enum api_route_kind k) {
@@ -158,6 +161,10 @@ static const struct shape sh_mcp_workspace = {"POST, GET, DELETE",
                                               {{"POST", API_R_MCP_WORKSPACE, false},
                                                {"GET", API_R_MCP_WORKSPACE, false},
                                                {"DELETE", API_R_MCP_WORKSPACE, false}}};
+
+static const struct shape sh_network = {"GET, PUT",
+                                        {{"GET", API_R_NETWORK_GET, false}, {"PUT", API_R_NETWORK_PUT, true}}};
+static const struct shape sh_network_log = {"GET", {{"GET", API_R_NETWORK_LOG, false}}};
 
 /* Exposed ports: ports, ports/{P} (settings), ports/{P}/... (proxied: every method but TRACE and
  * CONNECT; the handler authenticates, by API key or the port's token). */
@@ -430,6 +437,10 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
     return port_route(sub, method, r);
   else if (strcmp(sub, "mcp") == 0)
     s = &sh_mcp_sandbox;
+  else if (strcmp(sub, "network") == 0)
+    s = &sh_network;
+  else if (strcmp(sub, "network/log") == 0)
+    s = &sh_network_log;
   else if (later_sub(sub))
     return API_MATCH_NOT_IMPLEMENTED;
   if (!s) {

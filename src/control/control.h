@@ -61,6 +61,7 @@ struct moat_sandbox_spec {
                                       snapshot's template is used and template_name must be NULL
                                       or the same; zero limits default to the snapshot's */
   int64_t hibernate_after_seconds; /* persistent only: hibernate after this long idle; 0 = never */
+  json_t *network; /* network policy (net.h) or NULL for the default; borrowed */
 };
 
 struct moat_sandbox_info {
@@ -96,6 +97,7 @@ struct moat_control_config {
   const char *guest_path;   /* build/moat-guest */
   unsigned pool_size;       /* warm shells of "base" */
   unsigned reap_interval_ms;
+  const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net.h) */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every
@@ -256,6 +258,23 @@ int moat_control_explore_keep(struct moat_control *c, const char *org, const cha
 /* For /healthz: whether checkpoints work here and which CRIU the host uses (static storage). */
 bool moat_control_can_checkpoint(struct moat_control *c);
 const char *moat_control_criu_status(struct moat_control *c);
+
+/* ---- network (issue 5; control/network.c) ----
+ * Without an uplink (moatd --net-uplink) sandboxes have loopback only: a policy asking for the
+ * internet is EINVAL, internet: false is accepted. */
+
+/* Validates a policy object for create or PUT. 0 or -1 (EINVAL naming the entry). */
+int moat_control_network_check(struct moat_control *c, json_t *policy, moat_error **err);
+/* {address, dns, policy, bytes_in, bytes_out, connections} of a running sandbox, or
+ * {policy: {internet: false, ...}} for one without network. New reference or NULL. */
+json_t *moat_control_network_get(struct moat_control *c, const char *org, const char *id, moat_error **err);
+/* Replaces the policy of a running sandbox; new connections follow it at once. Returns the new
+ * state as network_get does. ENOENT for an unknown or killed sandbox, EBUSY when not running. */
+json_t *moat_control_network_set(struct moat_control *c, const char *org, const char *id, json_t *policy,
+                                 moat_error **err);
+/* The sandbox's connection log after sequence number since (at most limit entries). */
+json_t *moat_control_network_log(struct moat_control *c, const char *org, const char *id, uint64_t since,
+                                 unsigned limit, moat_error **err);
 
 /* Templates. */
 struct moat_templates *moat_control_templates(struct moat_control *c);

@@ -100,11 +100,18 @@ struct ctl_new {
   const char *forked_from;   /* recorded, may be NULL */
   const char *from_snapshot; /* recorded, may be NULL */
   int64_t hibernate_after_s;
+  json_t *network; /* network policy, borrowed; NULL = default (a fork: its parent's) */
 };
 /* Creates (records, builds or restores, marks running) a sandbox; fills out when not NULL and
  * id (MOAT_ID_LEN + 1) when not NULL. On failure nothing is left but a row recorded killed. */
 int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n, char *id,
                struct moat_sandbox_info *out, moat_error **err);
+
+/* ---- network.c ---- */
+/* Binds the new sandbox id's network slot (host slot) to its policy; for a fork without one, the
+ * parent's. 0 when the sandbox has no network slot and the policy asks for none; -1 otherwise on error. */
+int ctl_net_bind(struct moat_control *c, const char *id, const char *org, int slot, json_t *policy,
+                 const char *forked_from, moat_error **err);
 
 /* ---- timetravel.c ---- */
 /* moat_control_create with spec->from_snapshot set. */

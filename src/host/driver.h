@@ -18,6 +18,8 @@
 #include "../common/error.h"
 
 struct moat_host;
+struct moat_net;
+struct moat_net_config;
 
 struct moat_host_config {
   const char *data_dir;      /* moatd's data dir; the host keeps slots/ and disks/ under it */
@@ -26,6 +28,7 @@ struct moat_host_config {
   unsigned pool_size;        /* warm, never-used shells kept ready per pooled template; 0 = none */
   const char *pool_template; /* template the pool prepares ("base") */
   unsigned max_slots;        /* highest slot count (uid ranges) this host hands out */
+  const struct moat_net_config *net; /* sandbox networking (net.h); NULL or no uplink = loopback only */
 };
 
 struct moat_limits {
@@ -129,5 +132,12 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
 const char *moat_host_criu_status(struct moat_host *h);
 /* True when checkpoint and restore work on this host (a CRIU that passed its check was found). */
 bool moat_host_can_checkpoint(struct moat_host *h);
+
+/* ---- network (issue 5; net.h) ---- */
+
+/* The host's sandbox network, or NULL when moatd runs without an uplink (loopback only). */
+struct moat_net *moat_host_net(struct moat_host *h);
+/* The network slot (net.h) of the sandbox in slot, or -1 when it has none. */
+int moat_host_net_slot(struct moat_host *h, int slot);
 
 #endif

@@ -25,6 +25,7 @@
 #include "../common/util.h"
 #include "cgroup.h"
 #include "disk.h"
+#include "net.h"
 #include "seccomp.h"
 #include "shell.h"
 #include "slot_internal.h"
@@ -48,6 +49,7 @@ struct slot {
   char template_name[64];
   uint64_t disk_mb;
   struct moat_limits limits;
+  int net; /* network slot (net.h), or -1 */
   struct slot *next_teardown;
 };
 
@@ -58,6 +60,7 @@ struct moat_host {
   bool prjquota; /* the data dir's fs enforces project quotas: no loop images */
   struct moat_cgroups *cgroups;
   struct sock_fprog seccomp;
+  struct moat_net *net; /* NULL: loopback only */
 
   pthread_mutex_t lock;
   struct slot **slots; /* by index, MOAT_MAX_RANGES entries */
@@ -139,6 +142,10 @@ static int cleanup_slot(struct moat_host *h, int n, struct slot *s, moat_error *
   int ret = 0;
   if (moat_cgroup_kill(h->cgroups, n, 5000, err) < 0)
     ret = -1;
+  if (s && s->net >= 0) {
+    moat_net_release(h->net, s->net); /* its veth goes in net's worker */
+    s->net = -1;
+  }
   if (s && s->pidfd >= 0) {
     if (s->own_child)
       while (waitid(P_PIDFD, (id_t)s->pidfd, NULL, WEXITED | __WALL) < 0 && errno == EINTR)
@@ -168,7 +175,22 @@ static struct slot *slot_new(int index, enum slot_state state) {
   s->state = state;
   s->pidfd = -1;
   s->disk_fd = -1;
+  s->net = -1;
   return s;
+}
+
+/* Gives the sandbox in slot s (init pid) a network slot and records it in SLOT/net for adoption. */
+static int attach_net(struct moat_host *h, struct slot *s, pid_t pid, bool fresh, moat_error **err) {
+  if (!h->net)
+    return 0;
+  int ns = moat_net_attach(h->net, pid, fresh, slot_uid_base(s->index), err);
+  if (ns < 0)
+    return -1;
+  s->net = ns;
+  _cleanup_free_ char *path = xasprintf("%s/%d/net", h->slots_dir, s->index);
+  char num[16];
+  snprintf(num, sizeof(num), "%d", ns);
+  return moat_net_put_file(path, num, err);
 }
 
 /* Builds a running shell in a freshly claimed slot. Called without h->lock. */
@@ -249,6 +271,8 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   s->start_time = shell.start_time;
   s->disk_fd = shell.disk_fd;
   s->own_child = true;
+  if (attach_net(h, s, shell.pid, true, err) < 0)
+    goto out;
   log_debug("slot %d: shell built in %.2f ms", n, (double)shell.build_ns / 1e6);
   ret = 0;
 out:
@@ -465,6 +489,11 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
    * data dir itself may stay 0700. */
   if (moat_cgroups_open(&h->cgroups, h->instance, err) < 0 || moat_seccomp_build(&h->seccomp, err) < 0)
     goto out;
+  {
+    _cleanup_free_ char *net_state = xasprintf("%s/host/net", h->data_dir);
+    if (moat_net_open(&h->net, cfg->net, h->instance, net_state, err) < 0)
+      goto out;
+  }
   h->prjquota = moat_disk_prjquota_available(h->slots_dir);
   log_info("writable layers: %s",
            h->prjquota ? "directories under XFS project quotas" : "sparse ext4 images on loop devices");
@@ -527,6 +556,7 @@ void moat_host_shutdown(struct moat_host *h) {
     }
   }
   free(h->slots);
+  moat_net_close(h->net);
   moat_cgroups_close(h->cgroups);
   free(h->seccomp.filter);
   free(h->data_dir);
@@ -576,6 +606,19 @@ int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_tim
   s->pid = pid;
   s->start_time = start_time;
   s->own_child = false;
+  if (h->net) {
+    _cleanup_free_ char *path = xasprintf("%s/%d/net", h->slots_dir, slot);
+    _cleanup_free_ char *num = NULL;
+    uint64_t ns;
+    moat_error *e = NULL;
+    if (read_file(path, &num, NULL, NULL) == 0 && parse_u64(num, &ns) == 0) {
+      if (moat_net_adopt(h->net, (int)ns, &e) == 0)
+        s->net = (int)ns;
+      else
+        log_warn("slot %d: network slot %d not adopted: %s", slot, (int)ns, moat_error_msg(e));
+      moat_error_free(&e);
+    }
+  }
   {
     _cleanup_free_ char *dir = slot_path(h, slot);
     moat_checkpoint_recover(h->cgroups, slot, dir); /* a checkpoint cut short by our death */
@@ -661,6 +704,13 @@ int moat_host_reconcile(struct moat_host *h, moat_error **err) {
   }
   if (cleaned)
     log_info("reconcile: removed the leftovers of %d sandbox(es)", cleaned);
+  if (h->net) {
+    moat_error *e = NULL;
+    if (moat_net_reconcile(h->net, &e) < 0) {
+      log_warn("reconcile: network: %s", moat_error_msg(e));
+      moat_error_free(&e);
+    }
+  }
   start_threads(h);
   (void)err;
   return cleaned;
@@ -773,6 +823,12 @@ void moat_host_slot_commit(struct moat_host *h, int slot, pid_t pid, int pidfd, 
   s->own_child = false; /* CRIU's restored init is not our child */
   s->state = SLOT_ASSIGNED;
   pthread_mutex_unlock(&h->lock);
+  /* A fresh network slot for the restored namespace (the checkpoint's was not kept). */
+  moat_error *e = NULL;
+  if (attach_net(h, s, pid, false, &e) < 0) {
+    log_warn("slot %d: restored sandbox has no network: %s", slot, moat_error_msg(e));
+    moat_error_free(&e);
+  }
 }
 
 void moat_host_slot_abort(struct moat_host *h, int slot) {
@@ -787,6 +843,17 @@ void moat_host_slot_abort(struct moat_host *h, int slot) {
     moat_error_free(&e);
   }
   free(s);
+}
+
+struct moat_net *moat_host_net(struct moat_host *h) { return h->net; }
+
+int moat_host_net_slot(struct moat_host *h, int slot) {
+  if (slot < 0 || slot >= MOAT_MAX_RANGES)
+    return -1;
+  pthread_mutex_lock(&h->lock);
+  int ns = h->slots[slot] ? h->slots[slot]->net : -1;
+  pthread_mutex_unlock(&h->lock);
+  return ns;
 }
 
 void moat_host_fill_instance(struct moat_host *h, int slot, struct moat_instance *out) {

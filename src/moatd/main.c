@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"
+#include "host/net.h"
 
 #define MOAT_VERSION "0.1.0"
 
@@ -35,7 +36,15 @@ static void usage(FILE *f) {
              "  --proxy-listen HOST:PORT  serve exposed ports by host name: a request with Host\n"
              "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
              "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
-             "  --pool N             warm shells of the base template kept ready (default 4)\n");
+             "  --pool N             warm shells of the base template kept ready (default 4)\n"
+             "  --net-uplink IF|netns:PATH  give sandboxes egress through interface IF (masqueraded), or\n"
+             "                       through the network namespace at PATH (one standing for the outside\n"
+             "                       world); without it sandboxes have loopback only\n"
+             "  --net-dns-upstream IP[:PORT]  resolver moatd forwards allowed names to (default: the first\n"
+             "                       nameserver of /etc/resolv.conf), reached from the uplink's side\n"
+             "  --net-pool CIDR      IPv4 pool of per-sandbox /30s (default 10.200.0.0/16: 16,384 /30s)\n"
+             "  --net-block-ports P,P,...  TCP/UDP ports always dropped (default: common mining-pool ports)\n"
+             "  --net-warm N         network slots prepared ahead (default 8)\n");
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -194,6 +203,7 @@ int main(int argc, char **argv) {
              *recipes_opt = NULL, *guest_opt = NULL;
   unsigned pool = 4;
   const char *proxy_listen = NULL, *proxy_domain = NULL;
+  struct moat_net_config net = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
   static const struct option opts[] = {
       {"listen", required_argument, NULL, 'l'},
@@ -205,6 +215,11 @@ int main(int argc, char **argv) {
       {"guest", required_argument, NULL, 'g'},
       {"pool", required_argument, NULL, 'p'},
       {"log-level", required_argument, NULL, 'L'},
+      {"net-uplink", required_argument, NULL, 'U'},
+      {"net-dns-upstream", required_argument, NULL, 'D'},
+      {"net-pool", required_argument, NULL, 'P'},
+      {"net-block-ports", required_argument, NULL, 'B'},
+      {"net-warm", required_argument, NULL, 'W'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -238,6 +253,25 @@ int main(int argc, char **argv) {
       if (parse_u64(optarg, &v) < 0 || v > 4096)
         die("--pool %s: expected a number from 0 to 4096", optarg);
       pool = (unsigned)v;
+      break;
+    }
+    case 'U':
+      net.uplink = optarg;
+      break;
+    case 'D':
+      net.dns_upstream = optarg;
+      break;
+    case 'P':
+      net.pool = optarg;
+      break;
+    case 'B':
+      net.block_ports = optarg;
+      break;
+    case 'W': {
+      uint64_t v;
+      if (parse_u64(optarg, &v) < 0 || v < 1 || v > 4096)
+        die("--net-warm %s: expected a number from 1 to 4096", optarg);
+      net.warm = (unsigned)v;
       break;
     }
     case 'L':
@@ -347,7 +381,14 @@ int main(int argc, char **argv) {
       .recipes_dir = recipes,
       .guest_path = guest,
       .pool_size = pool,
+      .net = &net,
   };
+  {
+    const char *colon = strrchr(listen_addr, ':');
+    uint64_t port;
+    if (colon && parse_u64(colon + 1, &port) == 0 && port < 65536)
+      net.api_port = (uint16_t)port;
+  }
   struct moat_control *control = NULL;
   if (moat_control_open(&control, &cc, &err) < 0)
     die("%s", moat_error_msg(err));

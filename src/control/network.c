@@ -1,0 +1,115 @@
+/* network.c -- control's side of sandbox networking (issue 5): policy on create and at run time,
+ * network state and the connection log of a sandbox, by id and org */
+#include <errno.h>
+#include <string.h>
+
+#include "../common/util.h"
+#include "../host/net.h"
+#include "control_internal.h"
+
+static bool wants_internet(json_t *policy) {
+  json_t *i = policy ? json_object_get(policy, "internet") : NULL;
+  return !i || !json_is_false(i);
+}
+
+int moat_control_network_check(struct moat_control *c, json_t *policy, moat_error **err) {
+  if (moat_net_policy_check(policy, err) < 0)
+    return -1;
+  if (!moat_host_net(c->host) && wants_internet(policy))
+    return moat_error_set(err, EINVAL,
+                          "network: this moatd has no uplink (start it with --net-uplink): sandboxes have loopback "
+                          "only; ask for {\"internet\": false} or leave network out");
+  return 0;
+}
+
+int ctl_net_bind(struct moat_control *c, const char *id, const char *org, int slot, json_t *policy,
+                 const char *forked_from, moat_error **err) {
+  struct moat_net *net = moat_host_net(c->host);
+  if (!net)
+    return 0;
+  int ns = moat_host_net_slot(c->host, slot);
+  if (ns < 0)
+    return moat_error_set(err, EIO, "sandbox %s has no network slot", id);
+  json_t *inherited = NULL;
+  if (!policy && forked_from) {
+    struct live *p = live_get(c, forked_from);
+    if (p) {
+      pthread_mutex_lock(&p->m);
+      int pns = p->slot >= 0 ? moat_host_net_slot(c->host, p->slot) : -1;
+      pthread_mutex_unlock(&p->m);
+      json_t *st = pns >= 0 ? moat_net_describe(net, pns, NULL) : NULL;
+      if (st)
+        inherited = json_incref(json_object_get(st, "policy"));
+      json_decref(st);
+      live_put(c, p);
+    }
+  }
+  int r = moat_net_bind(net, ns, id, org, policy ? policy : inherited, err);
+  json_decref(inherited);
+  return r < 0 ? moat_error_wrap(err, "network") : 0;
+}
+
+/* The running sandbox's network slot, or -1 (err set). e->m is taken and released here. */
+static int sandbox_net_slot(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct live *e = live_get(c, id);
+  if (!e || strcmp(e->org, org) != 0) {
+    if (e)
+      live_put(c, e);
+    return not_live_error(c, org, id, err);
+  }
+  pthread_mutex_lock(&e->m);
+  int slot = e->state == MOAT_SB_RUNNING || e->state == MOAT_SB_PAUSED ? e->slot : -1;
+  enum moat_sandbox_state st = e->state;
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  if (st == MOAT_SB_KILLED)
+    return not_live_error(c, org, id, err);
+  if (slot < 0)
+    return moat_error_set(err, EBUSY, "sandbox %s is %s", id, moat_sandbox_state_name(st));
+  return moat_host_net_slot(c->host, slot) < 0 ? -2 : moat_host_net_slot(c->host, slot);
+}
+
+static json_t *no_network(void) {
+  json_t *p = moat_net_policy_default();
+  json_object_set_new(p, "internet", json_false());
+  return json_pack("{s:n, s:o, s:i, s:i, s:i}", "address", "policy", p, "bytes_in", 0, "bytes_out", 0,
+                   "connections", 0);
+}
+
+json_t *moat_control_network_get(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  int ns = sandbox_net_slot(c, org, id, err);
+  if (ns == -1)
+    return NULL;
+  if (ns == -2 || !moat_host_net(c->host))
+    return no_network();
+  return moat_net_describe(moat_host_net(c->host), ns, err);
+}
+
+json_t *moat_control_network_set(struct moat_control *c, const char *org, const char *id, json_t *policy,
+                                 moat_error **err) {
+  if (moat_net_policy_check(policy, err) < 0)
+    return NULL;
+  int ns = sandbox_net_slot(c, org, id, err);
+  if (ns == -1)
+    return NULL;
+  if (ns == -2 || !moat_host_net(c->host)) {
+    if (wants_internet(policy)) {
+      moat_error_set(err, EINVAL, "network: sandbox %s has no network (this moatd has no uplink)", id);
+      return NULL;
+    }
+    return no_network();
+  }
+  if (moat_net_bind(moat_host_net(c->host), ns, id, org, policy, err) < 0)
+    return NULL;
+  return moat_net_describe(moat_host_net(c->host), ns, err);
+}
+
+json_t *moat_control_network_log(struct moat_control *c, const char *org, const char *id, uint64_t since,
+                                 unsigned limit, moat_error **err) {
+  int ns = sandbox_net_slot(c, org, id, err);
+  if (ns == -1)
+    return NULL;
+  if (ns == -2 || !moat_host_net(c->host))
+    return json_array();
+  return moat_net_log(moat_host_net(c->host), ns, since, limit, err);
+}

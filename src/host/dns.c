@@ -1,0 +1,409 @@
+/* dns.c -- moatd's DNS for sandboxes: a UDP resolver in the routing namespace that every sandbox's
+ * /etc/resolv.conf names. A query's source address says which sandbox asks. A name its policy
+ * denies gets NXDOMAIN (and, when the name is listed in deny, moatd resolves it itself and puts
+ * the addresses in deny_dns, so they are not reachable by raw IP once learned); an allowed name is
+ * forwarded to the upstream resolver (reached from the uplink namespace) and, when the sandbox's
+ * default is deny, the answer's A records are added to allow_dns for (sandbox, address) with a
+ * timeout of the answer's TTL (at least NET_MIN_TTL_S) before the answer is relayed. TCP is not
+ * served (answers that do not fit are relayed truncated, as the upstream sent them).
+ */
+#include "net_internal.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+
+#define NET_MIN_TTL_S 60
+#define NET_MAX_TTL_S 86400
+#define PENDING 1024
+#define PENDING_TIMEOUT_MS 5000
+
+enum { P_FREE = 0, P_CLIENT, P_LEARN_DENY };
+
+struct pending {
+  int kind;
+  uint16_t our_id, client_id;
+  struct sockaddr_in client;
+  int slot;
+  int64_t deadline_ms;
+  char name[MOAT_NET_MAX_NAME + 1];
+};
+
+static struct pending pend[PENDING];
+static uint16_t next_id;
+
+/* Reads a (possibly compressed) name at *off into out (lower case, dotted, no trailing dot).
+ * Advances *off past it. 0 or -1. */
+static int read_name(const uint8_t *m, size_t len, size_t *off, char *out, size_t outsz) {
+  size_t o = *off, w = 0;
+  bool jumped = false;
+  int hops = 0;
+  for (;;) {
+    if (o >= len)
+      return -1;
+    uint8_t l = m[o];
+    if ((l & 0xc0) == 0xc0) {
+      if (o + 1 >= len || ++hops > 16)
+        return -1;
+      if (!jumped)
+        *off = o + 2;
+      jumped = true;
+      o = ((size_t)(l & 0x3f) << 8) | m[o + 1];
+      continue;
+    }
+    if (l & 0xc0)
+      return -1;
+    if (l == 0) {
+      if (!jumped)
+        *off = o + 1;
+      break;
+    }
+    if (o + 1 + l > len || w + l + 2 > outsz)
+      return -1;
+    if (w)
+      out[w++] = '.';
+    for (unsigned i = 0; i < l; i++)
+      out[w++] = (char)tolower(m[o + 1 + i]);
+    o += 1 + l;
+  }
+  out[w] = '\0';
+  return 0;
+}
+
+static void learn(struct moat_net *n, int slot, uint32_t addr, const char *name, bool denied, bool in_set) {
+  struct net_slot *s = &n->slots[slot];
+  if (!s->learned)
+    return;
+  for (unsigned i = 0; i < s->n_learned; i++)
+    if (s->learned[i].addr == addr) {
+      snprintf(s->learned[i].name, sizeof(s->learned[i].name), "%s", name);
+      s->learned[i].denied = denied;
+      s->learned[i].in_set |= in_set;
+      return;
+    }
+  struct net_learned *l = &s->learned[s->learned_next];
+  s->learned_next = (s->learned_next + 1) % NET_LEARN_MAX;
+  if (s->n_learned < NET_LEARN_MAX)
+    s->n_learned++;
+  l->addr = addr;
+  l->denied = denied;
+  l->in_set = in_set;
+  snprintf(l->name, sizeof(l->name), "%s", name);
+}
+
+void net_learned_name(struct net_slot *s, uint32_t addr, char *out) {
+  out[0] = '\0';
+  for (unsigned i = 0; s->learned && i < s->n_learned; i++)
+    if (s->learned[i].addr == addr) {
+      snprintf(out, MOAT_NET_MAX_NAME + 1, "%s", s->learned[i].name);
+      return;
+    }
+}
+
+void net_forget_learned(struct moat_net *n, int slot) {
+  char sip[INET_ADDRSTRLEN];
+  uint32_t sb = net_slot_sandbox_ip(n, slot);
+  inet_ntop(AF_INET, &sb, sip, sizeof(sip));
+  pthread_mutex_lock(&n->lock);
+  struct net_slot *s = &n->slots[slot];
+  unsigned cnt = s->n_learned;
+  struct net_learned *copy = cnt ? xcalloc(cnt, sizeof(*copy)) : NULL;
+  if (cnt)
+    memcpy(copy, s->learned, cnt * sizeof(*copy));
+  s->n_learned = s->learned_next = 0;
+  pthread_mutex_unlock(&n->lock);
+  for (unsigned i = 0; i < cnt; i++) {
+    if (!copy[i].in_set)
+      continue;
+    char a[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &copy[i].addr, a, sizeof(a));
+    /* Elements may have timed out already: one transaction each, failures ignored. */
+    _cleanup_free_ char *cmd =
+        xasprintf("delete element inet moat %s { %s . %s }\n", copy[i].denied ? "deny_dns" : "allow_dns", sip, a);
+    moat_error *e = NULL;
+    nft_run(n, cmd, &e);
+    moat_error_free(&e);
+  }
+  free(copy);
+}
+
+/* Adds (sandbox . addr) elements for the A records of an answer. */
+static void add_elements(struct moat_net *n, int slot, const uint32_t *addrs, size_t na, uint32_t ttl, bool deny) {
+  if (!na)
+    return;
+  if (ttl < NET_MIN_TTL_S)
+    ttl = NET_MIN_TTL_S;
+  if (ttl > NET_MAX_TTL_S)
+    ttl = NET_MAX_TTL_S;
+  char sip[INET_ADDRSTRLEN];
+  uint32_t sb = net_slot_sandbox_ip(n, slot);
+  inet_ntop(AF_INET, &sb, sip, sizeof(sip));
+  const char *set = deny ? "deny_dns" : "allow_dns";
+  char *add = NULL, *del = NULL;
+  size_t la = 0, ld = 0;
+  for (size_t i = 0; i < na; i++) {
+    char a[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &addrs[i], a, sizeof(a));
+    net_sappend(&add, &la, "%s%s . %s timeout %us", i ? ", " : "", sip, a, ttl);
+    net_sappend(&del, &ld, "%s%s . %s", i ? ", " : "", sip, a);
+  }
+  /* add (a no-op when present), delete, add: one transaction that also restarts the timeout */
+  _cleanup_free_ char *script = xasprintf("add element inet moat %s { %s }\ndelete element inet moat %s { %s }\n"
+                                          "add element inet moat %s { %s }\n",
+                                          set, add, set, del, set, add);
+  free(add);
+  free(del);
+  moat_error *e = NULL;
+  if (nft_run(n, script, &e) < 0) {
+    log_warn("dns: slot %d: add learned addresses: %s", slot, moat_error_msg(e));
+    moat_error_free(&e);
+  }
+}
+
+/* Parses an upstream answer: A records (network order) and their smallest TTL. */
+static size_t answer_addrs(const uint8_t *m, size_t len, uint32_t *addrs, size_t max, uint32_t *min_ttl) {
+  if (len < 12)
+    return 0;
+  unsigned qd = (unsigned)(m[4] << 8 | m[5]), an = (unsigned)(m[6] << 8 | m[7]);
+  size_t off = 12;
+  char name[MOAT_NET_MAX_NAME + 2];
+  for (unsigned i = 0; i < qd; i++) {
+    if (read_name(m, len, &off, name, sizeof(name)) < 0 || off + 4 > len)
+      return 0;
+    off += 4;
+  }
+  size_t na = 0;
+  *min_ttl = NET_MAX_TTL_S;
+  for (unsigned i = 0; i < an; i++) {
+    if (read_name(m, len, &off, name, sizeof(name)) < 0 || off + 10 > len)
+      break;
+    uint16_t type = (uint16_t)(m[off] << 8 | m[off + 1]), cls = (uint16_t)(m[off + 2] << 8 | m[off + 3]);
+    uint32_t ttl = (uint32_t)m[off + 4] << 24 | (uint32_t)m[off + 5] << 16 | (uint32_t)m[off + 6] << 8 | m[off + 7];
+    uint16_t rdlen = (uint16_t)(m[off + 8] << 8 | m[off + 9]);
+    off += 10;
+    if (off + rdlen > len)
+      break;
+    if (type == 1 && cls == 1 && rdlen == 4 && na < max) {
+      memcpy(&addrs[na++], m + off, 4);
+      if (ttl < *min_ttl)
+        *min_ttl = ttl;
+    }
+    off += rdlen;
+  }
+  return na;
+}
+
+/* A reply to q (len bytes) with rcode and no answers. */
+static void reply_rcode(int fd, const uint8_t *q, size_t qend, const struct sockaddr_in *to, int rcode) {
+  uint8_t r[512];
+  if (qend > sizeof(r))
+    return;
+  memcpy(r, q, qend);
+  r[2] = (uint8_t)(0x80 | (q[2] & 0x79)); /* QR, opcode, RD kept */
+  r[3] = (uint8_t)(0x80 | (rcode & 0xf)); /* RA */
+  r[6] = r[7] = r[8] = r[9] = r[10] = r[11] = 0;
+  sendto(fd, r, qend, MSG_DONTWAIT, (const struct sockaddr *)to, sizeof(*to));
+}
+
+static struct pending *pending_new(void) {
+  int64_t now = now_unix_ms();
+  for (unsigned k = 0; k < PENDING; k++) {
+    uint16_t id = next_id++;
+    struct pending *p = &pend[id % PENDING];
+    if (p->kind != P_FREE && p->deadline_ms > now)
+      continue;
+    memset(p, 0, sizeof(*p));
+    p->our_id = id;
+    p->deadline_ms = now + PENDING_TIMEOUT_MS;
+    return p;
+  }
+  return NULL;
+}
+
+static void send_upstream(struct moat_net *n, struct pending *p, const uint8_t *q, size_t len) {
+  uint8_t b[4096];
+  if (len > sizeof(b))
+    return;
+  memcpy(b, q, len);
+  b[0] = (uint8_t)(p->our_id >> 8);
+  b[1] = (uint8_t)p->our_id;
+  if (sendto(n->up_fd, b, len, MSG_DONTWAIT, (struct sockaddr *)&n->upstream, sizeof(n->upstream)) < 0)
+    p->kind = P_FREE;
+}
+
+/* A learn-only query for name's A records (for deny_dns). */
+static void learn_denied(struct moat_net *n, int slot, const char *name) {
+  struct pending *p = pending_new();
+  if (!p)
+    return;
+  p->kind = P_LEARN_DENY;
+  p->slot = slot;
+  snprintf(p->name, sizeof(p->name), "%.253s", name);
+  uint8_t q[512];
+  size_t o = 12;
+  memset(q, 0, 12);
+  q[2] = 0x01; /* RD */
+  q[5] = 1;    /* one question */
+  const char *s = name;
+  while (*s) {
+    const char *dot = strchr(s, '.');
+    size_t l = dot ? (size_t)(dot - s) : strlen(s);
+    if (l == 0 || l > 63 || o + l + 6 > sizeof(q))
+      return;
+    q[o++] = (uint8_t)l;
+    memcpy(q + o, s, l);
+    o += l;
+    s += l + (dot ? 1 : 0);
+  }
+  q[o++] = 0;
+  q[o++] = 0, q[o++] = 1; /* A */
+  q[o++] = 0, q[o++] = 1; /* IN */
+  send_upstream(n, p, q, o);
+}
+
+static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct sockaddr_in *from) {
+  if (len < 12 || (q[2] & 0x80)) /* not a query */
+    return;
+  unsigned qd = (unsigned)(q[4] << 8 | q[5]);
+  size_t off = 12;
+  char name[MOAT_NET_MAX_NAME + 2];
+  if (qd != 1 || read_name(q, len, &off, name, sizeof(name)) < 0 || off + 4 > len) {
+    reply_rcode(n->dns_fd, q, len < 12 ? 12 : (off + 4 <= len ? off + 4 : 12), from, 1 /* FORMERR */);
+    return;
+  }
+  size_t qend = off + 4;
+  int slot = net_slot_of_ip(n, from->sin_addr.s_addr);
+  pthread_mutex_lock(&n->lock);
+  struct net_slot *s = slot >= 0 ? &n->slots[slot] : NULL;
+  bool leased = s && s->state == NS_LEASED;
+  bool internet = !leased || !s->bound || s->pol.internet;
+  int allowed = leased && s->bound ? net_policy_name_allowed(&s->pol, name) : 1;
+  bool explicit_deny = leased && s->bound && !allowed && net_policy_name_listed(s->pol.deny, s->pol.n_deny, name);
+  pthread_mutex_unlock(&n->lock);
+  if (!leased || !internet) {
+    reply_rcode(n->dns_fd, q, qend, from, 5 /* REFUSED */);
+    return;
+  }
+  if (!allowed) {
+    reply_rcode(n->dns_fd, q, qend, from, 3 /* NXDOMAIN */);
+    if (explicit_deny)
+      learn_denied(n, slot, name);
+    return;
+  }
+  struct pending *p = pending_new();
+  if (!p) {
+    reply_rcode(n->dns_fd, q, qend, from, 2 /* SERVFAIL */);
+    return;
+  }
+  p->kind = P_CLIENT;
+  p->client_id = (uint16_t)(q[0] << 8 | q[1]);
+  p->client = *from;
+  p->slot = slot;
+  snprintf(p->name, sizeof(p->name), "%.253s", name);
+  send_upstream(n, p, q, len);
+}
+
+static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
+  if (len < 12)
+    return;
+  uint16_t id = (uint16_t)(m[0] << 8 | m[1]);
+  struct pending *p = &pend[id % PENDING];
+  if (p->kind == P_FREE || p->our_id != id)
+    return;
+  struct pending cp = *p;
+  p->kind = P_FREE;
+  uint32_t addrs[64], ttl = 0;
+  size_t na = answer_addrs(m, len, addrs, ARRAY_SIZE(addrs), &ttl);
+  pthread_mutex_lock(&n->lock);
+  struct net_slot *s = &n->slots[cp.slot];
+  bool ok = s->state == NS_LEASED;
+  bool need_set = ok && s->bound && cp.kind == P_CLIENT && s->pol.egress_deny;
+  bool deny = cp.kind == P_LEARN_DENY;
+  if (ok)
+    for (size_t i = 0; i < na; i++)
+      learn(n, cp.slot, addrs[i], cp.name, deny, need_set || deny);
+  pthread_mutex_unlock(&n->lock);
+  if (!ok)
+    return;
+  if (need_set || deny)
+    add_elements(n, cp.slot, addrs, na, ttl, deny);
+  if (cp.kind == P_CLIENT) {
+    m[0] = (uint8_t)(cp.client_id >> 8);
+    m[1] = (uint8_t)cp.client_id;
+    sendto(n->dns_fd, m, len, MSG_DONTWAIT, (struct sockaddr *)&cp.client, sizeof(cp.client));
+  }
+}
+
+static void *dns_main(void *arg) {
+  struct moat_net *n = arg;
+  uint8_t buf[4096];
+  for (;;) {
+    struct pollfd p[3] = {{.fd = n->dns_fd, .events = POLLIN},
+                          {.fd = n->up_fd, .events = POLLIN},
+                          {.fd = n->stop_pipe[0], .events = POLLIN}};
+    if (poll(p, 3, 1000) < 0 && errno != EINTR)
+      break;
+    if (p[2].revents)
+      break;
+    if (p[0].revents & POLLIN) {
+      struct sockaddr_in from;
+      socklen_t fl = sizeof(from);
+      ssize_t r = recvfrom(n->dns_fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+      if (r > 0 && from.sin_family == AF_INET)
+        on_query(n, buf, (size_t)r, &from);
+    }
+    if (p[1].revents & POLLIN) {
+      struct sockaddr_in from;
+      socklen_t fl = sizeof(from);
+      ssize_t r = recvfrom(n->up_fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+      if (r > 0 && from.sin_addr.s_addr == n->upstream.sin_addr.s_addr && from.sin_port == n->upstream.sin_port)
+        on_answer(n, buf, (size_t)r);
+    }
+  }
+  return NULL;
+}
+
+int dns_start(struct moat_net *n, moat_error **err) {
+  n->dns_fd = net_socket_in(n->router_fd, AF_INET, SOCK_DGRAM, 0, err);
+  if (n->dns_fd < 0)
+    return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(NET_DNS_PORT), .sin_addr.s_addr = net_dns_ip(n)};
+  if (bind(n->dns_fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+    return moat_error_errno(err, "bind the sandboxes' DNS");
+  n->up_fd = net_socket_in(n->outside_fd, AF_INET, SOCK_DGRAM, 0, err);
+  if (n->up_fd < 0)
+    return -1;
+  if (pipe2(n->stop_pipe, O_CLOEXEC) < 0)
+    return moat_error_errno(err, "pipe");
+  next_id = (uint16_t)(now_ns() & 0xffff);
+  if (pthread_create(&n->dns_thread, NULL, dns_main, n) != 0)
+    return moat_error_set(err, EAGAIN, "start the DNS thread");
+  n->dns_started = true;
+  return 0;
+}
+
+void dns_stop(struct moat_net *n) {
+  if (n->stop_pipe[1] >= 0 && write(n->stop_pipe[1], "x", 1) < 0) {
+    /* the threads also poll with a timeout */
+  }
+  if (n->dns_started) {
+    pthread_join(n->dns_thread, NULL);
+    n->dns_started = false;
+  }
+  /* The stop pipe stays readable (nobody reads the byte) for netlog's thread; net.c closes it. */
+  int fds[] = {n->dns_fd, n->up_fd};
+  for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+  n->dns_fd = n->up_fd = -1;
+}
