@@ -112,6 +112,29 @@ class TypeScriptSDKTest(DaemonTest):
     def test_timetravel(self):
         self.run_node_file("timetravel")
 
+    def test_examples(self):
+        mods = os.path.join(EXAMPLES, "node_modules")
+        os.makedirs(os.path.join(mods, "@moat"), exist_ok=True)
+        link(os.path.join(mods, "@moat", "sdk"), SDK)
+        link(os.path.join(mods, "@types"), os.path.join(NODE_MODULES, "@types"))
+        r = subprocess.run([TSC, "-p", EXAMPLES], cwd=EXAMPLES, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=300)
+        self.assertEqual(r.returncode, 0, "tsc -p examples/typescript:\n" + r.stdout.decode(errors="replace"))
+        names = sorted(f[:-3] for f in os.listdir(EXAMPLES) if f.endswith(".ts") and not f.endswith(".d.ts"))
+        self.assertEqual(names, ["best_of_n", "run_code_tool"])
+        for name in names:
+            with self.subTest(example=name):
+                r = subprocess.run(["node", os.path.join("dist", name + ".js")], cwd=EXAMPLES, env=self.node_env(),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=NODE_TIMEOUT_S)
+                out = r.stdout.decode(errors="replace")
+                if r.returncode == 77:
+                    self.skipTest("%s: %s" % (name, out.strip().splitlines()[-1]))
+                self.assertEqual(r.returncode, 0, "%s exited %d:\n%s" % (name, r.returncode, out[-6000:]))
+                self.assertIn("example passed", out)
+                # the examples kill what they made (await using)
+                left = [s for s in self.c.list() if s.get("metadata", {}).get("example") == name]
+                self.assertEqual(left, [], "%s left sandboxes running" % name)
+
     def test_every_node_file_is_run(self):
         files = sorted(f[:-len(".test.mjs")] for f in os.listdir(os.path.join(SDK, "test")) if f.endswith(".test.mjs"))
         mine = sorted(n[len("test_"):] for n in dir(self) if n.startswith("test_") and n not in

@@ -21,6 +21,7 @@ export interface Result {
 export interface ExecutionError {
   name: string;
   value: string;
+  /** The formatted traceback, lines joined with newlines. */
   traceback: string;
 }
 
@@ -58,7 +59,9 @@ function result(j: Record<string, unknown>): Result {
 function execError(e: unknown): ExecutionError | null {
   if (!e || typeof e !== 'object') return null;
   const x = e as Record<string, unknown>;
-  return { name: String(x.name ?? ''), value: String(x.value ?? ''), traceback: String(x.traceback ?? '') };
+  // moatd sends the traceback as a list of lines (E2B's shape) or a string.
+  const tb = Array.isArray(x.traceback) ? x.traceback.map(String).join('\n') : String(x.traceback ?? '');
+  return { name: String(x.name ?? ''), value: String(x.value ?? ''), traceback: tb };
 }
 
 function mainText(results: Result[]): string | undefined {

@@ -23,6 +23,7 @@ describe('code contexts', () => {
     const c = await ctx.runCode('1/0');
     assert.equal(c.error.name, 'ZeroDivisionError');
     assert.match(c.error.traceback, /ZeroDivisionError/);
+    assert.match(c.error.traceback, /^Traceback \(most recent call last\):\n/, 'one line per line');
     assert.equal(c.text, undefined);
     const t = await ctx.runCode('import time\ntime.sleep(30)', { timeoutMs: 500 });
     assert.equal(t.timedOut, true);
