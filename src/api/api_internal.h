@@ -89,7 +89,7 @@ enum api_route_kind {
   API_R_PORT_GET,
   API_R_PORT_EXPOSE,
   API_R_PORT_UNEXPOSE,
-  API_R_PORT_PROXY, /* any method under .../ports/P/: the handler authenticates and streams the body */
+  API_R_PORT_PROXY, /* any method under .../ports/P/: api_port_proxy_begin authenticates, the body streams */
   /* issue 7: MCP over streamable HTTP (api_mcp.c); the body is JSON-RPC (object or batch array),
    * read raw: the handler parses it */
   API_R_MCP_SANDBOX,

@@ -167,7 +167,7 @@ static const struct shape sh_network = {"GET, PUT",
 static const struct shape sh_network_log = {"GET", {{"GET", API_R_NETWORK_LOG, false}}};
 
 /* Exposed ports: ports, ports/{P} (settings), ports/{P}/... (proxied: every method but TRACE and
- * CONNECT; the handler authenticates, by API key or the port's token). */
+ * CONNECT; the handler authenticates: API key, the port's token, or none for a public port). */
 static const struct shape sh_ports = {"GET", {{"GET", API_R_PORTS_LIST, false}}};
 static const struct shape sh_port = {"GET, POST, DELETE",
                                      {{"GET", API_R_PORT_GET, false},
@@ -198,6 +198,7 @@ static enum api_match port_route(const char *sub, const char *method, struct api
   for (size_t i = 0; i < ARRAY_SIZE(proxied); i++) {
     if (strcmp(method, proxied[i]) == 0) {
       r->kind = API_R_PORT_PROXY;
+      r->needs_auth = true; /* checked by the handler: API key, port token or a public port */
       return API_MATCH_OK;
     }
   }

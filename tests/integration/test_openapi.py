@@ -19,7 +19,7 @@ from moattest import DaemonTest  # noqa: E402
 DOC = os.path.join(REPO, "docs", "openapi.yaml")
 METHODS = ("get", "put", "post", "delete", "patch")
 SAMPLES = {"id": "sb-0123456789abcdefg", "ref": "4242", "cid": "ctx-1", "sid": "snap-0123456789abcdefg",
-           "name": "base"}
+           "name": "base", "port": "8080", "path": "static/app.js"}
 
 
 def load():
@@ -43,7 +43,7 @@ class OpenAPIDocumentTest(unittest.TestCase):
         self.assertEqual(d["openapi"], "3.1.0")
         for k in ("title", "version"):
             self.assertIn(k, d["info"])
-        self.assertEqual(set(d["components"]["securitySchemes"]), {"bearerAuth", "apiKey"})
+        self.assertEqual(set(d["components"]["securitySchemes"]), {"bearerAuth", "apiKey", "portToken", "portTokenQuery"})
         ids = set()
         for path, m, op in operations(d):
             where = "%s %s" % (m.upper(), path)

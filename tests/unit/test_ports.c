@@ -32,9 +32,9 @@ static void routes(void) {
   static const char *const methods[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
   for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
     OK(api_route_match(methods[i], "/v1/sandboxes/" SB "/ports/3000/a/b.js", &r) == API_MATCH_OK &&
-           r.kind == API_R_PORT_PROXY && r.port == 3000 && !r.needs_auth && !r.json_body &&
+           r.kind == API_R_PORT_PROXY && r.port == 3000 && r.needs_auth && !r.json_body &&
            strcmp(r.id, SB) == 0,
-       "%s .../ports/3000/a/b.js is proxied (the handler authenticates)", methods[i]);
+       "%s .../ports/3000/a/b.js is proxied (auth: checked by api_port_proxy_begin)", methods[i]);
   OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports/3000/", &r) == API_MATCH_OK &&
          r.kind == API_R_PORT_PROXY,
      "the root of a port is proxied");
