@@ -9,6 +9,7 @@ ${CC:-cc} -O2 -Wall -Wextra -Werror -o build/bench/spawn_time bench/spawn_time.c
 command -v bwrap >/dev/null 2>&1 || { echo "bench: bwrap is missing (apt-get install bubblewrap)" >&2; exit 1; }
 env MOAT_BUILD="$B" python3 bench/timetravel.py --out build/bench/timetravel.md || echo "bench: timetravel.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/sdk_python.py || echo "bench: sdk_python.py failed" >&2
+env MOAT_BUILD="$B" node bench/sdk_ts.mjs || echo "bench: sdk_ts.mjs failed" >&2
 env MOAT_BUILD="$B" node bench/e2b.mjs || echo "bench: e2b.mjs failed" >&2
 env MOAT_BUILD="$B" python3 bench/ports.py || echo "bench: ports.py failed" >&2
 exec env MOAT_BUILD="$B" python3 bench/bench.py --spawn-time build/bench/spawn_time "$@"
