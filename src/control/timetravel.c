@@ -1060,28 +1060,27 @@ static void *branch_main(void *arg) {
   o->stderr_tail = tail_of(res.err, res.err_len, &o->stderr_len);
   moat_exec_result_free(&res);
 
-  bool lost = false;
-  pthread_mutex_lock(j->lock);
-  if (j->keep == MOAT_KEEP_FIRST_SUCCESS && *j->winner)
-    lost = true; /* another branch won while this one ran: it is being killed */
-  pthread_mutex_unlock(j->lock);
-  o->files_changed = lost ? json_array() : files_changed(j->c, j->org, o->sandbox_id, start);
-
-  if (j->keep == MOAT_KEEP_FIRST_SUCCESS && o->exit_code == 0 && !o->timed_out) {
+  /* first_success: claim the win before anything else, so that the losers are killed at once. */
+  bool won = false, lost = false;
+  if (j->keep == MOAT_KEEP_FIRST_SUCCESS) {
     pthread_mutex_lock(j->lock);
-    bool won = !*j->winner;
-    if (won)
+    if (*j->winner)
+      lost = true; /* another branch won while this one ran: it is being killed */
+    else if (o->exit_code == 0 && !o->timed_out) {
       snprintf(j->winner, MOAT_ID_LEN + 1, "%s", o->sandbox_id);
+      won = true;
+    }
     pthread_mutex_unlock(j->lock);
-    if (won) /* the losers need not finish: kill them now */
-      for (size_t i = 0; i < j->n; i++) {
-        if (j->all[i].o == o)
-          continue;
-        moat_error *e2 = NULL;
-        if (moat_control_kill(j->c, j->org, j->all[i].o->sandbox_id, "explore", &e2) < 0)
-          moat_error_free(&e2);
-      }
   }
+  if (won)
+    for (size_t i = 0; i < j->n; i++) {
+      if (j->all[i].o == o)
+        continue;
+      moat_error *e2 = NULL;
+      if (moat_control_kill(j->c, j->org, j->all[i].o->sandbox_id, "explore", &e2) < 0)
+        moat_error_free(&e2);
+    }
+  o->files_changed = lost ? json_array() : files_changed(j->c, j->org, o->sandbox_id, start);
   return NULL;
 }
 
