@@ -67,8 +67,9 @@ static void rule_free(struct port_rule *r) {
 }
 
 int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey,
-                    const char *bearer, const char *token, char **org, bool *bearer_used, moat_error **err) {
-  *bearer_used = false;
+                    const char *bearer, const char *token, char **org, enum port_auth *how,
+                    moat_error **err) {
+  *how = PORT_AUTH_KEY;
   pthread_mutex_lock(&g_lock);
   struct port_rule **p = find_locked(id, port);
   struct port_rule *r = p ? *p : NULL;
@@ -79,13 +80,15 @@ int ports_authorize(struct moat_control *c, const char *id, unsigned port, const
   int rc = 0;
   if (xkey && moat_control_auth(c, xkey, org, NULL) == 0) {
   } else if (bearer && moat_control_auth(c, bearer, org, NULL) == 0) {
-    *bearer_used = true;
+    *how = PORT_AUTH_BEARER;
   } else if (token) {
+    *how = PORT_AUTH_TOKEN;
     if (token_ok)
       *org = steal_pointer(&rule_org);
     else
       rc = moat_error_set(err, EPERM, "the port access token is not valid for port %u of %s", port, id);
   } else if (pub) {
+    *how = PORT_AUTH_PUBLIC;
     *org = steal_pointer(&rule_org);
   } else {
     rc = moat_error_set(
@@ -96,6 +99,24 @@ int ports_authorize(struct moat_control *c, const char *id, unsigned port, const
   }
   free(rule_org);
   return rc;
+}
+
+const char *ports_request_token(struct MHD_Connection *c, bool *from_query) {
+  *from_query = false;
+  const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, PORT_TOKEN_HEADER);
+  if (t && *t)
+    return t;
+  t = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, PORT_TOKEN_ARG);
+  if (t && *t) {
+    *from_query = true;
+    return t;
+  }
+  t = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, PORT_TOKEN_COOKIE);
+  return t && *t ? t : NULL;
+}
+
+char *ports_token_cookie(const char *token, const char *path) {
+  return xasprintf(PORT_TOKEN_COOKIE "=%s; Path=%s; HttpOnly; SameSite=Lax", token, path);
 }
 
 char *ports_strip_token(const char *target) {
@@ -321,26 +342,26 @@ bool api_port_proxy_begin(struct api_req *r) {
     return true;
   }
   const char *xkey = hdr(r, "X-API-Key"), *bearer = NULL;
-  bool bearer_used = false;
+  enum port_auth how;
   const char *a = hdr(r, MHD_HTTP_HEADER_AUTHORIZATION);
   if (a && strncasecmp(a, "Bearer ", 7) == 0 && a[7])
     bearer = a + 7;
-  const char *token = hdr(r, PORT_TOKEN_HEADER);
-  if (!token) {
-    token = api_arg_get(&r->args, PORT_TOKEN_ARG);
-    if (token && !*token)
-      token = NULL;
-  }
-  if (ports_authorize(api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &bearer_used,
-                      &err) < 0)
+  bool from_query;
+  const char *token = ports_request_token(r->conn, &from_query);
+  if (ports_authorize(api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &how, &err) <
+      0)
     return proxy_error(r, &err);
   _cleanup_free_ char *target = ports_strip_token(raw + pl);
+  _cleanup_free_ char *cookie_path = xasprintf("%s/", prefix);
+  _cleanup_free_ char *cookie =
+      how == PORT_AUTH_TOKEN && from_query ? ports_token_cookie(token, cookie_path) : NULL;
   struct port_fwd_req fr = {
       .conn = r->conn,
       .method = r->method,
       .target = target,
       .prefix = prefix,
-      .drop_authorization = bearer_used,
+      .drop_authorization = how == PORT_AUTH_BEARER,
+      .set_cookie = cookie,
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
   };
   struct port_fwd *f = port_fwd_open(api_control(r), r->org, r->route.id, r->route.port, &fr, &err);

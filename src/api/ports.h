@@ -29,6 +29,7 @@ struct MHD_Response;
 
 #define PORT_TOKEN_HEADER "X-Moat-Port-Token"
 #define PORT_TOKEN_ARG "moat_token"
+#define PORT_TOKEN_COOKIE "moat_port_token"
 #define PORTS_MAX_PER_SANDBOX 64
 #define PORT_TOKEN_MIN 16
 #define PORT_TOKEN_MAX 256
@@ -56,6 +57,7 @@ struct port_fwd_req {
   const char *target;      /* request target sent to the server: "/path?query", raw */
   const char *prefix;      /* X-Forwarded-Prefix (path routing), or NULL */
   bool drop_authorization; /* the Authorization header carried moat's API key: not forwarded */
+  const char *set_cookie;  /* a Set-Cookie header for the response (ports_token_cookie), or NULL */
   struct port_env env;
 };
 
@@ -82,12 +84,20 @@ int port_reply_error(struct MHD_Connection *conn, moat_error **err);
 /* ---- access (ports.c) ---- */
 
 /* Decides whether a proxied request for (id, port) may pass, in this order: a valid API key in
- * X-API-Key (xkey) or in "Authorization: Bearer" (bearer; *bearer_used is then set and the caller
- * does not forward that header) passes; else a port token presented (token) must be the port's
- * (else EPERM: 403); else a public port passes; otherwise EACCES (401; also for an API key that is
- * not valid). Sets *org (caller frees) to the org that control then checks the sandbox against. */
+ * X-API-Key (xkey) or in "Authorization: Bearer" (bearer; *how is then PORT_AUTH_BEARER and the
+ * caller does not forward that header) passes; else a port token presented (token) must be the
+ * port's (else EPERM: 403); else a public port passes; otherwise EACCES (401; also for an API key
+ * that is not valid). Sets *org (caller frees) to the org that control then checks the sandbox
+ * against, and *how to what let the request through. */
+enum port_auth { PORT_AUTH_KEY, PORT_AUTH_BEARER, PORT_AUTH_TOKEN, PORT_AUTH_PUBLIC };
 int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey,
-                    const char *bearer, const char *token, char **org, bool *bearer_used, moat_error **err);
+                    const char *bearer, const char *token, char **org, enum port_auth *how, moat_error **err);
+/* The port token a request presents: the X-Moat-Port-Token header, else ?moat_token= (*from_query
+ * set), else the moat_port_token cookie; NULL when none. Borrowed from the connection. */
+const char *ports_request_token(struct MHD_Connection *c, bool *from_query);
+/* "moat_port_token=TOKEN; Path=PATH; HttpOnly; SameSite=Lax" (caller frees): a token that came in
+ * the URL is kept by the browser for the pages and requests that follow. */
+char *ports_token_cookie(const char *token, const char *path);
 /* The request target without the moat_token query parameter (caller frees). */
 char *ports_strip_token(const char *target);
 /* The proxy listener's domain and port, for the URLs the API hands out (NULL: none). */

@@ -74,12 +74,13 @@ struct port_fwd {
   dev_t ns_dev;
   ino_t ns_ino;
   unsigned port;
-  bool reused;   /* fd came from the idle pool */
-  bool has_body; /* the request has a body */
-  bool keep;     /* the response allows reuse (HTTP/1.1, no Connection: close) */
-  bool got_any;  /* a byte of the response arrived */
-  bool answered; /* port_fwd_respond made a response */
-  char *head;    /* the request head, kept for one retry (no body) */
+  bool reused;      /* fd came from the idle pool */
+  bool has_body;    /* the request has a body */
+  bool keep;        /* the response allows reuse (HTTP/1.1, no Connection: close) */
+  bool got_any;     /* a byte of the response arrived */
+  bool answered;    /* port_fwd_respond made a response */
+  char *head;       /* the request head, kept for one retry (no body) */
+  char *set_cookie; /* added to the response, or NULL */
   size_t head_len;
 };
 
@@ -279,6 +280,8 @@ static bool has_token(const char *h, const char *t) {
   return false;
 }
 
+static void buf_printf(struct moat_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Request headers that are the hop's own, or moat's, and never go to the server. */
 static bool skip_request_header(const char *k, bool drop_auth) {
   static const char *const hop[] = {"Connection",
@@ -319,6 +322,27 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
     h->xff = value;
     return MHD_YES;
   }
+  if (strcasecmp(key, "Cookie") == 0) { /* without moat's own cookie */
+    struct moat_buf c = {0};
+    const char *p = value;
+    size_t cl = strlen(PORT_TOKEN_COOKIE);
+    while (*p) {
+      while (*p == ' ' || *p == ';')
+        p++;
+      const char *e = strchr(p, ';');
+      size_t n = e ? (size_t)(e - p) : strlen(p);
+      if (n > 0 && !(n > cl && strncmp(p, PORT_TOKEN_COOKIE, cl) == 0 && p[cl] == '=')) {
+        if (c.len)
+          moat_buf_append(&c, "; ", 2);
+        moat_buf_append(&c, p, n);
+      }
+      p += n;
+    }
+    if (c.len)
+      buf_printf(h->b, "Cookie: %s\r\n", c.p);
+    free(c.p);
+    return MHD_YES;
+  }
   if (strcasecmp(key, "X-Forwarded-Proto") == 0)
     h->has_proto = true;
   if (strcasecmp(key, "X-Forwarded-Host") == 0)
@@ -330,7 +354,6 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
   return MHD_YES;
 }
 
-static void buf_printf(struct moat_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void buf_printf(struct moat_buf *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -426,6 +449,7 @@ struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const ch
   f->upgrade = want_upgrade;
   f->chunked_out = !cl && te && has_token(te, "chunked");
   f->has_body = (cl && len > 0) || f->chunked_out;
+  f->set_cookie = req->set_cookie ? xstrdup(req->set_cookie) : NULL;
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   f->client_fd = ci ? ci->connect_fd : -1;
   snprintf(f->desc, sizeof(f->desc), "%s:%u", id, port);
@@ -517,6 +541,7 @@ void port_fwd_free(void *p) {
   if (f->ns >= 0)
     close(f->ns);
   free(f->head);
+  free(f->set_cookie);
   free(f->in);
   free(f);
 }
@@ -976,6 +1001,8 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
       abort();
     copy_headers(resp, &h);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, up);
+    if (f->set_cookie)
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, f->set_cookie);
     *status = 101;
     return resp;
   }
@@ -1011,6 +1038,8 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
     abort();
   copy_headers(resp, &h);
   *status = h.status;
+  if (f->set_cookie)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, f->set_cookie);
   f->answered = true;
   return resp;
 }

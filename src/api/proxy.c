@@ -108,25 +108,24 @@ static void begin(struct preq *q, struct MHD_Connection *c, const char *method) 
     return;
   }
   const char *xkey = hdr(c, "X-API-Key"), *bearer = NULL;
-  bool bearer_used = false;
+  enum port_auth how;
   const char *a = hdr(c, MHD_HTTP_HEADER_AUTHORIZATION);
   if (a && strncasecmp(a, "Bearer ", 7) == 0 && a[7])
     bearer = a + 7;
-  const char *token = hdr(c, PORT_TOKEN_HEADER);
-  if (!token)
-    token = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, PORT_TOKEN_ARG);
-  if (token && !*token)
-    token = NULL;
-  if (ports_authorize(q->p->control, id, port, xkey, bearer, token, &q->org, &bearer_used, &err) < 0) {
+  bool from_query;
+  const char *token = ports_request_token(c, &from_query);
+  if (ports_authorize(q->p->control, id, port, xkey, bearer, token, &q->org, &how, &err) < 0) {
     fail_err(q, c, &err);
     return;
   }
   _cleanup_free_ char *target = ports_strip_token(q->uri);
+  _cleanup_free_ char *cookie = how == PORT_AUTH_TOKEN && from_query ? ports_token_cookie(token, "/") : NULL;
   struct port_fwd_req fr = {
       .conn = c,
       .method = method,
       .target = target,
-      .drop_authorization = bearer_used,
+      .drop_authorization = how == PORT_AUTH_BEARER,
+      .set_cookie = cookie,
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = q->p},
   };
   q->f = port_fwd_open(q->p->control, q->org, id, port, &fr, &err);

@@ -309,6 +309,21 @@ class PortsTest(DaemonTest):
             self.assertEqual(st, 200)
             st, _, _ = self.call(routing, "GET", "hello", key=False, headers={"Authorization": "Bearer moat_bad"})
             self.assertEqual(st, 401, routing)
+        # a token given in the URL is kept in a cookie (HttpOnly, the port's own path), which then opens the
+        # port for the pages that follow; moat's cookie is not forwarded, the app's are
+        for routing in ("path", "host"):
+            st, h, _ = self.call(routing, "GET", "hello?moat_token=" + tok, key=False)
+            self.assertEqual(st, 200, routing)
+            path = "/v1/sandboxes/%s/ports/%d/" % (self.sid, HTTP_PORT) if routing == "path" else "/"
+            self.assertEqual(h.get("set-cookie"), "moat_port_token=%s; Path=%s; HttpOnly; SameSite=Lax" % (tok, path))
+            st, j = self.json_call(routing, "GET", "echo", key=False,
+                                   headers={"Cookie": "a=1; moat_port_token=%s; b=2" % tok})
+            self.assertEqual(st, 200, routing)
+            self.assertEqual({k.lower(): v for k, v in j["headers"].items()}.get("cookie"), "a=1; b=2")
+            st, h, _ = self.call(routing, "GET", "hello", key=False, headers={"X-Moat-Port-Token": tok})
+            self.assertNotIn("set-cookie", h)  # only a token from the URL is turned into a cookie
+            st, _, _ = self.call(routing, "GET", "hello", key=False, headers={"Cookie": "moat_port_token=nope-nope-nope-1"})
+            self.assertEqual(st, 403, routing)
         # a token of our choosing; the old one stops working
         _, d = self.c.request("POST", url, body={"public": False, "token": "my-token-0123456789"})
         self.assertEqual(d["token"], "my-token-0123456789")
