@@ -62,10 +62,11 @@ export async function* readSse(src: SseSource, where: string, idleTimeoutMs: num
         return;
       }
       buf += dec.decode(chunk.value!, { stream: true });
+      let pos = 0; // lines before pos are consumed; buf is cut once per chunk, not once per line
       let nl: number;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        let line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
+      while ((nl = buf.indexOf('\n', pos)) >= 0) {
+        let line = buf.slice(pos, nl);
+        pos = nl + 1;
         if (line.endsWith('\r')) line = line.slice(0, -1);
         if (line === '') {
           if (data.length > 0 || event) {
@@ -87,6 +88,7 @@ export async function* readSse(src: SseSource, where: string, idleTimeoutMs: num
         if (field === 'event') event = value;
         else if (field === 'data') data.push(value);
       }
+      buf = buf.slice(pos);
     }
   } finally {
     src.done();
