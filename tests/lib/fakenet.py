@@ -57,6 +57,38 @@ def remove_routing_ns(data_dir):
             pass
 
 
+NFT_LIST = r"""
+import ctypes, sys
+l = ctypes.CDLL("libnftables.so.1")
+l.nft_ctx_new.restype = ctypes.c_void_p
+l.nft_ctx_get_output_buffer.restype = ctypes.c_char_p
+ctx = ctypes.c_void_p(l.nft_ctx_new(0))
+l.nft_ctx_buffer_output(ctx)
+l.nft_ctx_buffer_error(ctx)
+rc = l.nft_run_cmd_from_buffer(ctx, sys.argv[1].encode())
+sys.stdout.write(l.nft_ctx_get_output_buffer(ctx).decode())
+sys.exit(rc)
+"""
+
+
+def nft_list(data_dir, what="table inet moat"):
+    """`nft list WHAT` in moatd's routing namespace of data_dir (read only), through libnftables."""
+    r = subprocess.run(["nsenter", "--net=" + routing_ns_path(data_dir), sys.executable, "-c", NFT_LIST, "list " + what],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+    return r.stdout.decode()
+
+
+def routing_links(data_dir):
+    """{name: ifindex} of the links in moatd's routing namespace."""
+    out = subprocess.run(["nsenter", "--net=" + routing_ns_path(data_dir), "ip", "-o", "link"],
+                         stdout=subprocess.PIPE, timeout=30).stdout.decode()
+    links = {}
+    for ln in out.splitlines():
+        idx, name = ln.split(":")[0:2]
+        links[name.strip().split("@")[0]] = int(idx)
+    return links
+
+
 class FakeInternet:
     def __init__(self, zone=None, ttl=300):
         self.name = "moat-fi-%d-%d" % (os.getpid(), next(_counter))
