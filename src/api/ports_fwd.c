@@ -418,10 +418,19 @@ struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const ch
   bool want_upgrade = upgrade && *upgrade && connection && has_token(connection, "upgrade");
   const char *cl = client_header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
   const char *te = client_header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+  bool chunked = te && has_token(te, "chunked");
+  if (chunked)
+    cl = NULL; /* Transfer-Encoding wins (RFC 9112 6.3): the server gets chunked framing, no length */
   uint64_t len = 0;
   if (cl && parse_u64(cl, &len) < 0) {
     moat_error_set(err, EINVAL, "bad Content-Length");
     return NULL;
+  }
+  for (const char *t = req->target; *t; t++) {
+    if ((unsigned char)*t <= 0x20 || *t == 0x7f) {
+      moat_error_set(err, EINVAL, "the request target holds a space or a control character");
+      return NULL;
+    }
   }
   _cleanup_close_ int ns = moat_control_netns(c, org, id, err);
   if (ns < 0)
@@ -447,7 +456,7 @@ struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const ch
   f->reused = reused;
   f->head_req = strcmp(req->method, "HEAD") == 0;
   f->upgrade = want_upgrade;
-  f->chunked_out = !cl && te && has_token(te, "chunked");
+  f->chunked_out = chunked;
   f->has_body = (cl && len > 0) || f->chunked_out;
   f->set_cookie = req->set_cookie ? xstrdup(req->set_cookie) : NULL;
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);

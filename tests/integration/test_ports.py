@@ -165,6 +165,39 @@ class PortsTest(DaemonTest):
             st, h, data = self.call(routing, "GET", "nothing-here")
             self.assertEqual((st, data), (404, b"no such page"))
 
+    def _raw(self, req):
+        s = socket.create_connection(("127.0.0.1", self.proxy_port), timeout=30)
+        try:
+            s.sendall(req)
+            out = b""
+            while b"\r\n\r\n" not in out:
+                d = s.recv(65536)
+                if not d:
+                    break
+                out += d
+            head, _, body = out.partition(b"\r\n\r\n")
+            n = int([ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")][0])
+            while len(body) < n:
+                d = s.recv(65536)
+                if not d:
+                    break
+                body += d
+            return int(head.split()[1]), json.loads(body)
+        finally:
+            s.close()
+
+    def test_framing_is_the_proxys_own(self):
+        auth = "Authorization: Bearer %s\r\n" % self.c.key
+        host = "Host: %s\r\n" % self.host(HTTP_PORT)
+        # Content-Length next to chunked: chunked wins and the server never sees the length (no smuggling)
+        st, j = self._raw(("POST /echo HTTP/1.1\r\n%s%sContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           "3\r\nabc\r\n0\r\n\r\n" % (host, auth)).encode())
+        self.assertEqual((st, j["body_len"]), (200, 3))
+        self.assertNotIn("content-length", {k.lower() for k in j["headers"]})
+        # a space in the request target is refused, not passed on
+        st, j = self._raw(("GET /a b HTTP/1.1\r\n%s%s\r\n" % (host, auth)).encode())
+        self.assertEqual((st, j["code"]), (400, "invalid_request"))
+
     def test_keep_alive(self):
         for routing in ("path", "host"):
             conn = self.api_conn() if routing == "path" else self.proxy_conn()
