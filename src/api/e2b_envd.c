@@ -89,6 +89,15 @@ static int rest_error(struct api_req *r, unsigned status, const char *fmt, ...) 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  struct e2b_req *e = r->front;
+  struct envd_req *q = e ? e->sub : NULL;
+  if (q && q->defer_errors) { /* the first error waits for the end of the body */
+    if (!q->deferred_msg) {
+      q->deferred_status = status;
+      q->deferred_msg = xstrdup(msg);
+    }
+    return 0;
+  }
   return api_reply_json(r, status,
                         json_pack("{s:i, s:o}", "code", (int)status, "message", api_str_json(msg)));
 }
@@ -393,6 +402,7 @@ static void envd_req_free(void *p) {
   if (!q)
     return;
   upload_free(q->up);
+  free(q->deferred_msg);
   free(q->method);
   free(q->body.p);
   free(q);
@@ -521,8 +531,12 @@ bool e2b_envd_begin(struct api_req *r, struct e2b_req *e, const char *url, const
       files_get(r, q);
       return true;
     }
-    if (strcmp(method, "POST") == 0)
-      return upload_begin(r, q) < 0;
+    if (strcmp(method, "POST") == 0) {
+      q->defer_errors = true;
+      upload_begin(r, q);
+      q->defer_errors = false;
+      return false; /* the body is read (or discarded) before any reply */
+    }
     rest_error(r, 405, "method %s is not allowed on /files", method);
     return true;
   }
@@ -532,8 +546,33 @@ bool e2b_envd_begin(struct api_req *r, struct e2b_req *e, const char *url, const
   return true;
 }
 
+/* The errno whose HTTP status (api_errno_http) is close to a deferred REST status. */
+static int status_errno(unsigned status) {
+  switch (status) {
+  case 401:
+  case 403:
+    return EACCES;
+  case 404:
+    return ENOENT;
+  case 502:
+    return ECONNREFUSED;
+  case 507:
+    return ENOSPC;
+  case 500:
+    return EIO;
+  default:
+    return EINVAL;
+  }
+}
+
 int e2b_envd_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err) {
   struct envd_req *q = e->sub;
+  if (q->deferred_msg) {
+    q->discarded += len;
+    if (q->discarded > ENVD_DISCARD_MAX)
+      return moat_error_set(err, status_errno(q->deferred_status), "%s", q->deferred_msg);
+    return 0;
+  }
   if (q->up)
     return upload_chunk(q, data, len, err);
   if (len > API_MAX_BODY - q->body.len)
@@ -544,6 +583,10 @@ int e2b_envd_body(struct api_req *r, struct e2b_req *e, const char *data, size_t
 
 void e2b_envd_dispatch(struct api_req *r, struct e2b_req *e) {
   struct envd_req *q = e->sub;
+  if (q->deferred_msg) {
+    rest_error(r, q->deferred_status, "%s", q->deferred_msg);
+    return;
+  }
   if (q->up) {
     upload_finish(r, q);
     return;

@@ -19,6 +19,7 @@
 #include "e2b_internal.h"
 
 #define ENVD_DEFAULT_USER "user"        /* E2B's default user; moat's templates have it (uid 1000) */
+#define ENVD_DISCARD_MAX (64u << 20)    /* body bytes read past a refused upload before closing */
 #define ENVD_MAX_TIMEOUT_MS 2592000000u /* 30 days: the longest sandbox TTL; fits the guest's u32 */
 
 /* ---- Connect codes (e2b_connect.c) ---- */
@@ -90,6 +91,13 @@ struct envd_req {
   struct moat_buf body;
   /* POST /files */
   struct envd_upload *up;
+  /* POST /files refused before its body was read: the reply waits until the body is in (an early
+   * reply with the body unread makes the close reset the connection, and the client may lose the
+   * answer); what arrives meanwhile is discarded, up to ENVD_DISCARD_MAX. */
+  bool defer_errors;
+  unsigned deferred_status;
+  char *deferred_msg;
+  uint64_t discarded;
 };
 
 /* The guest socket of the request's sandbox (caller frees) and, with env, the sandbox env. With

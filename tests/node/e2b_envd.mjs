@@ -356,6 +356,12 @@ const scenarios = {
     await rejects(sbx.commands.sendStdin(4000000, 'x'), NotFoundError, 'stdin to an unknown pid')
     assert.equal(await sbx.commands.kill(4000000), false)
     await sbx.files.remove('/home/user/never-existed') // envd: removing a missing path is fine
+    // A refused upload is answered once its body is in: the SDK gets the error, not a reset.
+    const big = 'b'.repeat(8 << 20)
+    for (let i = 0; i < 3; i++) {
+      const e = await rejects(sbx.files.write('/root/forbidden.bin', big), SandboxError, 'upload into /root as user')
+      assert.match(e.message, /^403: /)
+    }
     // File metadata (envd >= 0.6.2) is refused, not dropped silently.
     await rejects(sbx.files.write('/tmp/meta.txt', 'm', { metadata: { owner: 'x' } }), InvalidArgumentError, 'file metadata')
     assert.equal(await sbx.files.exists('/tmp/meta.txt'), false)
