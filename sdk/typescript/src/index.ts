@@ -36,3 +36,5 @@ export {
   CheckpointsUnavailableError,
   ConnectionError,
 } from './errors.js';
+export { health, listTemplates, buildTemplate } from './admin.js';
+export type { Health, TemplateInfo } from './admin.js';

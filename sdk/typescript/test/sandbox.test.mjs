@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { describe, it, before, after } from 'node:test';
 import {
   Sandbox, MoatError, NotFoundError, AuthenticationError, InvalidRequestError, ConflictError, TimeoutError,
-  ConnectionError, API_URL, sandbox, localServer,
+  ConnectionError, API_URL, sandbox, localServer, health, listTemplates, buildTemplate,
 } from './helpers.mjs';
 
 describe('sandbox lifecycle', () => {
@@ -41,6 +41,25 @@ describe('sandbox lifecycle', () => {
     await assert.rejects(sb.exec('true'), NotFoundError);
     const killed = await Sandbox.list({ state: 'killed', metadata: { suite: tag } });
     assert.deepEqual(killed.map((s) => s.id), [sb.id]);
+  });
+});
+
+describe('moatd: health and templates', () => {
+  it('health needs no key and reports checkpoints', async () => {
+    const h = await health();
+    assert.equal(h.status, 'ok');
+    assert.equal(typeof h.version, 'string');
+    assert.equal(typeof h.checkpoints.available, 'boolean');
+    assert.equal(typeof h.checkpoints.criu, 'string');
+  });
+
+  it('listTemplates and buildTemplate', async () => {
+    const ts = await listTemplates();
+    const base = ts.find((t) => t.name === 'base');
+    assert.equal(base.state, 'ready');
+    assert.equal(typeof base.sizeBytes, 'number');
+    await assert.rejects(buildTemplate('no-such-recipe'), (e) => e instanceof NotFoundError && /no template recipe/.test(e.message));
+    await assert.rejects(async () => buildTemplate(5), TypeError);
   });
 });
 

@@ -63,6 +63,9 @@ describe('time travel', () => {
     const b = Number((await sb.exec('cat /tmp/count')).stdout);
     assert.ok(b > a, `the counter process runs on after wake (${a} -> ${b})`);
     await p.kill();
+    await sb.hibernate();
+    assert.equal((await sb.exec('cat /tmp/file')).stdout, 'before', 'any call wakes a hibernated sandbox');
+    assert.equal((await sb.getInfo()).state, 'running');
   });
 
   it('snapshot, list, create from it, rollback, delete', async (t) => {
@@ -123,6 +126,18 @@ describe('time travel', () => {
     for (const o of r.outcomes.filter((x) => x.sandboxId !== r.winner.id)) {
       assert.equal((await Sandbox.connect(o.sandboxId)).info.state, 'killed');
     }
+
+    const open = await sb.explore({ branches: ['echo a', 'echo b'], keep: 'best' });
+    assert.equal(open.winner, null);
+    assert.equal(typeof open.exploreId, 'string');
+    assert.equal(typeof open.expiresAt, 'string');
+    open.outcomes.forEach((o) => track({ kill: () => Sandbox.connect(o.sandboxId).then((s) => s.kill()) }));
+    const pick = open.outcomes.find((o) => o.stdoutTail === 'b\n');
+    const chosen = track(await sb.chooseExploreBranch(open.exploreId, pick.sandboxId));
+    assert.equal(chosen.id, pick.sandboxId);
+    assert.equal((await chosen.exec('true')).exitCode, 0);
+    const other = open.outcomes.find((o) => o.sandboxId !== pick.sandboxId);
+    assert.equal((await Sandbox.connect(other.sandboxId)).info.state, 'killed');
 
     const scored = await sb.explore({
       branches: ['echo 3', 'echo 9', 'echo 5'],
