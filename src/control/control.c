@@ -207,6 +207,7 @@ void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
   }
   if (e->state == MOAT_SB_HIBERNATED)
     tt_forget_hibernated(c, e->id);
+  tt_drop_fork_image(c, e);
   if (moat_store_sandbox_transition(c->store, e->id, NULL, "killed", reason, &err) < 0) {
     log_error("kill %s: record: %s", e->id, moat_error_msg(err));
     moat_error_free(&err);
@@ -1006,6 +1007,7 @@ void moat_control_close(struct moat_control *c) {
     struct live *e = c->buckets[b];
     while (e) {
       struct live *next = e->next;
+      tt_drop_fork_image(c, e);
       live_free(e); /* every caller has returned: only the table's reference is left */
       e = next;
     }

@@ -46,7 +46,9 @@ struct live {
   uint64_t idle_cpu_ns;      /* reaper: cgroup CPU usage at idle_sample_ms */
   int64_t idle_sample_ms;
   int64_t busy_at_ms; /* reaper: last time CPU use was above the idle threshold */
+  struct ckpt_ref *fork_image; /* while paused: the checkpoint a fork took, reused by later forks */
 };
+struct ckpt_ref; /* timetravel.c */
 
 struct explore; /* timetravel.c */
 
@@ -123,6 +125,8 @@ int tt_open(struct moat_control *c, moat_error **err);
 void tt_close(struct moat_control *c);
 /* Hibernated sandboxes (no slot) are woken here when guest access finds one: e->m held. */
 int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err);
+/* Drops e's cached fork image (m held, or e no longer shared). */
+void tt_drop_fork_image(struct moat_control *c, struct live *e);
 /* Removes what a killed hibernated sandbox left (its image). */
 void tt_forget_hibernated(struct moat_control *c, const char *id);
 /* Reaper pass helpers: idle hibernation of e (m held, running). */

@@ -46,6 +46,47 @@ struct snap_use {
 };
 static struct snap_use *snap_uses; /* one moatd per process: a plain static is enough */
 
+/* A checkpoint dir shared by a paused sandbox (its fork image) and the forks restoring from it; the
+ * last reference removes it. refs under explore_lock. */
+struct ckpt_ref {
+  char *dir;
+  unsigned refs;
+};
+
+static struct ckpt_ref *ref_new(const char *dir) {
+  struct ckpt_ref *r = xcalloc(1, sizeof(*r));
+  r->dir = xstrdup(dir);
+  r->refs = 1;
+  return r;
+}
+
+static struct ckpt_ref *ref_get(struct moat_control *c, struct ckpt_ref *r) {
+  pthread_mutex_lock(&c->explore_lock);
+  r->refs++;
+  pthread_mutex_unlock(&c->explore_lock);
+  return r;
+}
+
+static void remove_dir(const char *path);
+
+static void ref_put(struct moat_control *c, struct ckpt_ref *r) {
+  pthread_mutex_lock(&c->explore_lock);
+  bool last = --r->refs == 0;
+  pthread_mutex_unlock(&c->explore_lock);
+  if (!last)
+    return;
+  remove_dir(r->dir);
+  free(r->dir);
+  free(r);
+}
+
+void tt_drop_fork_image(struct moat_control *c, struct live *e) {
+  if (e->fork_image) {
+    ref_put(c, e->fork_image);
+    e->fork_image = NULL;
+  }
+}
+
 /* ---- small helpers ---- */
 
 static int no_checkpoints(struct moat_control *c, moat_error **err) {
@@ -268,6 +309,7 @@ static int resume_locked(struct moat_control *c, struct live *e, const char *rea
   e->paused_at_ms = 0;
   e->db_expires_at_ms = x;
   __atomic_store_n(&e->expires_at_ms, x, __ATOMIC_RELAXED);
+  tt_drop_fork_image(c, e); /* it runs on: the image no longer shows its state */
   return 0;
 }
 
@@ -314,6 +356,8 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
   if (mkdir(dir, 0700) < 0)
     return moat_error_errno(err, "mkdir %s", dir);
   bool paused = e->state == MOAT_SB_PAUSED;
+  if (paused)
+    tt_drop_fork_image(c, e); /* thawed for the dump, it may move on */
   if (paused && moat_host_resume(c->host, e->slot, err) < 0) {
     remove_dir(dir);
     return moat_error_wrap(err, "thaw %s for its checkpoint", e->id);
@@ -785,12 +829,26 @@ static int fork_ids(struct moat_control *c, const char *org, const char *id, uns
     moat_store_sandbox_clear(&row);
     return -1;
   }
-  char tag[18];
-  random_id(tag, 17);
-  _cleanup_free_ char *dir = xasprintf("%s/fork-%s", c->tmp_dir, tag);
-  struct moat_checkpoint_info info;
+  /* A paused sandbox does not change: the image one fork took serves the next ones. */
+  struct moat_checkpoint_info info = {0};
   uint64_t t0 = now_ns();
-  int rc = checkpoint_locked(c, e, dir, true, &info, err);
+  struct ckpt_ref *img = NULL;
+  bool reused = false;
+  int rc = 0;
+  if (e->state == MOAT_SB_PAUSED && e->fork_image) {
+    img = ref_get(c, e->fork_image);
+    reused = true;
+  } else {
+    char tag[18];
+    random_id(tag, 17);
+    _cleanup_free_ char *dir = xasprintf("%s/fork-%s", c->tmp_dir, tag);
+    rc = checkpoint_locked(c, e, dir, true, &info, err);
+    if (rc == 0) {
+      img = ref_new(dir);
+      if (e->state == MOAT_SB_PAUSED)
+        e->fork_image = ref_get(c, img);
+    }
+  }
   json_t *env = json_deep_copy(e->env);
   struct ctl_new n = {
       .template_name = row.template_name,
@@ -798,7 +856,7 @@ static int fork_ids(struct moat_control *c, const char *org, const char *id, uns
       .ttl_seconds = e->ttl_seconds,
       .persistent = e->persistent,
       .env = env,
-      .restore_dir = dir,
+      .restore_dir = img ? img->dir : NULL,
       .forked_from = id,
   };
   unlock_live(c, e);
@@ -851,9 +909,10 @@ static int fork_ids(struct moat_control *c, const char *org, const char *id, uns
     snprintf(ids[i], MOAT_ID_LEN + 1, "%s", jobs[i].rc == 0 ? jobs[i].id : "");
   }
   if (ret == 0)
-    log_info("%s of %s: %u children; checkpoint %.1f ms (%llu bytes), first child %.1f ms, last %.1f ms", why, id,
-             count, t_ckpt / 1e6, (unsigned long long)info.memory_bytes, first / 1e6, last / 1e6);
-  remove_dir(dir);
+    log_info("%s of %s: %u children; %s %.1f ms (%llu bytes), first child %.1f ms, last %.1f ms", why, id, count,
+             reused ? "reused the paused sandbox's image" : "checkpoint", t_ckpt / 1e6,
+             (unsigned long long)info.memory_bytes, first / 1e6, last / 1e6);
+  ref_put(c, img);
   free(jobs);
   free(th);
   free(started);
@@ -946,6 +1005,7 @@ int moat_control_rollback(struct moat_control *c, const char *org, const char *i
   }
   int old = e->slot;
   bool was_hibernated = e->state == MOAT_SB_HIBERNATED;
+  tt_drop_fork_image(c, e);
   e->state = MOAT_SB_RUNNING;
   e->slot = inst.slot;
   e->pid = inst.pid;

@@ -196,6 +196,32 @@ class CkptTest(DaemonTest):
         # own namespaces: different hostnames-independent pid 1 views, separate net namespaces
         self.assertEqual(self.c.get(sid)["state"], "running")
 
+    def test_forks_of_a_paused_sandbox_reuse_its_image_until_it_resumes(self):
+        sid = self.holder()
+        self.c.put_file(sid, "/root/gen.txt", b"1")
+        self.post(sid, "pause")
+        times = []
+        for _ in range(2):
+            t0 = time.monotonic()
+            k = self.post(sid, "fork", {"count": 1}, expect=201)["sandboxes"][0]["id"]
+            times.append(time.monotonic() - t0)
+            self.cleanup_sandbox(k)
+            self.assertEqual(self.c.get_file(k, "/root/gen.txt"), b"1")
+        self.assertEqual(self.c.get(sid)["state"], "paused")
+        with open(self.daemon.log_path, "rb") as f:
+            self.assertIn(b"reused the paused sandbox's image", f.read())
+        # after a resume the image is stale: the next fork sees the new state
+        self.post(sid, "resume")
+        self.c.put_file(sid, "/root/gen.txt", b"2")
+        self.post(sid, "pause")
+        k = self.post(sid, "fork", {"count": 1}, expect=201)["sandboxes"][0]["id"]
+        self.cleanup_sandbox(k)
+        self.assertEqual(self.c.get_file(k, "/root/gen.txt"), b"2")
+        self.post(sid, "resume")
+        tmp = os.path.join(self.daemon.data_dir, "checkpoints-tmp")
+        self.assertEqual(os.listdir(tmp), [], "fork images left behind after the resume")
+        sys.stderr.write("[paused fork %.0f ms, again from its image %.0f ms] " % (times[0] * 1000, times[1] * 1000))
+
     def test_sixteen_forks(self):
         sid = self.holder()
         secret, n0 = self.state(sid)
@@ -219,7 +245,7 @@ class CkptTest(DaemonTest):
         before = host_footprint(self.daemon)
         out = self.post(sid, "explore", {"branches": [
             {"cmd": "echo nope; echo bad >&2; exit 1"},
-            {"cmd": "echo fixed > /root/fix.txt; echo yes; exit 0"},
+            {"cmd": "sleep 1; echo fixed > /root/fix.txt; echo yes; exit 0"},
             {"cmd": "sleep 60; exit 0", "timeout_ms": 120000}], "keep": "first_success"}, timeout=600)
         self.assertEqual(len(out["outcomes"]), 3)
         o = out["outcomes"]
