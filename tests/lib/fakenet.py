@@ -26,6 +26,7 @@ ZONE = {
     "deep.api.wild.test": ["198.51.100.12"],
     "wild.test": ["198.51.100.14"],
     "other.test": ["198.51.100.13"],
+    "meta.test": ["169.254.169.254"],
 }
 _counter = itertools.count()
 
