@@ -213,6 +213,19 @@ def bench_ckpt(daemon, api, n):
             hib.append(dt)
             b, dt = api.post(sid, "wake")
             wake.append(dt)
+        # a paused parent: its first fork's image serves the next forks
+        api.post(sid, "pause")
+        b, _ = api.post(sid, "fork", {"count": 1})
+        for k in b["sandboxes"]:
+            api.call("DELETE", "/v1/sandboxes/" + k["id"])
+        fp = []
+        for i in range(n):
+            b, dt = api.post(sid, "fork", {"count": 1})
+            fp.append(dt)
+            for k in b["sandboxes"]:
+                api.call("DELETE", "/v1/sandboxes/" + k["id"])
+        api.post(sid, "resume")
+        row("moat fork of a paused sandbox (image reused), %s" % label, fp, "first child ready")
         results[label] = {
             "snapshot": row("moat snapshot, %s" % label, snaps),
             "fork1": row("moat fork: first child ready, %s" % label, f1),
