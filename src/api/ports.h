@@ -33,10 +33,11 @@ struct MHD_Response;
 #define PORTS_MAX_PER_SANDBOX 64
 #define PORT_TOKEN_MIN 16
 #define PORT_TOKEN_MAX 256
-#define PORT_CONNECT_TIMEOUT_S 5  /* connecting to the server in the sandbox */
-#define PORT_HEAD_TIMEOUT_S 300   /* waiting for the response head: 504 after this */
-#define PORT_SEND_TIMEOUT_S 60    /* a server that reads nothing of a request body for this long */
-#define PORT_MAX_HEAD (64 * 1024) /* response head from the server; larger: 502 */
+#define PORT_CONNECT_TIMEOUT_S 5 /* connecting to the server in the sandbox */
+#define PORT_HEAD_TIMEOUT_S 300  /* waiting for the response head: 504 after this */
+#define PORT_SEND_TIMEOUT_S 60   /* a server that reads nothing of a request body for this long */
+#define PORT_MAX_HEAD                                                                                        \
+  (16 * 1024) /* response head from the server (it must fit MHD's 32 KiB per connection); larger: 502 */
 
 /* How the listener a request came through lets a long wait end (moatd stopping) and keeps itself
  * alive while a WebSocket outlives its request. */

@@ -686,6 +686,8 @@ static int read_head(struct port_fwd *f, struct resp_head *h, moat_error **err) 
         }
       }
     }
+    if (end && (size_t)(end - (f->in + f->pos)) > PORT_MAX_HEAD)
+      return moat_error_set(err, EPROTO, "the server's response head is larger than %d bytes", PORT_MAX_HEAD);
     if (end) {
       char *start = f->in + f->pos;
       f->pos = (size_t)(end - f->in);

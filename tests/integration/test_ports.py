@@ -22,7 +22,7 @@ from moattest import DaemonTest  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVERS = os.path.join(os.path.dirname(HERE), "lib", "port_servers.py")
 DOMAIN = "moat.test"
-HTTP_PORT, WS_PORT, DEAD_PORT = 8000, 8001, 8002
+HTTP_PORT, WS_PORT, DEAD_PORT, EVIL_PORT = 8000, 8001, 8002, 8003
 PATTERN = bytes(range(256)) * 256
 
 
@@ -42,7 +42,8 @@ def start_servers(c, sid):
     with open(SERVERS, "rb") as f:
         c.put_file(sid, "/tmp/port_servers.py", f.read())
     c.request("POST", "/v1/sandboxes/%s/exec" % sid, expect=201,
-              body={"argv": ["python3", "/tmp/port_servers.py", str(HTTP_PORT), str(WS_PORT)], "background": True,
+              body={"argv": ["python3", "/tmp/port_servers.py", str(HTTP_PORT), str(WS_PORT), str(EVIL_PORT)],
+                    "background": True,
                     "tag": "port-servers"})
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -197,6 +198,33 @@ class PortsTest(DaemonTest):
         # a space in the request target is refused, not passed on
         st, j = self._raw(("GET /a b HTTP/1.1\r\n%s%s\r\n" % (host, auth)).encode())
         self.assertEqual((st, j["code"]), (400, "invalid_request"))
+
+    def test_hostile_server_responses(self):
+        """Broken answers from a server in the sandbox: 502 before the head, a cut connection after it; moatd
+        stays up and serves the next request."""
+        import port_servers
+        for routing in ("path", "host"):
+            for n in range(len(port_servers.EVIL)):
+                try:
+                    st, h, data = self.call(routing, "GET", str(n), port=EVIL_PORT)
+                except (http.client.HTTPException, ConnectionError) as e:
+                    st, h, data = None, {}, repr(e).encode()
+                if n in (0, 1, 4, 6, 7, 8, 11):  # no usable head: 502 from moatd
+                    self.assertEqual(st, 502, (routing, n, data[:200]))
+                    self.assertEqual(json.loads(data)["code"], "bad_gateway", (routing, n))
+                elif n in (2, 3, 5, 12):  # the head was passed, the body broke: the client sees the break
+                    self.assertTrue(st is None or st == 200, (routing, n, st))
+                    if st == 200:
+                        self.assertNotEqual(data, b"abc", (routing, n))
+                elif n == 9:
+                    self.assertEqual((st, data), (200, b"ok"), (routing, n))
+                elif n == 10:  # a bare CR inside a header is not passed as a header break
+                    self.assertEqual(st, 200, (routing, n))
+                    self.assertNotIn("injected", h)
+                elif n == 13:
+                    self.assertEqual((st, data), (200, b"until close"), (routing, n))
+            st, _, data = self.call(routing, "GET", "hello")
+            self.assertEqual((st, data), (200, b"hello"))
 
     def test_keep_alive(self):
         for routing in ("path", "host"):

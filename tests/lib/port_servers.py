@@ -12,6 +12,8 @@ HTTP (HTTP/1.1, keep-alive, one thread per connection) on HTTP_PORT:
   GET  /bye              200 "bye", then the server closes the (keep-alive) connection
   GET  /status/CODE      an empty answer with that status
 WebSocket (RFC 6455, text and binary echo; close answered) on WS_PORT, any path.
+With a third port EVIL_PORT: a raw TCP server that answers GET /N with the canned, broken response EVIL[N]
+and closes (what a hostile server in a sandbox may send moatd).
 """
 
 import base64
@@ -220,10 +222,43 @@ class WsServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
 
+EVIL = [
+    b"garbage\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffffffffff\r\nabc",
+    b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nabc",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",
+    b"HTTP/1.1 999 Weird\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nBad Header Line\r\n\r\n",
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\n" * 2000 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nX-A: 1\rInjected: yes\r\nContent-Length: 2\r\n\r\nok",
+    b"",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokXX3\r\n",
+    b"HTTP/1.0 200 OK\r\n\r\nuntil close",
+]
+
+
+class EvilHandler(socketserver.BaseRequestHandler):
+    def handle(self):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            d = self.request.recv(4096)
+            if not d:
+                return
+            data += d
+        n = int(data.split(b" ")[1].strip(b"/") or 0)
+        self.request.sendall(EVIL[n])
+
+
 def main():
     http_port, ws_port = int(sys.argv[1]), int(sys.argv[2])
     ws = WsServer(("127.0.0.1", ws_port), WsHandler)
     threading.Thread(target=ws.serve_forever, daemon=True).start()
+    if len(sys.argv) > 3:
+        evil = WsServer(("127.0.0.1", int(sys.argv[3])), EvilHandler)
+        threading.Thread(target=evil.serve_forever, daemon=True).start()
     srv = Server(("127.0.0.1", http_port), Handler)
     print("ready", flush=True)
     srv.serve_forever()
