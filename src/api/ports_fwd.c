@@ -94,7 +94,7 @@ struct idle {
   uint64_t since_ns;
 };
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct idle pool[POOL_MAX]; /* pool_lock; fd -1 = free entry */
+static struct idle pool[POOL_MAX]; /* pool_lock */
 static size_t pool_n;              /* pool_lock: entries in use are pool[0..pool_n) */
 
 static void pool_drop_locked(size_t i) {
