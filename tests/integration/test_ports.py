@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import moatd  # noqa: E402
 import ws  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
+from nettest import NetDaemonTest, skip_unless_root  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVERS = os.path.join(os.path.dirname(HERE), "lib", "port_servers.py")
@@ -518,6 +519,36 @@ class PortsTest(DaemonTest):
                 self.assertLess(time.time() - t0, 15, routing)
             finally:
                 s.close()
+
+
+@skip_unless_root()
+class PortsWithNetworkTest(NetDaemonTest):
+    """The same routes when sandboxes have their own veth, address and nftables rules (moatd --net-uplink
+    to a fake internet of the test's own): moatd still reaches the server through the sandbox's loopback."""
+    proxy_port = moatd.free_port()
+    extra = ("--proxy-listen", "127.0.0.1:%d" % proxy_port, "--proxy-domain", DOMAIN)
+
+    def test_both_routings_with_networking(self):
+        sid = self.sandbox(template="code-interpreter")["id"]
+        self.assertTrue(self.network(sid)["address"], "the sandbox has no network slot")
+        start_servers(self.c, sid)
+        st, data = self.c.request("GET", "/v1/sandboxes/%s/ports/%d/hello" % (sid, HTTP_PORT))
+        self.assertEqual((st, data), (200, b"hello"))
+        conn = http.client.HTTPConnection("127.0.0.1", self.proxy_port, timeout=60)
+        try:
+            conn.request("GET", "/hello", headers={"Host": "%d-%s.%s" % (HTTP_PORT, sid, DOMAIN),
+                                                   "Authorization": "Bearer " + self.c.key})
+            r = conn.getresponse()
+            self.assertEqual((r.status, r.read()), (200, b"hello"))
+        finally:
+            conn.close()
+        w = ws.connect(_Target("127.0.0.1", self.proxy_port, self.c.key), "/",
+                       headers={"Host": "%d-%s.%s" % (WS_PORT, sid, DOMAIN)})
+        try:
+            w.send_text("over veths")
+            self.assertEqual(w.recv(timeout=10), (ws.TEXT, b"over veths"))
+        finally:
+            w.close()
 
 
 if __name__ == "__main__":
