@@ -319,7 +319,8 @@ class PortsTest(DaemonTest):
     def test_websocket_ends_when_sandbox_killed(self):
         sb = self.sandbox(template="code-interpreter")
         start_servers(self.c, sb["id"])
-        w = ws.connect(_Target("127.0.0.1", self.proxy_port, self.c.key), "/ws", headers={"Host": self.host(WS_PORT, sb["id"])})
+        w = ws.connect(_Target("127.0.0.1", self.proxy_port, self.c.key), "/ws",
+                       headers={"Host": self.host(WS_PORT, sb["id"])})
         try:
             w.send_text("before")
             self.assertEqual(w.recv(timeout=10), (ws.TEXT, b"before"))
@@ -384,7 +385,8 @@ class PortsTest(DaemonTest):
             self.assertEqual({k.lower(): v for k, v in j["headers"].items()}.get("cookie"), "a=1; b=2")
             st, h, _ = self.call(routing, "GET", "hello", key=False, headers={"X-Moat-Port-Token": tok})
             self.assertNotIn("set-cookie", h)  # only a token from the URL is turned into a cookie
-            st, _, _ = self.call(routing, "GET", "hello", key=False, headers={"Cookie": "moat_port_token=nope-nope-nope-1"})
+            st, _, _ = self.call(routing, "GET", "hello", key=False,
+                                 headers={"Cookie": "moat_port_token=nope-nope-nope-1"})
             self.assertEqual(st, 403, routing)
         # a token of our choosing; the old one stops working
         _, d = self.c.request("POST", url, body={"public": False, "token": "my-token-0123456789"})
@@ -412,7 +414,8 @@ class PortsTest(DaemonTest):
     def test_settings_bad_input(self):
         url = "/v1/sandboxes/%s/ports/" % self.sid
         for body, what in (({"public": "yes"}, "public"), ({"token": "short"}, "token"),
-                           ({"token": "bad token with spaces!"}, "token"), ({"public": True, "token": "x" * 20}, "public"),
+                           ({"token": "bad token with spaces!"}, "token"),
+                           ({"public": True, "token": "x" * 20}, "public"),
                            ({"other": 1}, "other")):
             self.assertApiError(400, "invalid_request", self.c.request, "POST", url + "8000", body=body)
         self.assertApiError(400, "invalid_json", self.c.request, "POST", url + "8000", raw=b"{nope",
@@ -438,7 +441,8 @@ class PortsTest(DaemonTest):
         other.request("GET", self.path(HTTP_PORT, "hello"), expect=(404,))
         conn = self.proxy_conn()
         try:
-            conn.request("GET", "/hello", headers={"Host": self.host(HTTP_PORT), "Authorization": "Bearer " + other.key})
+            conn.request("GET", "/hello",
+                         headers={"Host": self.host(HTTP_PORT), "Authorization": "Bearer " + other.key})
             self.assertEqual(conn.getresponse().status, 404)
         finally:
             conn.close()
