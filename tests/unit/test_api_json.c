@@ -132,7 +132,8 @@ static void test_create(void) {
      "create: env name 1A rejected");
   OK(check(CREATE, "{\"env\":{\"A=B\":\"x\"}}", "env") == EINVAL, "create: env name with = rejected");
   OK(check(CREATE, "{\"bogus\":1}", "'bogus'") == EINVAL, "create: unknown field named");
-  OK(check(CREATE, "{\"network\":{}}", "not supported yet") == ENOSYS, "create: network -> not implemented");
+  OK(check(CREATE, "{\"network\":{}}", NULL) == 0, "create: network object accepted (control checks entries)");
+  OK(check(CREATE, "{\"network\":[]}", "network") == EINVAL, "create: network must be an object");
   OK(check(CREATE, "{\"from_snapshot\":\"snap-0123456789abcdefg\"}", NULL) == 0, "create: from_snapshot accepted");
   OK(check(CREATE, "{\"from_snapshot\":7}", "from_snapshot") == EINVAL, "create: from_snapshot must be a string");
   OK(check(CREATE, "{\"persistent\":true,\"idle\":{\"hibernate_after_seconds\":60}}", NULL) == 0,
