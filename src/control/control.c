@@ -208,6 +208,7 @@ void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
   if (e->state == MOAT_SB_HIBERNATED)
     tt_forget_hibernated(c, e->id);
   tt_drop_fork_image(c, e);
+  ctl_net_forget(c, e->id);
   if (moat_store_sandbox_transition(c->store, e->id, NULL, "killed", reason, &err) < 0) {
     log_error("kill %s: record: %s", e->id, moat_error_msg(err));
     moat_error_free(&err);

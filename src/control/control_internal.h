@@ -114,6 +114,8 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
  * parent's. 0 when the sandbox has no network slot and the policy asks for none; -1 otherwise on error. */
 int ctl_net_bind(struct moat_control *c, const char *id, const char *org, int slot, json_t *policy,
                  const char *forked_from, moat_error **err);
+/* The sandbox id is killed: its saved policy goes. */
+void ctl_net_forget(struct moat_control *c, const char *id);
 
 /* ---- timetravel.c ---- */
 /* moat_control_create with spec->from_snapshot set. */

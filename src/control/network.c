@@ -30,24 +30,14 @@ int ctl_net_bind(struct moat_control *c, const char *id, const char *org, int sl
   int ns = moat_host_net_slot(c->host, slot);
   if (ns < 0)
     return moat_error_set(err, EIO, "sandbox %s has no network slot", id);
-  json_t *inherited = NULL;
-  if (!policy && forked_from) {
-    struct live *p = live_get(c, forked_from);
-    if (p) {
-      pthread_mutex_lock(&p->m);
-      int pns = p->slot >= 0 ? moat_host_net_slot(c->host, p->slot) : -1;
-      pthread_mutex_unlock(&p->m);
-      json_t *st = pns >= 0 ? moat_net_describe(net, pns, NULL) : NULL;
-      if (st)
-        inherited = json_incref(json_object_get(st, "policy"));
-      json_decref(st);
-      live_put(c, p);
-    }
-  }
+  /* No policy given: a fork takes its parent's, a woken or rolled back sandbox its own. */
+  json_t *inherited = policy ? NULL : moat_net_saved_policy(net, forked_from ? forked_from : id);
   int r = moat_net_bind(net, ns, id, org, policy ? policy : inherited, err);
   json_decref(inherited);
   return r < 0 ? moat_error_wrap(err, "network") : 0;
 }
+
+void ctl_net_forget(struct moat_control *c, const char *id) { moat_net_forget(moat_host_net(c->host), id); }
 
 /* The running sandbox's network slot, or -1 (err set). e->m is taken and released here. */
 static int sandbox_net_slot(struct moat_control *c, const char *org, const char *id, moat_error **err) {

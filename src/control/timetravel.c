@@ -430,6 +430,16 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
   return 0;
 }
 
+/* A restored sandbox keeps its network policy (issue 5): the new slot is bound to the one saved
+ * for its id. A failure leaves it with the default policy and is logged. */
+static void tt_net_rebind(struct moat_control *c, struct live *e, int slot) {
+  moat_error *e2 = NULL;
+  if (ctl_net_bind(c, e->id, e->org, slot, NULL, NULL, &e2) < 0) {
+    log_warn("sandbox %s: network policy after restore: %s", e->id, moat_error_msg(e2));
+    moat_error_free(&e2);
+  }
+}
+
 int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err) {
   if (e->state != MOAT_SB_HIBERNATED)
     return 0;
@@ -443,6 +453,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
     host_error(err);
     return moat_error_wrap(err, "wake %s", e->id);
   }
+  tt_net_rebind(c, e, inst.slot);
   int64_t now = now_unix_ms();
   int64_t x = expiry_after_pause(e, now);
   struct moat_store_move m = {.from = "hibernated",
@@ -981,6 +992,7 @@ int moat_control_rollback(struct moat_control *c, const char *org, const char *i
     unlock_live(c, e);
     return moat_error_wrap(err, "roll %s back to %s", id, snapshot_id);
   }
+  tt_net_rebind(c, e, inst.slot);
   int64_t now = now_unix_ms();
   int64_t x = e->persistent ? 0 : now + e->ttl_seconds * 1000;
   struct moat_store_move m = {.to = "running",

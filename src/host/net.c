@@ -449,6 +449,38 @@ void moat_net_release(struct moat_net *n, int slot) {
 
 /* ---- binding, policy ---- */
 
+/* A sandbox id usable as a file name. */
+static bool id_ok(const char *id) {
+  if (!id || !id[0] || strlen(id) > 64)
+    return false;
+  for (const char *p = id; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+      return false;
+  return true;
+}
+
+json_t *moat_net_saved_policy(struct moat_net *n, const char *id) {
+  if (!n || !id_ok(id))
+    return NULL;
+  _cleanup_free_ char *path = xasprintf("%s/by-id/%s.json", n->state_dir, id);
+  _cleanup_free_ char *text = NULL;
+  if (read_file(path, &text, NULL, NULL) < 0)
+    return NULL;
+  json_t *j = json_loads(text, 0, NULL);
+  if (j && moat_net_policy_check(j, NULL) < 0) {
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
+void moat_net_forget(struct moat_net *n, const char *id) {
+  if (!n || !id_ok(id))
+    return;
+  _cleanup_free_ char *path = xasprintf("%s/by-id/%s.json", n->state_dir, id);
+  unlink(path);
+}
+
 static int link_counters(struct moat_net *n, int slot, uint64_t *rx, uint64_t *tx);
 
 int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org, json_t *policy,
@@ -534,6 +566,16 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     s->base_rx = rx;
     s->base_tx = tx;
     pthread_mutex_unlock(&n->lock);
+  }
+  /* By sandbox id, for a wake, rollback or fork after this slot is gone. */
+  if (id_ok(id)) {
+    _cleanup_free_ char *text_p = json_dumps(pj, JSON_COMPACT);
+    _cleanup_free_ char *by_id = xasprintf("%s/by-id/%s.json", n->state_dir, id);
+    moat_error *e3 = NULL;
+    if (moat_net_put_file(by_id, text_p, &e3) < 0) {
+      log_warn("network: %s", moat_error_msg(e3));
+      moat_error_free(&e3);
+    }
   }
   /* For adoption after a restart. */
   json_t *st = json_pack("{s:s, s:s, s:O}", "id", id, "org", org, "policy", pj);
@@ -1067,8 +1109,11 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
     n->uplink_if = xstrdup(cfg->uplink);
     n->outside_fd = fcntl(n->self_fd, F_DUPFD_CLOEXEC, 3);
   }
-  if (mkdir_p(n->state_dir, 0700, err) < 0)
-    goto fail;
+  {
+    _cleanup_free_ char *by_id = xasprintf("%s/by-id", n->state_dir);
+    if (mkdir_p(by_id, 0700, err) < 0)
+      goto fail;
+  }
   n->router_fd = router_open(n, err);
   if (n->router_fd < 0)
     goto fail;

@@ -84,6 +84,12 @@ json_t *moat_net_policy_default(void);
 int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org, json_t *policy,
                   moat_error **err);
 
+/* The policy last bound for sandbox id (kept after its slot is released, for a wake, a rollback
+ * or a fork's children), or NULL. New reference. */
+json_t *moat_net_saved_policy(struct moat_net *n, const char *id);
+/* Forgets id's saved policy (the sandbox is killed). */
+void moat_net_forget(struct moat_net *n, const char *id);
+
 /* The slot's state: {address, policy, bytes_in, bytes_out, connections}. New reference or NULL
  * (ENOENT). */
 json_t *moat_net_describe(struct moat_net *n, int slot, moat_error **err);
