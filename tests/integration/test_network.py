@@ -147,6 +147,28 @@ class NetworkTest(NetDaemonTest):
         self.assertApiError(400, "invalid_request", self.c.request, "GET", "/v1/sandboxes/%s/network/log" % sid,
                             query={"limit": "0"})
 
+    def test_fork_and_wake_keep_network_and_policy(self):
+        ck = self.c.request("GET", "/healthz", auth=False)[1].get("checkpoints") or {}
+        if not ck.get("available"):
+            self.skipTest("checkpoints unavailable on this host: %s" % ck.get("criu"))
+        sid = self.sandbox(persistent=True, network={"deny": ["198.51.100.13"]})["id"]
+        addr = self.network(sid)["address"]
+        kids = self.c.request("POST", "/v1/sandboxes/%s/fork" % sid, body={"count": 1}, expect=201)[1]["sandboxes"]
+        kid = kids[0]["id"]
+        self.addCleanup(self._delete_quietly, self.c, kid)
+        kn = self.network(kid)
+        self.assertNotEqual(kn["address"], addr, "a fork gets its own slot")
+        self.assertEqual(kn["policy"]["deny"], ["198.51.100.13"], "a fork takes its parent's policy")
+        self.assertTrue(self.connects(kid, "198.51.100.10"))
+        self.assertFalse(self.connects(kid, "198.51.100.13"))
+        self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={})
+        self.c.request("POST", "/v1/sandboxes/%s/wake" % sid, body={})
+        wn = self.network(sid)
+        self.assertEqual(wn["policy"]["deny"], ["198.51.100.13"], "a woken sandbox keeps its policy")
+        self.assertTrue(self.connects(sid, "198.51.100.10"))
+        self.assertFalse(self.connects(sid, "198.51.100.13"))
+        self.assertEqual(self.resolve(sid, "allowed.test"), ["198.51.100.10"], "DNS after a restore")
+
     def test_fork_inherits_nothing_it_should_not(self):
         """Two sandboxes never share an address; slots come back after delete."""
         addrs = set()
