@@ -578,6 +578,12 @@ struct holder {
 };
 
 static __attribute__((noreturn)) void holder_main(int rd) {
+  /* A copy of multi-threaded moatd: keep none of its fds (other requests' pipes and sockets,
+   * whose ends must close when their owners close them) but our socket, as fd 3. */
+  if (rd != 3 && dup2(rd, 3) < 0)
+    _exit(1);
+  rd = 3;
+  syscall(SYS_close_range, 4, ~0U, 0);
   char b;
   if (read(rd, &b, 1) != 1 || write(rd, "r", 1) != 1) /* maps written */
     _exit(1);

@@ -272,13 +272,19 @@ int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn
     kill(pid, SIGKILL);
   }
   close(go[1]);
-  struct child_fail f = {0, 0};
-  ssize_t n = read(rep[0], &f, sizeof(f)); /* EOF at exec, or the child's failure */
-  close(rep[0]);
+  /* Wait for the process first, then look for a failure report: waiting for EOF on rep instead
+   * would hang while any other process forked meanwhile by another thread (a restore's holder)
+   * holds a copy of rep[1]. */
   int st;
   while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR)
+    if (errno != EINTR) {
+      close(rep[0]);
       return ret < 0 ? ret : moat_error_errno(err, "wait criu");
+    }
+  struct child_fail f = {0, 0};
+  fd_set_nonblock(rep[0], true);
+  ssize_t n = read(rep[0], &f, sizeof(f));
+  close(rep[0]);
   if (ret < 0)
     return ret;
   if (n == (ssize_t)sizeof(f)) {
