@@ -371,6 +371,57 @@ class CkptTest(DaemonTest):
         other = self.holder()
         self.assertApiError(400, "invalid_request", self.post, other, "rollback", {"snapshot_id": snap["id"]})
 
+    # -- CLI --
+    def moat(self, *args):
+        import subprocess
+        env = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % self.daemon.port, MOAT_API_KEY=self.c.key)
+        r = subprocess.run([os.path.join(moatd.BUILD, "moat")] + list(args), env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=300)
+        return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+    def test_cli(self):
+        sid = self.holder()
+        self.c.put_file(sid, "/root/v.txt", b"v1")
+        rc, snap, err = self.moat("snapshot", sid, "--meta", "step=1")
+        self.assertEqual(rc, 0, err)
+        snap = snap.strip()
+        self.addCleanup(self.c.request, "DELETE", "/v1/snapshots/" + snap, expect=(204, 404))
+        self.assertTrue(snap.startswith("snap-"), snap)
+        rc, out, err = self.moat("snapshots", "ls", "--sandbox", sid)
+        self.assertEqual(rc, 0, err)
+        self.assertIn(snap, out)
+        rc, out, err = self.moat("snapshots", "get", snap)
+        self.assertEqual(rc, 0, err)
+        self.assertIn('"step": "1"', out)
+        rc, out, err = self.moat("fork", sid, "--count", "2")
+        self.assertEqual(rc, 0, err)
+        kids = out.split()
+        self.assertEqual(len(kids), 2, out)
+        for k in kids:
+            self.cleanup_sandbox(k)
+            self.assertEqual(self.c.get(k)["forked_from"], sid)
+        self.c.put_file(sid, "/root/v.txt", b"v2")
+        rc, out, err = self.moat("rollback", sid, snap)
+        self.assertEqual((rc, out), (0, "%s running\n" % sid), err)
+        self.assertEqual(self.c.get_file(sid, "/root/v.txt"), b"v1")
+        rc, out, err = self.moat("hibernate", sid)
+        self.assertEqual((rc, out), (0, "%s hibernated\n" % sid), err)
+        rc, out, err = self.moat("wake", sid)
+        self.assertEqual((rc, out), (0, "%s running\n" % sid), err)
+        rc, out, err = self.moat("explore", sid, "exit 1", "exit 0")
+        self.assertEqual(rc, 0, err)
+        import json
+        res = json.loads(out)
+        self.assertEqual(res["winner"], res["outcomes"][1]["sandbox_id"])
+        self.cleanup_sandbox(res["winner"])
+        rc, out, err = self.moat("create", "--from-snapshot", snap)
+        self.assertEqual(rc, 0, err)
+        self.cleanup_sandbox(out.strip())
+        self.assertEqual(self.c.get(out.strip())["from_snapshot"], snap)
+        rc, out, err = self.moat("snapshots", "rm", snap)
+        self.assertEqual(rc, 0, err)
+        self.assertApiError(404, "not_found", self.c.request, "GET", "/v1/snapshots/" + snap)
+
     # -- crash --
     def test_kill9_during_snapshot_leaves_no_half_snapshot(self):
         sid = self.holder(mb=64)
