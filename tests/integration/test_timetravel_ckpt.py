@@ -338,15 +338,22 @@ class CkptTest(DaemonTest):
         self.assertFalse(os.path.exists(os.path.join(self.daemon.data_dir, "hibernate", sid)))
 
     def test_idle_hibernation_spares_a_busy_sandbox(self):
+        import sse
         idle = self.sandbox(persistent=True, idle={"hibernate_after_seconds": 2})["id"]
         busy = self.sandbox(persistent=True, idle={"hibernate_after_seconds": 2})["id"]
+        attached = self.sandbox(persistent=True, idle={"hibernate_after_seconds": 2})["id"]
         self.assertEqual(self.c.get(idle)["idle"], {"hibernate_after_seconds": 2})
         self.c.exec(busy, cmd="while :; do :; done", background=True, expect=(200, 201))
+        # an attached stream whose command sleeps: no CPU, no API call, yet someone is there
+        st = sse.open(self.c, "POST", "/v1/sandboxes/%s/exec/stream" % attached, body={"cmd": "sleep 60"})
+        self.addCleanup(st.close)
         deadline = time.time() + 20
         while time.time() < deadline and self.c.get(idle)["state"] != "hibernated":
             time.sleep(0.5)
         self.assertEqual(self.c.get(idle)["state"], "hibernated")
+        time.sleep(2)
         self.assertEqual(self.c.get(busy)["state"], "running", "a busy sandbox was hibernated")
+        self.assertEqual(self.c.get(attached)["state"], "running", "a sandbox with an attached stream was hibernated")
         self.assertEqual(self.c.sh(idle, "echo back"), "back\n")
 
     # -- rollback --
