@@ -148,7 +148,7 @@ def idle(d, n, threads=4):
     dt = time.time() - t0
     time.sleep(2)
     after = meminfo()
-    return dt, errs, (before - after) / 1024.0, ids
+    return dt, errs, (before - after) / 1048576.0, ids
 
 
 def main():

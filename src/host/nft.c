@@ -173,11 +173,12 @@ int nft_open(struct moat_net *n, moat_error **err) {
   host_addrs(n, &s, &len);
   net_sappend(&s, &len, " }\nadd element inet moat blockports { %s }\n", n->block_ports);
   net_sappend(&s, &len,
-              /* a sandbox sends only from its own address */
-              "add rule inet moat pre iifname \"mv*\" fib saddr . iif oif missing drop\n"
               "add rule inet moat pre iifname \"mv*\" meta nfproto ipv6 drop\n"
               "add rule inet moat input iif lo accept\n"
               "add rule inet moat input ct state established,related accept\n"
+              /* a sandbox sends only from its own address (checked for new flows: a spoofed
+               * packet never matches an established one) */
+              "add rule inet moat input iifname \"mv*\" fib saddr . iif oif missing drop\n"
               "add rule inet moat input iifname \"mv*\" ip saddr @offline drop\n"
               "add rule inet moat input iifname \"mv*\" ip daddr %s udp dport 53 accept\n"
               "add rule inet moat input iifname \"mv*\" ip daddr %s tcp dport 53 accept\n"
@@ -185,6 +186,7 @@ int nft_open(struct moat_net *n, moat_error **err) {
               "add rule inet moat forward ct state established,related accept\n"
               "add rule inet moat forward ct state invalid drop\n"
               "add rule inet moat forward iifname \"mv*\" jump egress\n"
+              "add rule inet moat egress fib saddr . iif oif missing drop\n"
               "add rule inet moat egress ip saddr @offline log group %d prefix \"D offline\" drop\n"
               "add rule inet moat egress meta nfproto ipv6 drop\n"
               "add rule inet moat egress oifname \"mv*\" log group %d prefix \"D sandbox\" drop\n"
