@@ -95,11 +95,15 @@ def stop(d):
             d.force_cleanup()
 
 
-def creates(d, n, pace):
+POLICY = {"egress": "deny", "allow": ["allowed.test", "*.wild.test", "198.51.100.0/28", "203.0.113.7"],
+          "deny": ["denied.test", "198.51.100.11"]}
+
+
+def creates(d, n, pace, body=None):
     ka = KeepAlive(d.port, d.client.key)
     xs = []
     for _ in range(n):
-        st, sb, dt = ka.call("POST", "/v1/sandboxes", {})
+        st, sb, dt = ka.call("POST", "/v1/sandboxes", body or {})
         if st != 201:
             raise RuntimeError("create: %s %s" % (st, sb))
         xs.append(dt * 1000)
@@ -175,11 +179,13 @@ def main():
         d0 = daemon(None, pool=4)
         creates(dn, 10, a.pace)
         creates(d0, 10, a.pace)
-        xn, x0 = [], []
+        xn, x0, xp = [], [], []
         for _ in range(a.creates // 20):
             xn += creates(dn, 10, a.pace)
             x0 += creates(d0, 10, a.pace)
+            xp += creates(dn, 5, a.pace, {"network": POLICY})
         sn = row("create-to-ready, networking (warm shell)", xn)
+        row("create-to-ready, networking + a 6-entry policy", xp, "egress deny, names, wildcard, CIDRs")
         s0 = row("peer: create-to-ready, loopback only", x0)
         diff = sn["p50"] - s0["p50"]
         row_note = "target within 1 ms: %s" % ("met" if diff <= 1.0 else "missed")
