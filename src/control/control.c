@@ -494,7 +494,17 @@ int moat_control_update(struct moat_control *c, const char *org, const char *id,
     p.set_expires = true;
     p.expires_at_ms = now_unix_ms() + ttl * 1000;
   }
+  /* A new expiry of a paused or hibernated sandbox counts from now: its pause clock restarts too, so
+   * that the resume does not add the time paused before the change. */
+  bool stopped = e && (e->state == MOAT_SB_PAUSED || e->state == MOAT_SB_HIBERNATED);
+  int64_t now = now_unix_ms();
+  if (stopped && p.set_expires) {
+    p.set_paused_at = true;
+    p.paused_at_ms = now;
+  }
   int ret = moat_store_sandbox_patch(c->store, id, &p, err);
+  if (ret == 0 && stopped && p.set_expires)
+    e->paused_at_ms = now;
   if (ret == 0 && e) {
     e->ttl_seconds = ttl;
     e->persistent = persistent;

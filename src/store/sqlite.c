@@ -688,7 +688,8 @@ int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct 
       "UPDATE sandboxes SET ttl_seconds = CASE WHEN ?2 THEN ?3 ELSE ttl_seconds END, "
       "expires_at_ms = CASE WHEN ?4 THEN ?5 ELSE expires_at_ms END, "
       "persistent = CASE WHEN ?6 THEN ?7 ELSE persistent END, "
-      "metadata = COALESCE(?8, metadata), updated_at_ms = ?9 WHERE id = ?1 AND state != 'killed'";
+      "metadata = COALESCE(?8, metadata), updated_at_ms = ?9, "
+      "paused_at_ms = CASE WHEN ?10 THEN ?11 ELSE paused_at_ms END WHERE id = ?1 AND state != 'killed'";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
   sqlite3_stmt *st = stmt(s, sql, err);
@@ -702,6 +703,8 @@ int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct 
     sqlite3_bind_int(st, 7, p->persistent);
     bind_text(st, 8, p->metadata_json);
     sqlite3_bind_int64(st, 9, now_unix_ms());
+    sqlite3_bind_int(st, 10, p->set_paused_at);
+    sqlite3_bind_int64(st, 11, p->paused_at_ms);
     if (step_done(s, st, err, "update sandbox") == 0) {
       if (sqlite3_changes(s->db) == 0)
         moat_error_set(err, ENOENT, "no sandbox %s", id);

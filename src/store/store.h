@@ -110,6 +110,8 @@ struct moat_store_patch {
   bool set_persistent;
   bool persistent;
   const char *metadata_json; /* NULL = keep */
+  bool set_paused_at;        /* schema 3 */
+  int64_t paused_at_ms;
 };
 int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct moat_store_patch *p,
                              moat_error **err);

@@ -144,6 +144,16 @@ class PauseResumeTest(DaemonTest):
         sb = self.c.get(sid)
         self.assertEqual((sb["state"], sb["killed_reason"]), ("killed", "ttl"))
 
+    def test_ttl_patched_while_paused_counts_from_the_patch(self):
+        sid = self.sandbox(ttl_seconds=600)["id"]
+        self.post(sid, "pause")
+        time.sleep(2)
+        self.c.patch(sid, ttl_seconds=30)
+        t = time.time()
+        r = self.post(sid, "resume")
+        left = parse_time(r["expires_at"]) - t
+        self.assertTrue(29 <= left <= 31.5, "expires in %.1f s after a 30 s TTL set while paused" % left)
+
     def test_kill_of_paused_sandbox(self):
         sid = self.c.create(ttl_seconds=600)["id"]
         self.post(sid, "pause")

@@ -98,6 +98,16 @@ static void test_moves(struct moat_store *s) {
             strcmp(ev[3].reason, "idle") == 0 && strcmp(ev[4].to_state, "running") == 0,
         "every move is an event with its reason (%zu)", n);
   moat_store_events_free(ev, n);
+  struct moat_store_patch pp = {.set_expires = true, .expires_at_ms = 7777, .set_paused_at = true, .paused_at_ms = 55};
+  CHECK(moat_store_sandbox_patch(s, "sb-1", &pp, &err) == 0 && moat_store_sandbox_get(s, NULL, "sb-1", &r, &err) == 0 &&
+            r.expires_at_ms == 7777 && r.paused_at_ms == 55,
+        "patch sets the pause time with the expiry");
+  moat_store_sandbox_clear(&r);
+  struct moat_store_patch pm = {.metadata_json = "{}"};
+  CHECK(moat_store_sandbox_patch(s, "sb-1", &pm, &err) == 0 && moat_store_sandbox_get(s, NULL, "sb-1", &r, &err) == 0 &&
+            r.paused_at_ms == 55,
+        "a patch without it keeps the pause time");
+  moat_store_sandbox_clear(&r);
   struct moat_store_move k = {.to = "killed"};
   CHECK(moat_store_sandbox_move(s, "sb-1", &k, &err) < 0 && err->status == EINVAL, "move to killed refused");
   moat_error_free(&err);
