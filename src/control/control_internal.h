@@ -133,7 +133,16 @@ void tt_drop_fork_image(struct moat_control *c, struct live *e);
 void tt_forget_hibernated(struct moat_control *c, const char *id);
 /* Reaper pass helpers: idle hibernation of e (m held, running). */
 void tt_reap_idle(struct moat_control *c, struct live *e, int64_t now_ms);
+/* Checkpoints org's sandbox id once (a paused one's kept image is reused) and restores it count
+ * (1..16) times concurrently; ids gets count ids (MOAT_ID_LEN + 1 each). why names the caller in
+ * logs and errors. On failure the children made are killed. 0 or -1. */
+int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigned count, const char *why,
+                char (*ids)[MOAT_ID_LEN + 1], moat_error **err);
+
+/* ---- explore.c ---- */
 /* Explores whose keep-best window ran out are forgotten (their branches die by TTL). */
 void tt_reap_explores(struct moat_control *c, int64_t now_ms);
+/* Frees the open explores (at close). */
+void tt_explores_free(struct moat_control *c);
 
 #endif
