@@ -907,7 +907,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
     goto fail;
   }
   holder_end(&hd);
-  if (moat_shell_link_sock(slot_dir, pid, err) < 0)
+  if (moat_shell_lock_sock(pid, err) < 0 || moat_shell_link_sock(slot_dir, pid, err) < 0)
     goto fail;
   if (wait_guest(sock, err) < 0)
     goto fail;

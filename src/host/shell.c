@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <poll.h>
@@ -213,6 +214,10 @@ static void close_other_fds(struct child_ctx *c) {
 static int guest_listen_inside(struct child_ctx *c) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   memcpy(sa.sun_path, MOAT_GUEST_SOCK_INSIDE, sizeof(MOAT_GUEST_SOCK_INSIDE));
+  CHECK(mkdir(MOAT_GUEST_SOCK_DIR, 0755), "mkdir " MOAT_GUEST_SOCK_DIR);
+  /* a mount point: the sandbox can then neither rename nor remove the dir (moat_shell_lock_sock
+   * takes what is inside from it) */
+  CHECK(mount(MOAT_GUEST_SOCK_DIR, MOAT_GUEST_SOCK_DIR, NULL, MS_BIND, NULL), "bind " MOAT_GUEST_SOCK_DIR);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   CHECK(fd, "guest socket");
   CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), "bind " MOAT_GUEST_SOCK_INSIDE);
@@ -404,6 +409,27 @@ static int guest_mount(const char *guest_path, moat_error **err) {
   return steal_fd(&fd);
 }
 
+int moat_shell_lock_sock(pid_t pid, moat_error **err) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/root", pid);
+  _cleanup_close_ int root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0)
+    return moat_error_errno(err, "open %s", path);
+  struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+                         .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+  _cleanup_close_ int dir = (int)syscall(SYS_openat2, root, MOAT_GUEST_SOCK_DIR + 1, &how, sizeof(how));
+  if (dir < 0)
+    return moat_error_errno(err, "open the sandbox's " MOAT_GUEST_SOCK_DIR);
+  struct stat st;
+  if (fstatat(dir, "guest.sock", &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return moat_error_errno(err, "stat the sandbox's " MOAT_GUEST_SOCK_INSIDE);
+  if (!S_ISSOCK(st.st_mode))
+    return moat_error_set(err, EPERM, "the sandbox's " MOAT_GUEST_SOCK_INSIDE " is not a socket");
+  if (fchown(dir, 0, 0) < 0 || fchmod(dir, 0755) < 0)
+    return moat_error_errno(err, "lock the sandbox's " MOAT_GUEST_SOCK_DIR);
+  return 0;
+}
+
 int moat_shell_link_sock(const char *slot_dir, pid_t pid, moat_error **err) {
   _cleanup_free_ char *link = xasprintf("%s/guest.sock", slot_dir);
   _cleanup_free_ char *target = xasprintf("/proc/%d/root" MOAT_GUEST_SOCK_INSIDE, pid);
@@ -517,7 +543,8 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     moat_error_errno(err, "start sandbox init");
     goto fail;
   }
-  if (wait_ready(ready[0], sync[0], pidfd, err) < 0 || moat_shell_link_sock(spec->slot_dir, pid, err) < 0)
+  if (wait_ready(ready[0], sync[0], pidfd, err) < 0 || moat_shell_lock_sock(pid, err) < 0 ||
+      moat_shell_link_sock(spec->slot_dir, pid, err) < 0)
     goto fail;
   out->pid = pid;
   out->pidfd = steal_fd(&pidfd);

@@ -12,8 +12,11 @@
 
 #define MOAT_UID_RANGE 65536u
 /* Where the guest listens inside the sandbox; SLOT_DIR/guest.sock is a symlink to it through
- * /proc/PID/root (moat_shell_link_sock). */
-#define MOAT_GUEST_SOCK_INSIDE "/run/moat/guest.sock"
+ * /proc/PID/root (moat_shell_link_sock). Its dir is a mount point (a bind of itself) owned by
+ * the host's root (unmapped inside), so the sandbox can neither move it away nor replace the
+ * socket with a symlink that moatd would follow on the host. */
+#define MOAT_GUEST_SOCK_DIR "/run/moat/.sock"
+#define MOAT_GUEST_SOCK_INSIDE MOAT_GUEST_SOCK_DIR "/guest.sock"
 
 struct moat_shell_spec {
   int slot;
@@ -44,6 +47,13 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
 /* Points SLOT_DIR/guest.sock at the guest socket inside the sandbox whose init is pid
  * (/proc/PID/root/run/moat/guest.sock), replacing any earlier link. 0 or -1. */
 int moat_shell_link_sock(const char *slot_dir, pid_t pid, moat_error **err);
+
+/* Checks that the sandbox of init pid has a socket at MOAT_GUEST_SOCK_INSIDE (resolved inside its
+ * root, no symlinks) and gives MOAT_GUEST_SOCK_DIR to the host's root, 0755: the sandbox's root
+ * (whose capabilities cover only its own range) can then neither remove the socket nor put
+ * anything in its place. Call before anything of the sandbox runs but the guest (create) or
+ * right after a restore. 0 or -1. */
+int moat_shell_lock_sock(pid_t pid, moat_error **err);
 
 /* Start time of pid (field 22 of /proc/PID/stat), or 0 when it does not exist. */
 uint64_t moat_proc_start_time(pid_t pid);

@@ -274,6 +274,15 @@ int main(void) {
   _cleanup_free_ char *own = sh(b->sock_path, "stat -c %u:%g /root/file.txt /root/state.py | sort -u | tr '\\n' ' '",
                                 &code);
   ok(strcmp(own, "0:0 ") == 0, "B's copied files belong to root of B's range", own);
+  /* the guest's socket cannot be replaced from inside (moatd would follow a planted symlink) */
+  const char *tamper = "rm -f /run/moat/.sock/guest.sock; mv /run/moat/.sock /run/moat/x; "
+                       "ln -s /etc/passwd /run/moat/.sock/guest.sock; test -S /run/moat/.sock/guest.sock && echo sock";
+  _cleanup_free_ char *tpa = sh(a.sock_path, tamper, &code), *tpb = sh(b->sock_path, tamper, &code);
+  ok(strcmp(tpa, "sock") == 0 && strcmp(tpb, "sock") == 0, "root inside cannot replace the guest's socket (created, restored)",
+     tpb);
+  ok(moat_guest_ping(a.sock_path, 2000, NULL) == 0 && moat_guest_ping(b->sock_path, 2000, NULL) == 0,
+     "both still answer", NULL);
+
   /* diverge: B gets two signals and a file; C neither */
   free(sh(b->sock_path, "kill -USR1 $(cat /root/state.pid); sleep 0.1; kill -USR1 $(cat /root/state.pid); "
                         "echo only-b > /root/only-b",
