@@ -6,6 +6,9 @@ import { describe, it, before } from 'node:test';
 import { Sandbox, ConflictError, NotImplementedError, sandbox, track, health } from './helpers.mjs';
 
 let ckpt = { available: false, criu: 'unknown' };
+// A checkpoint call that hangs fails its test after this long (instead of holding the file until the
+// harness's timeout); every sandbox below is made with it.
+const LIMIT = { requestTimeoutMs: 120_000 };
 
 /** Runs fn, turning a 501 into a skip with moatd's message. */
 async function orSkip(t, fn) {
@@ -34,7 +37,7 @@ describe('time travel', () => {
   });
 
   it('pause and resume', async (t) => {
-    const sb = await sandbox();
+    const sb = await sandbox(LIMIT);
     await orSkip(t, async () => {
       await sb.exec('echo kept > /tmp/f');
       await sb.pause();
@@ -50,7 +53,7 @@ describe('time travel', () => {
 
   it('hibernate and wake keep memory and files', async (t) => {
     if (!needCheckpoints(t)) return;
-    const sb = await sandbox();
+    const sb = await sandbox(LIMIT);
     const p = await sb.exec('i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done', { background: true, tag: 'counter' });
     await sb.files.write('/tmp/file', 'before');
     await sb.hibernate();
@@ -70,7 +73,7 @@ describe('time travel', () => {
 
   it('snapshot, list, create from it, rollback, delete', async (t) => {
     if (!needCheckpoints(t)) return;
-    const sb = await sandbox();
+    const sb = await sandbox(LIMIT);
     await sb.files.write('/tmp/state', 'v1');
     const snap = await sb.snapshot({ metadata: { step: 'one' } });
     assert.equal(typeof snap.id, 'string');
@@ -79,7 +82,7 @@ describe('time travel', () => {
     const mine = await Sandbox.listSnapshots({ sandboxId: sb.id });
     assert.deepEqual(mine.map((s) => s.id), [snap.id]);
 
-    const copy = track(await Sandbox.create({ fromSnapshot: snap.id }));
+    const copy = track(await Sandbox.create({ fromSnapshot: snap.id, ...LIMIT }));
     assert.notEqual(copy.id, sb.id);
     assert.equal(copy.info.fromSnapshot, snap.id);
     assert.equal(await copy.files.readText('/tmp/state'), 'v1');
@@ -95,7 +98,7 @@ describe('time travel', () => {
 
   it('forkTree returns independent children', async (t) => {
     if (!needCheckpoints(t)) return;
-    const sb = await sandbox();
+    const sb = await sandbox(LIMIT);
     await sb.files.write('/tmp/who', 'parent');
     const kids = await sb.forkTree({ count: 3 });
     kids.forEach(track);
@@ -113,7 +116,7 @@ describe('time travel', () => {
 
   it('explore keeps the first success; with a score it keeps the best', async (t) => {
     if (!needCheckpoints(t)) return;
-    const sb = await sandbox();
+    const sb = await sandbox(LIMIT);
     await sb.files.write('/tmp/base', 'x');
     const r = await sb.explore({ branches: ['exit 1', 'echo win > /tmp/out', { cmd: 'exit 2', timeoutMs: 60000 }] });
     assert.ok(r.winner, JSON.stringify(r.raw));
