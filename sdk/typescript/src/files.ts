@@ -75,6 +75,43 @@ export class Files {
     });
   }
 
+  /** The file's bytes as a stream, read as they arrive (for files too large to hold in memory). */
+  async readStream(path: string, opts?: { user?: string; signal?: AbortSignal }): Promise<ReadableStream<Uint8Array>> {
+    const where = 'files.readStream';
+    const o = v.options<{ user?: string; signal?: AbortSignal }>(where, opts, ['user', 'signal']);
+    v.str(where, 'path', path);
+    const { res, done } = await this.conn.send('GET', this.p(), {
+      query: { path, user: v.str(where, 'user', o.user, { optional: true }) },
+      timeoutMs: null,
+      signal: v.signalOpt(where, o.signal),
+    });
+    const body = res.body;
+    if (!body) {
+      done();
+      return new ReadableStream({ start: (c) => c.close() });
+    }
+    const reader = body.getReader();
+    // A connection that breaks mid-body errors the stream (fetch's reader rejects); it never just ends short.
+    return new ReadableStream<Uint8Array>({
+      async pull(c) {
+        try {
+          const r = await reader.read();
+          if (r.done) {
+            done();
+            c.close();
+          } else c.enqueue(r.value);
+        } catch (e) {
+          done();
+          c.error(new ConnectionError(`${where}: the download broke: ${(e as Error)?.message ?? e}`, 'connection_error', 0, { cause: e }));
+        }
+      },
+      cancel(reason) {
+        done();
+        return reader.cancel(reason);
+      },
+    });
+  }
+
   /** The file's content decoded as UTF-8. */
   async readText(path: string, opts?: { user?: string; signal?: AbortSignal }): Promise<string> {
     return new TextDecoder().decode(await this.read(path, opts));
@@ -83,13 +120,18 @@ export class Files {
   /** Writes (creates or replaces) a file; parents are created. A string is written as UTF-8. */
   async write(
     path: string,
-    data: string | Uint8Array | ArrayBuffer,
+    data: string | Uint8Array | ArrayBuffer | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
     opts?: { mode?: string | number; user?: string; signal?: AbortSignal },
   ): Promise<{ path: string; size: number }> {
     const where = 'files.write';
     const o = v.options<{ mode?: string | number; user?: string; signal?: AbortSignal }>(where, opts, ['mode', 'user', 'signal']);
     v.str(where, 'path', path);
-    const body = v.bytesLike(where, 'data', data);
+    // A stream (web ReadableStream, or an async iterable of bytes such as fs.createReadStream()) is
+    // uploaded as it is read: files of any size pass without being held in memory.
+    const streaming =
+      data instanceof ReadableStream ||
+      (data !== null && typeof data === 'object' && !(data instanceof Uint8Array) && typeof (data as AsyncIterable<Uint8Array>)[Symbol.asyncIterator] === 'function');
+    const body = streaming ? (data as ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>) : v.bytesLike(where, 'data', data);
     const r = await this.conn.json<{ path: string; size: number }>('PUT', this.p(), {
       query: { path, mode: modeString(where, o.mode), user: v.str(where, 'user', o.user, { optional: true }) },
       body,

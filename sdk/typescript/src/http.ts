@@ -28,7 +28,8 @@ type Query = Record<string, string | number | boolean | undefined>;
 export interface RequestOptions {
   query?: Query | URLSearchParams;
   json?: unknown;
-  body?: Uint8Array | string;
+  /** A stream or async iterable is sent as it is read (chunked). */
+  body?: Uint8Array | string | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
   headers?: Record<string, string>;
   /** Client-side limit in ms for this request (headers and body); null: none. Default: the connection's. */
   timeoutMs?: number | null;
@@ -120,7 +121,7 @@ export class Connection {
       o.signal?.removeEventListener('abort', onAbort);
     };
     const headers = this.headers(o.headers);
-    let body: string | Uint8Array | undefined;
+    let body: RequestOptions['body'];
     if (o.json !== undefined) {
       headers['Content-Type'] = 'application/json';
       body = JSON.stringify(o.json);
@@ -129,6 +130,7 @@ export class Connection {
       body = o.body;
     }
     const init: Record<string, unknown> = { method, headers, body, signal: ctl.signal };
+    if (body !== undefined && typeof body !== 'string' && !(body instanceof Uint8Array)) init.duplex = 'half';
     const dispatcher = await sdkDispatcher();
     if (dispatcher) init.dispatcher = dispatcher; // undici's (Node's fetch) own option
     let res: Response;

@@ -1,6 +1,10 @@
 // files.test.mjs -- sb.files: read/readText/write/list/stat/exists/remove/mkdir/move/watch.
 import assert from 'node:assert/strict';
 import { describe, it, before } from 'node:test';
+import { createHash } from 'node:crypto';
+import { createReadStream, writeFileSync, unlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { NotFoundError, ForbiddenError, sandbox, text } from './helpers.mjs';
 
 describe('files', () => {
@@ -55,6 +59,45 @@ describe('files', () => {
     assert.equal(st.uid, 1000);
     await assert.rejects(sb.files.write('/root/x', 'no', { user: 'user' }), ForbiddenError);
     assert.equal(text(await sb.files.read('notes.txt', { user: 'user' })), 'mine');
+  });
+
+  it('streaming upload and download (32 MiB, never held whole)', async () => {
+    const MiB = 1 << 20;
+    const h = createHash('sha256');
+    async function* gen() {
+      for (let i = 0; i < 32; i++) {
+        const chunk = new Uint8Array(MiB).fill(i);
+        chunk[0] = 255 - i;
+        h.update(chunk);
+        yield chunk;
+      }
+    }
+    const w = await sb.files.write('/tmp/big.bin', gen());
+    assert.equal(w.size, 32 * MiB);
+    const want = h.digest('hex');
+    assert.equal((await sb.exec('sha256sum /tmp/big.bin | cut -d" " -f1')).stdout.trim(), want);
+    const back = createHash('sha256');
+    let n = 0;
+    for await (const c of await sb.files.readStream('/tmp/big.bin')) {
+      back.update(c);
+      n += c.length;
+    }
+    assert.equal(n, 32 * MiB);
+    assert.equal(back.digest('hex'), want);
+
+    // a web ReadableStream, and a Node file stream
+    const rs = new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode('web ')); c.enqueue(new TextEncoder().encode('stream')); c.close(); } });
+    await sb.files.write('/tmp/web.txt', rs);
+    assert.equal(await sb.files.readText('/tmp/web.txt'), 'web stream');
+    const local = join(tmpdir(), `moat-sdk-${process.pid}.txt`);
+    writeFileSync(local, 'from disk\n');
+    try {
+      await sb.files.write('/tmp/disk.txt', createReadStream(local));
+    } finally {
+      unlinkSync(local);
+    }
+    assert.equal(await sb.files.readText('/tmp/disk.txt'), 'from disk\n');
+    await assert.rejects(sb.files.readStream('/tmp/nope'), NotFoundError);
   });
 
   it('watch sees changes and closes', async () => {

@@ -164,6 +164,33 @@ describe('broken streams reject, never hang', () => {
     });
   }
 
+  it('a download that breaks short of its Content-Length rejects', async () => {
+    const srv = await localServer((req, res) => {
+      if (req.url.includes('/files')) {
+        res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': '100000' });
+        res.write(Buffer.alloc(1000, 1));
+        setTimeout(() => res.socket.destroy(), 100);
+        return;
+      }
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ id: 'sb-x', state: 'running', metadata: {} }));
+    });
+    try {
+      const sb = await Sandbox.connect('sb-x', { apiUrl: srv.url, apiKey });
+      await assert.rejects(sb.files.read('/f'), ConnectionError);
+      let got = 0;
+      await assert.rejects(
+        (async () => {
+          for await (const c of await sb.files.readStream('/f')) got += c.length;
+        })(),
+        ConnectionError,
+      );
+      assert.equal(got, 1000);
+    } finally {
+      await srv.stop();
+    }
+  });
+
   it('a process stream and a watch that drop reject too', async () => {
     const srv = await localServer((req, res) => {
       if (req.url.includes('/processes/') || req.url.includes('/files/watch')) {
