@@ -310,7 +310,8 @@ export class Sandbox {
     return new Sandbox(conn, sandboxInfo(j));
   }
 
-  /** An existing sandbox by id (rejects with NotFoundError if there is none). */
+  /** An existing sandbox by id (rejects with NotFoundError if there is none; a killed one resolves with
+   *  `info.state` "killed", and its calls then reject with NotFoundError). */
   static async connect(id: string, opts?: ConnectionOptions): Promise<Sandbox> {
     const where = 'Sandbox.connect';
     v.str(where, 'id', id);

@@ -106,6 +106,11 @@ describe('exec', () => {
     assert.ok(Date.now() - t0 < 10_000);
   });
 
+  it('concurrent calls on one sandbox', async () => {
+    const rs = await Promise.all(Array.from({ length: 24 }, (_, i) => sb.exec(['sh', '-c', `echo ${i}`])));
+    assert.deepEqual(rs.map((r) => r.stdout), Array.from({ length: 24 }, (_, i) => `${i}\n`));
+  });
+
   it('a long exec is not cut off by a client default', async () => {
     const r = await sb.exec('sleep 2; echo done');
     assert.equal(r.stdout, 'done\n');
