@@ -13,6 +13,7 @@ model decisions are a fixed list of tool calls (the examples say so).
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import unittest
@@ -49,6 +50,8 @@ def tap_counts(out):
 
 
 def build_sdk():
+    if not shutil.which("node"):
+        raise unittest.SkipTest("node is missing (scripts/deps.sh installs Debian's nodejs)")
     if not os.path.exists(TSC):
         raise unittest.SkipTest("tests/node/node_modules has no tsc: run scripts/deps.sh (npm ci in tests/node)")
     link(os.path.join(SDK, "node_modules"), NODE_MODULES)
