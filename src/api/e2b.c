@@ -36,6 +36,7 @@
 #include "../common/log.h"
 #include "../common/sha256.h"
 #include "e2b_internal.h"
+#include "ports.h"
 
 #define E2B_DEFAULT_TIMEOUT_S 300 /* the SDK's default (DEFAULT_SANDBOX_TIMEOUT_MS) */
 #define E2B_LIST_DEFAULT_LIMIT 100
@@ -316,6 +317,54 @@ static bool sandbox_gone(struct api_req *r, const char *id, const char *why) {
   return true;
 }
 
+static bool env_stopping(void *a) { return api_stopping(a); }
+static void env_hold(void *a) { api_hold(a); }
+static void env_release(void *a) { api_release(a); }
+
+/* Any other port (Sandbox.getHost(port)): the request goes as it came to the server listening on
+ * that port inside the sandbox, through the exposed-ports forwarder (ports_fwd.c). A port nothing
+ * listens on is E2B's 502 "port is not open". */
+static bool user_port_begin(struct api_req *r, struct e2b_req *e) {
+  moat_error *err = NULL;
+  struct port_fwd_req fr = {
+      .conn = r->conn,
+      .method = r->method,
+      .target = r->raw_uri ? r->raw_uri : "/",
+      .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
+  };
+  struct port_fwd *f = port_fwd_open(api_control(r), e->org, e->sandbox_id, e->port, &fr, &err);
+  if (!f) {
+    bool refused = err && err->status == ECONNREFUSED;
+    if (refused) {
+      moat_error_free(&err);
+      return sandbox_gone(r, e->sandbox_id, "The sandbox is running but port is not open");
+    }
+    const char *code;
+    unsigned st = port_error_http(err ? err->status : 0, &code);
+    e2b_error(r, st, "%s", moat_error_msg(err));
+    moat_error_free(&err);
+    return true;
+  }
+  e->sub = f;
+  e->sub_free = port_fwd_free;
+  return false;
+}
+
+static void user_port_dispatch(struct api_req *r, struct e2b_req *e) {
+  moat_error *err = NULL;
+  unsigned status = 0;
+  struct MHD_Response *resp = port_fwd_respond(e->sub, &status, &err);
+  if (!resp) {
+    const char *code;
+    unsigned st = port_error_http(err ? err->status : 0, &code);
+    e2b_error(r, st, "%s", moat_error_msg(err));
+    moat_error_free(&err);
+    return;
+  }
+  api_reply_response(r, status, resp);
+  MHD_destroy_response(resp);
+}
+
 static bool sandbox_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method) {
   const char *hid = header(r, "E2b-Sandbox-Id");
   if (hid) {
@@ -369,7 +418,7 @@ static bool sandbox_begin(struct api_req *r, struct e2b_req *e, const char *url,
     return e2b_interp_begin(r, e, url, method);
   if (e->port == E2B_ENVD_PORT)
     return e2b_envd_begin(r, e, url, method);
-  return sandbox_gone(r, e->sandbox_id, "The sandbox is running but port is not open");
+  return user_port_begin(r, e);
 }
 
 /* ---- control plane: sandbox JSON ---- */
@@ -1165,6 +1214,8 @@ int api_e2b_body(struct api_req *r, const char *data, size_t len, moat_error **e
     return e2b_interp_body(r, e, data, len, err);
   if (e->port == E2B_ENVD_PORT)
     return e2b_envd_body(r, e, data, len, err);
+  if (e->port != 0)
+    return port_fwd_body(e->sub, data, len, err);
   if (len > API_MAX_BODY - r->body_len)
     return moat_error_set(err, EMSGSIZE, "request body is larger than %d bytes", API_MAX_BODY);
   if (r->body_len + len + 1 > r->body_cap) {
@@ -1188,6 +1239,8 @@ void api_e2b_dispatch(struct api_req *r) {
     e2b_envd_dispatch(r, e);
   else if (e->port == 0)
     control_dispatch(r);
+  else
+    user_port_dispatch(r, e);
   if (!r->responded)
     e2b_error(r, 500, "the handler produced no response");
 }

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
@@ -138,6 +139,49 @@ class E2BTest(DaemonTest):
         st, info = self.c.request("GET", "/sandboxes/" + sid, auth=False, headers={"X-API-KEY": self.c.key})
         self.assertEqual(info["envdAccessToken"], tok)
         self.assertEqual(self.c.get(sid)["state"], "running")
+
+    def test_user_port_get_host(self):
+        """Sandbox.getHost(port): a server the user starts on port 8000 answers through moatd, routed
+        by the E2b-Sandbox-* headers and by Host; a POST body reaches it; a port nothing listens on
+        is E2B's 502."""
+        sb = self.e2b_create(templateID="code-interpreter-v1", timeout=120)
+        sid, tok = sb["sandboxID"], sb["envdAccessToken"]
+        self.c.put_file(sid, "/tmp/www/hello.txt", b"hello from the sandbox\n")
+        server = ("import http.server as h\n"
+                  "class H(h.SimpleHTTPRequestHandler):\n"
+                  "    def do_POST(self):\n"
+                  "        n = int(self.headers['Content-Length']); b = self.rfile.read(n)\n"
+                  "        self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers()\n"
+                  "        self.wfile.write(b[::-1])\n"
+                  "h.ThreadingHTTPServer(('127.0.0.1', 8000), lambda *a: H(*a, directory='/tmp/www')).serve_forever()\n")
+        self.c.put_file(sid, "/tmp/server.py", server.encode())
+        self.c.request("POST", "/v1/sandboxes/%s/exec" % sid, body={"argv": ["python3", "/tmp/server.py"],
+                                                                      "background": True}, expect=201)
+        by_header = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "8000", "X-Access-Token": tok}
+        by_host = {"Host": "8000-%s.moat.example" % sid, "X-Access-Token": tok}
+        deadline = time.time() + 20
+        while True:
+            try:
+                st, body = self.c.request("GET", "/hello.txt", auth=False, headers=by_header)
+                break
+            except moatd.HTTPError as x:
+                if x.status != 502 or time.time() > deadline:
+                    raise
+                time.sleep(0.1)
+        self.assertEqual(body, b"hello from the sandbox\n")
+        st, body = self.c.request("GET", "/hello.txt", auth=False, headers=by_host, expect=200)
+        self.assertEqual(body, b"hello from the sandbox\n")
+        payload = os.urandom(300000)
+        st, body = self.c.request("POST", "/echo", raw=payload, auth=False,
+                                  headers=dict(by_header, **{"Content-Type": "application/octet-stream"}), expect=200)
+        self.assertEqual(body, payload[::-1])
+        with self.assertRaises(moatd.HTTPError) as cm:
+            self.c.request("GET", "/", auth=False, headers=dict(by_header, **{"E2b-Sandbox-Port": "8001"}))
+        self.assertEqual(cm.exception.status, 502)
+        self.assertEqual(cm.exception.body["code"], 502)
+        with self.assertRaises(moatd.HTTPError) as cm:
+            self.c.request("GET", "/hello.txt", auth=False, headers={"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "8000"})
+        self.assertEqual(cm.exception.status, 401)
 
     def test_control_errors(self):
         key = {"X-API-KEY": self.c.key}
