@@ -355,6 +355,7 @@ static void slot_reset(struct net_slot *s) {
   s->log_seq = 0;
   s->connections = 0;
   s->base_rx = s->base_tx = 0;
+  s->link_down = false;
 }
 
 static void queue_teardown(struct moat_net *n, int slot) {
@@ -364,6 +365,7 @@ static void queue_teardown(struct moat_net *n, int slot) {
   else if (s->state == NS_PREPARED)
     n->prepared--;
   s->state = NS_TEARDOWN;
+  s->teardown_since_ns = now_ns();
   n->tearing++;
   s->next_teardown = n->teardown_head;
   n->teardown_head = s;
@@ -529,8 +531,10 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     json_decref(pj);
     return moat_error_wrap(err, "apply network policy");
   }
-  /* internet: false: the router side goes down, the sandbox's eth0 loses its carrier. */
-  {
+  /* internet: false: the router side goes down, the sandbox's eth0 loses its carrier. Only a
+   * change is sent: RTM_NEWLINK takes the rtnl lock, which a veth deletion elsewhere may hold
+   * for tens of milliseconds. */
+  if (p.internet == s->link_down) {
     char lb[NET_NLBUF], nm[IFNAMSIZ];
     snprintf(nm, sizeof(nm), "mv%d", slot);
     struct nlmsghdr *nlh = link_msg(lb, RTM_NEWLINK, 0, 0);
@@ -540,6 +544,8 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     mnl_attr_put_strz(nlh, IFLA_IFNAME, nm);
     if (router_talk(n, nlh) < 0)
       log_warn("network slot %d: set %s %s: %s", slot, nm, p.internet ? "up" : "down", strerror(errno));
+    else
+      s->link_down = !p.internet;
   }
   bool same_sandbox = had && strcmp(s->id, id) == 0;
   s->pol = p;
@@ -559,14 +565,8 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
    * sandbox's next lookup learns them again under the new policy). */
   if (had)
     net_forget_learned(n, slot);
-  if (!same_sandbox) {
-    uint64_t rx = 0, tx = 0;
-    link_counters(n, slot, &rx, &tx);
-    pthread_mutex_lock(&n->lock);
-    s->base_rx = rx;
-    s->base_tx = tx;
-    pthread_mutex_unlock(&n->lock);
-  }
+  /* Byte counts are those of the slot's veth, made for this sandbox (slots are never handed to a
+   * second one): no baseline to read on the request path. */
   /* By sandbox id, for a wake, rollback or fork after this slot is gone. */
   if (id_ok(id)) {
     _cleanup_free_ char *text_p = json_dumps(pj, JSON_COMPACT);
@@ -704,12 +704,21 @@ void moat_net_stats(struct moat_net *n, struct moat_net_stats *out) {
 
 /* ---- worker: warm set and teardown ---- */
 
-static void teardown_one(struct moat_net *n, struct net_slot *s) {
+#define TEARDOWN_WAIT_NS (3ull * 1000000000ull)
+
+/* Tears slot s down. The kernel removes the veth with the sandbox's namespace (in batches, one
+ * RCU grace period for many); only one still there after TEARDOWN_WAIT_NS (or with force) is
+ * deleted here (~39 ms under the rtnl lock each). Returns 1 when deferred (veth still there). */
+static int teardown_one(struct moat_net *n, struct net_slot *s, bool force) {
   int slot = (int)(s - n->slots);
   char name[IFNAMSIZ];
   snprintf(name, sizeof(name), "mv%d", slot);
-  if (router_dellink(n, name) < 0)
-    log_warn("network slot %d: delete %s: %s", slot, name, strerror(errno));
+  if (ifindex_of(n->router_ioctl, name) >= 0) {
+    if (!force && now_ns() - s->teardown_since_ns < TEARDOWN_WAIT_NS)
+      return 1;
+    if (router_dellink(n, name) < 0)
+      log_warn("network slot %d: delete %s: %s", slot, name, strerror(errno));
+  }
   net_forget_learned(n, slot);
   pthread_mutex_lock(&n->lock);
   if (s->bound) {
@@ -732,19 +741,32 @@ static void teardown_one(struct moat_net *n, struct net_slot *s) {
   n->tearing--;
   n->torn_down++;
   pthread_mutex_unlock(&n->lock);
+  return 0;
 }
 
 static void *worker_main(void *arg) {
   struct moat_net *n = arg;
   unsigned next = FIRST_SLOT, failures = 0;
   pthread_mutex_lock(&n->lock);
+  struct net_slot *deferred = NULL;
+  uint64_t last_pass = 0;
   while (!n->stopping) {
     if (n->teardown_head) {
       struct net_slot *s = n->teardown_head;
       n->teardown_head = s->next_teardown;
       pthread_mutex_unlock(&n->lock);
-      teardown_one(n, s);
+      int r = teardown_one(n, s, false);
       pthread_mutex_lock(&n->lock);
+      if (r == 1) {
+        s->next_teardown = deferred;
+        deferred = s;
+      }
+      continue;
+    }
+    if (deferred && now_ns() - last_pass > 50000000ull) {
+      n->teardown_head = deferred; /* look again at veths the kernel had not removed yet */
+      deferred = NULL;
+      last_pass = now_ns();
       continue;
     }
     if (n->prepared < n->warm && n->prepared + n->leased + n->tearing + FIRST_SLOT < n->pool_size && failures < 5) {
@@ -779,7 +801,15 @@ static void *worker_main(void *arg) {
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 1;
+    if (deferred) {
+      ts.tv_nsec += 50000000;
+      if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+      }
+    } else {
+      ts.tv_sec += 1;
+    }
     pthread_cond_timedwait(&n->wake, &n->lock, &ts);
     if (failures >= 5)
       failures = 4; /* retry once a second */
@@ -1057,7 +1087,7 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
   pthread_mutex_init(&n->nl_lock, NULL);
   pthread_mutex_init(&n->nft_lock, NULL);
   pthread_cond_init(&n->wake, NULL);
-  n->router_fd = n->outside_fd = n->self_fd = n->dns_fd = n->dns_tcp_fd = n->up_fd = -1;
+  n->router_fd = n->outside_fd = n->self_fd = n->dns_fd = n->dns_tcp_fd = n->up_fd = n->router_ioctl = -1;
   n->stop_pipe[0] = n->stop_pipe[1] = -1;
   n->instance = xstrdup(instance);
   n->state_dir = xstrdup(state_dir);
@@ -1119,6 +1149,9 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
     goto fail;
   n->nl = mnl_in(n->router_fd, NETLINK_ROUTE, err);
   if (!n->nl)
+    goto fail;
+  n->router_ioctl = net_socket_in(n->router_fd, AF_INET, SOCK_DGRAM, 0, err);
+  if (n->router_ioctl < 0)
     goto fail;
   if (router_setup(n, err) < 0 || uplink_open(n, err) < 0 || nft_open(n, err) < 0)
     goto fail;
@@ -1187,7 +1220,7 @@ void moat_net_close(struct moat_net *n) {
   }
   if (n->nl)
     mnl_socket_close(n->nl);
-  int fds[] = {n->router_fd, n->outside_fd, n->self_fd, n->stop_pipe[0], n->stop_pipe[1]};
+  int fds[] = {n->router_fd, n->outside_fd, n->self_fd, n->stop_pipe[0], n->stop_pipe[1], n->router_ioctl};
   for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
     if (fds[i] >= 0)
       close(fds[i]);

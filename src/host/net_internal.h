@@ -72,6 +72,8 @@ struct net_slot {
   struct net_log_entry *log; /* NET_LOG_RING ring */
   uint64_t log_seq;          /* entries ever logged */
   uint64_t connections;
+  bool link_down;             /* router side set down (internet: false) */
+  uint64_t teardown_since_ns; /* when queued for teardown */
   struct net_slot *next_teardown;
 };
 
@@ -80,6 +82,7 @@ struct moat_net {
   int router_fd;  /* routing namespace */
   int outside_fd; /* uplink namespace (a netns path, or moatd's own) */
   int self_fd;    /* moatd's netns */
+  int router_ioctl; /* AF_INET dgram socket in the routing ns: ifindex lookups without rtnl */
   bool uplink_is_netns;
   char *uplink_if; /* interface mode: the uplink interface in moatd's netns */
   char outside_link[16]; /* our veth end in the uplink namespace */
