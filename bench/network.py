@@ -180,10 +180,11 @@ def main():
         creates(dn, 10, a.pace)
         creates(d0, 10, a.pace)
         xn, x0, xp = [], [], []
-        for _ in range(a.creates // 20):
-            xn += creates(dn, 10, a.pace)
-            x0 += creates(d0, 10, a.pace)
-            xp += creates(dn, 5, a.pace, {"network": POLICY})
+        for i in range(a.creates // 2):  # one with, one without, alternating: drift hits both alike
+            xn += creates(dn, 1, a.pace)
+            x0 += creates(d0, 1, a.pace)
+            if i % 2:
+                xp += creates(dn, 1, a.pace, {"network": POLICY})
         sn = row("create-to-ready, networking (warm shell)", xn)
         row("create-to-ready, networking + a 6-entry policy", xp, "egress deny, names, wildcard, CIDRs")
         s0 = row("peer: create-to-ready, loopback only", x0)

@@ -978,10 +978,41 @@ static int unshare_fn(void *arg) {
   return mount("/proc/thread-self/ns/net", path, NULL, MS_BIND, NULL);
 }
 
+/* Routing namespaces whose moatd's state dir is gone (a data dir removed after a crash) can never
+ * be adopted: they go, with every veth and nft element in them. */
+static void remove_orphan_routers(void) {
+  DIR *d = opendir(NET_RUN_DIR);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    size_t l = strlen(de->d_name);
+    if (l < 7 || strcmp(de->d_name + l - 6, ".owner") != 0)
+      continue;
+    _cleanup_free_ char *owner_path = xasprintf(NET_RUN_DIR "/%s", de->d_name);
+    _cleanup_free_ char *owner = NULL;
+    if (read_file(owner_path, &owner, NULL, NULL) < 0 || owner[0] != '/' || access(owner, F_OK) == 0 ||
+        errno != ENOENT)
+      continue;
+    _cleanup_free_ char *ns = xasprintf(NET_RUN_DIR "/%.*s", (int)(l - 6), de->d_name);
+    umount2(ns, MNT_DETACH);
+    unlink(ns);
+    unlink(owner_path);
+    log_info("network: removed the routing namespace %s of a moatd whose state %s is gone", ns, owner);
+  }
+  closedir(d);
+}
+
 /* Opens the routing ns of this instance, making it on first use. */
 static int router_open(struct moat_net *n, moat_error **err) {
   if (mkdir_p(NET_RUN_DIR, 0755, err) < 0)
     return -1;
+  remove_orphan_routers();
+  {
+    _cleanup_free_ char *owner = xasprintf("%s.owner", n->ns_path);
+    if (moat_net_put_file(owner, n->state_dir, err) < 0)
+      return -1;
+  }
   int fd = open(n->ns_path, O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
     if (ioctl(fd, NS_GET_NSTYPE) == CLONE_NEWNET)
@@ -1215,8 +1246,11 @@ void moat_net_close(struct moat_net *n) {
     mnl_attr_put_strz(nlh, IFLA_IFNAME, "mup0");
     if (n->nl)
       router_talk(n, nlh);
-    if (umount2(n->ns_path, MNT_DETACH) == 0)
+    if (umount2(n->ns_path, MNT_DETACH) == 0) {
       unlink(n->ns_path);
+      _cleanup_free_ char *owner = xasprintf("%s.owner", n->ns_path);
+      unlink(owner);
+    }
   }
   if (n->nl)
     mnl_socket_close(n->nl);

@@ -52,10 +52,11 @@ def remove_routing_ns(data_dir):
     p = routing_ns_path(data_dir)
     if os.path.exists(p):
         subprocess.run(["umount", "-l", p], stderr=subprocess.DEVNULL)
-        try:
-            os.unlink(p)
-        except OSError:
-            pass
+        for f in (p, p + ".owner"):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
 
 
 NFT_LIST = r"""
