@@ -919,7 +919,8 @@ int moat_net_reconcile(struct moat_net *n, moat_error **err) {
   char *script = NULL;
   size_t len = 0;
   net_sappend(&script, &len, "flush set inet moat offline\nflush set inet moat egress_deny\nflush set inet moat allow_net\n"
-             "flush set inet moat deny_net\nflush set inet moat allow_dns\nflush set inet moat deny_dns\n");
+             "flush set inet moat deny_net\nflush set inet moat allow_dns\nflush set inet moat deny_dns\n"
+                               "flush set inet moat policied\n");
   pthread_mutex_lock(&n->lock);
   for (unsigned i = FIRST_SLOT; i < n->pool_size; i++)
     if (n->slots[i].state == NS_LEASED && n->slots[i].bound)

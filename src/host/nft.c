@@ -23,6 +23,10 @@
 #include "../common/log.h"
 #include "../common/util.h"
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define NFLOG_G STR(NET_NFLOG_GROUP)
+
 void net_sappend(char **buf, size_t *len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -107,6 +111,9 @@ void nft_policy_elements(struct moat_net *n, int slot, const struct net_policy *
   ip_str(net_slot_sandbox_ip(n, slot), sip);
   if (!p->internet)
     net_sappend(buf, len, "%s element inet moat offline { %s }\n", op, sip);
+  /* Sandboxes with rules take the slow path through the four (sandbox . address) sets. */
+  if (p->egress_deny || p->n_allow || p->n_deny)
+    net_sappend(buf, len, "%s element inet moat policied { %s }\n", op, sip);
   if (p->egress_deny)
     net_sappend(buf, len, "%s element inet moat egress_deny { %s }\n", op, sip);
   if (has_cidr(p->allow, p->n_allow)) {
@@ -157,6 +164,7 @@ int nft_open(struct moat_net *n, moat_error **err) {
               "add set inet moat blockports { type inet_service; }\n"
               "add set inet moat offline { type ipv4_addr; }\n"
               "add set inet moat egress_deny { type ipv4_addr; }\n"
+              "add set inet moat policied { type ipv4_addr; }\n"
               "add set inet moat allow_net { type ipv4_addr . ipv4_addr; flags interval; }\n"
               "add set inet moat deny_net { type ipv4_addr . ipv4_addr; flags interval; }\n"
               "add set inet moat allow_dns { type ipv4_addr . ipv4_addr; flags timeout; }\n"
@@ -182,29 +190,28 @@ int nft_open(struct moat_net *n, moat_error **err) {
               "add rule inet moat input iifname \"mv*\" ip saddr @offline drop\n"
               "add rule inet moat input iifname \"mv*\" ip daddr %s udp dport 53 accept\n"
               "add rule inet moat input iifname \"mv*\" ip daddr %s tcp dport 53 accept\n"
-              "add rule inet moat input iifname \"mv*\" ct state new log group %d prefix \"D host\" drop\n"
+              "add rule inet moat input iifname \"mv*\" ct state new log group " NFLOG_G " prefix \"D host\" drop\n"
               "add rule inet moat forward ct state established,related accept\n"
               "add rule inet moat forward ct state invalid drop\n"
               "add rule inet moat forward iifname \"mv*\" jump egress\n"
               "add rule inet moat egress fib saddr . iif oif missing drop\n"
-              "add rule inet moat egress ip saddr @offline log group %d prefix \"D offline\" drop\n"
+              "add rule inet moat egress ip saddr @offline log group " NFLOG_G " prefix \"D offline\" drop\n"
               "add rule inet moat egress meta nfproto ipv6 drop\n"
-              "add rule inet moat egress oifname \"mv*\" log group %d prefix \"D sandbox\" drop\n"
-              "add rule inet moat egress ip daddr 169.254.0.0/16 log group %d prefix \"D link-local\" drop\n"
-              "add rule inet moat egress ip daddr @hostaddrs log group %d prefix \"D host\" drop\n"
-              "add rule inet moat egress tcp dport @blockports log group %d prefix \"D port\" drop\n"
-              "add rule inet moat egress udp dport @blockports log group %d prefix \"D port\" drop\n"
-              "add rule inet moat egress ip saddr . ip daddr @deny_net log group %d prefix \"D policy\" drop\n"
-              "add rule inet moat egress ip saddr . ip daddr @deny_dns log group %d prefix \"D name\" drop\n"
-              "add rule inet moat egress ip saddr . ip daddr @allow_net log group %d prefix \"A policy\" accept\n"
-              "add rule inet moat egress ip saddr . ip daddr @allow_dns log group %d prefix \"A name\" accept\n"
-              "add rule inet moat egress ip saddr @egress_deny log group %d prefix \"D default\" drop\n"
-              "add rule inet moat egress oifname \"mup0\" log group %d prefix \"A default\" accept\n"
-              "add rule inet moat egress log group %d prefix \"D route\" drop\n"
+              "add rule inet moat egress oifname \"mv*\" log group " NFLOG_G " prefix \"D sandbox\" drop\n"
+              "add rule inet moat egress ip daddr 169.254.0.0/16 log group " NFLOG_G " prefix \"D link-local\" drop\n"
+              "add rule inet moat egress ip daddr @hostaddrs log group " NFLOG_G " prefix \"D host\" drop\n"
+              "add rule inet moat egress tcp dport @blockports log group " NFLOG_G " prefix \"D port\" drop\n"
+              "add rule inet moat egress udp dport @blockports log group " NFLOG_G " prefix \"D port\" drop\n"
+              "add rule inet moat egress ip saddr != @policied oifname \"mup0\" log group " NFLOG_G " prefix \"A default\" accept\n"
+              "add rule inet moat egress ip saddr . ip daddr @deny_net log group " NFLOG_G " prefix \"D policy\" drop\n"
+              "add rule inet moat egress ip saddr . ip daddr @deny_dns log group " NFLOG_G " prefix \"D name\" drop\n"
+              "add rule inet moat egress ip saddr . ip daddr @allow_net log group " NFLOG_G " prefix \"A policy\" accept\n"
+              "add rule inet moat egress ip saddr . ip daddr @allow_dns log group " NFLOG_G " prefix \"A name\" accept\n"
+              "add rule inet moat egress ip saddr @egress_deny log group " NFLOG_G " prefix \"D default\" drop\n"
+              "add rule inet moat egress oifname \"mup0\" log group " NFLOG_G " prefix \"A default\" accept\n"
+              "add rule inet moat egress log group " NFLOG_G " prefix \"D route\" drop\n"
               "add rule inet moat post oifname \"mup0\" masquerade\n",
-              dns, dns, NET_NFLOG_GROUP, NET_NFLOG_GROUP, NET_NFLOG_GROUP, NET_NFLOG_GROUP, NET_NFLOG_GROUP,
-              NET_NFLOG_GROUP, NET_NFLOG_GROUP, NET_NFLOG_GROUP, NET_NFLOG_GROUP, NET_NFLOG_GROUP, NET_NFLOG_GROUP,
-              NET_NFLOG_GROUP, NET_NFLOG_GROUP, NET_NFLOG_GROUP);
+              dns, dns);
   int r = nft_run(n, s, err);
   free(s);
   return r < 0 ? moat_error_wrap(err, "build table inet moat") : 0;
