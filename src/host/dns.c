@@ -4,8 +4,9 @@
  * the addresses in deny_dns, so they are not reachable by raw IP once learned); an allowed name is
  * forwarded to the upstream resolver (reached from the uplink namespace) and, when the sandbox's
  * default is deny, the answer's A records are added to allow_dns for (sandbox, address) with a
- * timeout of the answer's TTL (at least NET_MIN_TTL_S) before the answer is relayed. TCP is not
- * served (answers that do not fit are relayed truncated, as the upstream sent them).
+ * timeout of the answer's TTL (at least NET_MIN_TTL_S) before the answer is relayed. Over TCP
+ * (a resolver's retry of a truncated answer) each connection gets a thread that asks the upstream
+ * over TCP the same way.
  */
 #include "net_internal.h"
 
@@ -203,16 +204,23 @@ static size_t answer_addrs(const uint8_t *m, size_t len, uint32_t *addrs, size_t
   return na;
 }
 
-/* A reply to q (len bytes) with rcode and no answers. */
-static void reply_rcode(int fd, const uint8_t *q, size_t qend, const struct sockaddr_in *to, int rcode) {
-  uint8_t r[512];
-  if (qend > sizeof(r))
-    return;
+/* Writes into r (512 bytes) a reply to q (question ending at qend) with rcode and no answers.
+ * Returns its length, or 0. */
+static size_t build_rcode(uint8_t *r, const uint8_t *q, size_t qend, int rcode) {
+  if (qend > 512 || qend < 12)
+    return 0;
   memcpy(r, q, qend);
   r[2] = (uint8_t)(0x80 | (q[2] & 0x79)); /* QR, opcode, RD kept */
   r[3] = (uint8_t)(0x80 | (rcode & 0xf)); /* RA */
   r[6] = r[7] = r[8] = r[9] = r[10] = r[11] = 0;
-  sendto(fd, r, qend, MSG_DONTWAIT, (const struct sockaddr *)to, sizeof(*to));
+  return qend;
+}
+
+static void reply_rcode(int fd, const uint8_t *q, size_t qend, const struct sockaddr_in *to, int rcode) {
+  uint8_t r[512];
+  size_t l = build_rcode(r, q, qend, rcode);
+  if (l)
+    sendto(fd, r, l, MSG_DONTWAIT, (const struct sockaddr *)to, sizeof(*to));
 }
 
 static struct pending *pending_new(void) {
@@ -271,18 +279,20 @@ static void learn_denied(struct moat_net *n, int slot, const char *name) {
   send_upstream(n, p, q, o);
 }
 
-static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct sockaddr_in *from) {
+/* What to do with query q from a sandbox address: 0 forward (slot, name filled), or an rcode to
+ * answer with (1 FORMERR, 3 NXDOMAIN, 5 REFUSED). *qend: where the question ends. A denied name
+ * listed in deny is looked up for deny_dns here. */
+static int decide(struct moat_net *n, const uint8_t *q, size_t len, uint32_t from_be, int *slot_out, char *name,
+                  size_t *qend) {
+  *qend = 12;
   if (len < 12 || (q[2] & 0x80)) /* not a query */
-    return;
+    return 1;
   unsigned qd = (unsigned)(q[4] << 8 | q[5]);
   size_t off = 12;
-  char name[MOAT_NET_MAX_NAME + 2];
-  if (qd != 1 || read_name(q, len, &off, name, sizeof(name)) < 0 || off + 4 > len) {
-    reply_rcode(n->dns_fd, q, len < 12 ? 12 : (off + 4 <= len ? off + 4 : 12), from, 1 /* FORMERR */);
-    return;
-  }
-  size_t qend = off + 4;
-  int slot = net_slot_of_ip(n, from->sin_addr.s_addr);
+  if (qd != 1 || read_name(q, len, &off, name, MOAT_NET_MAX_NAME + 2) < 0 || off + 4 > len)
+    return 1;
+  *qend = off + 4;
+  int slot = net_slot_of_ip(n, from_be);
   pthread_mutex_lock(&n->lock);
   struct net_slot *s = slot >= 0 ? &n->slots[slot] : NULL;
   bool leased = s && s->state == NS_LEASED;
@@ -290,14 +300,25 @@ static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct so
   int allowed = leased && s->bound ? net_policy_name_allowed(&s->pol, name) : 1;
   bool explicit_deny = leased && s->bound && !allowed && net_policy_name_listed(s->pol.deny, s->pol.n_deny, name);
   pthread_mutex_unlock(&n->lock);
-  if (!leased || !internet) {
-    reply_rcode(n->dns_fd, q, qend, from, 5 /* REFUSED */);
-    return;
-  }
+  if (!leased || !internet)
+    return 5;
   if (!allowed) {
-    reply_rcode(n->dns_fd, q, qend, from, 3 /* NXDOMAIN */);
     if (explicit_deny)
       learn_denied(n, slot, name);
+    return 3;
+  }
+  *slot_out = slot;
+  return 0;
+}
+
+static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct sockaddr_in *from) {
+  char name[MOAT_NET_MAX_NAME + 2];
+  size_t qend;
+  int slot = -1;
+  int rc = decide(n, q, len, from->sin_addr.s_addr, &slot, name, &qend);
+  if (rc) {
+    if (len >= 12)
+      reply_rcode(n->dns_fd, q, qend <= len ? qend : 12, from, rc);
     return;
   }
   struct pending *p = pending_new();
@@ -313,6 +334,25 @@ static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct so
   send_upstream(n, p, q, len);
 }
 
+/* An upstream answer for slot's query of name: addresses learned (and, when the sandbox's default
+ * is deny, or for a denied name, put in its nft set) before the answer is relayed. false when the
+ * slot is gone. */
+static bool absorb_answer(struct moat_net *n, int slot, const char *name, const uint8_t *m, size_t len, bool deny) {
+  uint32_t addrs[64], ttl = 0;
+  size_t na = answer_addrs(m, len, addrs, ARRAY_SIZE(addrs), &ttl);
+  pthread_mutex_lock(&n->lock);
+  struct net_slot *s = &n->slots[slot];
+  bool ok = s->state == NS_LEASED;
+  bool need_set = ok && s->bound && !deny && s->pol.egress_deny;
+  if (ok)
+    for (size_t i = 0; i < na; i++)
+      learn(n, slot, addrs[i], name, deny, need_set || deny);
+  pthread_mutex_unlock(&n->lock);
+  if (ok && (need_set || deny))
+    add_elements(n, slot, addrs, na, ttl, deny);
+  return ok;
+}
+
 static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
   if (len < 12)
     return;
@@ -322,21 +362,8 @@ static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
     return;
   struct pending cp = *p;
   p->kind = P_FREE;
-  uint32_t addrs[64], ttl = 0;
-  size_t na = answer_addrs(m, len, addrs, ARRAY_SIZE(addrs), &ttl);
-  pthread_mutex_lock(&n->lock);
-  struct net_slot *s = &n->slots[cp.slot];
-  bool ok = s->state == NS_LEASED;
-  bool need_set = ok && s->bound && cp.kind == P_CLIENT && s->pol.egress_deny;
-  bool deny = cp.kind == P_LEARN_DENY;
-  if (ok)
-    for (size_t i = 0; i < na; i++)
-      learn(n, cp.slot, addrs[i], cp.name, deny, need_set || deny);
-  pthread_mutex_unlock(&n->lock);
-  if (!ok)
+  if (!absorb_answer(n, cp.slot, cp.name, m, len, cp.kind == P_LEARN_DENY))
     return;
-  if (need_set || deny)
-    add_elements(n, cp.slot, addrs, na, ttl, deny);
   if (cp.kind == P_CLIENT) {
     m[0] = (uint8_t)(cp.client_id >> 8);
     m[1] = (uint8_t)cp.client_id;
@@ -344,17 +371,125 @@ static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
   }
 }
 
+/* ---- DNS over TCP (answers too big for UDP are retried over TCP by resolvers) ---- */
+
+#define TCP_MAX_CONNS 64
+#define TCP_TIMEOUT_S 5
+static int tcp_conns; /* atomic */
+
+struct tcp_job {
+  struct moat_net *n;
+  int fd;
+  struct sockaddr_in peer;
+};
+
+static int read_msg(int fd, uint8_t *buf, size_t cap, size_t *len) {
+  uint8_t l2[2];
+  if (read_all(fd, l2, 2) != 2)
+    return -1;
+  size_t l = (size_t)(l2[0] << 8 | l2[1]);
+  if (l < 12 || l > cap || read_all(fd, buf, l) != (ssize_t)l)
+    return -1;
+  *len = l;
+  return 0;
+}
+
+static int write_msg(int fd, const uint8_t *m, size_t len) {
+  uint8_t l2[2] = {(uint8_t)(len >> 8), (uint8_t)len};
+  return write_all(fd, l2, 2) < 0 || write_all(fd, m, len) < 0 ? -1 : 0;
+}
+
+static void set_timeouts(int fd) {
+  struct timeval tv = {.tv_sec = TCP_TIMEOUT_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* Forwards one query over TCP to the upstream (from the uplink namespace). */
+static int tcp_upstream(struct moat_net *n, const uint8_t *q, size_t len, uint8_t *ans, size_t cap, size_t *alen) {
+  _cleanup_close_ int fd = net_socket_in(n->outside_fd, AF_INET, SOCK_STREAM, 0, NULL);
+  if (fd < 0)
+    return -1;
+  set_timeouts(fd);
+  if (connect(fd, (struct sockaddr *)&n->upstream, sizeof(n->upstream)) < 0 || write_msg(fd, q, len) < 0)
+    return -1;
+  return read_msg(fd, ans, cap, alen);
+}
+
+static void *tcp_main(void *arg) {
+  struct tcp_job *j = arg;
+  struct moat_net *n = j->n;
+  uint8_t *q = xmalloc(65535), *ans = xmalloc(65535);
+  set_timeouts(j->fd);
+  for (int k = 0; k < 16; k++) { /* a few queries per connection */
+    size_t len, alen, qend;
+    if (read_msg(j->fd, q, 65535, &len) < 0)
+      break;
+    char name[MOAT_NET_MAX_NAME + 2];
+    int slot = -1;
+    int rc = decide(n, q, len, j->peer.sin_addr.s_addr, &slot, name, &qend);
+    if (rc == 0 && tcp_upstream(n, q, len, ans, 65535, &alen) < 0)
+      rc = 2; /* SERVFAIL */
+    if (rc) {
+      uint8_t r[512];
+      size_t rl = build_rcode(r, q, qend <= len ? qend : 12, rc);
+      if (!rl || write_msg(j->fd, r, rl) < 0)
+        break;
+      continue;
+    }
+    ans[0] = q[0], ans[1] = q[1];
+    if (!absorb_answer(n, slot, name, ans, alen, false) || write_msg(j->fd, ans, alen) < 0)
+      break;
+  }
+  free(q);
+  free(ans);
+  close(j->fd);
+  free(j);
+  __atomic_fetch_sub(&tcp_conns, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+static void on_tcp_accept(struct moat_net *n) {
+  struct sockaddr_in peer;
+  socklen_t pl = sizeof(peer);
+  int fd = accept4(n->dns_tcp_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC);
+  if (fd < 0)
+    return;
+  if (__atomic_add_fetch(&tcp_conns, 1, __ATOMIC_RELAXED) > TCP_MAX_CONNS) {
+    __atomic_fetch_sub(&tcp_conns, 1, __ATOMIC_RELAXED);
+    close(fd);
+    return;
+  }
+  struct tcp_job *j = xcalloc(1, sizeof(*j));
+  j->n = n;
+  j->fd = fd;
+  j->peer = peer;
+  pthread_t t;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &at, tcp_main, j) != 0) {
+    close(fd);
+    free(j);
+    __atomic_fetch_sub(&tcp_conns, 1, __ATOMIC_RELAXED);
+  }
+  pthread_attr_destroy(&at);
+}
+
 static void *dns_main(void *arg) {
   struct moat_net *n = arg;
   uint8_t buf[4096];
   for (;;) {
-    struct pollfd p[3] = {{.fd = n->dns_fd, .events = POLLIN},
+    struct pollfd p[4] = {{.fd = n->dns_fd, .events = POLLIN},
                           {.fd = n->up_fd, .events = POLLIN},
-                          {.fd = n->stop_pipe[0], .events = POLLIN}};
-    if (poll(p, 3, 1000) < 0 && errno != EINTR)
+                          {.fd = n->stop_pipe[0], .events = POLLIN},
+                          {.fd = n->dns_tcp_fd, .events = POLLIN}};
+    if (poll(p, 4, 1000) < 0 && errno != EINTR)
       break;
     if (p[2].revents)
       break;
+    if (p[3].revents & POLLIN)
+      on_tcp_accept(n);
     if (p[0].revents & POLLIN) {
       struct sockaddr_in from;
       socklen_t fl = sizeof(from);
@@ -380,6 +515,13 @@ int dns_start(struct moat_net *n, moat_error **err) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(NET_DNS_PORT), .sin_addr.s_addr = net_dns_ip(n)};
   if (bind(n->dns_fd, (struct sockaddr *)&a, sizeof(a)) < 0)
     return moat_error_errno(err, "bind the sandboxes' DNS");
+  n->dns_tcp_fd = net_socket_in(n->router_fd, AF_INET, SOCK_STREAM, 0, err);
+  if (n->dns_tcp_fd < 0)
+    return -1;
+  int one = 1;
+  setsockopt(n->dns_tcp_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(n->dns_tcp_fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(n->dns_tcp_fd, 64) < 0)
+    return moat_error_errno(err, "listen for the sandboxes' DNS over TCP");
   n->up_fd = net_socket_in(n->outside_fd, AF_INET, SOCK_DGRAM, 0, err);
   if (n->up_fd < 0)
     return -1;
@@ -401,9 +543,12 @@ void dns_stop(struct moat_net *n) {
     n->dns_started = false;
   }
   /* The stop pipe stays readable (nobody reads the byte) for netlog's thread; net.c closes it. */
-  int fds[] = {n->dns_fd, n->up_fd};
+  /* TCP connections in flight end within TCP_TIMEOUT_S (their sockets time out). */
+  for (int i = 0; i < (TCP_TIMEOUT_S * 2 + 1) * 20 && __atomic_load_n(&tcp_conns, __ATOMIC_RELAXED) > 0; i++)
+    usleep(50000);
+  int fds[] = {n->dns_fd, n->up_fd, n->dns_tcp_fd};
   for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
     if (fds[i] >= 0)
       close(fds[i]);
-  n->dns_fd = n->up_fd = -1;
+  n->dns_fd = n->up_fd = n->dns_tcp_fd = -1;
 }

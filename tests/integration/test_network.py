@@ -44,6 +44,29 @@ class NetworkTest(NetDaemonTest):
         # others still work
         self.assertEqual(self.http_get(sid, "allowed.test"), "hello from 198.51.100.10\n")
 
+    def test_dns_over_tcp(self):
+        """Resolvers retry truncated answers over TCP: moatd's DNS applies the same policy there."""
+        sid = self.sandbox(template="code-interpreter", network={"egress": "deny", "allow": ["allowed.test"]})["id"]
+        q = (
+            "import socket, struct, sys\n"
+            "ns = [l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]\n"
+            "def ask(name):\n"
+            "    qn = b''.join(bytes([len(p)]) + p.encode() for p in name.split('.')) + b'\\0'\n"
+            "    m = struct.pack('!HHHHHH', 9, 256, 1, 0, 0, 0) + qn + struct.pack('!HH', 1, 1)\n"
+            "    s = socket.create_connection((ns, 53), 5)\n"
+            "    s.sendall(struct.pack('!H', len(m)) + m)\n"
+            "    n = struct.unpack('!H', s.recv(2))[0]\n"
+            "    r = b''\n"
+            "    while len(r) < n: r += s.recv(n - len(r))\n"
+            "    rcode, an = r[3] & 15, struct.unpack('!H', r[6:8])[0]\n"
+            "    ip = socket.inet_ntoa(r[-4:]) if an else '-'\n"
+            "    print(name, rcode, ip)\n"
+            "ask('allowed.test'); ask('other.test')\n")
+        self.c.put_file(sid, "/tmp/tcpdns.py", q.encode())
+        r = self.c.exec(sid, argv=["python3", "/tmp/tcpdns.py"], timeout_ms=20000)
+        self.assertEqual(r["stdout"].split("\n")[:2], ["allowed.test 0 198.51.100.10", "other.test 3 -"], r)
+        self.assertTrue(self.connects(sid, "198.51.100.10"), "the address learned over TCP is opened")
+
     def test_wildcard_with_default_deny(self):
         sid = self.sandbox(network={"egress": "deny", "allow": ["*.wild.test"]})["id"]
         self.assertEqual(self.resolve(sid, "api.wild.test"), ["198.51.100.12"])

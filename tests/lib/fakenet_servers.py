@@ -3,7 +3,7 @@
 
 CONFIG: {"dns": "IP", "zone": {"name": ["IP", ...]}, "ttl": N, "http": ["IP", ...], "tcp": [[IP, PORT], ...],
          "sink": [IP, PORT]}
-- dns: a UDP DNS server on IP:53 answering A queries from zone (NXDOMAIN otherwise); every query is
+- dns: a DNS server on IP:53 (UDP and TCP) answering A queries from zone (NXDOMAIN otherwise); every query is
   appended to a list the "dnslog" HTTP path returns.
 - http: HTTP/1.0 servers on IP:80 answering "hello from IP" (the address the client reached).
 - tcp: plain TCP listeners answering "open IP PORT\n" and closing (a "mining pool" port...).
@@ -61,6 +61,24 @@ def dns_main(addr):
             s.sendto(r, peer)
 
 
+class DnsTcp(socketserver.BaseRequestHandler):
+    def handle(self):
+        while True:
+            hdr = self.request.recv(2)
+            if len(hdr) < 2:
+                return
+            n = struct.unpack("!H", hdr)[0]
+            q = b""
+            while len(q) < n:
+                d = self.request.recv(n - len(q))
+                if not d:
+                    return
+                q += d
+            r = dns_answer(q)
+            if r:
+                self.request.sendall(struct.pack("!H", len(r)) + r)
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/dnslog":
@@ -111,6 +129,10 @@ class TS(socketserver.ThreadingTCPServer):
 threads = []
 if cfg.get("dns"):
     threads.append(threading.Thread(target=dns_main, args=(cfg["dns"],), daemon=True))
+    tsrv = None  # bound below, after the class TS exists
+if cfg.get("dns"):
+    tsrv = TS((cfg["dns"], 53), DnsTcp)
+    threads.append(threading.Thread(target=tsrv.serve_forever, daemon=True))
 for ip in cfg.get("http", []):
     srv = ThreadingHTTPServer((ip, 80), Handler)
     srv.daemon_threads = True
