@@ -517,6 +517,8 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     s->learned = xcalloc(NET_LEARN_MAX, sizeof(*s->learned));
   struct net_policy old = s->pol;
   bool had = s->bound;
+  bool is_default = p.internet && !p.egress_deny && !p.n_allow && !p.n_deny;
+  bool old_custom = had && !(old.internet && !old.egress_deny && !old.n_allow && !old.n_deny);
   /* The nft transaction: old policy's elements out, new ones in, atomically. */
   char *script = NULL;
   size_t len = 0;
@@ -567,8 +569,13 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     net_forget_learned(n, slot);
   /* Byte counts are those of the slot's veth, made for this sandbox (slots are never handed to a
    * second one): no baseline to read on the request path. */
-  /* By sandbox id, for a wake, rollback or fork after this slot is gone. */
-  if (id_ok(id)) {
+  /* By sandbox id, for a wake, rollback or fork after this slot is gone. No file means the
+   * default policy: a default create writes nothing here. */
+  if (id_ok(id) && is_default && old_custom) {
+    _cleanup_free_ char *by_id = xasprintf("%s/by-id/%s.json", n->state_dir, id);
+    unlink(by_id);
+  }
+  if (id_ok(id) && !is_default) {
     _cleanup_free_ char *text_p = json_dumps(pj, JSON_COMPACT);
     _cleanup_free_ char *by_id = xasprintf("%s/by-id/%s.json", n->state_dir, id);
     moat_error *e3 = NULL;
