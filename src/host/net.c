@@ -756,8 +756,20 @@ static void *worker_main(void *arg) {
   unsigned next = FIRST_SLOT, failures = 0;
   pthread_mutex_lock(&n->lock);
   struct net_slot *deferred = NULL;
-  uint64_t last_pass = 0;
+  uint64_t last_pass = 0, last_addrs = now_ns();
   while (!n->stopping) {
+    if (now_ns() - last_addrs > 10ull * 1000000000ull) {
+      /* The host's addresses may change (DHCP, a new interface): they stay unreachable. */
+      last_addrs = now_ns();
+      pthread_mutex_unlock(&n->lock);
+      moat_error *e = NULL;
+      if (nft_refresh_hostaddrs(n, &e) < 0) {
+        log_warn("network: refresh host addresses: %s", moat_error_msg(e));
+        moat_error_free(&e);
+      }
+      pthread_mutex_lock(&n->lock);
+      continue;
+    }
     if (n->teardown_head) {
       struct net_slot *s = n->teardown_head;
       n->teardown_head = s->next_teardown;

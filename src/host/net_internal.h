@@ -144,6 +144,8 @@ int net_socket_in(int nsfd, int domain, int type, int proto, moat_error **err);
 void net_sappend(char **buf, size_t *len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int nft_open(struct moat_net *n, moat_error **err);
 void nft_close(struct moat_net *n);
+/* Re-reads the host's addresses into set hostaddrs (one transaction: never empty in between). */
+int nft_refresh_hostaddrs(struct moat_net *n, moat_error **err);
 /* Runs one nft script (a transaction) in the routing ns. 0 or -1 with nft's message. */
 int nft_run(struct moat_net *n, const char *script, moat_error **err);
 /* Appends to b the "add/delete element" lines of slot's policy p (op "add" or "delete"). */

@@ -217,6 +217,17 @@ int nft_open(struct moat_net *n, moat_error **err) {
   return r < 0 ? moat_error_wrap(err, "build table inet moat") : 0;
 }
 
+int nft_refresh_hostaddrs(struct moat_net *n, moat_error **err) {
+  char *s = NULL;
+  size_t len = 0;
+  net_sappend(&s, &len, "flush set inet moat hostaddrs\nadd element inet moat hostaddrs { ");
+  host_addrs(n, &s, &len);
+  net_sappend(&s, &len, " }\n");
+  int r = nft_run(n, s, err);
+  free(s);
+  return r;
+}
+
 void nft_close(struct moat_net *n) {
   if (n->nft)
     nft_ctx_free(n->nft);
