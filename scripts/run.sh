@@ -20,9 +20,16 @@ else
     echo "run.sh: moatd needs root (namespaces, cgroups, mounts); run make run as root" >&2
     exit 1
   fi
+  # Sandboxes get egress only when asked: MOAT_NET_UPLINK=IFNAME (e.g. the interface of the default
+  # route) masquerades them out of it and turns on IPv4 forwarding; without it they have loopback only.
+  net=()
+  if [ -n "${MOAT_NET_UPLINK:-}" ]; then
+    net=(--net-uplink "$MOAT_NET_UPLINK")
+    echo "Sandboxes get egress through $MOAT_NET_UPLINK (moat's nftables policy applies)"
+  fi
   echo "Starting moatd on $LISTEN (data in $DATA, log in $LOG)"
   # setsid: moatd outlives this script and is not hit by a Ctrl-C in this terminal.
-  setsid build/moatd --listen "$LISTEN" --data-dir "$DATA" >>"$LOG" 2>&1 </dev/null &
+  setsid build/moatd --listen "$LISTEN" --data-dir "$DATA" "${net[@]}" >>"$LOG" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$DATA/moatd.pid"
   for _ in $(seq 1 300); do
