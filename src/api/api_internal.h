@@ -98,6 +98,8 @@ enum api_route_kind {
   API_R_NETWORK_GET,
   API_R_NETWORK_PUT,
   API_R_NETWORK_LOG,
+  /* lifecycle and connection events as SSE (api_events.c) */
+  API_R_EVENTS,
 };
 
 enum api_match {
@@ -334,6 +336,22 @@ int api_h_proc_resize(struct api_req *r, json_t *body);
 int api_h_proc_stream(struct api_req *r);
 int api_h_pty(struct api_req *r);
 int api_h_files_watch(struct api_req *r);
+/* SSE sources of other files, run by api_stream.c's writer (keep-alive, hang-up check, stop):
+ * next appends whole events to out (waiting up to about timeout_ms when it has none) and sets
+ * *done once the last is in out; free releases ctx (also when the client went away). */
+struct moat_buf;
+struct api_sse_source {
+  void (*next)(void *ctx, struct moat_buf *out, int timeout_ms, bool *done);
+  void (*free)(void *ctx);
+  void *ctx;
+};
+/* "event: NAME\ndata: JSON\n\n" appended to out; data is consumed. */
+void api_sse_format(struct moat_buf *out, const char *name, json_t *data);
+/* Queues the stream (src->ctx is then owned by it, also on failure); first: text sent at once,
+ * or NULL. */
+int api_sse_reply_source(struct api_req *r, const struct api_sse_source *src, const char *first);
+/* GET .../events (api_events.c) */
+int api_h_events(struct api_req *r);
 /* Turns an ENOENT of an exec into EINVAL when the sandbox is alive (a missing cwd). */
 void api_exec_enoent(struct api_req *r, moat_error *err);
 /* POST .../exec with background: true -> 201 {pid, tag}. body was parsed into req and x. */

@@ -35,23 +35,26 @@ struct sse {
   uint64_t last_ns;
   char *desc;
   void *stdin_data; /* exec/stream: the stream's stdin feeder reads it until the stream closes */
+  struct api_sse_source src; /* a stream of another file (src.next non-NULL), e.g. api_events.c */
 };
 
 static void out_add(struct sse *s, const char *p, size_t n) { moat_buf_append(&s->out, p, n); }
 
-/* Appends one event; data is consumed. */
-static void sse_event(struct sse *s, const char *name, json_t *data) {
+void api_sse_format(struct moat_buf *out, const char *name, json_t *data) {
   char *js = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
   json_decref(data);
   if (!js)
     abort();
-  out_add(s, "event: ", 7);
-  out_add(s, name, strlen(name));
-  out_add(s, "\ndata: ", 7);
-  out_add(s, js, strlen(js));
-  out_add(s, "\n\n", 2);
+  moat_buf_append(out, "event: ", 7);
+  moat_buf_append(out, name, strlen(name));
+  moat_buf_append(out, "\ndata: ", 7);
+  moat_buf_append(out, js, strlen(js));
+  moat_buf_append(out, "\n\n", 2);
   free(js);
 }
+
+/* Appends one event; data is consumed. */
+static void sse_event(struct sse *s, const char *name, json_t *data) { api_sse_format(&s->out, name, data); }
 
 static void sse_error(struct sse *s, const char *code, const char *msg) {
   sse_event(s, "error", api_error_json(code, msg));
@@ -152,6 +155,10 @@ static void flush_carry(struct sse *s) {
 /* Pulls one guest event (waiting up to timeout_ms) into out. */
 static void pull(struct sse *s, int timeout_ms) {
   moat_error *err = NULL;
+  if (s->src.next) {
+    s->src.next(s->src.ctx, &s->out, timeout_ms, &s->done);
+    return;
+  }
   if (s->w) {
     struct moat_watch_event ev;
     int rc = moat_watch_next(s->w, &ev, timeout_ms, &err);
@@ -246,6 +253,8 @@ static void sse_free(void *cls) {
     moat_proc_stream_close(s->ps);
   if (s->w)
     moat_watch_close(s->w);
+  if (s->src.free)
+    s->src.free(s->src.ctx);
   free(s->stdin_data);
   free(s->out.p);
   free(s->desc);
@@ -361,5 +370,13 @@ int api_h_files_watch(struct api_req *r) {
   s->w = w;
   /* A comment first, so that the client sees the headers and knows the watch is in place. */
   out_add(s, ": watching\n\n", 12);
+  return sse_reply(r, s);
+}
+
+int api_sse_reply_source(struct api_req *r, const struct api_sse_source *src, const char *first) {
+  struct sse *s = sse_new(r);
+  s->src = *src;
+  if (first)
+    out_add(s, first, strlen(first));
   return sse_reply(r, s);
 }

@@ -517,6 +517,9 @@ static void req_dispatch(struct api_req *r) {
   case API_R_NETWORK_LOG:
     api_h_network_log(r);
     break;
+  case API_R_EVENTS:
+    api_h_events(r);
+    break;
   case API_R_NONE:
     break;
   }

@@ -83,6 +83,7 @@ static const char *const route_names[] = {
     [API_R_NETWORK_GET] = "sandbox.network.get",
     [API_R_NETWORK_PUT] = "sandbox.network.put",
     [API_R_NETWORK_LOG] = "sandbox.network.log",
+    [API_R_EVENTS] = "sandbox.events",
 };
 
 const char *api_route_name(enum api_route_kind k) {
@@ -165,6 +166,7 @@ static const struct shape sh_mcp_workspace = {"POST, GET, DELETE",
 static const struct shape sh_network = {"GET, PUT",
                                         {{"GET", API_R_NETWORK_GET, false}, {"PUT", API_R_NETWORK_PUT, true}}};
 static const struct shape sh_network_log = {"GET", {{"GET", API_R_NETWORK_LOG, false}}};
+static const struct shape sh_events = {"GET", {{"GET", API_R_EVENTS, false}}};
 
 /* Exposed ports: ports, ports/{P} (settings), ports/{P}/... (proxied: every method but TRACE and
  * CONNECT; the handler authenticates: API key, the port's token, or none for a public port). */
@@ -267,7 +269,6 @@ static const struct shape *ctx_shape(const char *sub, struct api_route *r) {
 
 /* Sub-resources of a sandbox that DESIGN.md names for later issues: 501, not 404. */
 static const char *const later_sandbox_subs[] = {
-    "events",
     "metrics",
 };
 
@@ -438,6 +439,8 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
     return port_route(sub, method, r);
   else if (strcmp(sub, "mcp") == 0)
     s = &sh_mcp_sandbox;
+  else if (strcmp(sub, "events") == 0)
+    s = &sh_events;
   else if (strcmp(sub, "network") == 0)
     s = &sh_network;
   else if (strcmp(sub, "network/log") == 0)

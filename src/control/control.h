@@ -276,6 +276,13 @@ json_t *moat_control_network_set(struct moat_control *c, const char *org, const 
 json_t *moat_control_network_log(struct moat_control *c, const char *org, const char *id, uint64_t since,
                                  unsigned limit, moat_error **err);
 
+/* The recorded lifecycle events of a sandbox (also a killed one), oldest first: struct
+ * moat_store_event of store/store.h, freed with moat_store_events_free. ENOENT for an unknown
+ * sandbox or another org's. */
+struct moat_store_event;
+int moat_control_sandbox_events(struct moat_control *c, const char *org, const char *id,
+                                struct moat_store_event **out, size_t *n, moat_error **err);
+
 /* Templates. */
 struct moat_templates *moat_control_templates(struct moat_control *c);
 

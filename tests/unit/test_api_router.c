@@ -68,7 +68,9 @@ static void test_routes(void) {
   route("POST", "/v1/sandboxes/" ID "/mcp", API_MATCH_OK, API_R_MCP_SANDBOX);
   route("POST", "/v1/mcp", API_MATCH_OK, API_R_MCP_WORKSPACE);
   route("PUT", "/v1/mcp", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/v1/sandboxes/" ID "/events", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("GET", "/v1/sandboxes/" ID "/events", API_MATCH_OK, API_R_EVENTS);
+  route("POST", "/v1/sandboxes/" ID "/events", API_MATCH_BAD_METHOD, 0);
+  route("GET", "/v1/sandboxes/" ID "/events/x", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_OK, API_R_EXEC_STREAM);
   route("GET", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_BAD_METHOD, 0);
   route("GET", "/v1/sandboxes/" ID "/files/watch", API_MATCH_OK, API_R_FILES_WATCH);
@@ -96,7 +98,10 @@ static void test_routes(void) {
   route("GET", "/v1/snapshots/snap-1", API_MATCH_OK, API_R_SNAPSHOT_GET);
   route("GET", "/v1/snapshots/a/b", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/snapshots/snap-1", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/metrics", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("GET", "/metrics", API_MATCH_OK, API_R_METRICS);
+  route("POST", "/metrics", API_MATCH_BAD_METHOD, 0);
+  route("GET", "/v1/sandboxes/" ID "/metrics", API_MATCH_OK, API_R_SANDBOX_METRICS);
+  route("DELETE", "/v1/sandboxes/" ID "/metrics", API_MATCH_BAD_METHOD, 0);
 
   struct api_route r;
   OK(api_route_match("POST", "/v1/sandboxes/" ID, &r) == API_MATCH_BAD_METHOD &&
@@ -106,6 +111,7 @@ static void test_routes(void) {
          r.json_body && r.needs_auth,
      "id captured, JSON body, auth");
   OK(api_route_match("GET", "/healthz", &r) == API_MATCH_OK && !r.needs_auth, "healthz needs no auth");
+  OK(api_route_match("GET", "/metrics", &r) == API_MATCH_OK && r.needs_auth, "/metrics needs the API key");
   OK(api_route_match("PUT", "/v1/sandboxes/" ID "/files", &r) == API_MATCH_OK && !r.json_body,
      "files PUT is streamed, not a JSON body");
   OK(api_route_match("POST", "/v1/templates/code-interpreter/build", &r) == API_MATCH_OK &&
