@@ -98,6 +98,9 @@ enum api_route_kind {
   API_R_NETWORK_GET,
   API_R_NETWORK_PUT,
   API_R_NETWORK_LOG,
+  /* metrics (api_metrics.c): GET /metrics (Prometheus text) and GET .../metrics (JSON) */
+  API_R_METRICS,
+  API_R_SANDBOX_METRICS,
   /* lifecycle and connection events as SSE (api_events.c) */
   API_R_EVENTS,
 };
@@ -432,6 +435,12 @@ int api_h_ctx_list(struct api_req *r);
 int api_h_ctx_delete(struct api_req *r);
 int api_h_ctx_restart(struct api_req *r, json_t *body);
 int api_h_ctx_run(struct api_req *r, json_t *body);
+
+/* Metrics (api_metrics.c). */
+int api_h_metrics(struct api_req *r);
+int api_h_sandbox_metrics(struct api_req *r);
+/* E2B's GET /sandboxes/{id}/metrics (r->org authenticated): a list with the current sample. */
+int api_e2b_metrics(struct api_req *r, const char *id);
 
 /* Sandbox JSON per CONTRACT.md (api_sandboxes.c). */
 json_t *api_sandbox_json(const struct moat_sandbox_info *s);

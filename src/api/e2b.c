@@ -1170,8 +1170,11 @@ static void control_dispatch(struct api_req *r) {
         post ? h_fork(r, id) : method_not_allowed(r);
         return;
       }
-      if (!p.v2 && (strcmp(what, "metrics") == 0 || strcmp(what, "logs") == 0 || strcmp(what, "network") == 0 ||
-                    strcmp(what, "refreshes") == 0)) {
+      if (!p.v2 && strcmp(what, "metrics") == 0) {
+        get ? api_e2b_metrics(r, id) : method_not_allowed(r);
+        return;
+      }
+      if (!p.v2 && (strcmp(what, "logs") == 0 || strcmp(what, "network") == 0 || strcmp(what, "refreshes") == 0)) {
         e2b_error(r, 501, "%s is not supported by moat (see docs/e2b-compat.md)", what);
         return;
       }

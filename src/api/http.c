@@ -517,6 +517,12 @@ static void req_dispatch(struct api_req *r) {
   case API_R_NETWORK_LOG:
     api_h_network_log(r);
     break;
+  case API_R_METRICS:
+    api_h_metrics(r);
+    break;
+  case API_R_SANDBOX_METRICS:
+    api_h_sandbox_metrics(r);
+    break;
   case API_R_EVENTS:
     api_h_events(r);
     break;

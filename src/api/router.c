@@ -83,6 +83,8 @@ static const char *const route_names[] = {
     [API_R_NETWORK_GET] = "sandbox.network.get",
     [API_R_NETWORK_PUT] = "sandbox.network.put",
     [API_R_NETWORK_LOG] = "sandbox.network.log",
+    [API_R_METRICS] = "metrics",
+    [API_R_SANDBOX_METRICS] = "sandbox.metrics",
     [API_R_EVENTS] = "sandbox.events",
 };
 
@@ -166,6 +168,8 @@ static const struct shape sh_mcp_workspace = {"POST, GET, DELETE",
 static const struct shape sh_network = {"GET, PUT",
                                         {{"GET", API_R_NETWORK_GET, false}, {"PUT", API_R_NETWORK_PUT, true}}};
 static const struct shape sh_network_log = {"GET", {{"GET", API_R_NETWORK_LOG, false}}};
+static const struct shape sh_metrics = {"GET", {{"GET", API_R_METRICS, false}}};
+static const struct shape sh_sandbox_metrics = {"GET", {{"GET", API_R_SANDBOX_METRICS, false}}};
 static const struct shape sh_events = {"GET", {{"GET", API_R_EVENTS, false}}};
 
 /* Exposed ports: ports, ports/{P} (settings), ports/{P}/... (proxied: every method but TRACE and
@@ -347,7 +351,7 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
   if (strcmp(path, "/healthz") == 0)
     return pick(&sh_healthz, method, r);
   if (strcmp(path, "/metrics") == 0)
-    return API_MATCH_NOT_IMPLEMENTED;
+    return pick(&sh_metrics, method, r);
   if (strcmp(path, "/v1/snapshots") == 0)
     return pick(&sh_snapshots, method, r);
   if (strncmp(path, "/v1/snapshots/", 14) == 0) {
@@ -445,6 +449,8 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
     s = &sh_network;
   else if (strcmp(sub, "network/log") == 0)
     s = &sh_network_log;
+  else if (strcmp(sub, "metrics") == 0)
+    s = &sh_sandbox_metrics;
   else if (later_sub(sub))
     return API_MATCH_NOT_IMPLEMENTED;
   if (!s) {

@@ -286,4 +286,40 @@ int moat_control_sandbox_events(struct moat_control *c, const char *org, const c
 /* Templates. */
 struct moat_templates *moat_control_templates(struct moat_control *c);
 
+/* ---- metrics (control/usage.c) ---- */
+
+/* One sandbox's resource use now. sampled is false (counters zero) when it holds no slot
+ * (creating, hibernated); a paused sandbox is sampled (frozen, it keeps its memory). */
+struct moat_sandbox_usage {
+  char id[MOAT_ID_LEN + 1];
+  char org[128]; /* truncated when longer */
+  enum moat_sandbox_state state;
+  struct moat_limits limits;
+  int64_t at_ms; /* when sampled, ms since the epoch */
+  bool sampled;
+  struct moat_usage u;
+  bool has_disk; /* the writable layer's statfs was read */
+  uint64_t disk_used_bytes, disk_total_bytes;
+};
+/* org's sandbox id (not killed). ENOENT for another org's, a missing or a killed one. */
+int moat_control_usage(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_usage *out,
+                       moat_error **err);
+/* Every live (not killed) sandbox of org, or of every org when org is NULL, at most max of them
+ * (in no particular order). *out: caller frees (NULL when *n is 0). */
+int moat_control_usage_list(struct moat_control *c, const char *org, size_t max, struct moat_sandbox_usage **out,
+                            size_t *n, moat_error **err);
+
+#define MOAT_LATENCY_BUCKETS 9
+/* Upper bounds in seconds of the create-latency histogram buckets (ascending). */
+extern const double moat_create_latency_bounds[MOAT_LATENCY_BUCKETS];
+/* moatd-wide counts from the store (every org, every sandbox this data dir ever recorded). */
+struct moat_control_stats {
+  uint64_t by_state[MOAT_SB_KILLED + 1];
+  uint64_t created_total; /* rows in any state */
+  uint64_t latency_le[MOAT_LATENCY_BUCKETS]; /* cumulative: creates with ready time <= bound */
+  uint64_t latency_count;
+  double latency_sum_s;
+};
+int moat_control_stats(struct moat_control *c, struct moat_control_stats *out, moat_error **err);
+
 #endif

@@ -98,7 +98,10 @@ static void test_routes(void) {
   route("GET", "/v1/snapshots/snap-1", API_MATCH_OK, API_R_SNAPSHOT_GET);
   route("GET", "/v1/snapshots/a/b", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/snapshots/snap-1", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/metrics", API_MATCH_NOT_IMPLEMENTED, 0);
+  route("GET", "/metrics", API_MATCH_OK, API_R_METRICS);
+  route("POST", "/metrics", API_MATCH_BAD_METHOD, 0);
+  route("GET", "/v1/sandboxes/" ID "/metrics", API_MATCH_OK, API_R_SANDBOX_METRICS);
+  route("DELETE", "/v1/sandboxes/" ID "/metrics", API_MATCH_BAD_METHOD, 0);
 
   struct api_route r;
   OK(api_route_match("POST", "/v1/sandboxes/" ID, &r) == API_MATCH_BAD_METHOD &&
@@ -108,6 +111,7 @@ static void test_routes(void) {
          r.json_body && r.needs_auth,
      "id captured, JSON body, auth");
   OK(api_route_match("GET", "/healthz", &r) == API_MATCH_OK && !r.needs_auth, "healthz needs no auth");
+  OK(api_route_match("GET", "/metrics", &r) == API_MATCH_OK && r.needs_auth, "/metrics needs the API key");
   OK(api_route_match("PUT", "/v1/sandboxes/" ID "/files", &r) == API_MATCH_OK && !r.json_body,
      "files PUT is streamed, not a JSON body");
   OK(api_route_match("POST", "/v1/templates/code-interpreter/build", &r) == API_MATCH_OK &&
