@@ -95,10 +95,10 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
       }
       /* Into running from anything but paused: a fresh network slot, whose log starts over. */
       if (strcmp(ev->to_state, "running") == 0 && (!ev->from_state || strcmp(ev->from_state, "paused") != 0)) {
-        if (ci < nc)
-          break; /* these entries are from the slot before: take the new log at the next poll */
         e->conn_seq = 0;
         e->conn_gap_ok = false;
+        if (ci < nc)
+          break; /* the rest of cs is the slot before's: the new slot's log comes at the next poll */
       }
       continue;
     }
