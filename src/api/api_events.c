@@ -30,19 +30,50 @@ struct evsrc {
   size_t n_seen;     /* transitions already sent (or skipped by since) */
   uint64_t conn_seq; /* last connection sequence number sent (or skipped) */
   bool conn_gap_ok;  /* a jump in sequence numbers is a drop (false right after a new slot) */
+  char *forked_from; /* the parent of a fork's child, named in its first event */
 };
 
 static void ev_free(void *ctx) {
   struct evsrc *e = ctx;
   free(e->org);
   free(e->id);
+  free(e->forked_from);
   free(e);
 }
 
-static json_t *state_json(const struct moat_store_event *ev) {
+static bool is(const char *a, const char *b) { return a && strcmp(a, b) == 0; }
+
+/* What a transition means: created, running (ready), paused, resumed, hibernated, woken,
+ * rolled_back, killed; else the new state's name. */
+static const char *transition_name(const struct moat_store_event *ev) {
+  if (!ev->from_state)
+    return "created";
+  if (is(ev->to_state, "killed"))
+    return "killed";
+  if (is(ev->to_state, "running")) {
+    if (is(ev->reason, "rollback"))
+      return "rolled_back";
+    if (is(ev->from_state, "paused"))
+      return "resumed";
+    if (is(ev->from_state, "hibernated"))
+      return "woken";
+  }
+  return ev->to_state;
+}
+
+/* A transition into running that gives the sandbox a fresh network slot (whose log starts over). */
+static bool new_slot(const struct moat_store_event *ev) {
+  return is(ev->to_state, "running") && (!is(ev->from_state, "paused") || is(ev->reason, "rollback"));
+}
+
+static json_t *state_json(const struct evsrc *e, const struct moat_store_event *ev) {
   char at[64];
-  return json_pack("{s:s, s:s?, s:s?, s:s, s:I}", "state", ev->to_state, "from", ev->from_state, "reason",
-                   ev->reason, "at", api_rfc3339_ms(ev->at_ms, at, sizeof(at)), "at_ms", (json_int_t)ev->at_ms);
+  json_t *d = json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:I}", "state", ev->to_state, "event", transition_name(ev),
+                        "from", ev->from_state, "reason", ev->reason, "at", api_rfc3339_ms(ev->at_ms, at, sizeof(at)),
+                        "at_ms", (json_int_t)ev->at_ms);
+  if (!ev->from_state && e->forked_from)
+    json_object_set_new(d, "forked_from", json_string(e->forked_from));
+  return d;
 }
 
 static json_t *conn_json(json_t *le) {
@@ -72,7 +103,7 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
   moat_error *err = NULL;
   struct moat_store_event *evs = NULL;
   size_t n = 0;
-  if (moat_control_sandbox_events(e->ctl, e->org, e->id, &evs, &n, &err) < 0) {
+  if (moat_control_sandbox_events(e->ctl, e->org, e->id, &evs, &n, NULL, &err) < 0) {
     const char *code;
     api_errno_http(err ? err->status : 0, &code);
     api_sse_format(out, "error", api_error_json(code, moat_error_msg(err)));
@@ -88,13 +119,12 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
     int64_t cms = le ? json_integer_value(json_object_get(le, "time_ms")) : 0;
     if (e->n_seen < n && (!le || evs[e->n_seen].at_ms <= cms)) {
       const struct moat_store_event *ev = &evs[e->n_seen++];
-      api_sse_format(out, "state", state_json(ev));
+      api_sse_format(out, "state", state_json(e, ev));
       if (strcmp(ev->to_state, "killed") == 0) {
         *done = true;
         break;
       }
-      /* Into running from anything but paused: a fresh network slot, whose log starts over. */
-      if (strcmp(ev->to_state, "running") == 0 && (!ev->from_state || strcmp(ev->from_state, "paused") != 0)) {
+      if (new_slot(ev)) {
         e->conn_seq = 0;
         e->conn_gap_ok = false;
         if (ci < nc)
@@ -191,9 +221,11 @@ int api_h_events(struct api_req *r) {
   struct moat_control *ctl = api_control(r);
   struct moat_store_event *evs = NULL;
   size_t n = 0;
-  if (moat_control_sandbox_events(ctl, r->org, r->route.id, &evs, &n, &err) < 0)
+  char *forked_from = NULL;
+  if (moat_control_sandbox_events(ctl, r->org, r->route.id, &evs, &n, &forked_from, &err) < 0)
     return api_reply_moat_error(r, &err);
   struct evsrc *e = xcalloc(1, sizeof(*e));
+  e->forked_from = forked_from;
   e->ctl = ctl;
   e->org = xstrdup(r->org);
   e->id = xstrdup(r->route.id);

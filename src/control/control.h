@@ -278,10 +278,11 @@ json_t *moat_control_network_log(struct moat_control *c, const char *org, const 
 
 /* The recorded lifecycle events of a sandbox (also a killed one), oldest first: struct
  * moat_store_event of store/store.h, freed with moat_store_events_free. ENOENT for an unknown
- * sandbox or another org's. */
+ * sandbox or another org's. forked_from (may be NULL): set to the parent's id for a fork's child,
+ * else NULL (caller frees). */
 struct moat_store_event;
 int moat_control_sandbox_events(struct moat_control *c, const char *org, const char *id,
-                                struct moat_store_event **out, size_t *n, moat_error **err);
+                                struct moat_store_event **out, size_t *n, char **forked_from, moat_error **err);
 
 /* Templates. */
 struct moat_templates *moat_control_templates(struct moat_control *c);

@@ -1,15 +1,20 @@
 /* events.c -- a sandbox's recorded lifecycle events, scoped to an org (GET .../events) */
 #include <errno.h>
 
+#include "../common/util.h"
 #include "control_internal.h"
 
 int moat_control_sandbox_events(struct moat_control *c, const char *org, const char *id,
-                                struct moat_store_event **out, size_t *n, moat_error **err) {
+                                struct moat_store_event **out, size_t *n, char **forked_from, moat_error **err) {
   struct moat_store_sandbox r = {0};
   *out = NULL;
   *n = 0;
+  if (forked_from)
+    *forked_from = NULL;
   if (moat_store_sandbox_get(c->store, org, id, &r, err) < 0)
     return -1;
+  if (forked_from && r.forked_from)
+    *forked_from = xstrdup(r.forked_from);
   moat_store_sandbox_clear(&r);
   return moat_store_events(c->store, id, out, n, err);
 }

@@ -51,14 +51,21 @@ class EventsTest(DaemonTest):
         self.assertRegex(first["at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
         self.assertLessEqual(evs[0].data["at_ms"], evs[1].data["at_ms"])
         self.assertEqual(evs[1].data["from"], "creating")
+        self.assertEqual([e.data["event"] for e in evs], ["created", "running"])
+        self.assertNotIn("forked_from", first)
         self.assertIn("subscribed", s.comments)
-        # since= in both forms: from the running event on, the creating one is left out
+        # since= in both forms: from the running event's millisecond on (creating is left out unless it
+        # happened in the same millisecond)
         at = evs[1].data["at_ms"]
+        want = [e.data["state"] for e in evs if e.data["at_ms"] >= at]
         for since in (str(at), evs[1].data["at"]):
             s2 = self.open(sid, since=since)
-            ev = s2.next(timeout=10)
-            self.assertEqual((ev.name, ev.data["state"]), ("state", "running"), (since, ev))
+            got = [s2.next(timeout=10) for _ in want]
+            self.assertEqual([(e.name, e.data["state"]) for e in got], [("state", w) for w in want], since)
             s2.close()
+        # a time after every event: nothing replayed, the stream stays open
+        s3 = self.open(sid, since=str(evs[-1].data["at_ms"] + 1))
+        self.assertRaises(TimeoutError, s3.next, 1)
 
     def test_pause_resume_live_then_kill_ends(self):
         sid = self.sandbox()["id"]
@@ -68,6 +75,8 @@ class EventsTest(DaemonTest):
         evs = self.states_until(s, "running", timeout=20)
         states = [(e.data["from"], e.data["state"]) for e in evs if e.name == "state"]
         self.assertEqual(states, [("running", "paused"), ("paused", "running")], evs)
+        self.assertEqual([(e.data["event"], e.data["reason"]) for e in evs if e.name == "state"],
+                         [("paused", "api"), ("resumed", "api")])
         self.c.delete(sid)
         rest = s.all(timeout=20)  # the stream ends after the kill
         self.assertEqual([(e.name, e.data["state"], e.data["reason"]) for e in rest], [("state", "killed", "api")])
