@@ -271,11 +271,6 @@ static const struct shape *ctx_shape(const char *sub, struct api_route *r) {
   return NULL;
 }
 
-/* Sub-resources of a sandbox that DESIGN.md names for later issues: 501, not 404. */
-static const char *const later_sandbox_subs[] = {
-    "metrics",
-};
-
 bool api_valid_tag(const char *s) {
   size_t i;
   bool digits = true;
@@ -335,15 +330,6 @@ static const struct shape *proc_shape(const char *sub, struct api_route *r) {
   if (strcmp(act, "stream") == 0)
     return &sh_proc_stream;
   return NULL;
-}
-
-static bool later_sub(const char *sub) {
-  for (size_t i = 0; i < ARRAY_SIZE(later_sandbox_subs); i++) {
-    size_t n = strlen(later_sandbox_subs[i]);
-    if (strncmp(sub, later_sandbox_subs[i], n) == 0 && (sub[n] == '\0' || sub[n] == '/'))
-      return true;
-  }
-  return false;
 }
 
 enum api_match api_route_match(const char *method, const char *path, struct api_route *r) {
@@ -451,8 +437,6 @@ enum api_match api_route_match(const char *method, const char *path, struct api_
     s = &sh_network_log;
   else if (strcmp(sub, "metrics") == 0)
     s = &sh_sandbox_metrics;
-  else if (later_sub(sub))
-    return API_MATCH_NOT_IMPLEMENTED;
   if (!s) {
     r->id[0] = '\0';
     return API_MATCH_NOT_FOUND;

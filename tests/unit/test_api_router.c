@@ -102,6 +102,7 @@ static void test_routes(void) {
   route("POST", "/metrics", API_MATCH_BAD_METHOD, 0);
   route("GET", "/v1/sandboxes/" ID "/metrics", API_MATCH_OK, API_R_SANDBOX_METRICS);
   route("DELETE", "/v1/sandboxes/" ID "/metrics", API_MATCH_BAD_METHOD, 0);
+  route("GET", "/v1/sandboxes/" ID "/metrics/x", API_MATCH_NOT_FOUND, 0);
 
   struct api_route r;
   OK(api_route_match("POST", "/v1/sandboxes/" ID, &r) == API_MATCH_BAD_METHOD &&
