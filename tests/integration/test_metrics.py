@@ -149,6 +149,28 @@ class MetricsTest(DaemonTest):
             self.c.request("POST", "/v1/sandboxes/%s/resume" % sid, body={})
         self.assertEqual(self.metrics(sid)["state"], "running")
 
+    def test_hibernated_reports_zero(self):
+        h = self.c.healthz()
+        ck = h.get("checkpoints") or {}
+        if not ck.get("available"):
+            self.skipTest("checkpoints unavailable on this host: %s" % ck.get("criu"))
+        sb = self.sandbox()
+        sid = sb["id"]
+        self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={})
+        m = self.metrics(sid)
+        self.assertEqual(m["state"], "hibernated")
+        self.assertFalse(m["sampled"])
+        self.assertEqual((m["memory"]["used_bytes"], m["pids"]["current"], m["cpu"]["window_ms"]), (0, 0, 0), m)
+        self.assertGreater(m["memory"]["limit_bytes"], 0)
+        # Reading metrics does not wake it.
+        self.assertEqual(self.c.get(sid)["state"], "hibernated")
+        _, text = self.c.request("GET", "/metrics")
+        fams = parse_prometheus(text.decode())
+        mem = {lb["sandbox"]: v for _, lb, v in fams["moat_sandbox_memory_bytes"]["samples"]}
+        self.assertEqual(mem.get(sid), 0)
+        states = {lb["state"]: v for _, lb, v in fams["moat_sandboxes"]["samples"]}
+        self.assertGreaterEqual(states["hibernated"], 1)
+
     def test_other_org_and_missing(self):
         sb = self.sandbox()
         other = self.c.with_key(self.daemon.new_org_key("metrics-other"))
