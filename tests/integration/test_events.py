@@ -100,6 +100,33 @@ class EventsTest(DaemonTest):
                             query={"nope": "1"})
         self.assertApiError(405, None, self.c.request, "POST", events_path(sid), body={})
 
+    def test_time_travel_transitions(self):
+        h = self.c.request("GET", "/healthz")[1]
+        ck = h.get("checkpoints") or {}
+        if not ck.get("available"):
+            self.skipTest("no checkpoints on this host: %s" % ck.get("criu", "no checkpoints field in /healthz"))
+        sid = self.sandbox()["id"]
+        s = self.open(sid)
+        self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={}, expect=200, timeout=300)
+        self.c.request("POST", "/v1/sandboxes/%s/wake" % sid, body={}, expect=200, timeout=300)
+        snap = self.c.request("POST", "/v1/sandboxes/%s/snapshots" % sid, body={}, expect=201, timeout=300)[1]
+        self.addCleanup(self.c.request, "DELETE", "/v1/snapshots/" + snap["id"], expect=(204, 404))
+        self.c.request("POST", "/v1/sandboxes/%s/rollback" % sid, body={"snapshot_id": snap["id"]}, expect=200,
+                       timeout=300)
+        evs = self.states_until(s, "running", timeout=60)
+        while [e.data["event"] for e in evs if e.name == "state"][-1] != "rolled_back":
+            evs += self.states_until(s, "running", timeout=60)
+        seen = [(e.data["event"], e.data["state"]) for e in evs if e.name == "state"]
+        self.assertEqual(seen[0], ("hibernated", "hibernated"), seen)
+        self.assertEqual(seen[1], ("woken", "running"), seen)
+        self.assertEqual(seen[-1], ("rolled_back", "running"), seen)
+        kid = self.c.request("POST", "/v1/sandboxes/%s/fork" % sid, body={"count": 1}, expect=201,
+                             timeout=300)[1]["sandboxes"][0]["id"]
+        self.addCleanup(self._delete_quietly, self.c, kid)
+        first = self.open(kid, replay="true").next(timeout=10)
+        self.assertEqual((first.data["event"], first.data["reason"], first.data.get("forked_from")),
+                         ("created", "fork", sid), first)
+
     def test_disconnect_frees_everything(self):
         sid = self.sandbox()["id"]
         fds = lambda: len(os.listdir("/proc/%d/fd" % self.daemon.proc.pid))  # noqa: E731
@@ -148,3 +175,4 @@ class EventsNetTest(NetDaemonTest):
                 break
         self.assertEqual(names[:2], ["state", "state"], names)
         self.assertEqual(names[-1], "connection", names)
+
