@@ -1,16 +1,18 @@
 /* api_events.c -- GET /v1/sandboxes/{id}/events: the sandbox's lifecycle transitions and network
  * connections as Server-Sent Events
  *
- * The source polls what moatd records anyway: the store's sandbox_events rows (every transition,
- * with time and reason) and the connection ring of the sandbox's network slot (host/net.c, the
- * last 1,024 entries). Each poll emits what is new, merged in time order, then the writer in
- * api_stream.c hands it to the client; a poll runs only when everything before it was written,
- * so a subscriber holds at most one poll's events (<= EV_CONN_BATCH connections plus the new
- * transitions). A subscriber that reads slower than the sandbox connects loses the connections
- * the ring overwrote meanwhile and is told so with a `dropped` event ({"connections": N}).
+ * Transitions: the source polls the store's sandbox_events rows (every transition, with time and
+ * reason) every EV_POLL_MS. Connections: a hook on the network log thread (control's
+ * moat_control_set_conn_hook) appends every new entry of the sandbox to each of its subscribers'
+ * queues (at most EV_QUEUE_MAX entries; beyond that they are counted, and the subscriber gets a
+ * `dropped` {"connections": N} event instead), so that none is lost when the sandbox's network
+ * slot goes away (hibernate, kill) before the next poll. Replay takes the slot's ring (the last
+ * 1,024 entries) once, at subscription. Each poll emits what is new, merged in time order; the
+ * writer in api_stream.c hands it to the client and polls again only when all of it was written.
  * The stream ends after the `killed` event.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,19 +24,53 @@
 #include "api_internal.h"
 
 #define EV_POLL_MS 200    /* latency of a live event */
-#define EV_CONN_BATCH 256 /* connections taken per poll */
+#define EV_QUEUE_MAX 1024 /* connections queued per subscriber */
 
 struct evsrc {
   struct moat_control *ctl;
   char *org, *id;
   size_t n_seen;     /* transitions already sent (or skipped by since) */
-  uint64_t conn_seq; /* last connection sequence number sent (or skipped) */
-  bool conn_gap_ok;  /* a jump in sequence numbers is a drop (false right after a new slot) */
   char *forked_from; /* the parent of a fork's child, named in its first event */
+  json_t *initial;   /* the replayed connections, sent at the first poll */
+  /* queue entries that are in initial too: seq <= skip_seq and time_ms <= skip_ms (until one is not) */
+  bool skipping;
+  uint64_t skip_seq;
+  int64_t skip_ms;
+  /* under subs_lock */
+  struct evsrc *next;
+  json_t *queue;
+  uint64_t dropped;
 };
+
+static pthread_mutex_t subs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct evsrc *subs; /* every open events stream */
+static bool hooked;
+
+/* The network log thread: one new entry of sandbox id. */
+static void on_conn(const char *id, json_t *entry) {
+  pthread_mutex_lock(&subs_lock);
+  for (struct evsrc *e = subs; e; e = e->next) {
+    if (strcmp(e->id, id) != 0)
+      continue;
+    if (json_array_size(e->queue) < EV_QUEUE_MAX)
+      json_array_append(e->queue, entry);
+    else
+      e->dropped++;
+  }
+  pthread_mutex_unlock(&subs_lock);
+}
 
 static void ev_free(void *ctx) {
   struct evsrc *e = ctx;
+  pthread_mutex_lock(&subs_lock);
+  for (struct evsrc **pp = &subs; *pp; pp = &(*pp)->next)
+    if (*pp == e) {
+      *pp = e->next;
+      break;
+    }
+  pthread_mutex_unlock(&subs_lock);
+  json_decref(e->queue);
+  json_decref(e->initial);
   free(e->org);
   free(e->id);
   free(e->forked_from);
@@ -59,11 +95,6 @@ static const char *transition_name(const struct moat_store_event *ev) {
       return "woken";
   }
   return ev->to_state;
-}
-
-/* A transition into running that gives the sandbox a fresh network slot (whose log starts over). */
-static bool new_slot(const struct moat_store_event *ev) {
-  return is(ev->to_state, "running") && (!is(ev->from_state, "paused") || is(ev->reason, "rollback"));
 }
 
 static json_t *state_json(const struct evsrc *e, const struct moat_store_event *ev) {
@@ -111,9 +142,28 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
     *done = true;
     return;
   }
-  json_t *cs = conns(e, e->conn_seq, EV_CONN_BATCH);
+  json_t *cs = e->initial ? e->initial : json_array();
+  e->initial = NULL;
+  pthread_mutex_lock(&subs_lock);
+  json_t *q = e->queue;
+  e->queue = json_array();
+  uint64_t dropped = e->dropped;
+  e->dropped = 0;
+  pthread_mutex_unlock(&subs_lock);
+  size_t qi;
+  json_t *qe;
+  json_array_foreach(q, qi, qe) {
+    if (e->skipping && (uint64_t)json_integer_value(json_object_get(qe, "seq")) <= e->skip_seq &&
+        json_integer_value(json_object_get(qe, "time_ms")) <= e->skip_ms)
+      continue;
+    e->skipping = false;
+    json_array_append(cs, qe);
+  }
+  json_decref(q);
   size_t ci = 0, nc = json_array_size(cs);
   size_t before = out->len;
+  if (dropped)
+    api_sse_format(out, "dropped", json_pack("{s:I}", "connections", (json_int_t)dropped));
   while (e->n_seen < n || ci < nc) {
     json_t *le = ci < nc ? json_array_get(cs, ci) : NULL;
     int64_t cms = le ? json_integer_value(json_object_get(le, "time_ms")) : 0;
@@ -124,20 +174,9 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
         *done = true;
         break;
       }
-      if (new_slot(ev)) {
-        e->conn_seq = 0;
-        e->conn_gap_ok = false;
-        if (ci < nc)
-          break; /* the rest of cs is the slot before's: the new slot's log comes at the next poll */
-      }
       continue;
     }
-    uint64_t seq = (uint64_t)json_integer_value(json_object_get(le, "seq"));
-    if (e->conn_gap_ok && seq > e->conn_seq + 1)
-      api_sse_format(out, "dropped", json_pack("{s:I}", "connections", (json_int_t)(seq - e->conn_seq - 1)));
     api_sse_format(out, "connection", conn_json(le));
-    e->conn_seq = seq;
-    e->conn_gap_ok = true;
     ci++;
   }
   json_decref(cs);
@@ -226,6 +265,8 @@ int api_h_events(struct api_req *r) {
     return api_reply_moat_error(r, &err);
   struct evsrc *e = xcalloc(1, sizeof(*e));
   e->forked_from = forked_from;
+  e->queue = json_array();
+  e->initial = json_array();
   e->ctl = ctl;
   e->org = xstrdup(r->org);
   e->id = xstrdup(r->route.id);
@@ -235,17 +276,26 @@ int api_h_events(struct api_req *r) {
   if (e->n_seen == n && n > 0 && strcmp(evs[n - 1].to_state, "killed") == 0)
     e->n_seen = n - 1;
   moat_store_events_free(evs, n);
-  /* Connections: the ring's entries at or after since, or none of those buffered now. */
+  /* Connections: subscribe first, then take the ring (its entries at or after since are replayed;
+   * those that reached the queue meanwhile are skipped at the first poll). */
+  pthread_mutex_lock(&subs_lock);
+  if (!hooked) {
+    moat_control_set_conn_hook(ctl, on_conn);
+    hooked = true;
+  }
+  e->next = subs;
+  subs = e;
+  pthread_mutex_unlock(&subs_lock);
   json_t *cs = conns(e, 0, 1024);
   size_t i;
   json_t *le;
   json_array_foreach(cs, i, le) {
-    uint64_t seq = (uint64_t)json_integer_value(json_object_get(le, "seq"));
-    if (from_start && json_integer_value(json_object_get(le, "time_ms")) >= since) {
-      e->conn_seq = seq - 1;
-      break;
-    }
-    e->conn_seq = seq;
+    int64_t ms = json_integer_value(json_object_get(le, "time_ms"));
+    e->skipping = true;
+    e->skip_seq = (uint64_t)json_integer_value(json_object_get(le, "seq"));
+    e->skip_ms = ms;
+    if (from_start && ms >= since)
+      json_array_append(e->initial, le);
   }
   json_decref(cs);
   struct api_sse_source src = {.next = ev_next, .free = ev_free, .ctx = e};

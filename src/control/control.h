@@ -283,6 +283,10 @@ json_t *moat_control_network_log(struct moat_control *c, const char *org, const 
 struct moat_store_event;
 int moat_control_sandbox_events(struct moat_control *c, const char *org, const char *id,
                                 struct moat_store_event **out, size_t *n, char **forked_from, moat_error **err);
+/* Sets fn to be called (on the network log thread; it must not block) with the sandbox id and the
+ * entry (borrowed; as moat_control_network_log writes them) for every new connection-log entry of
+ * any sandbox. Nothing happens without networking. */
+void moat_control_set_conn_hook(struct moat_control *c, void (*fn)(const char *id, json_t *entry));
 
 /* Templates. */
 struct moat_templates *moat_control_templates(struct moat_control *c);

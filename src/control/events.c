@@ -2,7 +2,12 @@
 #include <errno.h>
 
 #include "../common/util.h"
+#include "../host/net.h"
 #include "control_internal.h"
+
+void moat_control_set_conn_hook(struct moat_control *c, void (*fn)(const char *id, json_t *entry)) {
+  moat_net_set_log_hook(moat_host_net(c->host), fn);
+}
 
 int moat_control_sandbox_events(struct moat_control *c, const char *org, const char *id,
                                 struct moat_store_event **out, size_t *n, char **forked_from, moat_error **err) {

@@ -672,6 +672,22 @@ json_t *moat_net_describe(struct moat_net *n, int slot, moat_error **err) {
   return j;
 }
 
+json_t *net_log_entry_json(const struct net_log_entry *le, const char *id, const char *org) {
+  char dst[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &le->daddr, dst, sizeof(dst));
+  const char *proto = le->proto == IPPROTO_TCP ? "tcp" : le->proto == IPPROTO_UDP ? "udp"
+                      : le->proto == IPPROTO_ICMP ? "icmp" : "other";
+  return json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:i, s:s?, s:s, s:s}", "seq", (json_int_t)le->seq + 1, "time_ms",
+                   (json_int_t)le->time_ms, "sandbox_id", id, "org", org, "protocol", proto, "destination", dst,
+                   "port", (int)le->dport, "name", le->name[0] ? le->name : NULL, "verdict",
+                   le->allowed ? "allowed" : "denied", "reason", le->reason);
+}
+
+void moat_net_set_log_hook(struct moat_net *n, moat_net_log_hook fn) {
+  if (n)
+    atomic_store(&n->log_hook, fn);
+}
+
 json_t *moat_net_log(struct moat_net *n, int slot, uint64_t since, unsigned limit, moat_error **err) {
   if (slot < FIRST_SLOT || (unsigned)slot >= n->pool_size)
     return moat_error_set(err, ENOENT, "no network slot %d", slot), NULL;
@@ -682,18 +698,8 @@ json_t *moat_net_log(struct moat_net *n, int slot, uint64_t since, unsigned limi
     uint64_t first = s->log_seq > NET_LOG_RING ? s->log_seq - NET_LOG_RING : 0;
     if (since > first)
       first = since;
-    for (uint64_t q = first; q < s->log_seq && json_array_size(arr) < limit; q++) {
-      const struct net_log_entry *le = &s->log[q % NET_LOG_RING];
-      char dst[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &le->daddr, dst, sizeof(dst));
-      const char *proto = le->proto == IPPROTO_TCP ? "tcp" : le->proto == IPPROTO_UDP ? "udp"
-                          : le->proto == IPPROTO_ICMP ? "icmp" : "other";
-      json_array_append_new(
-          arr, json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:i, s:s?, s:s, s:s}", "seq", (json_int_t)le->seq + 1,
-                         "time_ms", (json_int_t)le->time_ms, "sandbox_id", s->id, "org", s->org, "protocol", proto,
-                         "destination", dst, "port", (int)le->dport, "name", le->name[0] ? le->name : NULL,
-                         "verdict", le->allowed ? "allowed" : "denied", "reason", le->reason));
-    }
+    for (uint64_t q = first; q < s->log_seq && json_array_size(arr) < limit; q++)
+      json_array_append_new(arr, net_log_entry_json(&s->log[q % NET_LOG_RING], s->id, s->org));
   }
   pthread_mutex_unlock(&n->lock);
   return arr;

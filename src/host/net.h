@@ -97,6 +97,11 @@ json_t *moat_net_describe(struct moat_net *n, int slot, moat_error **err);
  * {seq, time_ms, sandbox_id, org, protocol, destination, port, name, verdict, reason}. */
 json_t *moat_net_log(struct moat_net *n, int slot, uint64_t since, unsigned limit, moat_error **err);
 
+/* Called on the log thread, outside the net lock, for every new entry of a sandbox's log, with
+ * the sandbox's id and the entry as moat_net_log writes it (borrowed). It must not block. */
+typedef void (*moat_net_log_hook)(const char *sandbox_id, json_t *entry);
+/* Sets the hook (n may be NULL: no network, nothing to hook). */
+void moat_net_set_log_hook(struct moat_net *n, moat_net_log_hook fn);
 /* Creates or replaces path (mode 0600) with content. 0 or -1. */
 int moat_net_put_file(const char *path, const char *content, moat_error **err);
 

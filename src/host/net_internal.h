@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -57,6 +58,9 @@ struct net_log_entry {
   char reason[16];
   char name[MOAT_NET_MAX_NAME + 1];
 };
+
+/* The JSON of one log entry, as moat_net_log writes it (net.c). New reference. */
+json_t *net_log_entry_json(const struct net_log_entry *le, const char *id, const char *org);
 
 struct net_slot {
   enum net_slot_state state;
@@ -121,6 +125,8 @@ struct moat_net {
   /* netlog.c */
   struct mnl_socket *nflog;
   pthread_t log_thread;
+  /* moat_net_set_log_hook: called on the log thread for every new entry (set once, never cleared) */
+  _Atomic(moat_net_log_hook) log_hook;
   bool log_started;
 };
 

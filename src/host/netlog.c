@@ -96,6 +96,9 @@ static void record(struct moat_net *n, const struct pkt *p) {
   int slot = net_slot_of_ip(n, ip->saddr);
   if (slot < 0)
     return;
+  moat_net_log_hook hook = atomic_load(&n->log_hook);
+  json_t *hooked = NULL;
+  char id[sizeof(n->slots[0].id)] = "";
   pthread_mutex_lock(&n->lock);
   struct net_slot *s = &n->slots[slot];
   if (s->state == NS_LEASED && s->bound && s->log) {
@@ -111,8 +114,16 @@ static void record(struct moat_net *n, const struct pkt *p) {
     net_learned_name(s, ip->daddr, e->name);
     if (e->allowed)
       s->connections++;
+    if (hook && s->id[0]) {
+      hooked = net_log_entry_json(e, s->id, s->org);
+      snprintf(id, sizeof(id), "%s", s->id);
+    }
   }
   pthread_mutex_unlock(&n->lock);
+  if (hooked) {
+    hook(id, hooked);
+    json_decref(hooked);
+  }
 }
 
 static int msg_cb(const struct nlmsghdr *nlh, void *data) {

@@ -176,3 +176,26 @@ class EventsNetTest(NetDaemonTest):
         self.assertEqual(names[:2], ["state", "state"], names)
         self.assertEqual(names[-1], "connection", names)
 
+    def test_connection_after_wake(self):
+        """A wake gives the sandbox a fresh network slot whose log starts over: the stream follows it."""
+        ck = self.c.request("GET", "/healthz")[1].get("checkpoints") or {}
+        if not ck.get("available"):
+            self.skipTest("no checkpoints on this host: %s" % ck.get("criu", "no checkpoints field in /healthz"))
+        sid = self.sandbox()["id"]
+        s = sse.open(self.c, "GET", events_path(sid))
+        self.addCleanup(s.close)
+        self.assertTrue(self.connects(sid, "198.51.100.12"))
+        self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={}, expect=200, timeout=300)
+        self.c.request("POST", "/v1/sandboxes/%s/wake" % sid, body={}, expect=200, timeout=300)
+        self.assertTrue(self.connects(sid, "198.51.100.14"))
+        seen = []
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            ev = s.next(timeout=max(0.1, deadline - time.time()))
+            seen.append((ev.name, ev.data.get("event") if ev.name == "state" else ev.data.get("dst")))
+            if seen[-1] == ("connection", "198.51.100.14"):
+                break
+        self.assertEqual(seen[-1], ("connection", "198.51.100.14"), seen)
+        i = seen.index(("state", "woken"))
+        self.assertIn(("connection", "198.51.100.12"), seen[:i], seen)
+        self.assertNotIn(("dropped", None), seen, seen)
