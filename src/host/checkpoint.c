@@ -209,19 +209,56 @@ static int outside_sockets(const char *cgdir) {
   return found;
 }
 
+/* Threads of the sandbox's processes (cgroup dir cgdir) in uninterruptible sleep ('D'). A task
+ * frozen by the v2 freezer reads 'S'; 'D' is a real wait that CRIU cannot seize, most often the
+ * parent of a vfork (posix_spawn, subprocess) whose child was frozen before its exec: it stays in
+ * D until the child runs again. Returns the count, or -1. */
+static int uninterruptible_threads(const char *cgdir) {
+  _cleanup_free_ char *procs = NULL;
+  _cleanup_free_ char *procs_path = xasprintf("%s/cgroup.procs", cgdir);
+  if (read_file(procs_path, &procs, NULL, NULL) < 0)
+    return -1;
+  int found = 0;
+  char *save = NULL;
+  for (char *p = strtok_r(procs, "\n", &save); p; p = strtok_r(NULL, "\n", &save)) {
+    _cleanup_free_ char *task_dir = xasprintf("/proc/%s/task", p);
+    DIR *dp = opendir(task_dir);
+    if (!dp)
+      continue;
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL) {
+      if (de->d_name[0] == '.')
+        continue;
+      _cleanup_free_ char *stat_path = xasprintf("%s/%s/stat", task_dir, de->d_name);
+      _cleanup_free_ char *stat = NULL;
+      if (read_file(stat_path, &stat, NULL, NULL) < 0)
+        continue;
+      const char *rp = strrchr(stat, ')');
+      if (rp && rp[1] == ' ' && rp[2] == 'D')
+        found++;
+    }
+    closedir(dp);
+  }
+  return found;
+}
+
 /* Freezes the slot at a moment when no connection to the guest is open: moatd opens one per
  * request and the guest closes its end a moment after the reply, so a freeze can catch one
- * half-closed; CRIU cannot dump a socket whose peer is outside. Thaws and retries for up to a
+ * half-closed; CRIU cannot dump a socket whose peer is outside. Nor can it seize a thread in
+ * uninterruptible sleep, which a freeze can also catch. Thaws and retries for up to a
  * second; after a few tries it asks the guest (SIGUSR2) to drop the connections an attached
  * stream, watch or PTY keeps open (their processes run on). A slot that was paused already
  * stays frozen and fails with EBUSY if a connection is open. */
 static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, bool was_frozen, moat_error **err) {
-  int conns = 0;
+  int conns = 0, waiting = 0;
   for (int attempt = 0; attempt < 100; attempt++) {
     if (moat_cgroup_freeze(v->cgroups, slot, true, 5000, err) < 0)
       return -1;
     conns = outside_sockets(cgdir);
-    if (conns == 0)
+    /* a thread caught in uninterruptible sleep (a vfork parent whose child froze before exec)
+     * would make CRIU time out: thaw a moment and freeze again */
+    waiting = conns == 0 && !was_frozen ? uninterruptible_threads(cgdir) : 0;
+    if (conns == 0 && waiting <= 0)
       return 0;
     if (was_frozen)
       break; /* a paused sandbox cannot close anything */
@@ -229,7 +266,7 @@ static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, b
       return -1;
     /* still open after a few tries: a stream, watch or PTY; the guest drops them on SIGUSR2
      * (their processes run on, their output stays for ATTACH) */
-    if (attempt == 2)
+    if (attempt == 2 && conns > 0)
       kill(v->pid, SIGUSR2);
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
@@ -238,6 +275,11 @@ static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, b
     moat_cgroup_freeze(v->cgroups, slot, false, 5000, NULL);
   if (conns < 0)
     return moat_error_set(err, ESRCH, "cannot list the sockets of sandbox %d's processes", v->pid);
+  if (conns == 0 && waiting > 0)
+    return moat_error_set(err, EBUSY,
+                          "%d thread(s) of the sandbox stay in uninterruptible sleep (D state) for over a "
+                          "second; CRIU cannot checkpoint them: try again",
+                          waiting);
   return moat_error_set(err, EBUSY,
                         "%d connection(s) to the guest stay open (an attached exec stream, watch or PTY); "
                         "CRIU cannot checkpoint them: close them first",

@@ -337,6 +337,27 @@ class CkptTest(DaemonTest):
         self.c.delete(sid)
         self.assertFalse(os.path.exists(os.path.join(self.daemon.data_dir, "hibernate", sid)))
 
+    def test_checkpoints_of_a_sandbox_spawning_all_the_time(self):
+        """A freeze can catch a vfork parent (posix_spawn, subprocess) whose child froze before its
+        exec: that parent sits in uninterruptible sleep, which CRIU cannot seize (it timed out after
+        10 s with "Unseizable non-zombie ... state D"). Snapshots and a hibernate of a sandbox that
+        spawns without pause must all succeed."""
+        sid = self.sandbox(ttl_seconds=900)["id"]
+        spawner = ("import subprocess\n"
+                   "while True:\n"
+                   "    subprocess.run(['/bin/true'])\n")
+        self.c.put_file(sid, "/root/spawner.py", spawner.encode())
+        self.c.exec(sid, argv=["python3", "/root/spawner.py"], background=True, expect=(200, 201))
+        self.c.put_file(sid, "/root/f", b"kept")
+        time.sleep(0.3)
+        for _ in range(8):
+            snap = self.post(sid, "snapshots", expect=201, timeout=60)
+            self.c.request("DELETE", "/v1/snapshots/" + snap["snapshot_id"], expect=204)
+        self.assertEqual(self.post(sid, "hibernate", timeout=60)["state"], "hibernated")
+        self.assertEqual(self.c.get_file(sid, "/root/f"), b"kept")
+        procs = [l for l in self.c.sh(sid, "ps -eo pid,args").splitlines() if "spawner.py" in l and "ps -eo" not in l]
+        self.assertEqual(len(procs), 1, procs)
+
     def test_idle_hibernation_spares_a_busy_sandbox(self):
         import sse
         idle = self.sandbox(persistent=True, idle={"hibernate_after_seconds": 2})["id"]
