@@ -253,6 +253,9 @@ json_t *api_time_json(int64_t ms, bool null_if_zero);
 
 /* "HOST:PORT" / "[V6]:PORT" / "localhost:PORT" into a socket address. 0 or -1 (EINVAL). */
 int api_parse_listen(const char *listen, struct sockaddr_storage *ss, socklen_t *len, moat_error **err);
+/* A listening TCP socket (SO_REUSEADDR, dual stack on "::", backlog 1024) bound to listen_addr
+ * ("HOST:PORT"). Returns the fd with *port (the port bound, for PORT 0) and *ipv6 set, or -1. */
+int api_listen_socket(const char *listen_addr, unsigned *port, bool *ipv6, moat_error **err);
 
 /* ---- requests (http.c) ---- */
 

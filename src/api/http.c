@@ -633,15 +633,14 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- start / stop ---- */
 
-int moat_api_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
-                   moat_error **err) {
+int api_listen_socket(const char *listen_addr, unsigned *port, bool *ipv6, moat_error **err) {
   struct sockaddr_storage ss;
   socklen_t sl;
-  if (api_parse_listen(cfg->listen, &ss, &sl, err) < 0)
+  if (api_parse_listen(listen_addr, &ss, &sl, err) < 0)
     return -1;
   _cleanup_close_ int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    return moat_error_errno(err, "listen on %s: socket", cfg->listen);
+    return moat_error_errno(err, "listen on %s: socket", listen_addr);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (ss.ss_family == AF_INET6) {
@@ -649,15 +648,28 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
   }
   if (bind(fd, (struct sockaddr *)&ss, sl) < 0)
-    return moat_error_errno(err, "listen on %s: bind", cfg->listen);
+    return moat_error_errno(err, "listen on %s: bind", listen_addr);
   if (listen(fd, 1024) < 0)
-    return moat_error_errno(err, "listen on %s", cfg->listen);
+    return moat_error_errno(err, "listen on %s", listen_addr);
   struct sockaddr_storage bound;
   socklen_t bl = sizeof(bound);
   if (getsockname(fd, (struct sockaddr *)&bound, &bl) < 0)
-    return moat_error_errno(err, "listen on %s: getsockname", cfg->listen);
-  unsigned port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                    : ((struct sockaddr_in *)&bound)->sin_port);
+    return moat_error_errno(err, "listen on %s: getsockname", listen_addr);
+  *port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                            : ((struct sockaddr_in *)&bound)->sin_port);
+  *ipv6 = ss.ss_family == AF_INET6;
+  int ret = fd;
+  fd = -1;
+  return ret;
+}
+
+int moat_api_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
+                   moat_error **err) {
+  unsigned port;
+  bool ipv6;
+  _cleanup_close_ int fd = api_listen_socket(cfg->listen, &port, &ipv6, err);
+  if (fd < 0)
+    return -1;
 
   struct moat_api *a = xcalloc(1, sizeof(*a));
   a->control = control;
@@ -666,7 +678,7 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
   unsigned flags =
       MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL |
       MHD_ALLOW_UPGRADE;
-  if (ss.ss_family == AF_INET6)
+  if (ipv6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
   a->daemon =

@@ -207,36 +207,18 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
                      const struct moat_proxy_config *cfg, moat_error **err) {
-  struct sockaddr_storage ss;
-  socklen_t sl;
-  if (api_parse_listen(cfg->listen, &ss, &sl, err) < 0)
-    return moat_error_wrap(err, "--proxy-listen");
-  _cleanup_close_ int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  unsigned port;
+  bool ipv6;
+  _cleanup_close_ int fd = api_listen_socket(cfg->listen, &port, &ipv6, err);
   if (fd < 0)
-    return moat_error_errno(err, "proxy listen on %s: socket", cfg->listen);
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (ss.ss_family == AF_INET6) {
-    int zero = 0;
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-  }
-  if (bind(fd, (struct sockaddr *)&ss, sl) < 0)
-    return moat_error_errno(err, "proxy listen on %s: bind", cfg->listen);
-  if (listen(fd, 1024) < 0)
-    return moat_error_errno(err, "proxy listen on %s", cfg->listen);
-  struct sockaddr_storage bound;
-  socklen_t bl = sizeof(bound);
-  if (getsockname(fd, (struct sockaddr *)&bound, &bl) < 0)
-    return moat_error_errno(err, "proxy listen on %s: getsockname", cfg->listen);
-  unsigned port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                    : ((struct sockaddr_in *)&bound)->sin_port);
+    return moat_error_wrap(err, "--proxy-listen");
   struct moat_proxy *p = xcalloc(1, sizeof(*p));
   p->control = control;
   p->domain = cfg->domain && *cfg->domain ? xstrdup(cfg->domain) : NULL;
   p->port = port;
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
                    MHD_USE_POLL | MHD_ALLOW_UPGRADE;
-  if (ss.ss_family == AF_INET6)
+  if (ipv6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
   p->daemon =
