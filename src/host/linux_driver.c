@@ -193,22 +193,20 @@ static int attach_net(struct moat_host *h, struct slot *s, pid_t pid, bool fresh
   return moat_net_put_file(path, num, err);
 }
 
-/* Builds a running shell in a freshly claimed slot. Called without h->lock. */
-static int build_shell(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
-                       enum slot_state final_state, struct slot **out, moat_error **err) {
-  _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", h->template_dir, template_name);
-  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, template_name);
-  if (access(ready, F_OK) < 0)
-    return moat_error_set(err, ENOENT, "template %s is not built", template_name);
+/* Claims a uid range and records a new slot in state BUILDING for template_name and limits.
+ * Returns the slot, or NULL (EAGAIN when the host is full). Takes h->lock. */
+static struct slot *reserve_slot(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+                                 moat_error **err) {
   pthread_mutex_lock(&h->lock);
   if (h->live >= h->max_slots) {
     pthread_mutex_unlock(&h->lock);
-    return moat_error_set(err, EAGAIN, "host is full: %u sandboxes", h->max_slots);
+    moat_error_set(err, EAGAIN, "host is full: %u sandboxes", h->max_slots);
+    return NULL;
   }
   int n = claim_range(h, err);
   if (n < 0) {
     pthread_mutex_unlock(&h->lock);
-    return -1;
+    return NULL;
   }
   struct slot *s = slot_new(n, SLOT_BUILDING);
   snprintf(s->template_name, sizeof(s->template_name), "%s", template_name);
@@ -217,6 +215,20 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   h->slots[n] = s;
   h->live++;
   pthread_mutex_unlock(&h->lock);
+  return s;
+}
+
+/* Builds a running shell in a freshly claimed slot. Called without h->lock. */
+static int build_shell(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+                       enum slot_state final_state, struct slot **out, moat_error **err) {
+  _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", h->template_dir, template_name);
+  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, template_name);
+  if (access(ready, F_OK) < 0)
+    return moat_error_set(err, ENOENT, "template %s is not built", template_name);
+  struct slot *s = reserve_slot(h, template_name, limits, err);
+  if (!s)
+    return -1;
+  int n = s->index;
 
   /* At most MAX_BUILDS shells are built at once: on a small host, twenty parallel builds each
    * forking, formatting and mounting thrash instead of finishing. */
@@ -783,23 +795,10 @@ int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *ou
 
 int moat_host_slot_reserve(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
                            struct moat_slot_view *out, moat_error **err) {
-  pthread_mutex_lock(&h->lock);
-  if (h->live >= h->max_slots) {
-    pthread_mutex_unlock(&h->lock);
-    return moat_error_set(err, EAGAIN, "host is full: %u sandboxes", h->max_slots);
-  }
-  int n = claim_range(h, err);
-  if (n < 0) {
-    pthread_mutex_unlock(&h->lock);
+  struct slot *s = reserve_slot(h, template_name, limits, err);
+  if (!s)
     return -1;
-  }
-  struct slot *s = slot_new(n, SLOT_BUILDING);
-  snprintf(s->template_name, sizeof(s->template_name), "%s", template_name);
-  s->disk_mb = limits->disk_mb;
-  s->limits = *limits;
-  h->slots[n] = s;
-  h->live++;
-  pthread_mutex_unlock(&h->lock);
+  int n = s->index;
   memset(out, 0, sizeof(*out));
   out->disk_fd = -1;
   out->uid_base = slot_uid_base(n);
