@@ -175,7 +175,7 @@ static json_t *ctx_json(const char *cid, const struct ctx_info *c) {
 }
 
 /* Finds the running context cid. 1 found, 0 not found, -1 error. */
-static int ctx_find(const char *sock, const char *cid, struct ctx_info *out, moat_error **err) {
+static int ctx_find(const struct moat_guest_ep *sock, const char *cid, struct ctx_info *out, moat_error **err) {
   struct moat_proc_info *v = NULL;
   size_t n = 0;
   if (moat_guest_procs(sock, &v, &n, err) < 0)
@@ -191,7 +191,7 @@ static int ctx_find(const char *sock, const char *cid, struct ctx_info *out, moa
 
 /* Kills the kernel pid (its process group) and waits up to CTX_EXIT_WAIT_MS for its exit, so
  * that its tag is free again. */
-static int ctx_kill(const char *sock, int pid, moat_error **err) {
+static int ctx_kill(const struct moat_guest_ep *sock, int pid, moat_error **err) {
   struct moat_proc_stream *s = NULL;
   struct moat_proc_info info;
   memset(&info, 0, sizeof(info));
@@ -232,7 +232,7 @@ static int ctx_kill(const char *sock, int pid, moat_error **err) {
 }
 
 /* Writes the kernel file of l into the sandbox. */
-static int kernel_install(const char *sock, const struct lang *l, moat_error **err) {
+static int kernel_install(const struct moat_guest_ep *sock, const struct lang *l, moat_error **err) {
   struct moat_guest_writer *w = NULL;
   if (moat_guest_write_open(sock, l->kernel_path, NULL, 0644, &w, err) < 0)
     return moat_error_wrap(err, "write %s", l->kernel_path);
@@ -245,7 +245,7 @@ static int kernel_install(const char *sock, const struct lang *l, moat_error **e
 
 /* Starts the kernel of l for cid in cwd. Returns the pid or -1: EINVAL when the interpreter is
  * missing from the sandbox or cwd is not a directory. */
-static int ctx_start(const char *sock, char *const *senv, const char *cid, const struct lang *l,
+static int ctx_start(const struct moat_guest_ep *sock, char *const *senv, const char *cid, const struct lang *l,
                      const char *cwd, const char *user, moat_error **err) {
   /* Is the interpreter there? (Starting it would only report "not found" on its stderr.) */
   _cleanup_free_ char *probe = xasprintf("command -v %s >/dev/null", l->interp);
@@ -323,7 +323,7 @@ int api_h_ctx_create(struct api_req *r, json_t *body) {
     return api_reply_error(r, 400, "invalid_request", "'language' must be python, node or bash, not '%.64s'",
                            lname);
   _cleanup_strv_ char **senv = NULL;
-  _cleanup_free_ char *sock = api_guest_sock(r, &senv, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, &senv, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   char cid[CTX_ID_LEN + 1];
@@ -339,7 +339,7 @@ int api_h_ctx_create(struct api_req *r, json_t *body) {
 
 int api_h_ctx_list(struct api_req *r) {
   moat_error *err = NULL;
-  _cleanup_free_ char *sock = api_guest_sock(r, NULL, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, NULL, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   struct moat_proc_info *v = NULL;
@@ -359,7 +359,7 @@ int api_h_ctx_list(struct api_req *r) {
 }
 
 /* Looks up the route's context; replies (404 or an error) and returns <= 0 when there is none. */
-static int route_ctx(struct api_req *r, char **sock, char ***senv, struct ctx_info *c) {
+static int route_ctx(struct api_req *r, struct moat_guest_ep **sock, char ***senv, struct ctx_info *c) {
   moat_error *err = NULL;
   *sock = api_guest_sock(r, senv, &err);
   if (!*sock) {
@@ -380,7 +380,7 @@ static int route_ctx(struct api_req *r, char **sock, char ***senv, struct ctx_in
 
 int api_h_ctx_delete(struct api_req *r) {
   moat_error *err = NULL;
-  _cleanup_free_ char *sock = NULL;
+  _cleanup_free_ struct moat_guest_ep *sock = NULL;
   struct ctx_info c;
   memset(&c, 0, sizeof(c));
   if (route_ctx(r, &sock, NULL, &c) <= 0)
@@ -393,7 +393,7 @@ int api_h_ctx_delete(struct api_req *r) {
 }
 
 /* Kills and starts again the kernel of cid (same language and cwd). New pid or -1. */
-static int ctx_restart(const char *sock, char *const *senv, const char *cid, struct ctx_info *c,
+static int ctx_restart(const struct moat_guest_ep *sock, char *const *senv, const char *cid, struct ctx_info *c,
                        moat_error **err) {
   if (ctx_kill(sock, c->pid, err) < 0)
     return -1;
@@ -410,7 +410,7 @@ int api_h_ctx_restart(struct api_req *r, json_t *body) {
   if (json_object_size(body) > 0)
     return api_reply_error(r, 400, "invalid_request", "unknown field '%.128s'",
                            json_object_iter_key(json_object_iter(body)));
-  _cleanup_free_ char *sock = NULL;
+  _cleanup_free_ struct moat_guest_ep *sock = NULL;
   _cleanup_strv_ char **senv = NULL;
   struct ctx_info c;
   memset(&c, 0, sizeof(c));
@@ -430,7 +430,7 @@ int api_h_ctx_restart(struct api_req *r, json_t *body) {
 /* ---- for the E2B code interpreter (e2b_interp.c) ---- */
 
 int api_ctx_list_json(struct api_req *r, json_t **out, moat_error **err) {
-  _cleanup_free_ char *sock = api_guest_sock(r, NULL, err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, NULL, err);
   if (!sock)
     return -1;
   struct moat_proc_info *v = NULL;
@@ -455,7 +455,7 @@ int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const 
   if (!l || !valid_cid(cid))
     return moat_error_set(err, EINVAL, "no such language '%.64s' or context id '%.64s'", lname, cid);
   _cleanup_strv_ char **senv = NULL;
-  _cleanup_free_ char *sock = api_guest_sock(r, &senv, err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, &senv, err);
   if (!sock)
     return -1;
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -478,7 +478,7 @@ int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const 
 
 int api_ctx_restart_e2b(struct api_req *r) {
   moat_error *err = NULL;
-  _cleanup_free_ char *sock = NULL;
+  _cleanup_free_ struct moat_guest_ep *sock = NULL;
   _cleanup_strv_ char **senv = NULL;
   struct ctx_info c;
   memset(&c, 0, sizeof(c));
@@ -503,7 +503,7 @@ struct run {
   char sid[MOAT_ID_LEN + 1];
   char cid[CTX_ID_LEN + 1];
   char rid[17];
-  char *sock;
+  struct moat_guest_ep *sock;
   char **senv;
   struct ctx_info ctx;
   struct moat_proc_stream *ps;

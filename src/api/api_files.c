@@ -8,8 +8,8 @@
 #include "api_internal.h"
 
 /* The guest socket of the request's sandbox (caller frees), after control's org/state checks. */
-static char *guest_sock(struct api_req *r, moat_error **err) {
-  char *sock = NULL;
+static struct moat_guest_ep *guest_sock(struct api_req *r, moat_error **err) {
+  struct moat_guest_ep *sock = NULL;
   if (moat_control_guest(api_control(r), r->org, r->route.id, &sock, NULL, err) < 0)
     return NULL;
   return sock;
@@ -27,7 +27,7 @@ static int file_args(struct api_req *r, const char *const *allowed, const char *
 }
 
 /* Replies with the entry of path (status), or, when stat fails, with fallback (may be NULL). */
-static int reply_entry(struct api_req *r, const char *sock, const char *path, const char *user,
+static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, const char *path, const char *user,
                        unsigned status) {
   moat_error *err = NULL;
   struct moat_file_entry e;
@@ -92,7 +92,7 @@ int api_h_files_get(struct api_req *r) {
   moat_error *err = NULL;
   if (file_args(r, allowed, &path, &user) < 0)
     return -1;
-  _cleanup_free_ char *sock = guest_sock(r, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = guest_sock(r, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   struct moat_guest_reader *rd = NULL;
@@ -182,7 +182,7 @@ int api_h_files_delete(struct api_req *r) {
     return -1;
   if (api_arg_bool(&r->args, "recursive", false, &recursive, &err) < 0)
     return api_reply_moat_error(r, &err);
-  _cleanup_free_ char *sock = guest_sock(r, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = guest_sock(r, &err);
   if (!sock || moat_guest_remove(sock, path, user, recursive, &err) < 0)
     return api_reply_moat_error(r, &err);
   return api_reply_empty(r, 204);
@@ -197,7 +197,7 @@ int api_h_files_list(struct api_req *r) {
     return -1;
   if (api_arg_depth(&r->args, &depth, &err) < 0)
     return api_reply_moat_error(r, &err);
-  _cleanup_free_ char *sock = guest_sock(r, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = guest_sock(r, &err);
   struct moat_file_entry *v = NULL;
   size_t n = 0;
   if (!sock || moat_guest_list(sock, path, user, depth, &v, &n, &err) < 0)
@@ -215,7 +215,7 @@ int api_h_files_stat(struct api_req *r) {
   moat_error *err = NULL;
   if (file_args(r, allowed, &path, &user) < 0)
     return -1;
-  _cleanup_free_ char *sock = guest_sock(r, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = guest_sock(r, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   return reply_entry(r, sock, path, user, 200);
@@ -230,7 +230,7 @@ int api_h_files_mkdir(struct api_req *r, json_t *body) {
     return -1;
   if (api_parse_mkdir(body, quser, &m, &err) < 0)
     return api_reply_moat_error(r, &err);
-  _cleanup_free_ char *sock = guest_sock(r, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = guest_sock(r, &err);
   if (!sock || moat_guest_mkdir(sock, m.path, m.user, m.parents, &err) < 0)
     return api_reply_moat_error(r, &err);
   return reply_entry(r, sock, m.path, m.user, 201);
@@ -245,7 +245,7 @@ int api_h_files_move(struct api_req *r, json_t *body) {
     return -1;
   if (api_parse_move(body, quser, &m, &err) < 0)
     return api_reply_moat_error(r, &err);
-  _cleanup_free_ char *sock = guest_sock(r, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = guest_sock(r, &err);
   if (!sock || moat_guest_move(sock, m.from, m.to, m.user, &err) < 0)
     return api_reply_moat_error(r, &err);
   return reply_entry(r, sock, m.to, m.user, 200);

@@ -280,7 +280,7 @@ struct api_req {
   size_t body_len, body_cap;
   /* PUT files */
   struct moat_guest_writer *writer;
-  char *sock_path;
+  struct moat_guest_ep *sock_path;
   const char *file_path; /* borrowed from args */
   const char *file_user;
   bool write_failed;
@@ -364,7 +364,7 @@ void api_exec_enoent(struct api_req *r, moat_error *err);
 int api_exec_background(struct api_req *r, struct moat_exec_req *req, const struct api_exec_extra *x);
 /* The guest socket of the request's sandbox (caller frees) after control's org/state checks;
  * with env non-NULL also the sandbox env ("K=V", strv_free). NULL and *err on failure. */
-char *api_guest_sock(struct api_req *r, char ***env, moat_error **err);
+struct moat_guest_ep *api_guest_sock(struct api_req *r, char ***env, moat_error **err);
 /* sandbox env followed by req_env (the guest lets later entries win); caller strv_frees. */
 char **api_env_concat(char *const *sandbox_env, char *const *req_env);
 /* Replies to a failed process operation: ESRCH 404 process_not_found, ENOTTY 400 not_a_tty,

@@ -222,8 +222,8 @@ static int run_command(const struct mcp_call *c, const char *id, json_t *args, s
 /* ---- sandbox tools ---- */
 
 /* The guest socket of the endpoint's sandbox (caller frees), or NULL after reporting the error. */
-static char *sandbox_sock(const struct mcp_call *c, struct tool_out *o) {
-  char *sock = NULL;
+static struct moat_guest_ep *sandbox_sock(const struct mcp_call *c, struct tool_out *o) {
+  struct moat_guest_ep *sock = NULL;
   moat_error *err = NULL;
   if (moat_control_guest(api_control(c->r), c->r->org, c->r->route.id, &sock, NULL, &err) < 0) {
     out_moat_error(o, "sandbox unavailable", &err);
@@ -244,7 +244,7 @@ static int tool_read_file(const struct mcp_call *c, json_t *args, struct tool_ou
   const char *path;
   if (check_keys(args, keys, o) < 0 || arg_path(args, "path", true, &path, o) < 0)
     return -1;
-  _cleanup_free_ char *sock = sandbox_sock(c, o);
+  _cleanup_free_ struct moat_guest_ep *sock = sandbox_sock(c, o);
   if (!sock)
     return -1;
   moat_error *err = NULL;
@@ -306,7 +306,7 @@ static int tool_write_file(const struct mcp_call *c, json_t *args, struct tool_o
     return bad_args(o, "'content' is required");
   if (!json_is_string(content))
     return bad_args(o, "'content' must be a string");
-  _cleanup_free_ char *sock = sandbox_sock(c, o);
+  _cleanup_free_ struct moat_guest_ep *sock = sandbox_sock(c, o);
   if (!sock)
     return -1;
   moat_error *err = NULL;
@@ -339,7 +339,7 @@ static int tool_list_dir(const struct mcp_call *c, json_t *args, struct tool_out
   if (check_keys(args, keys, o) < 0 || arg_path(args, "path", true, &path, o) < 0 ||
       arg_int(args, "depth", 1, API_MAX_DEPTH, 1, &depth, o) < 0)
     return -1;
-  _cleanup_free_ char *sock = sandbox_sock(c, o);
+  _cleanup_free_ struct moat_guest_ep *sock = sandbox_sock(c, o);
   if (!sock)
     return -1;
   moat_error *err = NULL;

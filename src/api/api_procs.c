@@ -6,8 +6,8 @@
 #include "../common/log.h"
 #include "api_internal.h"
 
-char *api_guest_sock(struct api_req *r, char ***env, moat_error **err) {
-  char *sock = NULL;
+struct moat_guest_ep *api_guest_sock(struct api_req *r, char ***env, moat_error **err) {
+  struct moat_guest_ep *sock = NULL;
   if (moat_control_guest(api_control(r), r->org, r->route.id, &sock, env, err) < 0)
     return NULL;
   return sock;
@@ -47,7 +47,7 @@ int api_reply_proc_error(struct api_req *r, moat_error **err) {
 int api_exec_background(struct api_req *r, struct moat_exec_req *req, const struct api_exec_extra *x) {
   moat_error *err = NULL;
   _cleanup_strv_ char **senv = NULL;
-  _cleanup_free_ char *sock = api_guest_sock(r, &senv, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, &senv, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   _cleanup_strv_ char **env = api_env_concat(senv, req->env);
@@ -76,7 +76,7 @@ int api_h_procs_list(struct api_req *r) {
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)
     return api_reply_moat_error(r, &err);
-  _cleanup_free_ char *sock = api_guest_sock(r, NULL, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, NULL, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   struct moat_proc_info *v = NULL;
@@ -91,7 +91,7 @@ int api_h_procs_list(struct api_req *r) {
 }
 
 /* Checks that a process route has no query and a body with only `known` fields; replies on a bad one. */
-static int proc_prelude(struct api_req *r, json_t *body, const char *const *known, char **sock) {
+static int proc_prelude(struct api_req *r, json_t *body, const char *const *known, struct moat_guest_ep **sock) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)
@@ -134,7 +134,7 @@ int api_h_proc_stdin(struct api_req *r, json_t *body) {
   size_t len = 0;
   if (b64 && moat_base64_decode(json_string_value(b64), json_string_length(b64), &bytes, &len) < 0)
     return api_reply_error(r, 400, "invalid_request", "field 'data_b64' is not valid base64");
-  _cleanup_free_ char *sock = NULL;
+  _cleanup_free_ struct moat_guest_ep *sock = NULL;
   if (proc_prelude(r, body, known, &sock) < 0)
     return -1;
   const void *p = bytes;
@@ -169,7 +169,7 @@ int api_h_proc_signal(struct api_req *r, json_t *body) {
       return api_reply_error(r, 400, "invalid_request",
                              "field 'signal' must be one of TERM KILL INT HUP QUIT USR1 USR2 STOP CONT");
   }
-  _cleanup_free_ char *sock = NULL;
+  _cleanup_free_ struct moat_guest_ep *sock = NULL;
   if (proc_prelude(r, body, known, &sock) < 0)
     return -1;
   moat_error *err = NULL;
@@ -187,7 +187,7 @@ int api_h_proc_resize(struct api_req *r, json_t *body) {
   if (!json_is_integer(w) || json_integer_value(w) < 1 || json_integer_value(w) > API_MAX_PTY)
     return api_reply_error(r, 400, "invalid_request", "field 'rows' must be an integer from 1 to %d",
                            API_MAX_PTY);
-  _cleanup_free_ char *sock = NULL;
+  _cleanup_free_ struct moat_guest_ep *sock = NULL;
   if (proc_prelude(r, body, known, &sock) < 0)
     return -1;
   moat_error *err = NULL;

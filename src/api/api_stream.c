@@ -296,7 +296,7 @@ int api_h_exec_stream(struct api_req *r, json_t *body) {
   if (api_parse_exec_ex(body, API_EXEC_STREAM, &req, &x, &err) < 0)
     return api_reply_moat_error(r, &err);
   _cleanup_strv_ char **senv = NULL;
-  _cleanup_free_ char *sock = api_guest_sock(r, &senv, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, &senv, &err);
   if (!sock) {
     api_exec_req_clear(&req);
     return api_reply_moat_error(r, &err);
@@ -335,7 +335,7 @@ int api_h_proc_stream(struct api_req *r) {
   if (api_args_check(&r->args, allowed, &err) < 0 ||
       api_arg_bool(&r->args, "replay", true, &replay, &err) < 0)
     return api_reply_moat_error(r, &err);
-  _cleanup_free_ char *sock = api_guest_sock(r, NULL, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, NULL, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   struct moat_proc_stream *ps = NULL;
@@ -360,7 +360,7 @@ int api_h_files_watch(struct api_req *r) {
       api_arg_user(&r->args, &user, &err) < 0 ||
       api_arg_bool(&r->args, "recursive", false, &recursive, &err) < 0)
     return api_reply_moat_error(r, &err);
-  _cleanup_free_ char *sock = api_guest_sock(r, NULL, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, NULL, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   struct moat_watch *w = NULL;

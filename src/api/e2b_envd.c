@@ -56,8 +56,8 @@ int envd_json_str(json_t *msg, const char *field, const char **out, moat_error *
   return 0;
 }
 
-char *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error **err) {
-  char *sock = NULL;
+struct moat_guest_ep *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error **err) {
+  struct moat_guest_ep *sock = NULL;
   if (moat_control_guest(api_control(r), q->e->org, q->e->sandbox_id, &sock, env, err) < 0) {
     /* The sandbox was resolved by e2b.c: it went away or is not running (paused). E2B's proxy
      * answers 502 then, which the SDK maps like Connect's "unavailable". */
@@ -148,7 +148,7 @@ static void files_get(struct api_req *r, struct envd_req *q) {
   moat_error *err = NULL;
   if (files_args(r, q, &path, true) < 0)
     return;
-  _cleanup_free_ char *sock = envd_guest(r, q, NULL, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = envd_guest(r, q, NULL, &err);
   if (!sock) {
     rest_moat_error(r, &err);
     return;
@@ -178,7 +178,7 @@ static void files_get(struct api_req *r, struct envd_req *q) {
  * ?path=, possibly Content-Encoding: gzip, which the SDK's write(..., {gzip: true}) sends). Every
  * file streams to a guest writer as it arrives; nothing is buffered whole. */
 struct envd_upload {
-  char *sock;
+  struct moat_guest_ep *sock;
   const char *user;  /* borrowed from the envd_req */
   const char *qpath; /* ?path= (borrowed from r->args) or NULL */
   bool multipart;

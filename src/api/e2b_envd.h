@@ -103,10 +103,10 @@ struct envd_req {
 /* The guest socket of the request's sandbox (caller frees) and, with env, the sandbox env. With
  * q->check_user, a user the sandbox does not know is EKEYREJECTED (envd's "invalid username",
  * Connect's unauthenticated, HTTP 401). */
-char *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error **err);
+struct moat_guest_ep *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error **err);
 /* False when the sandbox's /etc/passwd (cached a few seconds) has no such user; true when it
  * does or cannot be read (the guest then decides). */
-bool envd_user_known(const char *sock, const char *user);
+bool envd_user_known(const struct moat_guest_ep *sock, const char *user);
 
 /* process.Process/<method> (e2b_envd_process.c): body is the parsed request message. */
 void envd_process(struct api_req *r, struct envd_req *q, json_t *body);

@@ -30,7 +30,7 @@ static int json_path(json_t *msg, const char *field, const char **out, moat_erro
 
 /* uid/gid -> name, read from the sandbox's /etc/passwd and /etc/group when first needed. */
 struct names {
-  const char *sock;
+  const struct moat_guest_ep *sock;
   const char *user;
   bool loaded[2];
   char *text[2]; /* passwd, group */
@@ -41,7 +41,7 @@ static void names_clear(struct names *n) {
   free(n->text[1]);
 }
 
-static char *read_small(const char *sock, const char *path, const char *user) {
+static char *read_small(const struct moat_guest_ep *sock, const char *path, const char *user) {
   struct moat_guest_reader *rd = NULL;
   uint64_t size = 0;
   moat_error *err = NULL;
@@ -70,18 +70,18 @@ static char *read_small(const char *sock, const char *path, const char *user) {
 #define NAMES_CACHE 32
 #define NAMES_TTL_MS 5000
 static struct {
-  char *sock;
+  struct moat_guest_ep *sock;
   char *text;
   uint64_t at_ns;
 } names_cache[2][NAMES_CACHE];
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static char *names_text(const char *sock, int which) {
+static char *names_text(const struct moat_guest_ep *sock, int which) {
   uint64_t now = now_ns();
   size_t oldest = 0;
   pthread_mutex_lock(&names_lock);
   for (size_t i = 0; i < NAMES_CACHE; i++) {
-    if (names_cache[which][i].sock && strcmp(names_cache[which][i].sock, sock) == 0 &&
+    if (names_cache[which][i].sock && moat_guest_ep_same(names_cache[which][i].sock, sock) &&
         now - names_cache[which][i].at_ns < NAMES_TTL_MS * 1000000ULL) {
       char *t = names_cache[which][i].text ? xstrdup(names_cache[which][i].text) : NULL;
       pthread_mutex_unlock(&names_lock);
@@ -95,14 +95,14 @@ static char *names_text(const char *sock, int which) {
   pthread_mutex_lock(&names_lock);
   free(names_cache[which][oldest].sock);
   free(names_cache[which][oldest].text);
-  names_cache[which][oldest].sock = xstrdup(sock);
+  names_cache[which][oldest].sock = xmemdup(sock, sizeof(*sock));
   names_cache[which][oldest].text = t ? xstrdup(t) : NULL;
   names_cache[which][oldest].at_ns = now;
   pthread_mutex_unlock(&names_lock);
   return t;
 }
 
-bool envd_user_known(const char *sock, const char *user) {
+bool envd_user_known(const struct moat_guest_ep *sock, const char *user) {
   if (strcmp(user, "root") == 0)
     return true;
   _cleanup_free_ char *pw = names_text(sock, 0);
@@ -186,7 +186,7 @@ static json_t *entry_json(struct names *n, const struct moat_file_entry *e) {
 }
 
 /* {"entry": EntryInfo of path} */
-static int reply_entry(struct api_req *r, const char *sock, const char *path, const char *user) {
+static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, const char *path, const char *user) {
   moat_error *err = NULL;
   struct moat_file_entry e;
   memset(&e, 0, sizeof(e));
@@ -201,7 +201,7 @@ static int reply_entry(struct api_req *r, const char *sock, const char *path, co
 
 /* ---- filesystem.Filesystem: unary ---- */
 
-static int fs_stat(struct api_req *r, struct envd_req *q, const char *sock, json_t *body) {
+static int fs_stat(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   const char *path;
   if (json_path(body, "path", &path, &err) < 0)
@@ -209,7 +209,7 @@ static int fs_stat(struct api_req *r, struct envd_req *q, const char *sock, json
   return reply_entry(r, sock, path, q->user);
 }
 
-static int fs_make_dir(struct api_req *r, struct envd_req *q, const char *sock, json_t *body) {
+static int fs_make_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   const char *path;
   if (json_path(body, "path", &path, &err) < 0)
@@ -233,7 +233,7 @@ static int fs_make_dir(struct api_req *r, struct envd_req *q, const char *sock, 
   return reply_entry(r, sock, path, q->user);
 }
 
-static int fs_move(struct api_req *r, struct envd_req *q, const char *sock, json_t *body) {
+static int fs_move(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   const char *src, *dst;
   if (json_path(body, "source", &src, &err) < 0 || json_path(body, "destination", &dst, &err) < 0)
@@ -243,7 +243,7 @@ static int fs_move(struct api_req *r, struct envd_req *q, const char *sock, json
   return reply_entry(r, sock, dst, q->user);
 }
 
-static int fs_list_dir(struct api_req *r, struct envd_req *q, const char *sock, json_t *body) {
+static int fs_list_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   const char *path;
   uint64_t depth;
@@ -267,7 +267,7 @@ static int fs_list_dir(struct api_req *r, struct envd_req *q, const char *sock, 
   return cx_reply(r, json_pack("{s:o}", "entries", arr));
 }
 
-static int fs_remove(struct api_req *r, struct envd_req *q, const char *sock, json_t *body) {
+static int fs_remove(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   const char *path;
   if (json_path(body, "path", &path, &err) < 0)
@@ -298,7 +298,7 @@ static const char *event_type(const char *ev) {
 /* What a watch needs to turn guest events into E2B FilesystemEvents. */
 struct watch_src {
   struct moat_watch *w;
-  char *sock;
+  struct moat_guest_ep *sock;
   char *root; /* absolute path watched, for names relative to it */
   char *user;
   bool include_entry;
@@ -372,7 +372,7 @@ static void fs_events(const struct watch_src *ws, const struct moat_watch_event 
 }
 
 /* Opens a watch on the request's path (must be a directory). 0, or -1 with *err. */
-static int watch_open(struct envd_req *q, const char *sock, json_t *body, struct watch_src **out,
+static int watch_open(struct envd_req *q, const struct moat_guest_ep *sock, json_t *body, struct watch_src **out,
                       moat_error **err) {
   const char *path;
   json_t *rec = json_object_get(body, "recursive"), *inc = json_object_get(body, "includeEntry");
@@ -391,7 +391,7 @@ static int watch_open(struct envd_req *q, const char *sock, json_t *body, struct
   struct watch_src *ws = xcalloc(1, sizeof(*ws));
   ws->root = st.path ? xstrdup(st.path) : xstrdup(path);
   moat_file_entry_clear(&st);
-  ws->sock = xstrdup(sock);
+  ws->sock = xmemdup(sock, sizeof(*sock));
   ws->user = xstrdup(q->user);
   ws->include_entry = json_is_true(inc);
   if (moat_guest_watch(sock, path, q->user, json_is_true(rec), &ws->w, err) < 0) {
@@ -426,7 +426,7 @@ static void watch_pull(struct cx_stream *s, int timeout_ms) {
 
 static void watch_ctx_free(void *p) { watch_src_free(p); }
 
-static int fs_watch_dir(struct api_req *r, struct envd_req *q, const char *sock, json_t *body) {
+static int fs_watch_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   struct watch_src *ws = NULL;
   if (watch_open(q, sock, body, &ws, &err) < 0) {
@@ -484,7 +484,7 @@ static void watchers_sweep(void) {
   }
 }
 
-static int fs_create_watcher(struct api_req *r, struct envd_req *q, const char *sock, json_t *body) {
+static int fs_create_watcher(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   struct watch_src *ws = NULL;
   if (watch_open(q, sock, body, &ws, &err) < 0)
@@ -608,7 +608,7 @@ void envd_filesystem(struct api_req *r, struct envd_req *q, json_t *body) {
     fs_remove_watcher(r, q, body);
     return;
   }
-  _cleanup_free_ char *sock = envd_guest(r, q, NULL, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = envd_guest(r, q, NULL, &err);
   if (!sock) {
     if (q->stream)
       cx_stream_error(r, cx_errno_code(err->status), "%s", moat_error_msg(err)), moat_error_free(&err);

@@ -209,7 +209,7 @@ static int p_start(struct api_req *r, struct envd_req *q, json_t *body) {
       return stream_fail(r, &err);
     }
   }
-  _cleanup_free_ char *sock = envd_guest(r, q, &senv, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = envd_guest(r, q, &senv, &err);
   if (!sock)
     return stream_fail(r, &err);
   _cleanup_strv_ char **env = api_env_concat(senv, renv);
@@ -260,7 +260,7 @@ static int p_connect(struct api_req *r, struct envd_req *q, json_t *body) {
   const char *tag;
   if (selector(body, &pid, &tag, &err) < 0)
     return stream_fail(r, &err);
-  _cleanup_free_ char *sock = envd_guest(r, q, NULL, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = envd_guest(r, q, NULL, &err);
   if (!sock)
     return stream_fail(r, &err);
   struct moat_proc_stream *ps = NULL;
@@ -294,7 +294,7 @@ static int p_connect(struct api_req *r, struct envd_req *q, json_t *body) {
   return cx_stream_reply(r, s);
 }
 
-static int p_list(struct api_req *r, const char *sock) {
+static int p_list(struct api_req *r, const struct moat_guest_ep *sock) {
   moat_error *err = NULL;
   struct moat_proc_info *v = NULL;
   size_t n = 0;
@@ -319,7 +319,7 @@ static int p_list(struct api_req *r, const char *sock) {
 }
 
 /* True when the guest runs the process (pid, or tag when not NULL). */
-static bool proc_running(const char *sock, int pid, const char *tag) {
+static bool proc_running(const struct moat_guest_ep *sock, int pid, const char *tag) {
   moat_error *err = NULL;
   struct moat_proc_info *v = NULL;
   size_t n = 0;
@@ -346,7 +346,7 @@ static int json_bytes(json_t *v, unsigned char **out, size_t *len) {
   return moat_base64_decode(s, n, out, len);
 }
 
-static int p_send_input(struct api_req *r, const char *sock, json_t *body) {
+static int p_send_input(struct api_req *r, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   int pid;
   const char *tag;
@@ -377,7 +377,7 @@ static int p_send_input(struct api_req *r, const char *sock, json_t *body) {
   return cx_reply(r, json_object());
 }
 
-static int p_close_stdin(struct api_req *r, const char *sock, json_t *body) {
+static int p_close_stdin(struct api_req *r, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   int pid;
   const char *tag;
@@ -393,7 +393,7 @@ static int p_close_stdin(struct api_req *r, const char *sock, json_t *body) {
   return cx_reply(r, json_object());
 }
 
-static int p_send_signal(struct api_req *r, const char *sock, json_t *body) {
+static int p_send_signal(struct api_req *r, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   int pid;
   const char *tag;
@@ -414,7 +414,7 @@ static int p_send_signal(struct api_req *r, const char *sock, json_t *body) {
   return cx_reply(r, json_object());
 }
 
-static int p_update(struct api_req *r, const char *sock, json_t *body) {
+static int p_update(struct api_req *r, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   int pid;
   const char *tag;
@@ -452,7 +452,7 @@ void envd_process(struct api_req *r, struct envd_req *q, json_t *body) {
     return;
   }
   moat_error *err = NULL;
-  _cleanup_free_ char *sock = envd_guest(r, q, NULL, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = envd_guest(r, q, NULL, &err);
   if (!sock) {
     cx_reply_moat_error(r, &err);
     return;

@@ -380,7 +380,7 @@ int api_h_pty(struct api_req *r) {
   free(kb);
 
   _cleanup_strv_ char **senv = NULL;
-  _cleanup_free_ char *sock = api_guest_sock(r, &senv, &err);
+  _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, &senv, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
   struct moat_proc_stream *ps = NULL;

@@ -62,6 +62,12 @@ char *xstrdup(const char *s) {
   return r;
 }
 
+void *xmemdup(const void *p, size_t n) {
+  void *q = xmalloc(n);
+  memcpy(q, p, n);
+  return q;
+}
+
 char *xstrndup(const char *s, size_t n) {
   char *r = strndup(s, n);
   if (!r)

@@ -72,7 +72,7 @@ static unsigned bucket_of(const char *id) {
 
 static void live_free(struct live *e) {
   free(e->org);
-  free(e->sock_path);
+  memset(&e->guest, 0, sizeof(e->guest));
   free(e->template_name);
   json_decref(e->env);
   pthread_mutex_destroy(&e->m);
@@ -125,6 +125,11 @@ void live_remove(struct moat_control *c, struct live *e) {
     e->refs--; /* never the last: the caller holds one */
   }
   pthread_mutex_unlock(&c->lock);
+}
+
+void ctl_set_guest(struct live *e, const struct moat_instance *inst) {
+  e->guest = inst->guest;
+  snprintf(e->guest.id, sizeof(e->guest.id), "%s", e->id);
 }
 
 struct live *live_new(const char *id, const char *org) {
@@ -388,7 +393,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   e->slot = inst.slot;
   e->pid = inst.pid;
   e->start_time = inst.start_time;
-  e->sock_path = xstrdup(inst.sock_path);
+  ctl_set_guest(e, &inst);
   if (ctl_net_bind(c, id, org, inst.slot, n->network, n->forked_from, err) < 0 ||
       moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
                                      err) < 0) {
@@ -546,7 +551,7 @@ void refresh_ttl(struct moat_control *c, struct live *e) {
 /* Finds org's running sandbox id, refreshes its TTL and returns it with a reference taken (and
  * copies of its socket path and env when asked). ENOENT (absent, another org's, killed), EBUSY
  * (not running). */
-static struct live *acquire_running(struct moat_control *c, const char *org, const char *id, char **sock_path,
+static struct live *acquire_running(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep,
                                     json_t **env, moat_error **err) {
   struct live *e = live_get(c, id);
   if (e && strcmp(e->org, org) != 0) {
@@ -583,18 +588,18 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
     return NULL;
   }
   refresh_ttl(c, e);
-  if (sock_path)
-    *sock_path = xstrdup(e->sock_path);
+  if (ep)
+    *ep = xmemdup(&e->guest, sizeof(e->guest));
   if (env)
     *env = json_deep_copy(e->env);
   pthread_mutex_unlock(&e->m);
   return e;
 }
 
-int moat_control_guest(struct moat_control *c, const char *org, const char *id, char **sock_path, char ***env,
+int moat_control_guest(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep, char ***env,
                        moat_error **err) {
   json_t *envj = NULL;
-  struct live *e = acquire_running(c, org, id, sock_path, env ? &envj : NULL, err);
+  struct live *e = acquire_running(c, org, id, ep, env ? &envj : NULL, err);
   if (!e)
     return -1;
   if (env) {
@@ -627,7 +632,7 @@ int moat_control_netns(struct moat_control *c, const char *org, const char *id, 
 
 int moat_control_exec(struct moat_control *c, const char *org, const char *id,
                       const struct moat_exec_req *req, struct moat_exec_result *res, moat_error **err) {
-  _cleanup_free_ char *sock = NULL;
+  _cleanup_free_ struct moat_guest_ep *sock = NULL;
   json_t *envj = NULL;
   struct live *e = acquire_running(c, org, id, &sock, &envj, err);
   if (!e)
@@ -892,7 +897,7 @@ static int recover(struct moat_control *c, moat_error **err) {
       e->slot = r->slot;
       e->pid = (pid_t)r->pid;
       e->start_time = r->start_time;
-      e->sock_path = xstrdup(inst.sock_path);
+      ctl_set_guest(e, &inst);
       e->env = parse_object(r->env_json);
       e->ttl_seconds = r->ttl_seconds;
       e->persistent = r->persistent;

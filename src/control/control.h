@@ -134,10 +134,10 @@ int moat_control_kill(struct moat_control *c, const char *org, const char *id, c
                       moat_error **err);
 
 /* For exec and files: checks the sandbox is the org's and running, refreshes its TTL, and
- * returns the guest socket path (caller frees) and, when env is not NULL, the sandbox's env as a
+ * returns the guest's endpoint (a copy: caller frees) and, when env is not NULL, the sandbox's env as a
  * "K=V" vector (caller frees with strv_free; moat_control_exec merges req->env over it).
  * EBUSY when not running (creating waits for the create to finish), ENOENT when killed. */
-int moat_control_guest(struct moat_control *c, const char *org, const char *id, char **sock_path,
+int moat_control_guest(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep,
                        char ***env, moat_error **err);
 
 /* For exposed ports: the same checks as moat_control_guest (a hibernated sandbox is woken, a paused

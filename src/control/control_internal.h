@@ -33,7 +33,7 @@ struct live {
   int slot; /* -1 while it holds none (creating, hibernated) */
   pid_t pid;
   uint64_t start_time;
-  char *sock_path;
+  struct moat_guest_ep guest; /* path[0] == '\0' while it holds no slot */
   json_t *env; /* the sandbox's env object */
   int64_t ttl_seconds;
   bool persistent;
@@ -82,6 +82,8 @@ void live_put(struct moat_control *c, struct live *e);
 void live_add(struct moat_control *c, struct live *e);
 void live_remove(struct moat_control *c, struct live *e);
 struct live *live_new(const char *id, const char *org);
+/* Takes the guest endpoint of e's new slot (m held). */
+void ctl_set_guest(struct live *e, const struct moat_instance *inst);
 json_t *parse_object(const char *text); /* never NULL */
 char *dump_object(json_t *j);          /* "{}" for NULL */
 void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r, struct moat_sandbox_info *out);

@@ -398,8 +398,7 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
   if (!was_paused)
     e->paused_at_ms = now;
   e->state = MOAT_SB_HIBERNATED;
-  free(e->sock_path);
-  e->sock_path = NULL;
+  memset(&e->guest, 0, sizeof(e->guest));
   e->pid = 0;
   e->start_time = 0;
   log_info("sandbox %s hibernated (%s): %llu bytes of memory, %llu of disk, %.1f ms", e->id, reason,
@@ -456,8 +455,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
   e->slot = inst.slot;
   e->pid = inst.pid;
   e->start_time = inst.start_time;
-  free(e->sock_path);
-  e->sock_path = xstrdup(inst.sock_path);
+  ctl_set_guest(e, &inst);
   e->paused_at_ms = 0;
   e->db_expires_at_ms = x;
   e->busy_at_ms = now;
@@ -1045,8 +1043,7 @@ int moat_control_rollback(struct moat_control *c, const char *org, const char *i
   e->slot = inst.slot;
   e->pid = inst.pid;
   e->start_time = inst.start_time;
-  free(e->sock_path);
-  e->sock_path = xstrdup(inst.sock_path);
+  ctl_set_guest(e, &inst);
   e->paused_at_ms = 0;
   e->db_expires_at_ms = x;
   __atomic_store_n(&e->expires_at_ms, x, __ATOMIC_RELAXED);

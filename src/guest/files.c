@@ -292,6 +292,19 @@ static uint64_t mount_id(int dirfd, const char *name) {
   return sx.stx_mnt_id;
 }
 
+/* The connection of the operation running in this worker: long operations that send nothing
+ * until they end tell the host now and then that they are alive (proto.h). */
+static int g_beat_fd = -1;
+static uint64_t g_beat_ns;
+
+static void beat(void) {
+  uint64_t now = now_ns();
+  if (g_beat_fd < 0 || now - g_beat_ns < MOAT_PROTO_HEARTBEAT_MS * 1000000ull)
+    return;
+  moat_msg_send_alive(g_beat_fd);
+  g_beat_ns = now;
+}
+
 /* Removes the tree name in dirfd, which is known to be a directory on mount mnt (device dev).
  * Never follows symlinks, never crosses into another mount. 0 or -1 with err. */
 static int remove_tree(int dirfd, const char *name, const char *path, dev_t dev, uint64_t mnt, int depth,
@@ -311,6 +324,7 @@ static int remove_tree(int dirfd, const char *name, const char *path, dev_t dev,
   while (ret == 0 && (errno = 0, de = readdir(d)) != NULL) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
+    beat();
     struct stat st;
     if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
       if (errno == ENOENT)
@@ -530,6 +544,8 @@ static char *path_arg(int fd, const struct moat_msg *req, uint16_t tag, const ch
 
 void guest_file_op(int fd, const struct moat_msg *req, const char *etc_dir) {
   moat_error *err = NULL;
+  g_beat_fd = fd;
+  g_beat_ns = now_ns();
   _cleanup_free_ char *user = moat_msg_get_str(req, MOAT_T_USER);
   struct moat_field f;
   if (!user && moat_msg_find(req, MOAT_T_USER, &f)) {

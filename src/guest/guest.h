@@ -80,4 +80,15 @@ void guest_procs_quiesce(void);
 /* A child reaped by PID 1's waitpid(-1). */
 void guest_procs_reaped(pid_t pid, int status);
 
+/* RENEW (proto.h). After a dispatch, returns the fd of a RENEW request's connection (the caller
+ * owns it and answers REP_OK once renewed), or -1 when none came. */
+int guest_procs_renew_requested(void);
+/* Writes the process table to fd (frames of proto.h's framing), makes the processes' fds survive
+ * an exec and closes every connection. 0 or -1 with err. */
+int guest_procs_save(int fd, moat_error **err);
+/* Rebuilds the table guest_procs_save wrote (fd at its start). 0 or -1 with err. */
+int guest_procs_load(int fd, moat_error **err);
+/* After a failed exec: the saved processes' fds are close-on-exec again. */
+void guest_procs_saved_undo(void);
+
 #endif

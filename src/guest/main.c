@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -251,6 +252,73 @@ static void receive_handoffs(int fd) {
   }
 }
 
+/* RENEW (proto.h): hands the process table to a fresh exec of ourselves. The exec runs with a
+ * real uid other than the effective one, so the kernel makes the new image non-dumpable from its
+ * first instruction (unless fs.suid_dumpable is 1: then we refuse) and nothing in the sandbox can
+ * open it in between. Returns only when the exec failed (the connection answered). */
+static void renew(int conn, int lfd) {
+  moat_error *err = NULL;
+  char sd[8] = "";
+  int sdf = open("/proc/sys/fs/suid_dumpable", O_RDONLY | O_CLOEXEC);
+  if (sdf >= 0) {
+    (void)!read(sdf, sd, sizeof(sd) - 1);
+    close(sdf);
+  }
+  if (sd[0] == '1') {
+    moat_msg_send_error(conn, EPERM, "renew: fs.suid_dumpable is 1: the new image would be dumpable");
+    close(conn);
+    return;
+  }
+  for (int i = 0; i < SPARES; i++)
+    if (spares[i] > 0) {
+      kill(spares[i], SIGKILL);
+      waitpid(spares[i], NULL, 0);
+      spares[i] = 0;
+    }
+  for (int i = 0; i < MAX_BUSY; i++)
+    if (busy_workers[i] > 0) {
+      kill(busy_workers[i], SIGKILL);
+      waitpid(busy_workers[i], NULL, 0);
+      busy_workers[i] = 0;
+    }
+  int state = memfd_create("moat-guest-state", 0);
+  if (state < 0 || guest_procs_save(state, &err) < 0 || lseek(state, 0, SEEK_SET) < 0) {
+    moat_msg_send_error(conn, EIO, "renew: %s", err ? moat_error_msg(err) : strerror(errno));
+    moat_error_free(&err);
+    guest_procs_saved_undo();
+    if (state >= 0)
+      close(state);
+    close(conn);
+    return;
+  }
+  char v_lfd[16], v_state[16], v_conn[16];
+  snprintf(v_lfd, sizeof(v_lfd), "%d", lfd);
+  snprintf(v_state, sizeof(v_state), "%d", state);
+  snprintf(v_conn, sizeof(v_conn), "%d", conn);
+  setenv("MOAT_GUEST_LISTEN_FD", v_lfd, 1);
+  setenv("MOAT_GUEST_STATE_FD", v_state, 1);
+  setenv("MOAT_GUEST_RENEW_FD", v_conn, 1);
+  fd_set_cloexec(lfd, false);
+  fd_set_cloexec(conn, false);
+  fd_set_nonblock(lfd, false);
+  uid_t ruid = getuid(), euid = geteuid();
+  if (syscall(SYS_setresuid, ruid == 65534 ? 65533 : 65534, euid, euid) == 0) {
+    char *argv[] = {"moat-guest", NULL};
+    execve("/proc/self/exe", argv, environ);
+  }
+  int e = errno;
+  syscall(SYS_setresuid, ruid, euid, euid);
+  fd_set_cloexec(lfd, true);
+  fd_set_nonblock(lfd, true);
+  guest_procs_saved_undo();
+  unsetenv("MOAT_GUEST_LISTEN_FD");
+  unsetenv("MOAT_GUEST_STATE_FD");
+  unsetenv("MOAT_GUEST_RENEW_FD");
+  moat_msg_send_error(conn, e, "renew: exec: %s", strerror(e));
+  close(conn);
+  close(state);
+}
+
 static void usage(void) {
   fprintf(stderr, "usage: moat-guest [--listen PATH] [--etc DIR]\n"
                   "  without --listen: MOAT_GUEST_LISTEN_FD and MOAT_GUEST_READY_FD come from the driver\n");
@@ -268,12 +336,20 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  /* Out of reach of the code we run, root included: a non-dumpable process's memory, fds,
+   * environment, root and cwd (/proc/PID/mem, fd/, environ, root, cwd, syscall, maps...) and
+   * ptrace need CAP_SYS_PTRACE over its user namespace, which nothing in the sandbox has. Our
+   * forks (spares, file workers) inherit it; a command we exec is dumpable again (exec resets it). */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+    fprintf(stderr, "moat-guest: PR_SET_DUMPABLE: %s\n", strerror(errno));
+    return 1;
+  }
   ensure_std_fds();
   signal(SIGPIPE, SIG_IGN);
   umask(022);
 
   moat_error *err = NULL;
-  int lfd, ready = -1;
+  int lfd, ready = -1, renewed = -1;
   if (listen_path) {
     lfd = listen_on(listen_path, &err);
     if (lfd < 0) {
@@ -290,8 +366,24 @@ int main(int argc, char **argv) {
     fd_set_cloexec(lfd, true);
     if (ready >= 0)
       fd_set_cloexec(ready, true);
+    int state = env_fd("MOAT_GUEST_STATE_FD");
+    if (state >= 0) { /* a renewal: the table of the image before us */
+      renewed = env_fd("MOAT_GUEST_RENEW_FD");
+      int rc = guest_procs_load(state, &err);
+      close(state);
+      /* back to the uids we ran with (the exec ran with another real uid) */
+      uid_t euid = geteuid();
+      if (rc < 0 || syscall(SYS_setresuid, euid, euid, euid) < 0) {
+        fprintf(stderr, "moat-guest: renew: %s\n", rc < 0 ? moat_error_msg(err) : strerror(errno));
+        return 1;
+      }
+      if (renewed >= 0)
+        fd_set_cloexec(renewed, true);
+    }
     unsetenv("MOAT_GUEST_LISTEN_FD");
     unsetenv("MOAT_GUEST_READY_FD");
+    unsetenv("MOAT_GUEST_STATE_FD");
+    unsetenv("MOAT_GUEST_RENEW_FD");
   }
   fd_set_nonblock(lfd, true);
   if (getpid() == 1) {
@@ -334,6 +426,10 @@ int main(int argc, char **argv) {
     close(ready);
   }
   fork_spares(lfd, notify[1], handoff[1], etc_dir);
+  if (renewed >= 0) {
+    moat_msg_send_empty(renewed, MOAT_REP_OK);
+    close(renewed);
+  }
   for (;;) {
     bool missing = false;
     for (int i = 0; i < SPARES; i++)
@@ -370,12 +466,16 @@ int main(int argc, char **argv) {
       bool q = false;
       while ((k = read(sfd, si, sizeof(si))) > 0)
         for (size_t i = 0; i < (size_t)k / sizeof(si[0]); i++)
-          q |= si[i].ssi_signo == SIGUSR2;
+          q |= si[i].ssi_signo == SIGUSR2 && si[i].ssi_pid == 0; /* from outside our pid namespace:
+                                                                    the host's, not the sandbox's */
       reap_all();
       if (q)
         quiesce();
     }
     guest_procs_dispatch(p, 3, n);
+    int rq = guest_procs_renew_requested();
+    if (rq >= 0)
+      renew(rq, lfd); /* returns only if the exec failed */
     fork_spares(lfd, notify[1], handoff[1], etc_dir);
     if ((p[0].revents | p[1].revents | p[2].revents) & (POLLERR | POLLNVAL)) { /* never spin on a broken fd */
       struct timespec ts = {0, 10 * 1000 * 1000};

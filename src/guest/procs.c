@@ -15,6 +15,7 @@
  * guest_procs_dispatch, so pointers held by this iteration's poll slots stay valid.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -161,6 +162,7 @@ struct conn {
   struct buf out, in;
   bool rd_eof, dead;
   uint64_t deadline_ns; /* C_REQ: the request; C_DONE: the flush; 0 = none */
+  uint64_t beat_ns;     /* C_STREAM: when a REP_ALIVE is due if nothing else was sent */
   uint64_t dropped;     /* bytes not delivered, not yet reported */
 };
 
@@ -184,6 +186,7 @@ struct proc {
 };
 
 static const char *g_etc;
+static int g_renew_fd = -1; /* a RENEW request's connection, for main.c */
 static struct proc *g_procs;
 static struct conn *g_conns;
 static uint8_t g_rbuf[MOAT_PROTO_CHUNK];
@@ -232,6 +235,7 @@ static int conn_flush(struct conn *c) {
       return -1;
     }
     c->out.off += (size_t)w;
+    c->beat_ns = now_ns() + MOAT_PROTO_HEARTBEAT_MS * 1000000ull;
   }
   return 0;
 }
@@ -600,6 +604,7 @@ static void req_exec(struct conn *c, const struct moat_msg *req) {
     return;
   }
   c->kind = C_STREAM;
+  c->beat_ns = now_ns() + MOAT_PROTO_HEARTBEAT_MS * 1000000ull;
   c->p = p;
   c->primary = true;
   c->deadline_ns = 0;
@@ -646,6 +651,7 @@ static void req_attach(struct conn *c, const struct moat_msg *req) {
     conn_finish(c);
   } else {
     c->kind = C_STREAM;
+    c->beat_ns = now_ns() + MOAT_PROTO_HEARTBEAT_MS * 1000000ull;
     c->p = p;
     c->primary = false;
     c->deadline_ns = 0;
@@ -768,6 +774,19 @@ static void handle_request(struct conn *c, const struct moat_msg *req) {
     break;
   case MOAT_REQ_PROCS:
     req_procs(c);
+    break;
+  case MOAT_REQ_RENEW:
+    if (g_renew_fd >= 0) {
+      conn_error(c, EBUSY, "a renewal is under way");
+      break;
+    }
+    g_renew_fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 3);
+    if (g_renew_fd < 0) {
+      conn_error(c, errno, "renew: dup: %s", strerror(errno));
+      break;
+    }
+    fd_set_nonblock(g_renew_fd, false);
+    c->dead = true; /* main.c answers on the duplicate */
     break;
   default:
     conn_error(c, EPROTO, "guest protocol: unknown request type %u", req->type);
@@ -943,6 +962,9 @@ struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms) {
     add_slot(&k, c->fd, ev, S_CONN, c);
     if (c->deadline_ns && (!next || c->deadline_ns < next))
       next = c->deadline_ns;
+    /* a heartbeat is due only where nothing waits to be sent (the host is not reading then) */
+    if (c->kind == C_STREAM && buf_pending(&c->out) == 0 && (!next || c->beat_ns < next))
+      next = c->beat_ns;
   }
   *timeout_ms = -1;
   if (next) {
@@ -1026,6 +1048,12 @@ void guest_procs_dispatch(struct pollfd *pv, size_t base, size_t n) {
       p->timed_out = true;
     }
   for (struct conn *c = g_conns; c; c = c->next) {
+    if (!c->dead && c->kind == C_STREAM && buf_pending(&c->out) == 0 && now >= c->beat_ns) {
+      struct moat_msg alive;
+      moat_msg_init(&alive, MOAT_REP_ALIVE);
+      buf_put_msg(&c->out, &alive);
+      conn_flush(c);
+    }
     if (c->dead || !c->deadline_ns || now < c->deadline_ns)
       continue;
     if (c->kind == C_REQ)
@@ -1035,4 +1063,183 @@ void guest_procs_dispatch(struct pollfd *pv, size_t base, size_t n) {
       c->dead = true;
   }
   sweep();
+}
+
+/* ---- renewal (guest.h) ---- */
+
+int guest_procs_renew_requested(void) {
+  int fd = g_renew_fd;
+  g_renew_fd = -1;
+  return fd;
+}
+
+/* One frame of type STATE_PROC per process, with these fields. */
+#define STATE_PROC 200
+enum state_tag {
+  ST_PID = 1, ST_TAG, ST_ARGV, ST_STARTED, ST_T0, ST_DEADLINE, ST_DURATION, ST_FLAGS, ST_STATUS, ST_FD_OUT,
+  ST_FD_ERR, ST_FD_IN, ST_INQ, ST_RING_OUT, ST_RING_ERR, ST_TOTAL_OUT, ST_TOTAL_ERR, ST_CAP, ST_FWD_OUT, ST_FWD_ERR,
+};
+enum state_flag {
+  SF_RUNNING = 1, SF_PTY = 2, SF_BACKGROUND = 4, SF_KOD = 8, SF_TIMED_OUT = 16, SF_STDIN_OPEN = 32,
+  SF_TRUNC_OUT = 64, SF_TRUNC_ERR = 128,
+};
+
+/* The retained bytes of r, oldest first, into m under tag. */
+static void put_ring(struct moat_msg *m, uint16_t tag, const struct ring *r) {
+  uint64_t keep = r->total < RING_CAP ? r->total : RING_CAP;
+  uint8_t *flat = xmalloc(keep ? keep : 1);
+  size_t pos = (size_t)((r->total - keep) % RING_CAP), off = 0;
+  while (off < keep) {
+    size_t k = RING_CAP - pos < keep - off ? RING_CAP - pos : (size_t)(keep - off);
+    memcpy(flat + off, r->b + pos, k);
+    off += k;
+    pos = (pos + k) % RING_CAP;
+  }
+  moat_msg_put(m, tag, flat, keep);
+  free(flat);
+}
+
+static void keep_fd(int fd, bool across_exec) {
+  if (fd >= 0)
+    fd_set_cloexec(fd, !across_exec);
+}
+
+int guest_procs_save(int fd, moat_error **err) {
+  for (struct conn *c = g_conns; c; c = c->next) {
+    if (c->p && c->primary)
+      c->p->kill_on_disconnect = false; /* as at a quiesce: the process outlives its stream */
+    conn_drop(c);
+  }
+  sweep();
+  struct moat_msg m;
+  moat_msg_init(&m, STATE_PROC);
+  int ret = 0;
+  for (struct proc *p = g_procs; p && ret == 0; p = p->next) {
+    moat_msg_reset(&m, STATE_PROC);
+    moat_msg_put_i32(&m, ST_PID, p->pid);
+    if (p->tag)
+      moat_msg_put_str(&m, ST_TAG, p->tag);
+    for (size_t i = 0; p->argv && p->argv[i]; i++)
+      moat_msg_put_str(&m, ST_ARGV, p->argv[i]);
+    moat_msg_put_i64(&m, ST_STARTED, p->started_ms);
+    moat_msg_put_u64(&m, ST_T0, p->t0_ns);
+    moat_msg_put_u64(&m, ST_DEADLINE, p->deadline_ns);
+    moat_msg_put_u64(&m, ST_DURATION, p->duration_ms);
+    uint32_t flags = (p->running ? SF_RUNNING : 0) | (p->pty ? SF_PTY : 0) | (p->background ? SF_BACKGROUND : 0) |
+                     (p->kill_on_disconnect ? SF_KOD : 0) | (p->timed_out ? SF_TIMED_OUT : 0) |
+                     (p->stdin_open ? SF_STDIN_OPEN : 0) | (p->trunc[0] ? SF_TRUNC_OUT : 0) |
+                     (p->trunc[1] ? SF_TRUNC_ERR : 0);
+    moat_msg_put_u32(&m, ST_FLAGS, flags);
+    moat_msg_put_i32(&m, ST_STATUS, p->status);
+    moat_msg_put_i32(&m, ST_FD_OUT, p->fd[0]);
+    moat_msg_put_i32(&m, ST_FD_ERR, p->fd[1]);
+    moat_msg_put_i32(&m, ST_FD_IN, p->in_fd);
+    moat_msg_put(&m, ST_INQ, p->inq.b ? p->inq.b + p->inq.off : (const uint8_t *)"", buf_pending(&p->inq));
+    put_ring(&m, ST_RING_OUT, &p->ring[0]);
+    put_ring(&m, ST_RING_ERR, &p->ring[1]);
+    moat_msg_put_u64(&m, ST_TOTAL_OUT, p->ring[0].total);
+    moat_msg_put_u64(&m, ST_TOTAL_ERR, p->ring[1].total);
+    moat_msg_put_u64(&m, ST_CAP, p->cap);
+    moat_msg_put_u64(&m, ST_FWD_OUT, p->fwd[0]);
+    moat_msg_put_u64(&m, ST_FWD_ERR, p->fwd[1]);
+    if (moat_msg_send(fd, &m) < 0)
+      ret = moat_error_errno(err, "save the process table");
+  }
+  moat_msg_free(&m);
+  if (ret == 0)
+    for (struct proc *p = g_procs; p; p = p->next) {
+      keep_fd(p->fd[0], true);
+      keep_fd(p->fd[1], true);
+      keep_fd(p->in_fd, true);
+    }
+  return ret;
+}
+
+void guest_procs_saved_undo(void) {
+  for (struct proc *p = g_procs; p; p = p->next) {
+    keep_fd(p->fd[0], false);
+    keep_fd(p->fd[1], false);
+    keep_fd(p->in_fd, false);
+  }
+}
+
+/* An fd the saved table names: open in this image, or -1. */
+static int saved_fd(const struct moat_msg *m, uint16_t tag) {
+  int32_t fd = -1;
+  if (moat_msg_get_i32(m, tag, &fd) < 0 || fd < 0 || fcntl(fd, F_GETFD) < 0)
+    return -1;
+  fd_set_cloexec(fd, true);
+  fd_set_nonblock(fd, true);
+  return fd;
+}
+
+/* Rebuilds ring r from the retained bytes and the total ever written. */
+static void load_ring(struct ring *r, const struct moat_msg *m, uint16_t data_tag, uint16_t total_tag) {
+  struct moat_field f;
+  uint64_t total = 0;
+  moat_msg_get_u64(m, total_tag, &total);
+  if (!moat_msg_find(m, data_tag, &f) || f.len > RING_CAP || f.len > total)
+    return;
+  r->total = total - f.len; /* ring_put lays the bytes out where total puts them */
+  ring_put(r, f.data, f.len);
+  r->total = total;
+}
+
+int guest_procs_load(int fd, moat_error **err) {
+  struct moat_msg m;
+  moat_msg_init(&m, 0);
+  struct proc **tail = &g_procs;
+  while (*tail)
+    tail = &(*tail)->next;
+  int ret = 0;
+  for (;;) {
+    int r = moat_msg_recv(fd, &m, err);
+    if (r <= 0) {
+      ret = r;
+      break;
+    }
+    int32_t pid = 0, status = 0;
+    uint32_t flags = 0;
+    if (m.type != STATE_PROC || moat_msg_get_i32(&m, ST_PID, &pid) < 0 || pid <= 0) {
+      ret = moat_error_set(err, EPROTO, "renew: malformed saved process");
+      break;
+    }
+    struct proc *p = xcalloc(1, sizeof(*p));
+    p->pid = pid;
+    p->tag = moat_msg_get_str(&m, ST_TAG);
+    p->argv = moat_msg_get_strv(&m, ST_ARGV);
+    if (!p->argv)
+      p->argv = xcalloc(1, sizeof(char *));
+    moat_msg_get_i64(&m, ST_STARTED, &p->started_ms);
+    moat_msg_get_u64(&m, ST_T0, &p->t0_ns);
+    moat_msg_get_u64(&m, ST_DEADLINE, &p->deadline_ns);
+    moat_msg_get_u64(&m, ST_DURATION, &p->duration_ms);
+    moat_msg_get_u32(&m, ST_FLAGS, &flags);
+    moat_msg_get_i32(&m, ST_STATUS, &status);
+    p->status = status;
+    p->running = flags & SF_RUNNING;
+    p->pty = flags & SF_PTY;
+    p->background = flags & SF_BACKGROUND;
+    p->kill_on_disconnect = flags & SF_KOD;
+    p->timed_out = flags & SF_TIMED_OUT;
+    p->stdin_open = flags & SF_STDIN_OPEN;
+    p->trunc[0] = flags & SF_TRUNC_OUT;
+    p->trunc[1] = flags & SF_TRUNC_ERR;
+    p->fd[0] = saved_fd(&m, ST_FD_OUT);
+    p->fd[1] = saved_fd(&m, ST_FD_ERR);
+    p->in_fd = saved_fd(&m, ST_FD_IN);
+    struct moat_field f;
+    if (moat_msg_find(&m, ST_INQ, &f) && f.len > 0)
+      buf_put(&p->inq, f.data, f.len);
+    load_ring(&p->ring[0], &m, ST_RING_OUT, ST_TOTAL_OUT);
+    load_ring(&p->ring[1], &m, ST_RING_ERR, ST_TOTAL_ERR);
+    p->cap = DEFAULT_MAX_OUTPUT;
+    moat_msg_get_u64(&m, ST_CAP, &p->cap);
+    moat_msg_get_u64(&m, ST_FWD_OUT, &p->fwd[0]);
+    moat_msg_get_u64(&m, ST_FWD_ERR, &p->fwd[1]);
+    *tail = p;
+    tail = &p->next;
+  }
+  moat_msg_free(&m);
+  return ret < 0 ? -1 : 0;
 }

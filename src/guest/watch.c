@@ -195,10 +195,15 @@ void guest_watch(int fd, const char *path, bool recursive) {
   _Alignas(struct inotify_event) uint8_t buf[64 << 10];
   while (!w.failed) {
     struct pollfd p[2] = {{.fd = w.ifd, .events = POLLIN}, {.fd = fd, .events = POLLIN}};
-    if (poll(p, 2, -1) < 0) {
+    int pr = poll(p, 2, MOAT_PROTO_HEARTBEAT_MS);
+    if (pr < 0) {
       if (errno == EINTR)
         continue;
       break;
+    }
+    if (pr == 0) { /* quiet: tell the host we are alive */
+      moat_msg_send_alive(fd);
+      continue;
     }
     if (p[1].revents) { /* the host closed (or sent something: a watch takes no input) */
       uint8_t junk[256];

@@ -277,6 +277,10 @@ static bool v2_frozen(const char *dir) {
   return strstr(s, "frozen 1") != NULL;
 }
 
+char *moat_cgroup_events_path(struct moat_cgroups *cg, int slot) {
+  return xasprintf("%s/slot-%d/cgroup.events", cg->v2, slot);
+}
+
 bool moat_cgroup_frozen(struct moat_cgroups *cg, int slot) {
   _cleanup_free_ char *d = slot_dir(cg->v2, slot);
   return v2_frozen(d);

@@ -38,6 +38,8 @@ int moat_cgroup_remove(struct moat_cgroups *cg, int slot, moat_error **err);
  * Idempotent. ENOENT when the slot has no v2 cgroup, ETIMEDOUT when the state did not settle
  * (the request stays written: the kernel finishes it on its own). 0 or -1. */
 int moat_cgroup_freeze(struct moat_cgroups *cg, int slot, bool frozen, int timeout_ms, moat_error **err);
+/* Path of the slot's v2 cgroup.events ("frozen 0|1"); caller frees. */
+char *moat_cgroup_events_path(struct moat_cgroups *cg, int slot);
 /* True when the slot's v2 cgroup reports frozen. */
 bool moat_cgroup_frozen(struct moat_cgroups *cg, int slot);
 /* True when slot-N exists in the v2 tree and holds processes. */

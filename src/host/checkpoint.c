@@ -10,8 +10,10 @@
  * Checkpoint: freeze the slot's v2 cgroup at a moment when no moatd connection to the guest is
  * open (freeze_quiet), copy the upper dir, let CRIU dump the frozen tree (--freeze-cgroup: it
  * finds the tasks frozen and leaves them so), thaw (or destroy the slot for a hibernate). The
- * guest listens inside the sandbox (/run/moat/guest.sock, shell.c), so its listener is an
- * ordinary unix socket of the tree that CRIU dumps and restores; moatd connects per request, so
+ * guest's listener is a unix socket of the tree, bound in the host's SLOT/chan, which the sandbox
+ * sees as the external bind mount /run/moat/.sock (shell.h): CRIU dumps the mount as external
+ * (key MOAT_CHAN_EXT_KEY) and the socket with it, and a restore binds the key to the new slot's
+ * chan, where the restored guest binds its socket again; moatd connects per request, so
  * none is open at the freeze unless a stream, watch or PTY is attached (then EBUSY). The network
  * namespace (loopback only) is dumped and rebuilt by CRIU: a prepared one cannot be handed over,
  * since CRIU creates the restored user namespace itself and a namespace made before belongs to
@@ -405,6 +407,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
   if (moat_host_slot_view(h, slot, &v, err) < 0)
     return moat_error_wrap(err, "checkpoint");
   _cleanup_free_ char *slot_dir = v.slot_dir;
+  _cleanup_free_ char *chan_dir = v.chan_dir; /* the dump needs only the mount inside */
   _cleanup_close_ int disk = v.disk_fd;
   if (disk < 0 && (disk = reattach_disk(slot_dir, v.disks_dir, slot, err)) < 0)
     return moat_error_wrap(err, "checkpoint slot %d: find its writable layer", slot);
@@ -454,6 +457,8 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     argv[a++] = "-v2";
     argv[a++] = "--freeze-cgroup";
     argv[a++] = cgdir;
+    argv[a++] = "--external";
+    argv[a++] = "mnt[" MOAT_GUEST_SOCK_DIR "]:" MOAT_CHAN_EXT_KEY;
     argv[a++] = "--ext-mount-map";
     argv[a++] = "auto";
     argv[a++] = "--network-lock";
@@ -779,11 +784,11 @@ static int write_script(const char *path, moat_error **err) {
   return 0;
 }
 
-static int wait_guest(const char *sock, moat_error **err) {
+static int wait_guest(const struct moat_guest_ep *ep, moat_error **err) {
   uint64_t deadline = now_ns() + (uint64_t)GUEST_READY_MS * 1000000ull;
   for (;;) {
     moat_error *e = NULL;
-    if (moat_guest_ping(sock, 2000, &e) == 0)
+    if (moat_guest_ping(ep, 2000, &e) == 0)
       return 0;
     if (now_ns() >= deadline) {
       *err = e;
@@ -842,7 +847,8 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   _cleanup_free_ char *images = xasprintf("%s/images", slot_dir);
   _cleanup_free_ char *pidfile = xasprintf("%s/criu.pid", slot_dir);
   _cleanup_free_ char *log = xasprintf("%s/restore.log", slot_dir);
-  _cleanup_free_ char *sock = xasprintf("%s/guest.sock", slot_dir);
+  _cleanup_free_ char *chan_dir = v.chan_dir;
+  _cleanup_free_ char *chan_map = xasprintf(MOAT_CHAN_EXT_KEY ":%s", chan_dir);
   _cleanup_free_ char *net_script = xasprintf("%s/criu-net.sh", slot_dir);
   _cleanup_free_ char *ovl = xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
   _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1;
@@ -855,7 +861,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
     goto fail;
   }
   cg_fd = moat_cgroup_create(v.cgroups, n, limits, err);
-  if (cg_fd < 0)
+  if (cg_fd < 0 || moat_shell_chan_prepare(chan_dir, v.uid_base, err) < 0)
     goto fail;
   mark("slot, dirs, cgroups", &tm);
   disk = moat_disk_create(img, limits->disk_mb, v.uid_base, err);
@@ -890,6 +896,8 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                     "--restore-detached",
                     "--pidfile",
                     pidfile,
+                    "--ext-mount-map",
+                    chan_map,
                     "--ext-mount-map",
                     "auto",
                     "--manage-cgroups=ignore",
@@ -949,10 +957,13 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
     goto fail;
   }
   holder_end(&hd);
-  if (moat_shell_lock_sock(pid, err) < 0 || moat_shell_link_sock(slot_dir, pid, err) < 0)
-    goto fail;
-  if (wait_guest(sock, err) < 0)
-    goto fail;
+  {
+    struct moat_guest_ep ep;
+    _cleanup_free_ char *events = moat_cgroup_events_path(v.cgroups, n);
+    moat_shell_chan_ep(chan_dir, pid, v.uid_base, events, &ep);
+    if (moat_shell_chan_lock(chan_dir, err) < 0 || wait_guest(&ep, err) < 0 || moat_guest_renew(&ep, err) < 0)
+      goto fail;
+  }
   mark("guest answers", &tm);
   if (getenv("MOAT_CRIU_KEEP_LOGS")) {
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);

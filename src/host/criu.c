@@ -167,8 +167,17 @@ int moat_criu_child_setup(void) {
     return -1;
   if (!kdat)
     return 0;
-  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") < 0)
+  /* /run/moat stays visible under the new /run: a restore binds the new slot's guest channel
+   * dir from there (shell.h). */
+  int keep = open_tree(AT_FDCWD, "/run/moat", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (keep < 0)
     return -1;
+  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") < 0 || mkdir("/run/moat", 0755) < 0 ||
+      move_mount(keep, "", AT_FDCWD, "/run/moat", MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+    close(keep);
+    return -1;
+  }
+  close(keep);
   int fd = open("/run/criu.kdat", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0)
     return -1;

@@ -1,7 +1,7 @@
 /* driver.h -- the isolation driver interface: what control/ may ask of a host
  *
  * A host owns a pool of slots. A slot is everything one sandbox needs on this host: a uid range,
- * a cgroup directory, a writable-layer disk, a guest socket. A running sandbox occupies one slot;
+ * a cgroup directory, a writable-layer disk, a guest channel. A running sandbox occupies one slot;
  * control/ remembers (sandbox id -> slot, init pid, generation) in the store and hands them back
  * to adopt or destroy after a restart. Nothing above host/ knows which driver runs.
  *
@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "../common/error.h"
+#include "guest_client.h"
 
 struct moat_host;
 struct moat_net;
@@ -44,7 +45,7 @@ struct moat_instance {
   pid_t pid;            /* host pid of the sandbox's init (moat-guest) */
   uint64_t start_time;  /* init's start time (clock ticks after boot, /proc/PID/stat field 22):
                            with pid it names the process across pid reuse */
-  char sock_path[4096]; /* guest socket, for guest_client.h */
+  struct moat_guest_ep guest; /* the guest channel (guest_client.h) */
   uint64_t ready_ns;    /* how long create took inside the host, for metrics */
   bool from_pool;       /* a warm shell was used */
 };
@@ -121,7 +122,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
  * from a sandbox of template_name: the same processes, memory, open files and disk, in its own
  * namespaces, cgroups, uid range and writable layer, diverging from there. dir is only read: it
  * may be restored many times, also concurrently. limits apply to the new sandbox. The guest
- * answers on out->sock_path once this returns. On failure nothing is left behind. Returns 0 and
+ * answers on out->guest once this returns. On failure nothing is left behind. Returns 0 and
  * fills out like moat_host_create, or -1. */
 int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
                       const struct moat_limits *limits, struct moat_instance *out, moat_error **err);

@@ -2,6 +2,7 @@
 #include "guest_client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -11,27 +12,214 @@
 #include <unistd.h>
 
 #include "../common/buf.h"
+#include "../common/log.h"
 #include "../common/util.h"
 #include "../proto/proto.h"
 
 #define DEFAULT_MAX_OUTPUT (16ull << 20)
 
-static int guest_connect(const char *sock_path, moat_error **err) {
+static unsigned g_timeout_ms = MOAT_GUEST_TIMEOUT_MS_DEFAULT;
+static void (*g_hook)(const struct moat_guest_ep *, void *);
+static void *g_hook_arg;
+
+void moat_guest_set_timeout_ms(unsigned ms) {
+  g_timeout_ms = ms < 3 * MOAT_PROTO_HEARTBEAT_MS ? 3 * MOAT_PROTO_HEARTBEAT_MS : ms;
+}
+unsigned moat_guest_timeout_ms(void) { return g_timeout_ms; }
+
+bool moat_guest_ep_same(const struct moat_guest_ep *a, const struct moat_guest_ep *b) {
+  return a->pid == b->pid && a->uid == b->uid && strncmp(a->path, b->path, sizeof(a->path)) == 0;
+}
+
+void moat_guest_set_unreachable_hook(void (*fn)(const struct moat_guest_ep *, void *), void *arg) {
+  g_hook = fn;
+  g_hook_arg = arg;
+}
+
+/* One connection to a guest: its socket, whom it belongs to and when the guest last spoke. */
+struct gconn {
+  int fd;
+  struct moat_guest_ep ep;
+  uint64_t last_rx_ns; /* atomic: the last frame from the guest (or the connect) */
+};
+
+/* Hands e up as *err (when the caller wants it and has none yet). Returns -1. */
+static int pass_error(moat_error **err, moat_error *e) {
+  if (err && !*err)
+    *err = e;
+  else
+    moat_error_free(&e);
+  return -1;
+}
+
+static uint64_t ms_ns(uint64_t ms) { return ms * 1000000ull; }
+
+/* True when the sandbox's cgroup reports frozen: paused or being checkpointed on purpose. */
+static bool ep_frozen(const struct moat_guest_ep *ep) {
+  if (!ep->frozen_path[0])
+    return false;
+  char buf[256];
+  _cleanup_close_ int fd = open(ep->frozen_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0)
+    return false;
+  buf[n] = '\0';
+  return strstr(buf, "frozen 1") != NULL;
+}
+
+static int unreachable(const struct gconn *g, const char *what, moat_error **err) {
+  if (g_hook)
+    g_hook(&g->ep, g_hook_arg);
+  return moat_error_set(err, EHOSTUNREACH, "sandbox guest did not answer for %u ms (%s)", g_timeout_ms, what);
+}
+
+/* Connects to ep and checks that the listener is the sandbox's init (SO_PEERCRED). The socket
+ * stays blocking (sends use MSG_DONTWAIT); SO_RCVTIMEO bounds a frame that stops half-way. */
+static int gc_open(struct gconn *g, const struct moat_guest_ep *ep, moat_error **err) {
+  g->fd = -1;
+  g->ep = *ep;
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (strlen(sock_path) >= sizeof(sa.sun_path))
-    return moat_error_set(err, ENAMETOOLONG, "guest socket path too long");
-  strcpy(sa.sun_path, sock_path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  size_t len = strnlen(ep->path, sizeof(ep->path));
+  if (len == 0 || len >= sizeof(sa.sun_path))
+    return moat_error_set(err, ECONNREFUSED, "sandbox guest: no socket path");
+  memcpy(sa.sun_path, ep->path, len + 1);
+  _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return moat_error_errno(err, "socket");
+  /* a full backlog makes connect wait: at most the guest timeout */
+  struct timeval tv = {.tv_sec = g_timeout_ms / 1000, .tv_usec = (g_timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
     if (errno == EINTR)
       continue;
-    moat_error_errno(err, "connect to sandbox guest");
-    close(fd);
-    return -1;
+    if (errno == EAGAIN || errno == EINPROGRESS) {
+      g->last_rx_ns = 0;
+      return unreachable(g, "its socket's backlog stayed full", err);
+    }
+    int e = errno;
+    return moat_error_set(err, ECONNREFUSED, "connect to sandbox guest: %s", strerror(e));
   }
-  return fd;
+  struct ucred cred;
+  socklen_t cl = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
+    return moat_error_errno(err, "sandbox guest: SO_PEERCRED");
+  if (cred.pid != ep->pid || cred.uid != ep->uid) {
+    log_warn("guest socket %s: peer is pid %d uid %u, not the sandbox's init (pid %d uid %u): refused", ep->path,
+             (int)cred.pid, (unsigned)cred.uid, (int)ep->pid, (unsigned)ep->uid);
+    return moat_error_set(err, EPROTO, "sandbox guest: the socket's peer is not the sandbox's init");
+  }
+  g->last_rx_ns = now_ns();
+  g->fd = steal_fd(&fd);
+  return 0;
+}
+
+/* Waits until fd is readable. 1 readable; 0 when timeout_ms (>= 0) passed first; -1 with
+ * EHOSTUNREACH when the guest sent nothing for the guest timeout (frozen sandboxes excepted). */
+static int gc_wait_readable(struct gconn *g, int timeout_ms, moat_error **err) {
+  uint64_t cend = timeout_ms >= 0 ? now_ns() + ms_ns((uint64_t)timeout_ms) : 0;
+  for (;;) {
+    uint64_t now = now_ns();
+    uint64_t dead = __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED) + ms_ns(g_timeout_ms);
+    uint64_t until = timeout_ms >= 0 && cend < dead ? cend : dead;
+    int wait = until > now ? (int)((until - now + 999999) / 1000000) : 0;
+    struct pollfd p = {.fd = g->fd, .events = POLLIN};
+    int r = poll(&p, 1, wait);
+    if (r > 0)
+      return 1;
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      return moat_error_errno(err, "poll the sandbox guest");
+    }
+    now = now_ns();
+    if (timeout_ms >= 0 && now >= cend)
+      return 0;
+    if (now >= __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED) + ms_ns(g_timeout_ms)) {
+      if (!ep_frozen(&g->ep))
+        return unreachable(g, "waiting for its answer", err);
+      __atomic_store_n(&g->last_rx_ns, now, __ATOMIC_RELAXED);
+    }
+  }
+}
+
+/* Receives the next frame that is not a heartbeat. 1 with a frame, 0 at EOF, -1 on error
+ * (ETIMEDOUT when timeout_ms >= 0 passed first: the connection stays usable). */
+static int gc_recv(struct gconn *g, struct moat_msg *m, int timeout_ms, moat_error **err) {
+  uint64_t cend = timeout_ms >= 0 ? now_ns() + ms_ns((uint64_t)timeout_ms) : 0;
+  for (;;) {
+    int left = -1;
+    if (timeout_ms >= 0) {
+      uint64_t now = now_ns();
+      left = cend > now ? (int)((cend - now + 999999) / 1000000) : 0;
+    }
+    int w = gc_wait_readable(g, left, err);
+    if (w < 0)
+      return -1;
+    if (w == 0)
+      return moat_error_set(err, ETIMEDOUT, "no frame from the guest in %d ms", timeout_ms);
+    moat_error *e = NULL;
+    int r = moat_msg_recv(g->fd, m, &e);
+    if (r < 0) {
+      if (e && (e->status == EAGAIN || e->status == EWOULDBLOCK)) {
+        moat_error_free(&e);
+        return unreachable(g, "a frame stopped half-way", err);
+      }
+      return pass_error(err, e);
+    }
+    if (r == 0)
+      return 0;
+    __atomic_store_n(&g->last_rx_ns, now_ns(), __ATOMIC_RELAXED);
+    if (m->type != MOAT_REP_ALIVE)
+      return 1;
+  }
+}
+
+/* moat_msg_send_wait's wait: room in the socket within the guest timeout, counted from whichever
+ * is later, this wait's start or the guest's last frame (a guest that streams or beats its heart
+ * while not reading input is alive: a command that does not read its stdin). */
+static int gc_send_wait(void *arg) {
+  struct gconn *g = arg;
+  uint64_t start = now_ns();
+  for (;;) {
+    struct pollfd p = {.fd = g->fd, .events = POLLOUT};
+    int r = poll(&p, 1, 1000);
+    if (r > 0)
+      return 0;
+    if (r < 0 && errno != EINTR)
+      return -1;
+    uint64_t now = now_ns(), last = __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED);
+    uint64_t from = last > start ? last : start;
+    if (now >= from + ms_ns(g_timeout_ms)) {
+      if (!ep_frozen(&g->ep)) {
+        if (g_hook)
+          g_hook(&g->ep, g_hook_arg);
+        errno = EHOSTUNREACH;
+        return -1;
+      }
+      start = now;
+    }
+  }
+}
+
+static int gc_send(struct gconn *g, const struct moat_msg *m, const char *what, moat_error **err) {
+  if (moat_msg_send_wait(g->fd, m, gc_send_wait, g) < 0)
+    return moat_error_errno(err, "send %s to the sandbox guest", what);
+  return 0;
+}
+
+static int gc_send_data(struct gconn *g, uint8_t type, const void *data, size_t len, moat_error **err) {
+  if (moat_msg_send_data_wait(g->fd, type, data, len, gc_send_wait, g) < 0)
+    return moat_error_errno(err, "send data to the sandbox guest");
+  return 0;
+}
+
+static void gc_close(struct gconn *g) {
+  if (g->fd >= 0)
+    close(g->fd);
+  g->fd = -1;
 }
 
 /* Turns a REP_ERROR frame into err (status = the guest's errno). */
@@ -49,25 +237,26 @@ static int unexpected(const struct moat_msg *m, const char *what, moat_error **e
 }
 
 /* Receives one frame; EOF is an error here. */
-static int recv_frame(int fd, struct moat_msg *m, moat_error **err) {
-  int r = moat_msg_recv(fd, m, err);
+static int recv_frame(struct gconn *g, struct moat_msg *m, moat_error **err) {
+  int r = gc_recv(g, m, -1, err);
   if (r == 0)
     return moat_error_set(err, EPIPE, "sandbox guest closed the connection");
   return r < 0 ? -1 : 0;
 }
 
-static int simple_request(const char *sock_path, struct moat_msg *req, moat_error **err) {
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
+static int simple_request(const struct moat_guest_ep *ep, struct moat_msg *req, moat_error **err) {
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
     return -1;
-  if (moat_msg_send(fd, req) < 0)
-    return moat_error_errno(err, "send to sandbox guest");
+  int ret = gc_send(&g, req, "a request", err);
   struct moat_msg rep;
   moat_msg_init(&rep, 0);
-  int ret = recv_frame(fd, &rep, err);
+  if (ret == 0)
+    ret = recv_frame(&g, &rep, err);
   if (ret == 0 && rep.type != MOAT_REP_OK)
     ret = unexpected(&rep, "instead of ok", err);
   moat_msg_free(&rep);
+  gc_close(&g);
   return ret;
 }
 
@@ -84,7 +273,7 @@ void moat_exec_result_free(struct moat_exec_result *r) {
 
 
 struct stdin_feed {
-  int fd;
+  struct gconn *g;
   pthread_mutex_t *lock;
   const char *data;
   size_t len;
@@ -95,20 +284,22 @@ static void *feed_stdin(void *arg) {
   for (size_t off = 0; off < f->len;) {
     size_t n = f->len - off > MOAT_PROTO_CHUNK ? MOAT_PROTO_CHUNK : f->len - off;
     pthread_mutex_lock(f->lock);
-    int r = moat_msg_send_data(f->fd, MOAT_MSG_DATA, f->data + off, n);
+    int r = moat_msg_send_data_wait(f->g->fd, MOAT_MSG_DATA, f->data + off, n, gc_send_wait, f->g);
     pthread_mutex_unlock(f->lock);
     if (r < 0)
-      return NULL; /* the command exited without reading all of it */
+      return NULL; /* the command exited without reading all of it, or the guest is gone */
     off += n;
   }
   pthread_mutex_lock(f->lock);
-  moat_msg_send_empty(f->fd, MOAT_MSG_END);
+  struct moat_msg end;
+  moat_msg_init(&end, MOAT_MSG_END);
+  moat_msg_send_wait(f->g->fd, &end, gc_send_wait, f->g);
   pthread_mutex_unlock(f->lock);
   return NULL;
 }
 
 struct moat_proc_stream {
-  int fd;
+  struct gconn g;
   struct moat_msg m;
   pthread_mutex_t send_lock; /* input, resize and the stdin feeder send whole frames */
   bool feeding, ended;
@@ -116,9 +307,11 @@ struct moat_proc_stream {
   struct stdin_feed feed;
 };
 
-static struct moat_proc_stream *stream_new(int fd) {
+/* Takes over g's connection. */
+static struct moat_proc_stream *stream_new(struct gconn *g) {
   struct moat_proc_stream *s = xcalloc(1, sizeof(*s));
-  s->fd = fd;
+  s->g = *g;
+  g->fd = -1;
   moat_msg_init(&s->m, 0);
   pthread_mutex_init(&s->send_lock, NULL);
   return s;
@@ -128,16 +321,16 @@ void moat_proc_stream_close(struct moat_proc_stream *s) {
   if (!s)
     return;
   if (s->feeding) {
-    shutdown(s->fd, SHUT_RDWR); /* unblocks a feeder stuck on a dead guest */
+    shutdown(s->g.fd, SHUT_RDWR); /* unblocks a feeder stuck on a dead guest */
     pthread_join(s->feeder, NULL);
   }
-  close(s->fd);
+  gc_close(&s->g);
   moat_msg_free(&s->m);
   pthread_mutex_destroy(&s->send_lock);
   free(s);
 }
 
-int moat_proc_stream_fd(const struct moat_proc_stream *s) { return s->fd; }
+int moat_proc_stream_fd(const struct moat_proc_stream *s) { return s->g.fd; }
 
 static void put_target(struct moat_msg *m, int pid, const char *tag) {
   if (tag && *tag)
@@ -152,7 +345,7 @@ static int check_target(int pid, const char *tag, moat_error **err) {
   return 0;
 }
 
-int moat_guest_exec_start(const char *sock_path, const struct moat_exec_req *req, const struct moat_exec_opts *opts,
+int moat_guest_exec_start(const struct moat_guest_ep *ep, const struct moat_exec_req *req, const struct moat_exec_opts *opts,
                           struct moat_proc_stream **out, int *pid, moat_error **err) {
   static const struct moat_exec_opts none = {0};
   if (!opts)
@@ -165,8 +358,8 @@ int moat_guest_exec_start(const char *sock_path, const struct moat_exec_req *req
     return moat_error_set(err, EINVAL, "exec: empty argv");
   if ((opts->pty_cols == 0) != (opts->pty_rows == 0))
     return moat_error_set(err, EINVAL, "exec: a pty needs both columns and rows");
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
     return -1;
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_EXEC);
@@ -194,11 +387,7 @@ int moat_guest_exec_start(const char *sock_path, const struct moat_exec_req *req
   if (opts->keep_on_disconnect)
     moat_msg_put_u32(&m, MOAT_T_KILL_ON_DISCONNECT, 0);
   int ret = -1;
-  if (moat_msg_send(fd, &m) < 0) {
-    moat_error_errno(err, "send exec request to sandbox guest");
-    goto done;
-  }
-  if (recv_frame(fd, &m, err) < 0)
+  if (gc_send(&g, &m, "an exec request", err) < 0 || recv_frame(&g, &m, err) < 0)
     goto done;
   if (m.type != MOAT_REP_STARTED) {
     unexpected(&m, "to exec", err);
@@ -209,14 +398,14 @@ int moat_guest_exec_start(const char *sock_path, const struct moat_exec_req *req
   if (pid)
     *pid = p;
   if (opts->background) {
-    ret = has_stdin ? moat_guest_proc_stdin(sock_path, p, NULL, req->stdin_data, req->stdin_len, true, err) : 0;
+    ret = has_stdin ? moat_guest_proc_stdin(ep, p, NULL, req->stdin_data, req->stdin_len, true, err) : 0;
     goto done;
   }
-  struct moat_proc_stream *s = stream_new(steal_fd(&fd));
+  struct moat_proc_stream *s = stream_new(&g);
   if (has_stdin) {
     /* stdin is fed by a thread while the caller drains output: a command that writes a lot before
      * reading its input cannot deadlock the two directions. */
-    s->feed = (struct stdin_feed){.fd = s->fd, .lock = &s->send_lock, .data = req->stdin_data, .len = req->stdin_len};
+    s->feed = (struct stdin_feed){.g = &s->g, .lock = &s->send_lock, .data = req->stdin_data, .len = req->stdin_len};
     s->feeding = pthread_create(&s->feeder, NULL, feed_stdin, &s->feed) == 0;
     if (!s->feeding) {
       moat_proc_stream_close(s);
@@ -231,6 +420,7 @@ int moat_guest_exec_start(const char *sock_path, const struct moat_exec_req *req
   ret = 0;
 done:
   moat_msg_free(&m);
+  gc_close(&g);
   return ret;
 }
 
@@ -271,32 +461,31 @@ static int parse_proc(const struct moat_msg *m, struct moat_proc_info *p, moat_e
   return 0;
 }
 
-int moat_guest_attach(const char *sock_path, int pid, const char *tag, bool replay, struct moat_proc_stream **out,
+int moat_guest_attach(const struct moat_guest_ep *ep, int pid, const char *tag, bool replay, struct moat_proc_stream **out,
                       struct moat_proc_info *info, moat_error **err) {
   *out = NULL;
   if (info)
     memset(info, 0, sizeof(*info));
   if (check_target(pid, tag, err) < 0)
     return -1;
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
     return -1;
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_ATTACH);
   put_target(&m, pid, tag);
   moat_msg_put_u32(&m, MOAT_T_REPLAY, replay ? 1 : 0);
   int ret = -1;
-  if (moat_msg_send(fd, &m) < 0) {
-    moat_error_errno(err, "send attach");
-  } else if (recv_frame(fd, &m, err) == 0) {
+  if (gc_send(&g, &m, "attach", err) == 0 && recv_frame(&g, &m, err) == 0) {
     if (m.type != MOAT_REP_PROC) {
       unexpected(&m, "to attach", err);
     } else if (!info || parse_proc(&m, info, err) == 0) {
-      *out = stream_new(steal_fd(&fd));
+      *out = stream_new(&g);
       ret = 0;
     }
   }
   moat_msg_free(&m);
+  gc_close(&g);
   return ret;
 }
 
@@ -305,19 +494,13 @@ int moat_proc_stream_next(struct moat_proc_stream *s, struct moat_proc_event *ev
   for (;;) {
     if (s->ended)
       return 0;
-    if (timeout_ms >= 0) {
-      struct pollfd p = {.fd = s->fd, .events = POLLIN};
-      int r;
-      while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
-        ;
-      if (r < 0)
-        return moat_error_errno(err, "poll");
-      if (r == 0)
-        return moat_error_set(err, ETIMEDOUT, "no event from the process in %d ms", timeout_ms);
+    moat_error *e = NULL;
+    int r = gc_recv(&s->g, &s->m, timeout_ms, &e);
+    if (r < 0) {
+      if (e->status != ETIMEDOUT)
+        s->ended = true;
+      return pass_error(err, e);
     }
-    int r = moat_msg_recv(s->fd, &s->m, err);
-    if (r < 0)
-      return -1;
     if (r == 0) {
       s->ended = true;
       return 0;
@@ -363,11 +546,9 @@ int moat_proc_stream_next(struct moat_proc_stream *s, struct moat_proc_event *ev
 
 static int stream_send(struct moat_proc_stream *s, const struct moat_msg *m, moat_error **err) {
   pthread_mutex_lock(&s->send_lock);
-  int r = moat_msg_send(s->fd, m);
+  int r = gc_send(&s->g, m, "to the process stream", err);
   pthread_mutex_unlock(&s->send_lock);
-  if (r < 0)
-    return moat_error_errno(err, "send to the process stream");
-  return 0;
+  return r;
 }
 
 int moat_proc_stream_input(struct moat_proc_stream *s, const void *data, size_t len, moat_error **err) {
@@ -375,10 +556,10 @@ int moat_proc_stream_input(struct moat_proc_stream *s, const void *data, size_t 
   while (len > 0) {
     size_t n = len > MOAT_PROTO_CHUNK ? MOAT_PROTO_CHUNK : len;
     pthread_mutex_lock(&s->send_lock);
-    int r = moat_msg_send_data(s->fd, MOAT_MSG_DATA, p, n);
+    int r = gc_send_data(&s->g, MOAT_MSG_DATA, p, n, err);
     pthread_mutex_unlock(&s->send_lock);
     if (r < 0)
-      return moat_error_errno(err, "send input to the process");
+      return -1;
     p += n;
     len -= n;
   }
@@ -403,7 +584,7 @@ int moat_proc_stream_resize(struct moat_proc_stream *s, uint32_t cols, uint32_t 
   return r;
 }
 
-int moat_guest_proc_stdin(const char *sock_path, int pid, const char *tag, const void *data, size_t len,
+int moat_guest_proc_stdin(const struct moat_guest_ep *ep, int pid, const char *tag, const void *data, size_t len,
                           bool close_stdin, moat_error **err) {
   if (check_target(pid, tag, err) < 0)
     return -1;
@@ -417,7 +598,7 @@ int moat_guest_proc_stdin(const char *sock_path, int pid, const char *tag, const
       moat_msg_put(&m, MOAT_T_DATA, p, n);
     if (close_stdin && n == len)
       moat_msg_put_u32(&m, MOAT_T_CLOSE, 1);
-    int r = simple_request(sock_path, &m, err);
+    int r = simple_request(ep, &m, err);
     moat_msg_free(&m);
     if (r < 0)
       return -1;
@@ -427,19 +608,19 @@ int moat_guest_proc_stdin(const char *sock_path, int pid, const char *tag, const
   return 0;
 }
 
-int moat_guest_proc_signal(const char *sock_path, int pid, const char *tag, int signal, moat_error **err) {
+int moat_guest_proc_signal(const struct moat_guest_ep *ep, int pid, const char *tag, int signal, moat_error **err) {
   if (check_target(pid, tag, err) < 0)
     return -1;
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_SIGNAL);
   put_target(&m, pid, tag);
   moat_msg_put_i32(&m, MOAT_T_SIGNAL, signal);
-  int r = simple_request(sock_path, &m, err);
+  int r = simple_request(ep, &m, err);
   moat_msg_free(&m);
   return r;
 }
 
-int moat_guest_proc_resize(const char *sock_path, int pid, const char *tag, uint32_t cols, uint32_t rows,
+int moat_guest_proc_resize(const struct moat_guest_ep *ep, int pid, const char *tag, uint32_t cols, uint32_t rows,
                            moat_error **err) {
   if (check_target(pid, tag, err) < 0)
     return -1;
@@ -448,7 +629,7 @@ int moat_guest_proc_resize(const char *sock_path, int pid, const char *tag, uint
   put_target(&m, pid, tag);
   moat_msg_put_u32(&m, MOAT_T_PTY_COLS, cols);
   moat_msg_put_u32(&m, MOAT_T_PTY_ROWS, rows);
-  int r = simple_request(sock_path, &m, err);
+  int r = simple_request(ep, &m, err);
   moat_msg_free(&m);
   return r;
 }
@@ -456,23 +637,21 @@ int moat_guest_proc_resize(const char *sock_path, int pid, const char *tag, uint
 /* Sends req on a new connection and collects the item_type frames that answer it, up to END,
  * into a growing array of item_size elements filled by parse. On error the parsed elements are
  * released with free_items and *n is 0. */
-static int collect_list(const char *sock_path, struct moat_msg *req, uint8_t item_type, const char *what,
+static int collect_list(const struct moat_guest_ep *ep, struct moat_msg *req, uint8_t item_type, const char *what,
                         size_t item_size, int (*parse)(const struct moat_msg *, void *, moat_error **),
                         void (*free_items)(void *, size_t), void **out, size_t *n, moat_error **err) {
   *out = NULL;
   *n = 0;
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
     return -1;
   int ret = -1;
   size_t cap = 0;
   char *v = NULL;
-  if (moat_msg_send(fd, req) < 0) {
-    moat_error_errno(err, "send %s request", what);
+  if (gc_send(&g, req, what, err) < 0)
     goto out;
-  }
   for (;;) {
-    if (recv_frame(fd, req, err) < 0)
+    if (recv_frame(&g, req, err) < 0)
       goto out;
     if (req->type == MOAT_MSG_END)
       break;
@@ -497,17 +676,18 @@ out:
     free_items(v, *n);
     *n = 0;
   }
+  gc_close(&g);
   return ret;
 }
 
 static int parse_proc_any(const struct moat_msg *m, void *item, moat_error **err) { return parse_proc(m, item, err); }
 static void free_procs_any(void *v, size_t n) { moat_proc_infos_free(v, n); }
 
-int moat_guest_procs(const char *sock_path, struct moat_proc_info **out, size_t *n, moat_error **err) {
+int moat_guest_procs(const struct moat_guest_ep *ep, struct moat_proc_info **out, size_t *n, moat_error **err) {
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_PROCS);
   void *v;
-  int ret = collect_list(sock_path, &m, MOAT_REP_PROC, "process list", sizeof(struct moat_proc_info),
+  int ret = collect_list(ep, &m, MOAT_REP_PROC, "process list", sizeof(struct moat_proc_info),
                          parse_proc_any, free_procs_any, &v, n, err);
   *out = v;
   moat_msg_free(&m);
@@ -515,16 +695,16 @@ int moat_guest_procs(const char *sock_path, struct moat_proc_info **out, size_t 
 }
 
 struct moat_watch {
-  int fd;
+  struct gconn g;
   struct moat_msg m;
   char *event, *path, *path2;
 };
 
-int moat_guest_watch(const char *sock_path, const char *path, const char *user, bool recursive,
+int moat_guest_watch(const struct moat_guest_ep *ep, const char *path, const char *user, bool recursive,
                      struct moat_watch **out, moat_error **err) {
   *out = NULL;
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
     return -1;
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_WATCH);
@@ -532,36 +712,26 @@ int moat_guest_watch(const char *sock_path, const char *path, const char *user, 
   put_user(&m, user);
   moat_msg_put_u32(&m, MOAT_T_RECURSIVE, recursive ? 1 : 0);
   int ret = -1;
-  if (moat_msg_send(fd, &m) < 0) {
-    moat_error_errno(err, "send watch");
-  } else if (recv_frame(fd, &m, err) == 0) {
+  if (gc_send(&g, &m, "watch", err) == 0 && recv_frame(&g, &m, err) == 0) {
     if (m.type != MOAT_REP_OK) {
       unexpected(&m, "to watch", err);
     } else {
       struct moat_watch *w = xcalloc(1, sizeof(*w));
-      w->fd = steal_fd(&fd);
+      w->g = g;
+      g.fd = -1;
       moat_msg_init(&w->m, 0);
       *out = w;
       ret = 0;
     }
   }
   moat_msg_free(&m);
+  gc_close(&g);
   return ret;
 }
 
 int moat_watch_next(struct moat_watch *w, struct moat_watch_event *ev, int timeout_ms, moat_error **err) {
   memset(ev, 0, sizeof(*ev));
-  if (timeout_ms >= 0) {
-    struct pollfd p = {.fd = w->fd, .events = POLLIN};
-    int r;
-    while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
-      ;
-    if (r < 0)
-      return moat_error_errno(err, "poll");
-    if (r == 0)
-      return moat_error_set(err, ETIMEDOUT, "no file event in %d ms", timeout_ms);
-  }
-  int r = moat_msg_recv(w->fd, &w->m, err);
+  int r = gc_recv(&w->g, &w->m, timeout_ms, err);
   if (r <= 0)
     return r;
   if (w->m.type != MOAT_REP_EVENT)
@@ -580,12 +750,12 @@ int moat_watch_next(struct moat_watch *w, struct moat_watch_event *ev, int timeo
   return 1;
 }
 
-int moat_watch_fd(const struct moat_watch *w) { return w->fd; }
+int moat_watch_fd(const struct moat_watch *w) { return w->g.fd; }
 
 void moat_watch_close(struct moat_watch *w) {
   if (!w)
     return;
-  close(w->fd);
+  gc_close(&w->g);
   moat_msg_free(&w->m);
   free(w->event);
   free(w->path);
@@ -593,12 +763,12 @@ void moat_watch_close(struct moat_watch *w) {
   free(w);
 }
 
-int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, struct moat_exec_result *res,
+int moat_guest_exec(const struct moat_guest_ep *ep, const struct moat_exec_req *req, struct moat_exec_result *res,
                     moat_error **err) {
   memset(res, 0, sizeof(*res));
   struct moat_proc_stream *s = NULL;
   int pid = 0;
-  if (moat_guest_exec_start(sock_path, req, NULL, &s, &pid, err) < 0)
+  if (moat_guest_exec_start(ep, req, NULL, &s, &pid, err) < 0)
     return -1;
   res->pid = pid;
   struct moat_buf out = {0}, errb = {0};
@@ -643,21 +813,32 @@ int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, stru
   return 0;
 }
 
-int moat_guest_ping(const char *sock_path, int timeout_ms, moat_error **err) {
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
-    return -1;
-  if (moat_msg_send_empty(fd, MOAT_REQ_PING) < 0)
-    return moat_error_errno(err, "send ping");
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  if (poll(&p, 1, timeout_ms) <= 0)
-    return moat_error_set(err, ETIMEDOUT, "sandbox guest did not answer a ping in %d ms", timeout_ms);
+int moat_guest_renew(const struct moat_guest_ep *ep, moat_error **err) {
   struct moat_msg m;
-  moat_msg_init(&m, 0);
-  int ret = recv_frame(fd, &m, err);
-  if (ret == 0 && m.type != MOAT_REP_OK)
-    ret = unexpected(&m, "to ping", err);
+  moat_msg_init(&m, MOAT_REQ_RENEW);
+  int r = simple_request(ep, &m, err);
   moat_msg_free(&m);
+  return r < 0 ? moat_error_wrap(err, "renew the restored guest") : 0;
+}
+
+int moat_guest_ping(const struct moat_guest_ep *ep, int timeout_ms, moat_error **err) {
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_PING);
+  int ret = gc_send(&g, &m, "ping", err);
+  if (ret == 0) {
+    int r = gc_recv(&g, &m, timeout_ms, err);
+    if (r == 0)
+      ret = moat_error_set(err, EPIPE, "sandbox guest closed the connection");
+    else if (r < 0)
+      ret = -1;
+    else if (m.type != MOAT_REP_OK)
+      ret = unexpected(&m, "to ping", err);
+  }
+  moat_msg_free(&m);
+  gc_close(&g);
   return ret;
 }
 
@@ -694,21 +875,20 @@ static int parse_entry(const struct moat_msg *m, struct moat_file_entry *e, moat
   return 0;
 }
 
-int moat_guest_stat(const char *sock_path, const char *path, const char *user, struct moat_file_entry *out,
+int moat_guest_stat(const struct moat_guest_ep *ep, const char *path, const char *user, struct moat_file_entry *out,
                     moat_error **err) {
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
     return -1;
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_STAT);
   moat_msg_put_str(&m, MOAT_T_PATH, path);
   put_user(&m, user);
   int ret = -1;
-  if (moat_msg_send(fd, &m) < 0)
-    moat_error_errno(err, "send stat");
-  else if (recv_frame(fd, &m, err) == 0)
+  if (gc_send(&g, &m, "stat", err) == 0 && recv_frame(&g, &m, err) == 0)
     ret = m.type == MOAT_REP_ENTRY ? parse_entry(&m, out, err) : unexpected(&m, "to stat", err);
   moat_msg_free(&m);
+  gc_close(&g);
   return ret;
 }
 
@@ -717,7 +897,7 @@ static int parse_entry_any(const struct moat_msg *m, void *item, moat_error **er
 }
 static void free_entries_any(void *v, size_t n) { moat_file_entries_free(v, n); }
 
-int moat_guest_list(const char *sock_path, const char *path, const char *user, uint32_t depth,
+int moat_guest_list(const struct moat_guest_ep *ep, const char *path, const char *user, uint32_t depth,
                     struct moat_file_entry **out, size_t *n, moat_error **err) {
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_LIST);
@@ -725,69 +905,67 @@ int moat_guest_list(const char *sock_path, const char *path, const char *user, u
   put_user(&m, user);
   moat_msg_put_u32(&m, MOAT_T_DEPTH, depth ? depth : 1);
   void *v;
-  int ret = collect_list(sock_path, &m, MOAT_REP_ENTRY, "listing", sizeof(struct moat_file_entry),
+  int ret = collect_list(ep, &m, MOAT_REP_ENTRY, "listing", sizeof(struct moat_file_entry),
                          parse_entry_any, free_entries_any, &v, n, err);
   *out = v;
   moat_msg_free(&m);
   return ret;
 }
 
-int moat_guest_mkdir(const char *sock_path, const char *path, const char *user, bool parents,
+int moat_guest_mkdir(const struct moat_guest_ep *ep, const char *path, const char *user, bool parents,
                      moat_error **err) {
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_MKDIR);
   moat_msg_put_str(&m, MOAT_T_PATH, path);
   put_user(&m, user);
   moat_msg_put_u32(&m, MOAT_T_PARENTS, parents ? 1 : 0);
-  int r = simple_request(sock_path, &m, err);
+  int r = simple_request(ep, &m, err);
   moat_msg_free(&m);
   return r;
 }
 
-int moat_guest_move(const char *sock_path, const char *src, const char *dst, const char *user,
+int moat_guest_move(const struct moat_guest_ep *ep, const char *src, const char *dst, const char *user,
                     moat_error **err) {
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_MOVE);
   moat_msg_put_str(&m, MOAT_T_PATH, src);
   moat_msg_put_str(&m, MOAT_T_PATH2, dst);
   put_user(&m, user);
-  int r = simple_request(sock_path, &m, err);
+  int r = simple_request(ep, &m, err);
   moat_msg_free(&m);
   return r;
 }
 
-int moat_guest_remove(const char *sock_path, const char *path, const char *user, bool recursive,
+int moat_guest_remove(const struct moat_guest_ep *ep, const char *path, const char *user, bool recursive,
                       moat_error **err) {
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_REMOVE);
   moat_msg_put_str(&m, MOAT_T_PATH, path);
   put_user(&m, user);
   moat_msg_put_u32(&m, MOAT_T_RECURSIVE, recursive ? 1 : 0);
-  int r = simple_request(sock_path, &m, err);
+  int r = simple_request(ep, &m, err);
   moat_msg_free(&m);
   return r;
 }
 
 struct moat_guest_reader {
-  int fd;
+  struct gconn g;
   struct moat_msg m;
   size_t off; /* consumed bytes of the current DATA field */
   bool ended;
 };
 
-int moat_guest_read_open(const char *sock_path, const char *path, const char *user,
+int moat_guest_read_open(const struct moat_guest_ep *ep, const char *path, const char *user,
                          struct moat_guest_reader **out, uint64_t *size, moat_error **err) {
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
     return -1;
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_READ);
   moat_msg_put_str(&m, MOAT_T_PATH, path);
   put_user(&m, user);
   int ret = -1;
-  if (moat_msg_send(fd, &m) < 0) {
-    moat_error_errno(err, "send read");
-  } else if (recv_frame(fd, &m, err) == 0) {
+  if (gc_send(&g, &m, "read", err) == 0 && recv_frame(&g, &m, err) == 0) {
     if (m.type != MOAT_REP_OK) {
       unexpected(&m, "to read", err);
     } else {
@@ -796,13 +974,15 @@ int moat_guest_read_open(const char *sock_path, const char *path, const char *us
       if (size)
         *size = sz;
       struct moat_guest_reader *r = xcalloc(1, sizeof(*r));
-      r->fd = steal_fd(&fd);
+      r->g = g;
+      g.fd = -1;
       moat_msg_init(&r->m, 0);
       *out = r;
       ret = 0;
     }
   }
   moat_msg_free(&m);
+  gc_close(&g);
   return ret;
 }
 
@@ -819,7 +999,7 @@ ssize_t moat_guest_read_chunk(struct moat_guest_reader *r, void *buf, size_t cap
       r->off += n;
       return (ssize_t)n;
     }
-    if (recv_frame(r->fd, &r->m, err) < 0)
+    if (recv_frame(&r->g, &r->m, err) < 0)
       return -1;
     r->off = 0;
     if (r->m.type == MOAT_MSG_END)
@@ -832,20 +1012,20 @@ ssize_t moat_guest_read_chunk(struct moat_guest_reader *r, void *buf, size_t cap
 void moat_guest_reader_close(struct moat_guest_reader *r) {
   if (!r)
     return;
-  close(r->fd);
+  gc_close(&r->g);
   moat_msg_free(&r->m);
   free(r);
 }
 
 struct moat_guest_writer {
-  int fd;
+  struct gconn g;
   uint64_t sent;
 };
 
-int moat_guest_write_open(const char *sock_path, const char *path, const char *user, uint32_t mode,
+int moat_guest_write_open(const struct moat_guest_ep *ep, const char *path, const char *user, uint32_t mode,
                           struct moat_guest_writer **out, moat_error **err) {
-  _cleanup_close_ int fd = guest_connect(sock_path, err);
-  if (fd < 0)
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
     return -1;
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_WRITE);
@@ -854,28 +1034,31 @@ int moat_guest_write_open(const char *sock_path, const char *path, const char *u
   if (mode)
     moat_msg_put_u32(&m, MOAT_T_MODE, mode);
   int ret = -1;
-  if (moat_msg_send(fd, &m) < 0) {
-    moat_error_errno(err, "send write");
-  } else if (recv_frame(fd, &m, err) == 0) {
+  if (gc_send(&g, &m, "write", err) == 0 && recv_frame(&g, &m, err) == 0) {
     if (m.type != MOAT_REP_OK) {
       unexpected(&m, "to write", err);
     } else {
       struct moat_guest_writer *w = xcalloc(1, sizeof(*w));
-      w->fd = steal_fd(&fd);
+      w->g = g;
+      g.fd = -1;
       *out = w;
       ret = 0;
     }
   }
   moat_msg_free(&m);
+  gc_close(&g);
   return ret;
 }
 
-/* If the guest gave up (ENOSPC, ...) it sent REP_ERROR and closed: fetch that reason. */
+/* If the guest gave up (ENOSPC, ...) it sent REP_ERROR and closed: fetch that reason. A guest
+ * that stopped taking the data (EHOSTUNREACH from the send) is reported as such. */
 static int writer_failure(struct moat_guest_writer *w, moat_error **err) {
+  if (errno == EHOSTUNREACH)
+    return moat_error_set(err, EHOSTUNREACH, "sandbox guest took no upload data for %u ms", g_timeout_ms);
   struct moat_msg m;
   moat_msg_init(&m, 0);
   moat_error *e = NULL;
-  int r = moat_msg_recv(w->fd, &m, &e);
+  int r = gc_recv(&w->g, &m, 1000, &e);
   moat_error_free(&e);
   if (r > 0 && m.type == MOAT_REP_ERROR)
     guest_error(&m, err);
@@ -889,10 +1072,10 @@ int moat_guest_write_chunk(struct moat_guest_writer *w, const void *buf, size_t 
   const char *p = buf;
   while (len > 0) {
     size_t n = len > MOAT_PROTO_CHUNK ? MOAT_PROTO_CHUNK : len;
-    if (moat_msg_send_data(w->fd, MOAT_MSG_DATA, p, n) < 0)
+    if (moat_msg_send_data_wait(w->g.fd, MOAT_MSG_DATA, p, n, gc_send_wait, &w->g) < 0)
       return writer_failure(w, err);
     /* An early REP_ERROR (disk full) is waiting to be read: stop sending. */
-    struct pollfd pf = {.fd = w->fd, .events = POLLIN};
+    struct pollfd pf = {.fd = w->g.fd, .events = POLLIN};
     if (poll(&pf, 1, 0) > 0)
       return writer_failure(w, err);
     w->sent += n;
@@ -903,11 +1086,11 @@ int moat_guest_write_chunk(struct moat_guest_writer *w, const void *buf, size_t 
 }
 
 int moat_guest_write_finish(struct moat_guest_writer *w, uint64_t *written, moat_error **err) {
-  if (moat_msg_send_empty(w->fd, MOAT_MSG_END) < 0)
-    return writer_failure(w, err);
   struct moat_msg m;
-  moat_msg_init(&m, 0);
-  int ret = recv_frame(w->fd, &m, err);
+  moat_msg_init(&m, MOAT_MSG_END);
+  if (moat_msg_send_wait(w->g.fd, &m, gc_send_wait, &w->g) < 0)
+    return writer_failure(w, err);
+  int ret = recv_frame(&w->g, &m, err);
   if (ret == 0 && m.type != MOAT_REP_OK)
     ret = unexpected(&m, "to the end of an upload", err);
   if (ret == 0 && written) {
@@ -922,6 +1105,6 @@ int moat_guest_write_finish(struct moat_guest_writer *w, uint64_t *written, moat
 void moat_guest_writer_close(struct moat_guest_writer *w) {
   if (!w)
     return;
-  close(w->fd);
+  gc_close(&w->g);
   free(w);
 }

@@ -2,8 +2,16 @@
  *
  * Every call opens its own connection to the sandbox's guest socket, so calls on one sandbox run
  * concurrently. Errors carry the guest's errno in err->status (ENOENT, EEXIST, ENOTDIR, EISDIR,
- * EACCES, ENOSPC, EINVAL, ...) so the API can choose an HTTP status; a sandbox that does not
- * answer gives ECONNREFUSED / EPIPE / EPROTO.
+ * EACCES, ENOSPC, EINVAL, ...) so the API can choose an HTTP status. A guest that cannot be
+ * reached gives ECONNREFUSED (nothing listens: it died), EPIPE / ECONNRESET / EPROTO (it closed or
+ * broke the protocol, or its socket's peer is not the sandbox's init) or EHOSTUNREACH (it stopped
+ * answering: no frame for moat_guest_timeout_ms() while the sandbox was not frozen).
+ *
+ * Deadlines: every wait on the guest -- connect, each frame of an answer, each send that the
+ * guest does not drain -- ends after moat_guest_timeout_ms() without progress. The guest sends
+ * REP_ALIVE on open streams and during long operations (proto.h), so a command that runs quietly
+ * for hours keeps its stream; a guest that is frozen on purpose (pause, checkpoint: its cgroup
+ * reports frozen) is waited for.
  */
 #ifndef MOAT_GUEST_CLIENT_H
 #define MOAT_GUEST_CLIENT_H
@@ -14,6 +22,33 @@
 #include <sys/types.h>
 
 #include "../common/error.h"
+
+/* The host's end of one sandbox's guest channel: a unix socket in a directory the host owns (the
+ * sandbox's init binds it when the sandbox is made; the sandbox can neither move, remove nor
+ * replace it) and the process that must be its peer. Every connection checks SO_PEERCRED against
+ * pid and uid, so a listener of anyone else (another sandbox, a host process) is refused. Plain
+ * data: copy it freely. */
+struct moat_guest_ep {
+  char path[108];        /* host path of the socket */
+  pid_t pid;             /* host pid of the sandbox's init */
+  uid_t uid;             /* host uid of the sandbox's root */
+  char frozen_path[256]; /* the sandbox's v2 cgroup.events ("frozen 1" = paused on purpose), or "" */
+  char id[32];           /* sandbox id for the unreachable hook, or "" */
+};
+
+/* True when a and b name the same guest: the same socket and the same init (a slot's path is
+ * reused by the sandbox that gets the slot next). */
+bool moat_guest_ep_same(const struct moat_guest_ep *a, const struct moat_guest_ep *b);
+
+#define MOAT_GUEST_TIMEOUT_MS_DEFAULT 15000
+
+/* How long any wait on a guest may last without progress (default MOAT_GUEST_TIMEOUT_MS_DEFAULT;
+ * at least 3 heartbeats). Set once at start-up. */
+void moat_guest_set_timeout_ms(unsigned ms);
+unsigned moat_guest_timeout_ms(void);
+/* fn(ep, arg) is called (on the caller's thread; it must not block) each time a call gives up on
+ * a guest with EHOSTUNREACH. Set once at start-up. */
+void moat_guest_set_unreachable_hook(void (*fn)(const struct moat_guest_ep *ep, void *arg), void *arg);
 
 struct moat_exec_req {
   char **argv;            /* argv[0] is looked up in PATH inside the sandbox; NULL-terminated */
@@ -51,7 +86,7 @@ void moat_exec_result_free(struct moat_exec_result *r);
 
 /* Runs a command to completion. Returns 0 and fills res (also for non-zero exit codes and
  * timeouts), or -1 when the command could not be started (err->status from the guest). */
-int moat_guest_exec(const char *sock_path, const struct moat_exec_req *req, struct moat_exec_result *res,
+int moat_guest_exec(const struct moat_guest_ep *ep, const struct moat_exec_req *req, struct moat_exec_result *res,
                     moat_error **err);
 
 /* A live connection to one process: the output of an exec/stream or of an attach. Events are
@@ -91,11 +126,11 @@ void moat_proc_infos_free(struct moat_proc_info *v, size_t n);
 
 /* Starts a command and returns its stream; *pid is set from REP_STARTED. For opts->background
  * the guest closes at once: *out is set to NULL and only *pid is meaningful. */
-int moat_guest_exec_start(const char *sock_path, const struct moat_exec_req *req, const struct moat_exec_opts *opts,
+int moat_guest_exec_start(const struct moat_guest_ep *ep, const struct moat_exec_req *req, const struct moat_exec_opts *opts,
                           struct moat_proc_stream **out, int *pid, moat_error **err);
 /* Attaches to a process by pid (> 0) or tag; replay sends the retained output first. info may be
  * NULL. ESRCH when there is no such process. */
-int moat_guest_attach(const char *sock_path, int pid, const char *tag, bool replay, struct moat_proc_stream **out,
+int moat_guest_attach(const struct moat_guest_ep *ep, int pid, const char *tag, bool replay, struct moat_proc_stream **out,
                       struct moat_proc_info *info, moat_error **err);
 /* Returns 1 and fills ev, 0 when the stream ended without an exit event (guest closed), -1 on
  * error. timeout_ms < 0 waits forever; on timeout returns -1 with ETIMEDOUT (the stream stays usable). */
@@ -108,12 +143,12 @@ int moat_proc_stream_fd(const struct moat_proc_stream *s);
 void moat_proc_stream_close(struct moat_proc_stream *s);
 
 /* One-shot process operations, by pid (> 0) or tag. */
-int moat_guest_proc_stdin(const char *sock_path, int pid, const char *tag, const void *data, size_t len,
+int moat_guest_proc_stdin(const struct moat_guest_ep *ep, int pid, const char *tag, const void *data, size_t len,
                           bool close_stdin, moat_error **err);
-int moat_guest_proc_signal(const char *sock_path, int pid, const char *tag, int signal, moat_error **err);
-int moat_guest_proc_resize(const char *sock_path, int pid, const char *tag, uint32_t cols, uint32_t rows,
+int moat_guest_proc_signal(const struct moat_guest_ep *ep, int pid, const char *tag, int signal, moat_error **err);
+int moat_guest_proc_resize(const struct moat_guest_ep *ep, int pid, const char *tag, uint32_t cols, uint32_t rows,
                            moat_error **err);
-int moat_guest_procs(const char *sock_path, struct moat_proc_info **out, size_t *n, moat_error **err);
+int moat_guest_procs(const struct moat_guest_ep *ep, struct moat_proc_info **out, size_t *n, moat_error **err);
 
 /* File system events under a path (inotify in the guest). */
 struct moat_watch;
@@ -122,15 +157,19 @@ struct moat_watch_event {
   const char *path;
   const char *path2; /* rename destination or NULL */
 };
-int moat_guest_watch(const char *sock_path, const char *path, const char *user, bool recursive,
+int moat_guest_watch(const struct moat_guest_ep *ep, const char *path, const char *user, bool recursive,
                      struct moat_watch **out, moat_error **err);
 /* 1 with an event, 0 at end, -1 on error (ETIMEDOUT after timeout_ms; the watch stays usable). */
 int moat_watch_next(struct moat_watch *w, struct moat_watch_event *ev, int timeout_ms, moat_error **err);
 int moat_watch_fd(const struct moat_watch *w);
 void moat_watch_close(struct moat_watch *w);
 
+/* After a restore: has PID 1 re-exec itself with its process table (proto.h RENEW). 0 once the new
+ * image answers, or -1. */
+int moat_guest_renew(const struct moat_guest_ep *ep, moat_error **err);
+
 /* Returns 0 once the guest answers a ping within timeout_ms, or -1. */
-int moat_guest_ping(const char *sock_path, int timeout_ms, moat_error **err);
+int moat_guest_ping(const struct moat_guest_ep *ep, int timeout_ms, moat_error **err);
 
 /* File entries, as stat/list report them. */
 struct moat_file_entry {
@@ -146,21 +185,21 @@ struct moat_file_entry {
 void moat_file_entry_clear(struct moat_file_entry *e);
 void moat_file_entries_free(struct moat_file_entry *v, size_t n);
 
-int moat_guest_stat(const char *sock_path, const char *path, const char *user, struct moat_file_entry *out,
+int moat_guest_stat(const struct moat_guest_ep *ep, const char *path, const char *user, struct moat_file_entry *out,
                     moat_error **err);
-int moat_guest_list(const char *sock_path, const char *path, const char *user, uint32_t depth,
+int moat_guest_list(const struct moat_guest_ep *ep, const char *path, const char *user, uint32_t depth,
                     struct moat_file_entry **out, size_t *n, moat_error **err);
-int moat_guest_mkdir(const char *sock_path, const char *path, const char *user, bool parents,
+int moat_guest_mkdir(const struct moat_guest_ep *ep, const char *path, const char *user, bool parents,
                      moat_error **err);
-int moat_guest_move(const char *sock_path, const char *src, const char *dst, const char *user,
+int moat_guest_move(const struct moat_guest_ep *ep, const char *src, const char *dst, const char *user,
                     moat_error **err);
-int moat_guest_remove(const char *sock_path, const char *path, const char *user, bool recursive,
+int moat_guest_remove(const struct moat_guest_ep *ep, const char *path, const char *user, bool recursive,
                       moat_error **err);
 
 /* Streaming read: open, then pull chunks until 0 (end) or -1. The reader owns a connection; free
  * it with moat_guest_reader_close in every case. */
 struct moat_guest_reader;
-int moat_guest_read_open(const char *sock_path, const char *path, const char *user,
+int moat_guest_read_open(const struct moat_guest_ep *ep, const char *path, const char *user,
                          struct moat_guest_reader **out, uint64_t *size, moat_error **err);
 /* Copies up to cap bytes into buf. Returns bytes copied (> 0), 0 at end of file, -1 on error. */
 ssize_t moat_guest_read_chunk(struct moat_guest_reader *r, void *buf, size_t cap, moat_error **err);
@@ -169,7 +208,7 @@ void moat_guest_reader_close(struct moat_guest_reader *r);
 /* Streaming write: open (the guest creates parents and checks the path), push chunks, finish.
  * Finish renames the new file into place; close without finish discards it. */
 struct moat_guest_writer;
-int moat_guest_write_open(const char *sock_path, const char *path, const char *user, uint32_t mode,
+int moat_guest_write_open(const struct moat_guest_ep *ep, const char *path, const char *user, uint32_t mode,
                           struct moat_guest_writer **out, moat_error **err);
 int moat_guest_write_chunk(struct moat_guest_writer *w, const void *buf, size_t len, moat_error **err);
 int moat_guest_write_finish(struct moat_guest_writer *w, uint64_t *written, moat_error **err);

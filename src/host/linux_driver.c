@@ -55,6 +55,7 @@ struct slot {
 
 struct moat_host {
   char *data_dir, *slots_dir, *disks_dir, *template_dir, *guest_path, *pool_template;
+  char *chan_base; /* MOAT_CHAN_ROOT/INSTANCE: the slots' guest channel dirs */
   char instance[17];
   unsigned pool_size, max_slots;
   bool prjquota; /* the data dir's fs enforces project quotas: no loop images */
@@ -81,6 +82,7 @@ static const struct moat_limits default_limits = {
 static uid_t slot_uid_base(int index) { return MOAT_UID_BASE + (uid_t)index * MOAT_UID_RANGE; }
 
 static char *slot_path(struct moat_host *h, int index) { return xasprintf("%s/%d", h->slots_dir, index); }
+static char *chan_path(struct moat_host *h, int index) { return xasprintf("%s/%d", h->chan_base, index); }
 
 /* FNV-1a of the data dir's real path names this instance's cgroups. */
 static void instance_name(const char *data_dir, char out[17]) {
@@ -160,7 +162,8 @@ static int cleanup_slot(struct moat_host *h, int n, struct slot *s, moat_error *
   if (ret == 0 && moat_cgroup_remove(h->cgroups, n, err) < 0)
     ret = -1;
   _cleanup_free_ char *dir = slot_path(h, n);
-  if (ret == 0 && rm_rf(dir, err) < 0)
+  _cleanup_free_ char *chan = chan_path(h, n);
+  if (ret == 0 && (rm_rf(dir, err) < 0 || rm_rf(chan, err) < 0))
     ret = -1;
   if (ret == 0 && h->prjquota)
     moat_disk_prjquota_release(h->slots_dir, (uint32_t)n + 1);
@@ -261,6 +264,7 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
     }
   }
   _cleanup_free_ char *fs_dir = xasprintf("%s/fs", dir);
+  _cleanup_free_ char *chan_dir = chan_path(h, n);
   int disk = h->prjquota
                  ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
                  : moat_disk_create(img, limits->disk_mb, slot_uid_base(n), err);
@@ -269,6 +273,7 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   struct moat_shell_spec spec = {.slot = n,
                                  .uid_base = slot_uid_base(n),
                                  .slot_dir = dir,
+                                 .chan_dir = chan_dir,
                                  .rootfs = rootfs,
                                  .guest_path = h->guest_path,
                                  .disk_fd = disk,
@@ -316,7 +321,9 @@ static void fill_instance(struct moat_host *h, struct slot *s, struct moat_insta
   out->slot = s->index;
   out->pid = s->pid;
   out->start_time = s->start_time;
-  snprintf(out->sock_path, sizeof(out->sock_path), "%s/%d/guest.sock", h->slots_dir, s->index);
+  _cleanup_free_ char *dir = chan_path(h, s->index);
+  _cleanup_free_ char *events = moat_cgroup_events_path(h->cgroups, s->index);
+  moat_shell_chan_ep(dir, s->pid, slot_uid_base(s->index), events, &out->guest);
 }
 
 static bool limits_equal(const struct moat_limits *a, const struct moat_limits *b) {
@@ -482,6 +489,7 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   h->pool_size = cfg->pool_size;
   h->max_slots = cfg->max_slots ? cfg->max_slots : 16384;
   instance_name(h->data_dir, h->instance);
+  h->chan_base = xasprintf(MOAT_CHAN_ROOT "/%s", h->instance);
   int ret = -1;
   if (geteuid() != 0) {
     moat_error_set(err, EPERM, "the linux driver needs root");
@@ -492,8 +500,11 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
     goto out;
   }
   if (mkdir_p(h->slots_dir, 0711, err) < 0 || mkdir_p(h->disks_dir, 0700, err) < 0 ||
-      mkdir_p(RANGES_DIR, 0755, err) < 0)
+      mkdir_p(RANGES_DIR, 0755, err) < 0 || mkdir_p(h->chan_base, 0711, err) < 0)
     goto out;
+  /* the sandboxes' roots (and CRIU restoring them) pass through to their channel dirs */
+  chmod(MOAT_CHAN_ROOT, 0711);
+  chmod(h->chan_base, 0711);
   chmod(h->slots_dir, 0711);
   _cleanup_free_ char *hostdir = xasprintf("%s/host", h->data_dir);
   chmod(hostdir, 0711);
@@ -574,6 +585,7 @@ void moat_host_shutdown(struct moat_host *h) {
   free(h->data_dir);
   free(h->slots_dir);
   free(h->disks_dir);
+  free(h->chan_base);
   free(h->template_dir);
   free(h->guest_path);
   free(h->pool_template);
@@ -649,7 +661,7 @@ int moat_host_reconcile(struct moat_host *h, moat_error **err) {
   int *cand = xcalloc(cap, sizeof(int));
   for (size_t i = 0; i < n_cg; i++)
     cand[n++] = cg_slots[i];
-  const char *dirs[] = {h->slots_dir, RANGES_DIR};
+  const char *dirs[] = {h->slots_dir, RANGES_DIR, h->chan_base};
   for (size_t d = 0; d < ARRAY_SIZE(dirs); d++) {
     DIR *dp = opendir(dirs[d]);
     if (!dp)
@@ -788,6 +800,7 @@ int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *ou
   snprintf(out->template_name, sizeof(out->template_name), "%s", s->template_name);
   pthread_mutex_unlock(&h->lock);
   out->slot_dir = slot_path(h, slot);
+  out->chan_dir = chan_path(h, slot);
   out->cgroups = h->cgroups;
   out->disks_dir = h->disks_dir;
   return 0;
@@ -803,6 +816,7 @@ int moat_host_slot_reserve(struct moat_host *h, const char *template_name, const
   out->disk_fd = -1;
   out->uid_base = slot_uid_base(n);
   out->slot_dir = slot_path(h, n);
+  out->chan_dir = chan_path(h, n);
   out->cgroups = h->cgroups;
   out->limits = *limits;
   snprintf(out->template_name, sizeof(out->template_name), "%s", template_name);

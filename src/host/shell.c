@@ -209,15 +209,13 @@ static void close_other_fds(struct child_ctx *c) {
   syscall(SYS_close_range, lo, ~0U, 0);
 }
 
-/* Binds and listens on MOAT_GUEST_SOCK_INSIDE (in the new root, after pivot_root). Returns the
- * fd or fails the child. */
+/* Binds and listens on MOAT_GUEST_SOCK_INSIDE (in the new root, after pivot_root): the socket
+ * file lands in the host's channel dir (spec->chan_dir), bound there by the sandbox's root. listen() here, in
+ * the process that becomes the guest, makes it the socket's peer (SO_PEERCRED) for moatd's
+ * connections. Returns the fd or fails the child. */
 static int guest_listen_inside(struct child_ctx *c) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   memcpy(sa.sun_path, MOAT_GUEST_SOCK_INSIDE, sizeof(MOAT_GUEST_SOCK_INSIDE));
-  CHECK(mkdir(MOAT_GUEST_SOCK_DIR, 0755), "mkdir " MOAT_GUEST_SOCK_DIR);
-  /* a mount point: the sandbox can then neither rename nor remove the dir (moat_shell_lock_sock
-   * takes what is inside from it) */
-  CHECK(mount(MOAT_GUEST_SOCK_DIR, MOAT_GUEST_SOCK_DIR, NULL, MS_BIND, NULL), "bind " MOAT_GUEST_SOCK_DIR);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   CHECK(fd, "guest socket");
   CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), "bind " MOAT_GUEST_SOCK_INSIDE);
@@ -261,14 +259,18 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   CHECK(mkdir("root/run/moat", 0755), "mkdir /run/moat");
   CHECK(touch_file("root/run/moat/moat-guest", 0755), "create /run/moat/moat-guest");
   CHECK(mount("guest", "root/run/moat/moat-guest", NULL, MS_BIND, NULL), "bind guest");
+  /* The guest channel's directory is the host's spec->chan_dir: a mount point inside (the sandbox
+   * can neither move nor remove it), a directory of the host's outside, where moatd connects. */
+  CHECK(mkdir("root" MOAT_GUEST_SOCK_DIR, 0755), "mkdir " MOAT_GUEST_SOCK_DIR);
+  CHECK(mount(c->spec->chan_dir, "root" MOAT_GUEST_SOCK_DIR, NULL, MS_BIND, NULL), "bind " MOAT_GUEST_SOCK_DIR);
+  CHECK(mount(NULL, "root" MOAT_GUEST_SOCK_DIR, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL),
+        "remount " MOAT_GUEST_SOCK_DIR);
   CHECK(sethostname("sandbox", 7), "sethostname");
   loopback_up(c);
   CHECK(chdir("root"), "enter new root");
   CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root");
   CHECK(umount2(".", MNT_DETACH), "detach old root");
   CHECK(chdir("/"), "chdir /");
-  /* The guest socket lives inside the sandbox (its mount and network namespaces), so that CRIU
-   * checkpoints and restores it with the rest; moatd reaches it through /proc/PID/root. */
   c->listen_fd = guest_listen_inside(c);
   /* fds: 0-2 /dev/null, 3 listening socket, 4 ready pipe, nothing else. */
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -409,40 +411,38 @@ static int guest_mount(const char *guest_path, moat_error **err) {
   return steal_fd(&fd);
 }
 
-int moat_shell_lock_sock(pid_t pid, moat_error **err) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/root", pid);
-  _cleanup_close_ int root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (root < 0)
-    return moat_error_errno(err, "open %s", path);
-  struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
-                         .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-  _cleanup_close_ int dir = (int)syscall(SYS_openat2, root, MOAT_GUEST_SOCK_DIR + 1, &how, sizeof(how));
-  if (dir < 0)
-    return moat_error_errno(err, "open the sandbox's " MOAT_GUEST_SOCK_DIR);
-  struct stat st;
-  if (fstatat(dir, "guest.sock", &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return moat_error_errno(err, "stat the sandbox's " MOAT_GUEST_SOCK_INSIDE);
-  if (!S_ISSOCK(st.st_mode))
-    return moat_error_set(err, EPERM, "the sandbox's " MOAT_GUEST_SOCK_INSIDE " is not a socket");
-  if (fchown(dir, 0, 0) < 0 || fchmod(dir, 0755) < 0)
-    return moat_error_errno(err, "lock the sandbox's " MOAT_GUEST_SOCK_DIR);
+int moat_shell_chan_prepare(const char *dir, uid_t uid_base, moat_error **err) {
+  if (rm_rf(dir, err) < 0)
+    return -1;
+  if (mkdir(dir, 0700) < 0)
+    return moat_error_errno(err, "mkdir %s", dir);
+  if (chown(dir, uid_base, uid_base) < 0)
+    return moat_error_errno(err, "chown %s", dir);
   return 0;
 }
 
-int moat_shell_link_sock(const char *slot_dir, pid_t pid, moat_error **err) {
-  _cleanup_free_ char *link = xasprintf("%s/guest.sock", slot_dir);
-  _cleanup_free_ char *target = xasprintf("/proc/%d/root" MOAT_GUEST_SOCK_INSIDE, pid);
-  _cleanup_free_ char *tmp = xasprintf("%s/.guest.sock.tmp", slot_dir);
-  unlink(tmp);
-  if (symlink(target, tmp) < 0)
-    return moat_error_errno(err, "symlink %s", tmp);
-  if (rename(tmp, link) < 0) {
-    moat_error_errno(err, "rename %s to %s", tmp, link);
-    unlink(tmp);
-    return -1;
-  }
+int moat_shell_chan_lock(const char *dir, moat_error **err) {
+  _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return moat_error_errno(err, "open %s", dir);
+  struct stat st;
+  if (fstatat(fd, "guest.sock", &st, AT_SYMLINK_NOFOLLOW) < 0)
+    return moat_error_errno(err, "stat %s/guest.sock", dir);
+  if (!S_ISSOCK(st.st_mode))
+    return moat_error_set(err, EPERM, "%s/guest.sock is not a socket", dir);
+  if (fchown(fd, 0, 0) < 0 || fchmod(fd, 0700) < 0)
+    return moat_error_errno(err, "lock %s", dir);
   return 0;
+}
+
+void moat_shell_chan_ep(const char *chan_dir, pid_t pid, uid_t uid_base, const char *frozen_path,
+                        struct moat_guest_ep *out) {
+  memset(out, 0, sizeof(*out));
+  snprintf(out->path, sizeof(out->path), "%s/guest.sock", chan_dir);
+  out->pid = pid;
+  out->uid = uid_base;
+  if (frozen_path)
+    snprintf(out->frozen_path, sizeof(out->frozen_path), "%s", frozen_path);
 }
 
 /* Waits for the guest's ready byte or the child's failure report. */
@@ -493,6 +493,8 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     moat_error_errno(err, "open %s", spec->slot_dir);
     goto out;
   }
+  if (moat_shell_chan_prepare(spec->chan_dir, spec->uid_base, err) < 0)
+    goto out;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) < 0 || pipe2(ready, O_CLOEXEC) < 0) {
     moat_error_errno(err, "socketpair/pipe");
     goto out;
@@ -543,8 +545,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     moat_error_errno(err, "start sandbox init");
     goto fail;
   }
-  if (wait_ready(ready[0], sync[0], pidfd, err) < 0 || moat_shell_lock_sock(pid, err) < 0 ||
-      moat_shell_link_sock(spec->slot_dir, pid, err) < 0)
+  if (wait_ready(ready[0], sync[0], pidfd, err) < 0 || moat_shell_chan_lock(spec->chan_dir, err) < 0)
     goto fail;
   out->pid = pid;
   out->pidfd = steal_fd(&pidfd);

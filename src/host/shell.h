@@ -9,19 +9,26 @@
 #include "../common/error.h"
 #include "cgroup.h"
 #include "driver.h"
+#include "guest_client.h"
 
 #define MOAT_UID_RANGE 65536u
-/* Where the guest listens inside the sandbox; SLOT_DIR/guest.sock is a symlink to it through
- * /proc/PID/root (moat_shell_link_sock). Its dir is a mount point (a bind of itself) owned by
- * the host's root (unmapped inside), so the sandbox can neither move it away nor replace the
- * socket with a symlink that moatd would follow on the host. */
+/* The guest channel. A host directory of the slot's, MOAT_CHAN_ROOT/INSTANCE/SLOT (every
+ * component root's and 0711, so that the sandbox's root -- and CRIU restoring it -- can reach it),
+ * is bind-mounted at MOAT_GUEST_SOCK_DIR inside; the guest binds guest.sock there as the sandbox's
+ * root, after which moatd gives the directory to the host's root (unmapped inside, 0700): the
+ * sandbox can neither move the mount, nor remove, rename or replace the socket, and moatd connects
+ * to CHAN_DIR/guest.sock on the host without resolving anything inside the sandbox. CRIU dumps the
+ * mount as external (MOAT_CHAN_EXT_KEY) and a restore binds it to the new slot's channel dir. */
+#define MOAT_CHAN_ROOT "/run/moat/chan"
 #define MOAT_GUEST_SOCK_DIR "/run/moat/.sock"
 #define MOAT_GUEST_SOCK_INSIDE MOAT_GUEST_SOCK_DIR "/guest.sock"
+#define MOAT_CHAN_EXT_KEY "moat-chan"
 
 struct moat_shell_spec {
   int slot;
   uid_t uid_base;         /* root inside maps to uid_base outside; MOAT_UID_RANGE ids */
-  const char *slot_dir;   /* host dir: lower/ disk/ root/ mount points, guest.sock */
+  const char *slot_dir;   /* host dir: lower/ disk/ root/ mount points */
+  const char *chan_dir;   /* host dir of the guest channel (MOAT_CHAN_ROOT/INSTANCE/SLOT) */
   const char *rootfs;     /* template root image (read-only, root-owned) */
   const char *guest_path; /* static moat-guest binary */
   int disk_fd;            /* detached mount of the writable layer (disk.h); consumed */
@@ -41,19 +48,21 @@ struct moat_shell {
 /* Creates the cgroups, clones the sandbox's init into all seven namespaces, maps its uid range,
  * hands it the idmapped template and the writable layer, and waits until moat-guest says it is
  * ready. On failure everything created is undone (cgroups removed, process killed and reaped)
- * and -1 returned. The guest listens inside the sandbox; SLOT_DIR/guest.sock links to it. */
+ * and -1 returned. The guest listens on CHAN_DIR/guest.sock (moat_shell_chan_ep). */
 int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out, moat_error **err);
 
-/* Points SLOT_DIR/guest.sock at the guest socket inside the sandbox whose init is pid
- * (/proc/PID/root/run/moat/guest.sock), replacing any earlier link. 0 or -1. */
-int moat_shell_link_sock(const char *slot_dir, pid_t pid, moat_error **err);
+/* Makes the channel dir afresh (anything there before is removed; its parent must exist), empty,
+ * owned by uid_base (the sandbox's root binds the socket in it), 0700. 0 or -1. */
+int moat_shell_chan_prepare(const char *chan_dir, uid_t uid_base, moat_error **err);
 
-/* Checks that the sandbox of init pid has a socket at MOAT_GUEST_SOCK_INSIDE (resolved inside its
- * root, no symlinks) and gives MOAT_GUEST_SOCK_DIR to the host's root, 0755: the sandbox's root
- * (whose capabilities cover only its own range) can then neither remove the socket nor put
- * anything in its place. Call before anything of the sandbox runs but the guest (create) or
- * right after a restore. 0 or -1. */
-int moat_shell_lock_sock(pid_t pid, moat_error **err);
+/* Checks that CHAN_DIR/guest.sock is a socket and gives CHAN_DIR to the host's root, 0700. Call
+ * once the guest is ready (create) or restored, before anything else of the sandbox runs or right
+ * after a restore. 0 or -1. */
+int moat_shell_chan_lock(const char *chan_dir, moat_error **err);
+
+/* The endpoint of the guest whose init is pid, listening in chan_dir. */
+void moat_shell_chan_ep(const char *chan_dir, pid_t pid, uid_t uid_base, const char *frozen_path,
+                        struct moat_guest_ep *out);
 
 /* Start time of pid (field 22 of /proc/PID/stat), or 0 when it does not exist. */
 uint64_t moat_proc_start_time(pid_t pid);

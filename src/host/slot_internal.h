@@ -14,6 +14,7 @@ struct moat_slot_view {
   uid_t uid_base;  /* root inside maps to this host uid; MOAT_UID_RANGE ids */
   int disk_fd;     /* owned dup of the writable layer's mount, or -1 (adopted after a restart) */
   char *slot_dir;  /* owned */
+  char *chan_dir;  /* owned: the guest channel's host dir (shell.h) */
   char template_name[64];
   struct moat_limits limits;
   struct moat_cgroups *cgroups; /* the host's, not owned */
@@ -22,11 +23,11 @@ struct moat_slot_view {
 };
 
 /* A running (assigned) sandbox's slot. 0, or -1 (ENOENT when the slot holds no sandbox). The
- * caller closes out->disk_fd and frees out->slot_dir. */
+ * caller closes out->disk_fd and frees out->slot_dir and out->chan_dir. */
 int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *out, moat_error **err);
 
 /* Claims a fresh slot (its own uid range) for a restore, in state building. Returns the slot
- * number and fills out (caller frees out->slot_dir), or -1. Finish with commit or abort. */
+ * number and fills out (caller frees out->slot_dir and out->chan_dir), or -1. Finish with commit or abort. */
 int moat_host_slot_reserve(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
                            struct moat_slot_view *out, moat_error **err);
 

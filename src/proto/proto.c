@@ -80,15 +80,22 @@ void moat_msg_put_u64(struct moat_msg *m, uint16_t tag, uint64_t v) {
 
 void moat_msg_put_i64(struct moat_msg *m, uint16_t tag, int64_t v) { moat_msg_put_u64(m, tag, (uint64_t)v); }
 
-static int send_iov(int fd, struct iovec *iov, int n) {
+/* Writes the iovecs in full. With wait NULL the socket blocks; otherwise each write is
+ * MSG_DONTWAIT and wait(ctx) decides what happens when the socket is full. */
+static int send_iov(int fd, struct iovec *iov, int n, int (*wait)(void *), void *ctx) {
   while (n > 0) {
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | (wait ? MSG_DONTWAIT : 0));
     if (w < 0 && errno == ENOTSOCK)
       w = writev(fd, iov, n);
     if (w < 0) {
       if (errno == EINTR)
         continue;
+      if (wait && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (wait(ctx) < 0)
+          return -1;
+        continue;
+      }
       return -1;
     }
     while (n > 0 && (size_t)w >= iov->iov_len) {
@@ -104,13 +111,15 @@ static int send_iov(int fd, struct iovec *iov, int n) {
   return 0;
 }
 
-int moat_msg_send(int fd, const struct moat_msg *m) {
+int moat_msg_send_wait(int fd, const struct moat_msg *m, int (*wait)(void *), void *ctx) {
   uint8_t hdr[5];
   put_le32(hdr, (uint32_t)(m->len + 1));
   hdr[4] = m->type;
   struct iovec iov[2] = {{hdr, 5}, {m->buf, m->len}};
-  return send_iov(fd, iov, m->len ? 2 : 1);
+  return send_iov(fd, iov, m->len ? 2 : 1, wait, ctx);
 }
+
+int moat_msg_send(int fd, const struct moat_msg *m) { return moat_msg_send_wait(fd, m, NULL, NULL); }
 
 int moat_msg_send_empty(int fd, uint8_t type) {
   struct moat_msg m;
@@ -118,7 +127,7 @@ int moat_msg_send_empty(int fd, uint8_t type) {
   return moat_msg_send(fd, &m);
 }
 
-int moat_msg_send_data(int fd, uint8_t type, const void *data, size_t len) {
+int moat_msg_send_data_wait(int fd, uint8_t type, const void *data, size_t len, int (*wait)(void *), void *ctx) {
   uint8_t hdr[11];
   put_le32(hdr, (uint32_t)(len + 7));
   hdr[4] = type;
@@ -126,7 +135,18 @@ int moat_msg_send_data(int fd, uint8_t type, const void *data, size_t len) {
   hdr[6] = 0;
   put_le32(hdr + 7, (uint32_t)len);
   struct iovec iov[2] = {{hdr, sizeof(hdr)}, {(void *)data, len}};
-  return send_iov(fd, iov, len ? 2 : 1);
+  return send_iov(fd, iov, len ? 2 : 1, wait, ctx);
+}
+
+int moat_msg_send_data(int fd, uint8_t type, const void *data, size_t len) {
+  return moat_msg_send_data_wait(fd, type, data, len, NULL, NULL);
+}
+
+int moat_msg_send_alive(int fd) {
+  uint8_t frame[5];
+  put_le32(frame, 1);
+  frame[4] = MOAT_REP_ALIVE;
+  return send(fd, frame, sizeof(frame), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(frame) ? 0 : -1;
 }
 
 int moat_msg_send_error(int fd, int errnum, const char *fmt, ...) {

@@ -47,6 +47,11 @@
  *   WATCH:  -> REQ_WATCH{PATH, USER?, RECURSIVE?}  <- REP_OK, then REP_EVENT{EVENT, PATH, PATH2?}*
  *           until the host closes the connection (ENOTDIR / ENOENT as REP_ERROR instead of OK).
  *           EVENT is "create", "write", "remove", "rename" or "overflow".
+ *   RENEW:  -> REQ_RENEW                      <- REP_OK once PID 1 runs as a fresh image
+ *           After a restore: PID 1 hands its process table to a new exec of itself, so that its
+ *           memory belongs to the sandbox's user namespace again (CRIU restores it into its own,
+ *           the host's) and CRIU can dump it later while nothing inside can reach it. Processes,
+ *           their output rings and tags carry over; open connections are closed.
  * Paths are absolute or relative to the user's home; they are resolved inside the sandbox's own
  * root, so ".." and symlinks cannot leave it. ERRNO is a Linux errno value.
  */
@@ -78,6 +83,7 @@ enum moat_msg_type {
   MOAT_REQ_RESIZE = 13,
   MOAT_REQ_PROCS = 14,
   MOAT_REQ_WATCH = 15,
+  MOAT_REQ_RENEW = 16,
 
   MOAT_MSG_DATA = 20,
   MOAT_MSG_END = 21,
@@ -92,7 +98,13 @@ enum moat_msg_type {
   MOAT_REP_PROC = 37,
   MOAT_REP_DROPPED = 38,
   MOAT_REP_EVENT = 39,
+  MOAT_REP_ALIVE = 40, /* no fields: the guest is alive; any side skips it wherever it reads */
 };
+
+/* The guest sends REP_ALIVE on every connection it keeps open (process streams, watches) and
+ * during long operations whenever it has sent nothing for this long, so that the host can tell
+ * a quiet command from a guest that stopped answering. */
+#define MOAT_PROTO_HEARTBEAT_MS 3000
 
 enum moat_tag {
   MOAT_T_ARGV = 1,         /* string, repeated, in order */
@@ -166,6 +178,15 @@ int moat_msg_send(int fd, const struct moat_msg *m);
 /* Sends a frame of one type and no fields / one DATA field. */
 int moat_msg_send_empty(int fd, uint8_t type);
 int moat_msg_send_data(int fd, uint8_t type, const void *data, size_t len);
+/* The same on a socket written with MSG_DONTWAIT: whenever it takes nothing more, wait(ctx) is
+ * called, which returns 0 to try again (after waiting for room) or -1 to give up with errno set.
+ * A frame given up on may be partly sent: the connection is then unusable. */
+int moat_msg_send_wait(int fd, const struct moat_msg *m, int (*wait)(void *ctx), void *ctx);
+int moat_msg_send_data_wait(int fd, uint8_t type, const void *data, size_t len, int (*wait)(void *ctx),
+                            void *ctx);
+/* Sends REP_ALIVE if the socket takes it now (never blocks: a host that is not reading is not
+ * waiting). 0 or -1. */
+int moat_msg_send_alive(int fd);
 /* Sends REP_ERROR{ERRNO=errnum, MESSAGE=formatted}. */
 int moat_msg_send_error(int fd, int errnum, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

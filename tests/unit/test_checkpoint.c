@@ -27,7 +27,7 @@ static void ok(bool cond, const char *name, const char *detail) {
   tap_ok(cond, "%s%s%s", name, show ? ": " : "", show ? detail : "");
 }
 
-static char *sh(const char *sock, const char *cmd, int *code) {
+static char *sh(const struct moat_guest_ep *sock, const char *cmd, int *code) {
   char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
   struct moat_exec_req req = {.argv = argv, .timeout_ms = 10000};
   struct moat_exec_result res;
@@ -70,14 +70,14 @@ struct state {
   long n;
 };
 
-static bool read_state(const char *sock, struct state *st) {
+static bool read_state(const struct moat_guest_ep *sock, struct state *st) {
   _cleanup_free_ char *s = sh(sock, "cat /tmp/state", NULL);
   memset(st, 0, sizeof(*st));
   return sscanf(s, "%31s %d %ld", st->tok, &st->bumps, &st->n) == 3;
 }
 
 /* The state process is alive and ticking: its counter advances past `after`. */
-static bool ticking(const char *sock, long after, struct state *st) {
+static bool ticking(const struct moat_guest_ep *sock, long after, struct state *st) {
   for (int i = 0; i < 100; i++) {
     if (read_state(sock, st) && st->n > after)
       return true;
@@ -196,16 +196,16 @@ int main(void) {
     struct moat_exec_req req = {.argv = argv, .timeout_ms = 10000, .stdin_data = state_py,
                                 .stdin_len = strlen(state_py)};
     struct moat_exec_result res;
-    r = moat_guest_exec(a.sock_path, &req, &res, &err);
+    r = moat_guest_exec(&a.guest, &req, &res, &err);
     if (r == 0)
       moat_exec_result_free(&res);
   }
-  free(sh(a.sock_path,
+  free(sh(&a.guest,
           "echo disk-A > /root/file.txt && mkdir -p /opt/d && rm -rf /etc/motd && "
           "(python3 /root/state.py </dev/null >/dev/null 2>&1 & echo $! > /root/state.pid)",
           &code));
   struct state sa;
-  ok(ticking(a.sock_path, 0, &sa), "A's state process runs", sa.tok);
+  ok(ticking(&a.guest, 0, &sa), "A's state process runs", sa.tok);
 
   /* an attached exec stream is open during the checkpoint: the guest drops it, its process runs on */
   struct moat_proc_stream *stream = NULL;
@@ -214,7 +214,7 @@ int main(void) {
     char *argv[] = {"/bin/sh", "-c", "while true; do echo tick; sleep 0.1; done", NULL};
     struct moat_exec_req req = {.argv = argv};
     struct moat_exec_opts opts = {.tag = "ticker", .pty_cols = 80, .pty_rows = 24}; /* on a pty, too */
-    r = moat_guest_exec_start(a.sock_path, &req, &opts, &stream, &spid, &err);
+    r = moat_guest_exec_start(&a.guest, &req, &opts, &stream, &spid, &err);
     ok(r == 0 && stream, "an exec stream on a pty is attached", moat_error_msg(err));
     moat_error_free(&err);
   }
@@ -231,7 +231,7 @@ int main(void) {
          (double)info.total_ns / 1e6, (double)info.frozen_ns / 1e6, (unsigned long long)info.memory_bytes,
          (unsigned long long)info.disk_bytes);
   struct state sa2;
-  ok(ticking(a.sock_path, sa.n, &sa2) && strcmp(sa2.tok, sa.tok) == 0, "A runs on after its checkpoint", sa2.tok);
+  ok(ticking(&a.guest, sa.n, &sa2) && strcmp(sa2.tok, sa.tok) == 0, "A runs on after its checkpoint", sa2.tok);
   if (stream) {
     struct moat_proc_event ev;
     int got;
@@ -241,7 +241,7 @@ int main(void) {
     ok(got == 0, "the checkpoint cut the stream (guest closed it)", moat_error_msg(err));
     moat_error_free(&err);
     moat_proc_stream_close(stream);
-    _cleanup_free_ char *alive = sh(a.sock_path, "kill -0 $(pgrep -f 'echo tick' | head -1) && echo alive", &code);
+    _cleanup_free_ char *alive = sh(&a.guest, "kill -0 $(pgrep -f 'echo tick' | head -1) && echo alive", &code);
     ok(strcmp(alive, "alive") == 0, "its process runs on", alive);
   }
 
@@ -264,40 +264,43 @@ int main(void) {
   _cleanup_free_ char *uids = xasprintf("A %ld B %ld C %ld", ua, ub, uc);
   ok(ua > 0 && ub > 0 && uc > 0 && ua != ub && ub != uc && ua != uc, "each copy runs as its own host uid range", uids);
   struct state sb, sc;
-  ok(ticking(b->sock_path, 0, &sb) && strcmp(sb.tok, sa.tok) == 0, "B has A's memory (same token, process runs on)",
+  ok(ticking(&b->guest, 0, &sb) && strcmp(sb.tok, sa.tok) == 0, "B has A's memory (same token, process runs on)",
      sb.tok);
-  ok(ticking(c->sock_path, 0, &sc) && strcmp(sc.tok, sa.tok) == 0, "C has A's memory", sc.tok);
-  _cleanup_free_ char *fb = sh(b->sock_path, "cat /root/file.txt; test -e /etc/motd && echo motd", &code);
+  ok(ticking(&c->guest, 0, &sc) && strcmp(sc.tok, sa.tok) == 0, "C has A's memory", sc.tok);
+  _cleanup_free_ char *fb = sh(&b->guest, "cat /root/file.txt; test -e /etc/motd && echo motd", &code);
   ok(strcmp(fb, "disk-A") == 0, "B has A's files (and A's deletion)", fb);
-  _cleanup_free_ char *idb = sh(b->sock_path, "id -u; stat -c %u /root/file.txt", &code);
+  _cleanup_free_ char *idb = sh(&b->guest, "id -u; stat -c %u /root/file.txt", &code);
   ok(strcmp(idb, "0") == 0, "root inside B, files owned by B's root", idb);
-  _cleanup_free_ char *own = sh(b->sock_path, "stat -c %u:%g /root/file.txt /root/state.py | sort -u | tr '\\n' ' '",
+  _cleanup_free_ char *own = sh(&b->guest, "stat -c %u:%g /root/file.txt /root/state.py | sort -u | tr '\\n' ' '",
                                 &code);
   ok(strcmp(own, "0:0 ") == 0, "B's copied files belong to root of B's range", own);
-  /* the guest's socket cannot be replaced from inside (moatd would follow a planted symlink) */
-  const char *tamper = "rm -f /run/moat/.sock/guest.sock; mv /run/moat/.sock /run/moat/x; "
-                       "ln -s /etc/passwd /run/moat/.sock/guest.sock; test -S /run/moat/.sock/guest.sock && echo sock";
-  _cleanup_free_ char *tpa = sh(a.sock_path, tamper, &code), *tpb = sh(b->sock_path, tamper, &code);
-  ok(strcmp(tpa, "sock") == 0 && strcmp(tpb, "sock") == 0, "root inside cannot replace the guest's socket (created, restored)",
-     tpb);
-  ok(moat_guest_ping(a.sock_path, 2000, NULL) == 0 && moat_guest_ping(b->sock_path, 2000, NULL) == 0,
+  /* the guest's channel cannot be touched from inside (moatd would follow a planted symlink) */
+  const char *tamper = "rm -f /run/moat/.sock/guest.sock; mv /run/moat/.sock /run/moat/x; umount -l /run/moat/.sock; "
+                       "ln -s /etc/passwd /run/moat/.sock/guest.sock; ls /run/moat/.sock >/dev/null 2>&1 || echo closed";
+  _cleanup_free_ char *tpa = sh(&a.guest, tamper, &code), *tpb = sh(&b->guest, tamper, &code);
+  struct stat sta, stb;
+  bool socks = lstat(a.guest.path, &sta) == 0 && S_ISSOCK(sta.st_mode) && lstat(b->guest.path, &stb) == 0 &&
+               S_ISSOCK(stb.st_mode);
+  ok(strcmp(tpa, "closed") == 0 && strcmp(tpb, "closed") == 0 && socks,
+     "root inside can neither enter nor replace the guest's channel (created, restored)", tpb);
+  ok(moat_guest_ping(&a.guest, 2000, NULL) == 0 && moat_guest_ping(&b->guest, 2000, NULL) == 0,
      "both still answer", NULL);
 
   /* diverge: B gets two signals and a file; C neither */
-  free(sh(b->sock_path, "kill -USR1 $(cat /root/state.pid); sleep 0.1; kill -USR1 $(cat /root/state.pid); "
+  free(sh(&b->guest, "kill -USR1 $(cat /root/state.pid); sleep 0.1; kill -USR1 $(cat /root/state.pid); "
                         "echo only-b > /root/only-b",
           &code));
-  free(sh(c->sock_path, "echo only-c > /root/only-c", &code));
+  free(sh(&c->guest, "echo only-c > /root/only-c", &code));
   usleep(200000);
-  read_state(b->sock_path, &sb);
-  read_state(c->sock_path, &sc);
+  read_state(&b->guest, &sb);
+  read_state(&c->guest, &sc);
   struct state sa3;
-  read_state(a.sock_path, &sa3);
+  read_state(&a.guest, &sa3);
   _cleanup_free_ char *bumps = xasprintf("A %d B %d C %d", sa3.bumps, sb.bumps, sc.bumps);
   ok(sb.bumps == 2 && sc.bumps == 0 && sa3.bumps == 0, "memory diverges: only B counted its signals", bumps);
-  _cleanup_free_ char *fc = sh(c->sock_path, "ls /root | tr '\\n' ' '", &code);
+  _cleanup_free_ char *fc = sh(&c->guest, "ls /root | tr '\\n' ' '", &code);
   ok(strstr(fc, "only-c") && !strstr(fc, "only-b"), "disk diverges: C sees its file, not B's", fc);
-  _cleanup_free_ char *fa = sh(a.sock_path, "ls /root | tr '\\n' ' '", &code);
+  _cleanup_free_ char *fa = sh(&a.guest, "ls /root | tr '\\n' ' '", &code);
   ok(!strstr(fa, "only-c") && !strstr(fa, "only-b"), "A sees neither", fa);
 
   /* a restore that fails (an image missing) leaves nothing behind: checked at the end */
@@ -328,9 +331,9 @@ int main(void) {
   ok(r == 0 && jd.r == 0, "restore D from B's checkpoint", moat_error_msg(jd.err));
   struct state sd;
   if (jd.r == 0 && r == 0) {
-    ok(ticking(jd.inst.sock_path, 0, &sd) && strcmp(sd.tok, sa.tok) == 0 && sd.bumps == 2,
+    ok(ticking(&jd.inst.guest, 0, &sd) && strcmp(sd.tok, sa.tok) == 0 && sd.bumps == 2,
        "D has B's memory (token, two signals)", sd.tok);
-    _cleanup_free_ char *fd = sh(jd.inst.sock_path, "cat /root/only-b", &code);
+    _cleanup_free_ char *fd = sh(&jd.inst.guest, "cat /root/only-b", &code);
     ok(strcmp(fd, "only-b") == 0, "D has B's files", fd);
   }
 
@@ -346,9 +349,9 @@ int main(void) {
   ok(r == 0 && je.r == 0, "wake C as E", moat_error_msg(je.err));
   struct state se;
   if (je.r == 0 && r == 0) {
-    ok(ticking(je.inst.sock_path, 0, &se) && strcmp(se.tok, sa.tok) == 0 && se.bumps == 0, "E has C's memory",
+    ok(ticking(&je.inst.guest, 0, &se) && strcmp(se.tok, sa.tok) == 0 && se.bumps == 0, "E has C's memory",
        se.tok);
-    _cleanup_free_ char *fe = sh(je.inst.sock_path, "cat /root/only-c", &code);
+    _cleanup_free_ char *fe = sh(&je.inst.guest, "cat /root/only-c", &code);
     ok(strcmp(fe, "only-c") == 0, "E has C's files", fe);
   }
 
@@ -373,9 +376,9 @@ int main(void) {
     ok(rc == 0, "its restore", moat_error_msg(err));
     moat_error_free(&err);
     if (rc == 0) {
-      _cleanup_free_ char *net = sh(gr.sock_path, "ls /sys/class/net | tr '\\n' ' '; cat /sys/class/net/lo/flags", &code);
+      _cleanup_free_ char *net = sh(&gr.guest, "ls /sys/class/net | tr '\\n' ' '; cat /sys/class/net/lo/flags", &code);
       ok(strcmp(net, "lo 0x9") == 0, "the restored copy has lo only, up", net);
-      _cleanup_free_ char *lo = sh(gr.sock_path,
+      _cleanup_free_ char *lo = sh(&gr.guest,
                                    "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(\"ok\")'",
                                    &code);
       ok(strcmp(lo, "ok") == 0, "and 127.0.0.1 works there", lo);
@@ -411,7 +414,7 @@ int main(void) {
       adopted += moat_host_adopt(h, all[i]->slot, all[i]->pid, all[i]->start_time, &x, NULL) == 1;
     ok(adopted == 4, "the four running sandboxes are adopted", NULL);
     moat_host_reconcile(h, NULL);
-    ok(moat_guest_ping(a.sock_path, 2000, &err) == 0 && access(marker, F_OK) < 0,
+    ok(moat_guest_ping(&a.guest, 2000, &err) == 0 && access(marker, F_OK) < 0,
        "A, frozen by an interrupted checkpoint, runs again after adopt", moat_error_msg(err));
     moat_error_free(&err);
     _cleanup_free_ char *d4 = xasprintf("%s/ckpt-a2", data);
@@ -422,9 +425,9 @@ int main(void) {
     if (r == 0)
       restore_thread(&jf);
     struct state sf;
-    ok(jf.r == 0 && ticking(jf.inst.sock_path, 0, &sf) && strcmp(sf.tok, sa.tok) == 0,
+    ok(jf.r == 0 && ticking(&jf.inst.guest, 0, &sf) && strcmp(sf.tok, sa.tok) == 0,
        "its restore has A's memory", jf.r ? moat_error_msg(jf.err) : sf.tok);
-    _cleanup_free_ char *ff = jf.r == 0 ? sh(jf.inst.sock_path, "cat /root/file.txt", &code) : xstrdup("");
+    _cleanup_free_ char *ff = jf.r == 0 ? sh(&jf.inst.guest, "cat /root/file.txt", &code) : xstrdup("");
     ok(strcmp(ff, "disk-A") == 0, "and A's files", ff);
     if (jf.r == 0)
       moat_host_destroy(h, jf.inst.slot, NULL);

@@ -93,7 +93,7 @@ static void test_pause(struct moat_control *c) {
   CHECK(moat_control_pause(c, "default", id, &err) == 0, "pause again: 0");
   CHECK(status_of(moat_control_pause(c, "other", id, &err), &err) == ENOENT, "another org: ENOENT");
   CHECK(run(c, id, "true", NULL) == -MOAT_E_PAUSED, "exec while paused: MOAT_E_PAUSED");
-  char *sock = NULL;
+  struct moat_guest_ep *sock = NULL;
   CHECK(status_of(moat_control_guest(c, "default", id, &sock, NULL, &err), &err) == MOAT_E_PAUSED,
         "guest access while paused: MOAT_E_PAUSED");
   free(sock);

@@ -10,7 +10,14 @@
 #include "host/guest_client.c"
 #undef feed_stdin
 
-static const char *sock(void) { return g_sock; }
+/* The guest started with --listen binds and listens itself: it is the socket's peer. */
+static const struct moat_guest_ep *sock(void) {
+  static struct moat_guest_ep ep;
+  snprintf(ep.path, sizeof(ep.path), "%s", g_sock);
+  ep.pid = g_pid;
+  ep.uid = geteuid();
+  return &ep;
+}
 
 static char **av(const char *a, const char *b, const char *c) {
   char **v = xcalloc(4, sizeof(char *));
@@ -162,6 +169,48 @@ static void test_background_attach(void) {
   pi = r == 0 ? find_info(v, n, pid) : NULL;
   CHECK(pi && !pi->running && pi->exit_code == 7 && pi->signal == 0, "PROCS keeps the finished process");
   moat_proc_infos_free(v, n);
+}
+
+/* RENEW: PID 1 execs itself with its table; processes, tags, rings and stdin carry over. */
+static void test_renew(void) {
+  moat_error *err = NULL;
+  int pid = bg_start("echo before; read x; echo after $x; exit 3", "renew1", NULL, &err);
+  CHECK(pid > 0, "background exec before the renewal %s", err ? moat_error_msg(err) : "");
+  moat_error_free(&err);
+  int done = bg_start("echo finished-before", "renew-done", NULL, &err);
+  moat_error_free(&err);
+  usleep(200000);
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)g_pid);
+  struct stat st0, st1;
+  int s0 = stat(path, &st0);
+  int r = moat_guest_renew(sock(), &err);
+  CHECK(r == 0, "RENEW answers once the new image runs (%s)", err ? moat_error_msg(err) : "");
+  moat_error_free(&err);
+  int s1 = stat(path, &st1);
+  CHECK(s0 == 0 && s1 == 0 && kill(g_pid, 0) == 0, "the guest keeps its pid across the renewal");
+  struct moat_proc_info *v = NULL;
+  size_t n = 0;
+  r = moat_guest_procs(sock(), &v, &n, &err);
+  struct moat_proc_info *pi = r == 0 ? find_info(v, n, pid) : NULL;
+  struct moat_proc_info *pd = r == 0 ? find_info(v, n, done) : NULL;
+  CHECK(pi && pi->running && pi->tag && strcmp(pi->tag, "renew1") == 0 && pd && !pd->running && pd->exit_code == 0,
+        "the renewed table lists the running process (tag kept) and the finished one");
+  moat_proc_infos_free(v, n);
+  moat_error_free(&err);
+  struct moat_proc_stream *s = NULL;
+  r = moat_guest_attach(sock(), 0, "renew1", true, &s, NULL, &err);
+  moat_error_free(&err);
+  if (r == 0)
+    moat_proc_stream_input(s, "x\n", 2, &err);
+  moat_error_free(&err);
+  char *out = NULL;
+  size_t len = 0;
+  int code = r == 0 ? drain(s, &out, &len, NULL, 3000) : -2;
+  CHECK(code == 3 && out && strstr(out, "before\n") && strstr(out, "after x\n"),
+        "after the renewal: replay of the old output, stdin, exit 3 (%d) '%s'", code, out ? out : "");
+  moat_proc_stream_close(s);
+  free(out);
 }
 
 static void test_big_stream(void) {
@@ -528,6 +577,7 @@ int main(void) {
   test_stdin_signals_tags();
   test_kill_on_disconnect();
   test_big_stream();
+  test_renew();
   test_slow_attach();
   test_pty();
   test_watch();

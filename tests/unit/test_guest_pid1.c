@@ -11,12 +11,14 @@
 #undef feed_stdin
 
 /* A background process and a pty process owned by PID 1 inside the namespace. */
+static struct moat_guest_ep g_ep;
+
 static void test_processes(void) {
   moat_error *err = NULL;
   char *bg_argv[] = {"sh", "-c", "echo $$; sleep 100", NULL};
   struct moat_exec_req rq = {.argv = bg_argv};
   int pid = 0;
-  int r = moat_guest_exec_start(g_sock, &rq, &(struct moat_exec_opts){.background = true, .tag = "ns-bg"}, NULL, &pid,
+  int r = moat_guest_exec_start(&g_ep, &rq, &(struct moat_exec_opts){.background = true, .tag = "ns-bg"}, NULL, &pid,
                                 &err);
   CHECK(r == 0 && pid > 1 && pid < 1000, "background process inside the namespace (pid %d) %s", pid,
         err ? moat_error_msg(err) : "");
@@ -24,7 +26,7 @@ static void test_processes(void) {
   struct moat_proc_info *v = NULL;
   size_t n = 0;
   bool listed = false;
-  if (moat_guest_procs(g_sock, &v, &n, &err) == 0)
+  if (moat_guest_procs(&g_ep, &v, &n, &err) == 0)
     for (size_t i = 0; i < n; i++)
       listed |= v[i].pid == pid && v[i].running && v[i].tag && strcmp(v[i].tag, "ns-bg") == 0;
   moat_proc_infos_free(v, n);
@@ -32,8 +34,8 @@ static void test_processes(void) {
   CHECK(listed, "PROCS lists it as running");
   struct moat_proc_stream *s = NULL;
   int code = -2;
-  if (moat_guest_attach(g_sock, pid, NULL, true, &s, NULL, &err) == 0) {
-    moat_guest_proc_signal(g_sock, 0, "ns-bg", SIGTERM, &err);
+  if (moat_guest_attach(&g_ep, pid, NULL, true, &s, NULL, &err) == 0) {
+    moat_guest_proc_signal(&g_ep, 0, "ns-bg", SIGTERM, &err);
     struct moat_proc_event ev;
     while (moat_proc_stream_next(s, &ev, 3000, &err) == 1)
       if (ev.type == MOAT_PROC_EXIT) {
@@ -51,7 +53,7 @@ static void test_processes(void) {
   char *out = NULL;
   size_t len = 0;
   code = -2;
-  if (moat_guest_exec_start(g_sock, &rq, &(struct moat_exec_opts){.pty_cols = 77, .pty_rows = 11}, &s, &pid, &err) == 0) {
+  if (moat_guest_exec_start(&g_ep, &rq, &(struct moat_exec_opts){.pty_cols = 77, .pty_rows = 11}, &s, &pid, &err) == 0) {
     struct moat_proc_event ev;
     while (moat_proc_stream_next(s, &ev, 3000, &err) == 1) {
       if (ev.type == MOAT_PROC_STDOUT)
@@ -87,6 +89,10 @@ int main(void) {
   snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_sock);
   if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 64) < 0)
     return 1;
+  /* listen() ran here: this process is the socket's peer for the client's check */
+  snprintf(g_ep.path, sizeof(g_ep.path), "%s", g_sock);
+  g_ep.pid = getpid();
+  g_ep.uid = geteuid();
   int rp[2];
   if (pipe(rp) < 0)
     return 1;

@@ -21,7 +21,7 @@ static void ok(bool cond, const char *name, const char *detail) {
   tap_ok(cond, "%s%s%s", name, show ? ": " : "", show ? detail : "");
 }
 
-static char *exec_out(const char *sock, const char *cmd, int *code) {
+static char *exec_out(const struct moat_guest_ep *sock, const char *cmd, int *code) {
   char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
   struct moat_exec_req req = {.argv = argv, .timeout_ms = 10000};
   struct moat_exec_result res;
@@ -91,29 +91,29 @@ int main(void) {
   if (r < 0)
     return 1;
   printf("# request-path create: %.2f ms\n", (double)(now_ns() - t0) / 1e6);
-  ok(moat_guest_ping(inst.sock_path, 2000, &err) == 0, "guest answers ping", moat_error_msg(err));
+  ok(moat_guest_ping(&inst.guest, 2000, &err) == 0, "guest answers ping", moat_error_msg(err));
   ok(moat_host_alive(h, inst.slot), "alive", NULL);
 
   int code;
-  _cleanup_free_ char *uid = exec_out(inst.sock_path, "id -u", &code);
+  _cleanup_free_ char *uid = exec_out(&inst.guest, "id -u", &code);
   ok(code == 0 && strcmp(uid, "0") == 0, "root inside", uid);
-  _cleanup_free_ char *map = exec_out(inst.sock_path, "cat /proc/self/uid_map | tr -s ' '", &code);
+  _cleanup_free_ char *map = exec_out(&inst.guest, "cat /proc/self/uid_map | tr -s ' '", &code);
   ok(strstr(map, " 0 1073741824") == NULL && strstr(map, "65536") != NULL, "uid range is not the host's root",
      map);
-  _cleanup_free_ char *pid1 = exec_out(inst.sock_path, "cat /proc/1/comm", &code);
+  _cleanup_free_ char *pid1 = exec_out(&inst.guest, "cat /proc/1/comm", &code);
   ok(strcmp(pid1, "moat-guest") == 0, "moat-guest is pid 1", pid1);
-  _cleanup_free_ char *nproc = exec_out(inst.sock_path, "ls /proc | grep -c '^[0-9]'", &code);
+  _cleanup_free_ char *nproc = exec_out(&inst.guest, "ls /proc | grep -c '^[0-9]'", &code);
   ok(atoi(nproc) <= 6, "only the sandbox's processes are visible", nproc);
-  _cleanup_free_ char *host = exec_out(inst.sock_path, "hostname", &code);
+  _cleanup_free_ char *host = exec_out(&inst.guest, "hostname", &code);
   ok(strcmp(host, "sandbox") == 0, "own hostname", host);
-  _cleanup_free_ char *mnt = exec_out(inst.sock_path, "mount -t tmpfs none /mnt 2>&1; echo rc=$?", &code);
+  _cleanup_free_ char *mnt = exec_out(&inst.guest, "mount -t tmpfs none /mnt 2>&1; echo rc=$?", &code);
   ok(strstr(mnt, "rc=0") == NULL, "mount is denied", mnt);
   _cleanup_free_ char *dd =
-      exec_out(inst.sock_path,
+      exec_out(&inst.guest,
                "dd if=/dev/zero of=/big bs=1M count=200 2>&1 | grep -o 'No space left' ; rm -f /big", &code);
   ok(strstr(dd, "No space left") != NULL || strstr(dd, "space") != NULL, "disk limit gives ENOSPC", dd);
   _cleanup_free_ char *net =
-      exec_out(inst.sock_path, "cat /sys/class/net/lo/operstate; ls /sys/class/net | wc -l", &code);
+      exec_out(&inst.guest, "cat /sys/class/net/lo/operstate; ls /sys/class/net | wc -l", &code);
   ok(code == 0, "sysfs mounted, loopback only", net);
 
   r = moat_host_destroy(h, inst.slot, &err);
