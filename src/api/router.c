@@ -486,6 +486,7 @@ unsigned api_errno_http(int status, const char **code) {
   case ECONNRESET:
   case EPIPE:
   case EPROTO:
+  case EHOSTUNREACH:
     *code = "sandbox_unreachable";
     return 502;
   case EAGAIN:

@@ -271,7 +271,8 @@ static void *ws_thread(void *arg) {
       if (wslay_event_recv(w->ctx) != 0)
         break;
     }
-    if (pull && (pending || (p[1].revents & (POLLIN | POLLHUP | POLLERR)))) {
+    /* every turn, not only when readable: a guest that went silent is noticed (guest_client.h) */
+    if (pull) {
       drain(w);
       pending = !w->proc_done && wslay_event_get_queued_msg_length(w->ctx) >= WS_MAX_QUEUE;
     }

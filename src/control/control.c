@@ -794,11 +794,12 @@ static void reap_once(struct moat_control *c) {
         } else if (!moat_host_alive(c->host, e->slot)) {
           struct moat_usage u = {0};
           moat_error *err = NULL;
-          const char *reason = "error";
+          const char *reason = "guest_exited";
           if (moat_host_usage(c->host, e->slot, &u, &err) == 0 && u.oom_kills > 0)
             reason = "oom";
           moat_error_free(&err);
-          log_warn("sandbox %s: init died", e->id);
+          log_warn("sandbox %s: its init (moat-guest, pid %d) died%s", e->id, (int)e->pid,
+                   u.oom_kills ? " (out of memory)" : "");
           kill_locked(c, e, reason);
         } else if (e->state == MOAT_SB_RUNNING && !busy && e->hibernate_after_s > 0) {
           tt_reap_idle(c, e, now);
@@ -991,6 +992,8 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     goto fail;
   if (recover(c, err) < 0)
     goto fail;
+  ctl_health_open(c, cfg->guest_timeout_ms);
+  c->health_open = true;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
     moat_error_set(err, EAGAIN, "start reaper thread");
     goto fail;
@@ -1013,6 +1016,9 @@ void moat_control_close(struct moat_control *c) {
     pthread_mutex_unlock(&c->reap_lock);
     pthread_join(c->reaper, NULL);
   }
+  __atomic_store_n(&c->stop, true, __ATOMIC_SEQ_CST);
+  if (c->health_open)
+    ctl_health_close(c);
   tt_close(c);
   if (c->host)
     moat_host_shutdown(c->host);

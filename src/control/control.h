@@ -95,6 +95,7 @@ struct moat_control_config {
   const char *template_dir; /* built templates; default DIR/templates */
   const char *recipes_dir;  /* the repo's templates/ */
   const char *guest_path;   /* build/moat-guest */
+  unsigned guest_timeout_ms; /* 0 = MOAT_GUEST_TIMEOUT_MS_DEFAULT (guest_client.h) */
   unsigned pool_size;       /* warm shells of "base" */
   unsigned reap_interval_ms;
   const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net.h) */

@@ -25,6 +25,7 @@ struct live {
   unsigned refs;         /* c->lock: the table's reference plus one per user */
   bool in_table;         /* c->lock */
   int inflight;          /* execs running now; atomic */
+  bool health_check;     /* a check of an unanswering guest runs (health.c); atomic */
   int64_t expires_at_ms; /* atomic reads allowed (get/list overlay it); written under m */
   int64_t last_api_ms;   /* last API use (guest access); atomic */
 
@@ -69,7 +70,9 @@ struct moat_control {
   bool reaper_started;
   pthread_mutex_t reap_lock;
   pthread_cond_t reap_cond;
-  bool stop; /* reap_lock */
+  bool stop; /* reap_lock; read atomically by health.c */
+  int health_checks; /* health.c threads running; atomic */
+  bool health_open;
   unsigned reap_interval_ms;
 
   pthread_mutex_t explore_lock;
@@ -110,6 +113,12 @@ struct ctl_new {
  * id (MOAT_ID_LEN + 1) when not NULL. On failure nothing is left but a row recorded killed. */
 int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n, char *id,
                struct moat_sandbox_info *out, moat_error **err);
+
+/* ---- health.c ---- */
+/* Sets the guest timeout (0 = default) and takes guest_client's unreachable reports. */
+void ctl_health_open(struct moat_control *c, unsigned guest_timeout_ms);
+/* Stops taking reports and waits for running checks (c->stop set). */
+void ctl_health_close(struct moat_control *c);
 
 /* ---- network.c ---- */
 /* Binds the new sandbox id's network slot (host slot) to its policy; for a fork without one, the

@@ -340,6 +340,7 @@ int main(int argc, char **argv) {
    * environment, root and cwd (/proc/PID/mem, fd/, environ, root, cwd, syscall, maps...) and
    * ptrace need CAP_SYS_PTRACE over its user namespace, which nothing in the sandbox has. Our
    * forks (spares, file workers) inherit it; a command we exec is dumpable again (exec resets it). */
+  prctl(PR_SET_NAME, "moat-guest", 0, 0, 0); /* a renewal execs /proc/self/exe */
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
     fprintf(stderr, "moat-guest: PR_SET_DUMPABLE: %s\n", strerror(errno));
     return 1;

@@ -134,14 +134,16 @@ static int gc_wait_readable(struct gconn *g, int timeout_ms, moat_error **err) {
         continue;
       return moat_error_errno(err, "poll the sandbox guest");
     }
+    /* nothing to read: the guest's silence is checked first, so that callers that only poll
+     * (timeout 0) learn of a hung guest too */
     now = now_ns();
-    if (timeout_ms >= 0 && now >= cend)
-      return 0;
     if (now >= __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED) + ms_ns(g_timeout_ms)) {
       if (!ep_frozen(&g->ep))
         return unreachable(g, "waiting for its answer", err);
       __atomic_store_n(&g->last_rx_ns, now, __ATOMIC_RELAXED);
     }
+    if (timeout_ms >= 0 && now >= cend)
+      return 0;
   }
 }
 
@@ -811,6 +813,23 @@ int moat_guest_exec(const struct moat_guest_ep *ep, const struct moat_exec_req *
   res->err = errb.p ? errb.p : xstrdup("");
   res->err_len = errb.len;
   return 0;
+}
+
+int moat_guest_check(const struct moat_guest_ep *ep, int timeout_ms, moat_error **err) {
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
+    return ep_frozen(ep) ? 0 : -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_PROCS);
+  int ret = gc_send(&g, &m, "a check", err);
+  if (ret == 0) {
+    int r = gc_recv(&g, &m, timeout_ms, err);
+    if (r <= 0 && !ep_frozen(ep))
+      ret = r == 0 ? moat_error_set(err, EPIPE, "sandbox guest closed the connection") : -1;
+  }
+  moat_msg_free(&m);
+  gc_close(&g);
+  return ret;
 }
 
 int moat_guest_renew(const struct moat_guest_ep *ep, moat_error **err) {

@@ -164,6 +164,10 @@ int moat_watch_next(struct moat_watch *w, struct moat_watch_event *ev, int timeo
 int moat_watch_fd(const struct moat_watch *w);
 void moat_watch_close(struct moat_watch *w);
 
+/* Whether PID 1 itself answers (a request it serves, not a spare worker) within timeout_ms; a
+ * frozen sandbox counts as answering. 0 or -1. */
+int moat_guest_check(const struct moat_guest_ep *ep, int timeout_ms, moat_error **err);
+
 /* After a restore: has PID 1 re-exec itself with its process table (proto.h RENEW). 0 once the new
  * image answers, or -1. */
 int moat_guest_renew(const struct moat_guest_ep *ep, moat_error **err);

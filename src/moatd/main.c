@@ -44,7 +44,10 @@ static void usage(FILE *f) {
              "                       nameserver of /etc/resolv.conf), reached from the uplink's side\n"
              "  --net-pool CIDR      IPv4 pool of per-sandbox /30s (default 10.200.0.0/16: 16,384 /30s)\n"
              "  --net-block-ports P,P,...  TCP/UDP ports always dropped (default: common mining-pool ports)\n"
-             "  --net-warm N         network slots prepared ahead (default 8)\n");
+             "  --net-warm N         network slots prepared ahead (default 8)\n"
+             "  --guest-timeout MS   a sandbox's guest that sends nothing for this long while not frozen\n"
+             "                       is unreachable: the call fails 502 and the sandbox is checked\n"
+             "                       (default 15000, at least 9000)\n");
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -201,7 +204,7 @@ int main(int argc, char **argv) {
 
   const char *listen_addr = "127.0.0.1:7070", *data_opt = "./.moat", *template_opt = NULL,
              *recipes_opt = NULL, *guest_opt = NULL;
-  unsigned pool = 4;
+  unsigned pool = 4, guest_timeout_ms = 0;
   const char *proxy_listen = NULL, *proxy_domain = NULL;
   struct moat_net_config net = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -220,6 +223,7 @@ int main(int argc, char **argv) {
       {"net-pool", required_argument, NULL, 'P'},
       {"net-block-ports", required_argument, NULL, 'B'},
       {"net-warm", required_argument, NULL, 'W'},
+      {"guest-timeout", required_argument, NULL, 0x102},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -272,6 +276,13 @@ int main(int argc, char **argv) {
       if (parse_u64(optarg, &v) < 0 || v < 1 || v > 4096)
         die("--net-warm %s: expected a number from 1 to 4096", optarg);
       net.warm = (unsigned)v;
+      break;
+    }
+    case 0x102: {
+      uint64_t v;
+      if (parse_u64(optarg, &v) < 0 || v < 9000 || v > 3600000)
+        die("--guest-timeout %s: expected milliseconds from 9000 to 3600000", optarg);
+      guest_timeout_ms = (unsigned)v;
       break;
     }
     case 'L':
@@ -380,6 +391,7 @@ int main(int argc, char **argv) {
       .template_dir = template_dir,
       .recipes_dir = recipes,
       .guest_path = guest,
+      .guest_timeout_ms = guest_timeout_ms,
       .pool_size = pool,
       .net = &net,
   };

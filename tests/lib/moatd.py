@@ -532,6 +532,27 @@ class MoatDaemon:
         self.keys.append(key)
         return key
 
+    def instance(self):
+        """The 16-hex-digit name moatd gives its host state (FNV-1a of the data dir's real path)."""
+        x = 1469598103934665603
+        for ch in os.path.realpath(self.data_dir).encode():
+            x ^= ch
+            x = (x * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+        return "%016x" % x
+
+    def sandbox_host(self, sid):
+        """Where a running sandbox lives on the host, from moatd's store: {pid, slot, chan}, where pid
+        is its init (moat-guest) and chan the host dir of its guest socket."""
+        import sqlite3
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.data_dir, "moat.db"), uri=True, timeout=30)
+        try:
+            row = db.execute("SELECT pid, slot FROM sandboxes WHERE id = ?", (sid,)).fetchone()
+        finally:
+            db.close()
+        if not row or row[0] <= 0:
+            raise RuntimeError("sandbox %s has no init recorded" % sid)
+        return {"pid": row[0], "slot": row[1], "chan": "/run/moat/chan/%s/%d" % (self.instance(), row[1])}
+
     def log_tail(self, n=60):
         try:
             with open(self.log_path, "rb") as f:

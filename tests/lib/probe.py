@@ -13,26 +13,32 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "probe.c")
 SANDBOX_PATH = "/tmp/moat-probe"
 _lock = threading.Lock()
-_built = None
+_built = {}
+
+
+def build_static(src_path):
+    """Compiles a C file statically once per source version (cached under /var/tmp) and returns the
+    binary's bytes."""
+    with _lock:
+        if src_path in _built:
+            return _built[src_path]
+        with open(src_path, "rb") as f:
+            src = f.read()
+        digest = hashlib.sha256(src).hexdigest()[:16]
+        name = os.path.splitext(os.path.basename(src_path))[0]
+        out = "/var/tmp/moat-test-%s-%s" % (name, digest)
+        if not os.path.exists(out):
+            tmp = out + ".tmp%d" % os.getpid()
+            subprocess.run(["cc", "-static", "-O2", "-Wall", "-o", tmp, src_path], check=True)
+            os.rename(tmp, out)
+        with open(out, "rb") as f:
+            _built[src_path] = f.read()
+        return _built[src_path]
 
 
 def build():
-    """Compiles the probe once per source version (cached under /var/tmp) and returns its bytes."""
-    global _built
-    with _lock:
-        if _built is not None:
-            return _built
-        with open(SRC, "rb") as f:
-            src = f.read()
-        digest = hashlib.sha256(src).hexdigest()[:16]
-        out = "/var/tmp/moat-test-probe-%s" % digest
-        if not os.path.exists(out):
-            tmp = out + ".tmp%d" % os.getpid()
-            subprocess.run(["cc", "-static", "-O2", "-Wall", "-o", tmp, SRC], check=True)
-            os.rename(tmp, out)
-        with open(out, "rb") as f:
-            _built = f.read()
-        return _built
+    """The probe's static binary (bytes)."""
+    return build_static(SRC)
 
 
 class Result:

@@ -171,6 +171,29 @@ static void test_background_attach(void) {
   moat_proc_infos_free(v, n);
 }
 
+/* The client refuses a socket whose listener is not the process it expects. */
+static void test_peer_check(void) {
+  struct moat_guest_ep ep = *sock();
+  moat_error *err = NULL;
+  CHECK(moat_guest_ping(&ep, 2000, &err) == 0, "ping with the right peer %s", err ? moat_error_msg(err) : "");
+  moat_error_free(&err);
+  ep.pid = getpid(); /* not the guest */
+  int r = moat_guest_ping(&ep, 2000, &err);
+  CHECK(r < 0 && err && err->status == EPROTO, "a socket whose peer is another pid: EPROTO (%s)",
+        err ? moat_error_msg(err) : "accepted");
+  moat_error_free(&err);
+  ep = *sock();
+  ep.uid = 12345;
+  r = moat_guest_ping(&ep, 2000, &err);
+  CHECK(r < 0 && err && err->status == EPROTO, "a socket whose peer has another uid: EPROTO");
+  moat_error_free(&err);
+  snprintf(ep.path, sizeof(ep.path), "%s.none", g_sock);
+  ep.uid = geteuid();
+  r = moat_guest_ping(&ep, 2000, &err);
+  CHECK(r < 0 && err && err->status == ECONNREFUSED, "no socket: ECONNREFUSED (502), not ENOENT (404)");
+  moat_error_free(&err);
+}
+
 /* RENEW: PID 1 execs itself with its table; processes, tags, rings and stdin carry over. */
 static void test_renew(void) {
   moat_error *err = NULL;
@@ -573,6 +596,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   g_start();
   test_exec_compat();
+  test_peer_check();
   test_background_attach();
   test_stdin_signals_tags();
   test_kill_on_disconnect();
