@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/sha256.h"
 #include "../common/util.h"
@@ -389,6 +390,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
     return -1;
   }
 
+  moat_crash_point("create.started");
   int64_t expires = n->persistent ? 0 : now_unix_ms() + ttl * 1000;
   e->slot = inst.slot;
   e->pid = inst.pid;
@@ -403,6 +405,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
     live_put(c, e);
     return -1;
   }
+  moat_crash_point("create.recorded");
   e->state = MOAT_SB_RUNNING;
   e->db_expires_at_ms = expires;
   __atomic_store_n(&e->expires_at_ms, expires, __ATOMIC_RELAXED);

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "control_internal.h"
@@ -379,6 +380,7 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
     return -1;
   }
   fsync_dir(c->hib_dir);
+  moat_crash_point("hibernate.renamed");
   int64_t now = now_unix_ms();
   bool was_paused = e->state == MOAT_SB_PAUSED;
   struct moat_store_move m = {.to = "hibernated",
@@ -395,6 +397,7 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
     kill_locked(c, e, "error");
     return -1;
   }
+  moat_crash_point("hibernate.recorded");
   if (!was_paused)
     e->paused_at_ms = now;
   e->state = MOAT_SB_HIBERNATED;
@@ -429,6 +432,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
     host_error(err);
     return moat_error_wrap(err, "wake %s", e->id);
   }
+  moat_crash_point("wake.restored");
   tt_net_rebind(c, e, inst.slot);
   int64_t now = now_unix_ms();
   int64_t x = expiry_after_pause(e, now);
@@ -451,6 +455,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
     }
     return moat_error_wrap(err, "wake %s", e->id);
   }
+  moat_crash_point("wake.recorded");
   e->state = MOAT_SB_RUNNING;
   e->slot = inst.slot;
   e->pid = inst.pid;
@@ -660,6 +665,7 @@ int moat_control_snapshot_create(struct moat_control *c, const char *org, const 
     return -1;
   }
   fsync_dir(c->snap_dir);
+  moat_crash_point("snapshot.renamed");
   _cleanup_free_ char *meta = dump_object(metadata);
   struct moat_store_snapshot s = {
       .id = sid,
@@ -897,6 +903,7 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
     moat_store_sandbox_clear(&row);
     return moat_error_wrap(err, "%s", why);
   }
+  moat_crash_point("fork.checkpointed");
   json_t *meta = parse_object(row.metadata_json);
   n.metadata = meta;
   uint64_t t_ckpt = now_ns() - t0;

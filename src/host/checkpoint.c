@@ -52,6 +52,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "cgroup.h"
@@ -437,6 +438,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     unlink(marker);
     return moat_error_wrap(err, "checkpoint slot %d", slot);
   }
+  moat_crash_point("checkpoint.frozen");
   uint64_t tf = now_ns();
   uint64_t disk_bytes = 0;
   int ret = moat_layer_copy(disk, dfd, "upper", v.uid_base, v.uid_base, &disk_bytes, err);
@@ -473,6 +475,8 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
       ret = share_images(images, err);
     if (ret == 0 && info)
       info->memory_bytes = pages_bytes(images);
+    if (ret == 0)
+      moat_crash_point("checkpoint.dumped");
   }
   uint64_t tt = now_ns();
   if (leave_running && !was_frozen) {
@@ -499,6 +503,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
         renameat(dfd, META ".tmp", dfd, META) < 0)
       return moat_error_errno(err, "checkpoint slot %d: write %s/" META, slot, dir);
   }
+  moat_crash_point("checkpoint.written");
   if (!leave_running)
     moat_host_destroy(h, slot, NULL);
   if (info) {

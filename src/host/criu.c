@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
 #include "../common/util.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -281,6 +282,8 @@ int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn
     kill(pid, SIGKILL);
   }
   close(go[1]);
+  if (ret == 0)
+    moat_crash_point(strcmp(argv[1], "dump") == 0 ? "criu.dump" : "criu.restore");
   /* Wait for the process first, then look for a failure report: waiting for EOF on rep instead
    * would hang while any other process forked meanwhile by another thread (a restore's holder)
    * holds a copy of rep[1]. */
