@@ -839,19 +839,31 @@ static void *reaper_main(void *arg) {
 /* ---- open, recovery, close ---- */
 
 /* For every sandbox recorded live: adopt it if its init still runs, else record it killed
- * (host_restart). Then reconcile the host. */
+ * (host_restart). A sandbox still "creating" was never answered (moatd died inside its create,
+ * fork or restore): it is forgotten, row and events. Then reconcile the host, which removes
+ * whatever of the host's slots no adopted sandbox holds. */
 static int recover(struct moat_control *c, moat_error **err) {
   struct moat_store_filter f = {0};
   struct moat_store_sandbox *rows;
   size_t n;
   if (moat_store_sandbox_list(c->store, &f, &rows, &n, err) < 0)
     return moat_error_wrap(err, "recover");
-  unsigned adopted = 0, lost = 0;
+  unsigned adopted = 0, lost = 0, forgotten = 0;
   for (size_t i = 0; i < n; i++) {
     struct moat_store_sandbox *r = &rows[i];
     enum moat_sandbox_state st;
     if (moat_sandbox_state_parse(r->state, &st) < 0)
       continue;
+    if (st == MOAT_SB_CREATING) {
+      moat_error *e2 = NULL;
+      if (moat_store_sandbox_forget_creating(c->store, r->id, &e2) < 0) {
+        log_error("recover %s: forget an unfinished create: %s", r->id, moat_error_msg(e2));
+        moat_error_free(&e2);
+      } else {
+        forgotten++;
+      }
+      continue;
+    }
     if (st == MOAT_SB_HIBERNATED) {
       /* No process to adopt: it lives on as its image in DATA/hibernate/ID. */
       _cleanup_free_ char *img = xasprintf("%s/%s", c->hib_dir, r->id);
@@ -929,9 +941,10 @@ static int recover(struct moat_control *c, moat_error **err) {
     log_error("reconcile: %s", moat_error_msg(e2));
     moat_error_free(&e2);
   }
-  if (adopted || lost || cleaned > 0)
-    log_info("recovery: %u sandboxes adopted, %u recorded killed (host_restart), %d leftover slots cleaned",
-             adopted, lost, cleaned);
+  if (adopted || lost || forgotten || cleaned > 0)
+    log_info("recovery: %u sandboxes adopted, %u recorded killed (host_restart), %u unfinished creates "
+             "forgotten, %d leftover slots cleaned",
+             adopted, lost, forgotten, cleaned);
   return 0;
 }
 

@@ -322,8 +322,9 @@ int moat_control_resume(struct moat_control *c, const char *org, const char *id,
 /* ---- checkpoints of a live sandbox ---- */
 
 /* Checkpoints e (running or paused; m held) into dir, which must not exist yet (made here). A
- * paused sandbox is thawed for the checkpoint (CRIU freezes on its own) and frozen again when it
- * keeps running. On failure dir is removed. */
+ * paused sandbox is thawed for the checkpoint (CRIU freezes on its own) and frozen again after it.
+ * Without leave_running the sandbox stays frozen on success (moat_host_checkpoint). On failure dir
+ * is removed and the sandbox goes on as before. */
 static int checkpoint_locked(struct moat_control *c, struct live *e, const char *dir, bool leave_running,
                              struct moat_checkpoint_info *info, moat_error **err) {
   if (!moat_host_can_checkpoint(c->host))
@@ -346,7 +347,7 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
     host_error(err);
     remove_dir(dir);
   }
-  if (paused && (rc == 0 ? leave_running : moat_host_alive(c->host, e->slot))) {
+  if (paused && (rc < 0 || leave_running)) { /* a hibernate's stays frozen as dumped */
     moat_error *e2 = NULL;
     if (moat_host_pause(c->host, e->slot, &e2) < 0) {
       log_error("%s: refreeze after its checkpoint: %s", e->id, moat_error_msg(e2));
@@ -358,25 +359,31 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
 
 /* ---- hibernate / wake ---- */
 
-/* running|paused -> hibernated; e->m held. */
+/* After a hibernate's checkpoint succeeded but the image could not be kept or recorded: the
+ * sandbox, frozen as dumped, goes on as its record says (running, or paused). */
+static void hibernate_undo(struct moat_control *c, struct live *e) {
+  moat_error *e2 = NULL;
+  if (e->state == MOAT_SB_RUNNING && moat_host_resume(c->host, e->slot, &e2) < 0) {
+    log_error("hibernate %s: thaw after a failure: %s", e->id, moat_error_msg(e2));
+    moat_error_free(&e2);
+  }
+}
+
+/* running|paused -> hibernated; e->m held. The sandbox stays whole (frozen once dumped) until its
+ * image is complete under DATA/hibernate/ID and recorded: a moatd killed at any point finds it
+ * running (or paused), or hibernated with that image. */
 static int hibernate_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err) {
   _cleanup_free_ char *dir = xasprintf("%s/%s", c->hib_dir, e->id);
   _cleanup_free_ char *part = xasprintf("%s.partial", dir);
   struct moat_checkpoint_info info;
   uint64_t t0 = now_ns();
-  if (checkpoint_locked(c, e, part, false, &info, err) < 0) {
-    /* Without leave_running a failed checkpoint may have taken the sandbox down. */
-    if (e->slot >= 0 && !moat_host_alive(c->host, e->slot))
-      kill_locked(c, e, "error");
+  if (checkpoint_locked(c, e, part, false, &info, err) < 0)
     return moat_error_wrap(err, "hibernate");
-  }
-  /* The host destroyed the slot: from here the image is the sandbox. */
-  e->slot = -1;
   remove_dir(dir);
   if (rename(part, dir) < 0) {
     moat_error_errno(err, "hibernate %s: rename %s", e->id, part);
     remove_dir(part);
-    kill_locked(c, e, "error");
+    hibernate_undo(c, e);
     return -1;
   }
   fsync_dir(c->hib_dir);
@@ -394,10 +401,18 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
   if (moat_store_sandbox_move(c->store, e->id, &m, err) < 0) {
     moat_error_wrap(err, "hibernate %s", e->id);
     remove_dir(dir);
-    kill_locked(c, e, "error");
+    hibernate_undo(c, e);
     return -1;
   }
   moat_crash_point("hibernate.recorded");
+  /* From here the image is the sandbox. */
+  moat_error *e2 = NULL;
+  if (moat_host_destroy(c->host, e->slot, &e2) < 0) {
+    log_error("hibernate %s: destroy slot %d: %s (reconciled at the next start)", e->id, e->slot,
+              moat_error_msg(e2));
+    moat_error_free(&e2);
+  }
+  e->slot = -1;
   if (!was_paused)
     e->paused_at_ms = now;
   e->state = MOAT_SB_HIBERNATED;

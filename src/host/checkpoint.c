@@ -9,7 +9,7 @@
  *
  * Checkpoint: freeze the slot's v2 cgroup at a moment when no moatd connection to the guest is
  * open (freeze_quiet), copy the upper dir, let CRIU dump the frozen tree (--freeze-cgroup: it
- * finds the tasks frozen and leaves them so), thaw (or destroy the slot for a hibernate). The
+ * finds the tasks frozen and leaves them so), thaw (a hibernate's stay frozen: see driver.h). The
  * guest's listener is a unix socket of the tree, bound in the host's SLOT/chan, which the sandbox
  * sees as the external bind mount /run/moat/.sock (shell.h): CRIU dumps the mount as external
  * (key MOAT_CHAN_EXT_KEY) and the socket with it, and a restore binds the key to the new slot's
@@ -466,8 +466,9 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     argv[a++] = "--network-lock";
     argv[a++] = "skip";
     argv[a++] = "--manage-cgroups=ignore";
-    if (leave_running)
-      argv[a++] = "--leave-running";
+    /* Always: CRIU never ends the tree. A hibernate's stays frozen until the caller has recorded the
+     * image and destroys the slot, so a moatd killed before then loses nothing. */
+    argv[a++] = "--leave-running";
     argv[a] = NULL;
     struct dump_ctx dc = {.marker = marker, .was_frozen = was_frozen};
     ret = moat_criu_run(argv, dump_parent, dump_child, &dc, log, err);
@@ -479,7 +480,18 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
       moat_crash_point("checkpoint.dumped");
   }
   uint64_t tt = now_ns();
-  if (leave_running && !was_frozen) {
+  if (ret == 0) {
+    _cleanup_free_ char *meta = xasprintf(
+        "version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\nnet_links %d\n", v.uid_base,
+        v.template_name, (unsigned long long)disk_bytes, (unsigned long long)(info ? info->memory_bytes : 0),
+        net_links);
+    _cleanup_close_ int mfd = openat(dfd, META ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (mfd < 0 || write_all(mfd, meta, strlen(meta)) < 0 || fsync(mfd) < 0 ||
+        renameat(dfd, META ".tmp", dfd, META) < 0)
+      ret = moat_error_errno(err, "write %s/" META, dir);
+  }
+  /* Thawed unless it was paused before, or a hibernate's checkpoint succeeded (frozen as dumped). */
+  if (!was_frozen && (ret < 0 || leave_running)) {
     moat_error *e = NULL;
     if (moat_cgroup_freeze(v.cgroups, slot, false, 5000, &e) < 0) {
       if (ret == 0) {
@@ -493,19 +505,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
   unlink(marker);
   if (ret < 0)
     return moat_error_wrap(err, "checkpoint slot %d", slot);
-  _cleanup_free_ char *meta =
-      xasprintf("version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\nnet_links %d\n", v.uid_base,
-                v.template_name, (unsigned long long)disk_bytes, (unsigned long long)(info ? info->memory_bytes : 0),
-                net_links);
-  {
-    _cleanup_close_ int mfd = openat(dfd, META ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (mfd < 0 || write_all(mfd, meta, strlen(meta)) < 0 || fsync(mfd) < 0 ||
-        renameat(dfd, META ".tmp", dfd, META) < 0)
-      return moat_error_errno(err, "checkpoint slot %d: write %s/" META, slot, dir);
-  }
   moat_crash_point("checkpoint.written");
-  if (!leave_running)
-    moat_host_destroy(h, slot, NULL);
   if (info) {
     info->disk_bytes = disk_bytes;
     info->frozen_ns = tt - tf;
