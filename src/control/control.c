@@ -552,10 +552,11 @@ void refresh_ttl(struct moat_control *c, struct live *e) {
 }
 
 /* Finds org's running sandbox id, refreshes its TTL and returns it with a reference taken (and
- * copies of its socket path and env when asked). ENOENT (absent, another org's, killed), EBUSY
- * (not running). */
+ * copies of its guest endpoint and env when asked). With call, counts a guest call in e->inflight
+ * before letting go of e->m, so a checkpoint that takes e->m next waits for it (the caller
+ * decrements it when the call ends). ENOENT (absent, another org's, killed), EBUSY (not running). */
 static struct live *acquire_running(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep,
-                                    json_t **env, moat_error **err) {
+                                    json_t **env, bool call, moat_error **err) {
   struct live *e = live_get(c, id);
   if (e && strcmp(e->org, org) != 0) {
     live_put(c, e);
@@ -595,6 +596,8 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
     *ep = xmemdup(&e->guest, sizeof(e->guest));
   if (env)
     *env = json_deep_copy(e->env);
+  if (call)
+    __atomic_add_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&e->m);
   return e;
 }
@@ -602,7 +605,7 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
 int moat_control_guest(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep, char ***env,
                        moat_error **err) {
   json_t *envj = NULL;
-  struct live *e = acquire_running(c, org, id, ep, env ? &envj : NULL, err);
+  struct live *e = acquire_running(c, org, id, ep, env ? &envj : NULL, false, err);
   if (!e)
     return -1;
   if (env) {
@@ -614,7 +617,7 @@ int moat_control_guest(struct moat_control *c, const char *org, const char *id, 
 }
 
 int moat_control_netns(struct moat_control *c, const char *org, const char *id, moat_error **err) {
-  struct live *e = acquire_running(c, org, id, NULL, NULL, err);
+  struct live *e = acquire_running(c, org, id, NULL, NULL, false, err);
   if (!e)
     return -1;
   int fd = -1;
@@ -637,14 +640,15 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id,
                       const struct moat_exec_req *req, struct moat_exec_result *res, moat_error **err) {
   _cleanup_free_ struct moat_guest_ep *sock = NULL;
   json_t *envj = NULL;
-  struct live *e = acquire_running(c, org, id, &sock, &envj, err);
+  struct live *e = acquire_running(c, org, id, &sock, &envj, true, err);
   if (!e)
     return -1;
   _cleanup_strv_ char **env = moat_env_merge(envj, req->env);
   json_decref(envj);
   struct moat_exec_req r = *req;
   r.env = env;
-  __atomic_add_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST); /* the reaper does not expire a busy sandbox */
+  /* counted in inflight by acquire_running: the reaper does not expire a busy sandbox, and a
+   * checkpoint waits for the call to end */
   int rc = moat_guest_exec(sock, &r, res, err);
   __atomic_sub_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_lock(&e->m);

@@ -84,13 +84,32 @@ static int no_checkpoints(struct moat_control *c, moat_error **err) {
                         moat_host_criu_status(c->host));
 }
 
-/* A host checkpoint/restore error: ENOSYS means no CRIU here. */
+/* A host checkpoint/restore error: ENOSYS means no CRIU here; EBUSY (connections or threads of
+ * the sandbox that stay in the way: 409), EAGAIN (no capacity: 503) and ENOSPC (507) stay. */
 static int host_error(moat_error **err) {
   if (err && *err && (*err)->status == ENOSYS)
     (*err)->status = MOAT_E_NO_CHECKPOINTS;
-  else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
+  else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC && (*err)->status != EBUSY)
     (*err)->status = EIO;
   return -1;
+}
+
+/* How long a checkpoint waits for exec calls already running in the sandbox to end. */
+#define CALLS_WAIT_MS 5000
+
+/* Waits (e->m held, so no new call starts) until no exec call runs in e, for up to CALLS_WAIT_MS.
+ * 0, or -1 with EBUSY. */
+static int wait_calls(struct live *e, moat_error **err) {
+  uint64_t deadline = now_ns() + (uint64_t)CALLS_WAIT_MS * 1000000ull;
+  int n;
+  while ((n = __atomic_load_n(&e->inflight, __ATOMIC_SEQ_CST)) > 0) {
+    if (now_ns() >= deadline)
+      return moat_error_set(err, EBUSY,
+                            "%d exec call(s) still running in sandbox %s after %d s; try again when they end", n,
+                            e->id, CALLS_WAIT_MS / 1000);
+    usleep(5000);
+  }
+  return 0;
 }
 
 static void fsync_dir(const char *path) {
@@ -331,6 +350,8 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
     return no_checkpoints(c, err);
   if (e->state != MOAT_SB_RUNNING && e->state != MOAT_SB_PAUSED)
     return state_error(e, "checkpoint", err);
+  if (e->state == MOAT_SB_RUNNING && wait_calls(e, err) < 0)
+    return moat_error_wrap(err, "checkpoint");
   remove_dir(dir);
   if (mkdir(dir, 0700) < 0)
     return moat_error_errno(err, "mkdir %s", dir);

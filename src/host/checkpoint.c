@@ -249,11 +249,15 @@ static int uninterruptible_threads(const char *cgdir) {
  * request and the guest closes its end a moment after the reply, so a freeze can catch one
  * half-closed; CRIU cannot dump a socket whose peer is outside. Nor can it seize a thread in
  * uninterruptible sleep, which a freeze can also catch. Thaws and retries for up to a
- * second; after a few tries it asks the guest (SIGUSR2) to drop the connections an attached
- * stream, watch or PTY keeps open (their processes run on). A slot that was paused already
- * stays frozen and fails with EBUSY if a connection is open. */
+ * second; when connections stay open for QUIESCE_AFTER_MS (long enough for a file call in flight
+ * to end) it asks the guest (SIGUSR2) to drop them: those an attached stream, watch or PTY keeps
+ * open (their processes run on). A slot that was paused already stays frozen and fails with
+ * EBUSY if a connection is open. */
+#define QUIESCE_AFTER_MS 300
 static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, bool was_frozen, moat_error **err) {
   int conns = 0, waiting = 0;
+  uint64_t t0 = now_ns();
+  bool quiesced = false;
   for (int attempt = 0; attempt < 100; attempt++) {
     if (moat_cgroup_freeze(v->cgroups, slot, true, 5000, err) < 0)
       return -1;
@@ -267,10 +271,12 @@ static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, b
       break; /* a paused sandbox cannot close anything */
     if (moat_cgroup_freeze(v->cgroups, slot, false, 5000, err) < 0)
       return -1;
-    /* still open after a few tries: a stream, watch or PTY; the guest drops them on SIGUSR2
-     * (their processes run on, their output stays for ATTACH) */
-    if (attempt == 2 && conns > 0)
+    /* still open: a stream, watch or PTY; the guest drops them on SIGUSR2 (their processes run
+     * on, their output stays for ATTACH) */
+    if (conns > 0 && !quiesced && now_ns() - t0 >= (uint64_t)QUIESCE_AFTER_MS * 1000000ull) {
       kill(v->pid, SIGUSR2);
+      quiesced = true;
+    }
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
