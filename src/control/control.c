@@ -1002,6 +1002,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
       .pool_template = "base",
       .max_slots = 16384,
       .net = cfg->net,
+      .disk_overcommit = cfg->disk_overcommit,
   };
   if (moat_host_init(&c->host, &hc, err) < 0) {
     moat_error_wrap(err, "host");

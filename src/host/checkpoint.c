@@ -875,7 +875,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   if (cg_fd < 0 || moat_shell_chan_prepare(chan_dir, v.uid_base, err) < 0)
     goto fail;
   mark("slot, dirs, cgroups", &tm);
-  disk = moat_disk_create(img, limits->disk_mb, v.uid_base, err);
+  disk = moat_host_slot_disk(h, img, limits->disk_mb, v.uid_base, err);
   if (disk < 0)
     goto fail;
   mark("disk", &tm);

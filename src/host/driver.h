@@ -30,6 +30,7 @@ struct moat_host_config {
   const char *pool_template; /* template the pool prepares ("base") */
   unsigned max_slots;        /* highest slot count (uid ranges) this host hands out */
   const struct moat_net_config *net; /* sandbox networking (net.h); NULL or no uplink = loopback only */
+  bool disk_overcommit; /* false: every sandbox's disk_mb is backed by the data dir (else ENOSPC) */
 };
 
 struct moat_limits {
