@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/sha256.h"
 #include "../common/util.h"
@@ -389,6 +390,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
     return -1;
   }
 
+  moat_crash_point("create.started");
   int64_t expires = n->persistent ? 0 : now_unix_ms() + ttl * 1000;
   e->slot = inst.slot;
   e->pid = inst.pid;
@@ -403,6 +405,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
     live_put(c, e);
     return -1;
   }
+  moat_crash_point("create.recorded");
   e->state = MOAT_SB_RUNNING;
   e->db_expires_at_ms = expires;
   __atomic_store_n(&e->expires_at_ms, expires, __ATOMIC_RELAXED);
@@ -549,10 +552,11 @@ void refresh_ttl(struct moat_control *c, struct live *e) {
 }
 
 /* Finds org's running sandbox id, refreshes its TTL and returns it with a reference taken (and
- * copies of its socket path and env when asked). ENOENT (absent, another org's, killed), EBUSY
- * (not running). */
+ * copies of its guest endpoint and env when asked). With call, counts a guest call in e->inflight
+ * before letting go of e->m, so a checkpoint that takes e->m next waits for it (the caller
+ * decrements it when the call ends). ENOENT (absent, another org's, killed), EBUSY (not running). */
 static struct live *acquire_running(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep,
-                                    json_t **env, moat_error **err) {
+                                    json_t **env, bool call, moat_error **err) {
   struct live *e = live_get(c, id);
   if (e && strcmp(e->org, org) != 0) {
     live_put(c, e);
@@ -592,6 +596,8 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
     *ep = xmemdup(&e->guest, sizeof(e->guest));
   if (env)
     *env = json_deep_copy(e->env);
+  if (call)
+    __atomic_add_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&e->m);
   return e;
 }
@@ -599,7 +605,7 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
 int moat_control_guest(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep, char ***env,
                        moat_error **err) {
   json_t *envj = NULL;
-  struct live *e = acquire_running(c, org, id, ep, env ? &envj : NULL, err);
+  struct live *e = acquire_running(c, org, id, ep, env ? &envj : NULL, false, err);
   if (!e)
     return -1;
   if (env) {
@@ -611,7 +617,7 @@ int moat_control_guest(struct moat_control *c, const char *org, const char *id, 
 }
 
 int moat_control_netns(struct moat_control *c, const char *org, const char *id, moat_error **err) {
-  struct live *e = acquire_running(c, org, id, NULL, NULL, err);
+  struct live *e = acquire_running(c, org, id, NULL, NULL, false, err);
   if (!e)
     return -1;
   int fd = -1;
@@ -634,14 +640,15 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id,
                       const struct moat_exec_req *req, struct moat_exec_result *res, moat_error **err) {
   _cleanup_free_ struct moat_guest_ep *sock = NULL;
   json_t *envj = NULL;
-  struct live *e = acquire_running(c, org, id, &sock, &envj, err);
+  struct live *e = acquire_running(c, org, id, &sock, &envj, true, err);
   if (!e)
     return -1;
   _cleanup_strv_ char **env = moat_env_merge(envj, req->env);
   json_decref(envj);
   struct moat_exec_req r = *req;
   r.env = env;
-  __atomic_add_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST); /* the reaper does not expire a busy sandbox */
+  /* counted in inflight by acquire_running: the reaper does not expire a busy sandbox, and a
+   * checkpoint waits for the call to end */
   int rc = moat_guest_exec(sock, &r, res, err);
   __atomic_sub_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_lock(&e->m);
@@ -837,19 +844,31 @@ static void *reaper_main(void *arg) {
 /* ---- open, recovery, close ---- */
 
 /* For every sandbox recorded live: adopt it if its init still runs, else record it killed
- * (host_restart). Then reconcile the host. */
+ * (host_restart). A sandbox still "creating" was never answered (moatd died inside its create,
+ * fork or restore): it is forgotten, row and events. Then reconcile the host, which removes
+ * whatever of the host's slots no adopted sandbox holds. */
 static int recover(struct moat_control *c, moat_error **err) {
   struct moat_store_filter f = {0};
   struct moat_store_sandbox *rows;
   size_t n;
   if (moat_store_sandbox_list(c->store, &f, &rows, &n, err) < 0)
     return moat_error_wrap(err, "recover");
-  unsigned adopted = 0, lost = 0;
+  unsigned adopted = 0, lost = 0, forgotten = 0;
   for (size_t i = 0; i < n; i++) {
     struct moat_store_sandbox *r = &rows[i];
     enum moat_sandbox_state st;
     if (moat_sandbox_state_parse(r->state, &st) < 0)
       continue;
+    if (st == MOAT_SB_CREATING) {
+      moat_error *e2 = NULL;
+      if (moat_store_sandbox_forget_creating(c->store, r->id, &e2) < 0) {
+        log_error("recover %s: forget an unfinished create: %s", r->id, moat_error_msg(e2));
+        moat_error_free(&e2);
+      } else {
+        forgotten++;
+      }
+      continue;
+    }
     if (st == MOAT_SB_HIBERNATED) {
       /* No process to adopt: it lives on as its image in DATA/hibernate/ID. */
       _cleanup_free_ char *img = xasprintf("%s/%s", c->hib_dir, r->id);
@@ -927,9 +946,10 @@ static int recover(struct moat_control *c, moat_error **err) {
     log_error("reconcile: %s", moat_error_msg(e2));
     moat_error_free(&e2);
   }
-  if (adopted || lost || cleaned > 0)
-    log_info("recovery: %u sandboxes adopted, %u recorded killed (host_restart), %d leftover slots cleaned",
-             adopted, lost, cleaned);
+  if (adopted || lost || forgotten || cleaned > 0)
+    log_info("recovery: %u sandboxes adopted, %u recorded killed (host_restart), %u unfinished creates "
+             "forgotten, %d leftover slots cleaned",
+             adopted, lost, forgotten, cleaned);
   return 0;
 }
 
@@ -983,6 +1003,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
       .pool_template = "base",
       .max_slots = 16384,
       .net = cfg->net,
+      .disk_overcommit = cfg->disk_overcommit,
   };
   if (moat_host_init(&c->host, &hc, err) < 0) {
     moat_error_wrap(err, "host");

@@ -99,6 +99,7 @@ struct moat_control_config {
   unsigned pool_size;       /* warm shells of "base" */
   unsigned reap_interval_ms;
   const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net.h) */
+  bool disk_overcommit; /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every

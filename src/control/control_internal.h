@@ -24,7 +24,7 @@ struct live {
   struct live *next;     /* hash chain; c->lock */
   unsigned refs;         /* c->lock: the table's reference plus one per user */
   bool in_table;         /* c->lock */
-  int inflight;          /* execs running now; atomic */
+  int inflight;          /* execs running now (counted under m, see acquire_running); atomic */
   bool health_check;     /* a check of an unanswering guest runs (health.c); atomic */
   int64_t expires_at_ms; /* atomic reads allowed (get/list overlay it); written under m */
   int64_t last_api_ms;   /* last API use (guest access); atomic */

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "control_internal.h"
@@ -83,13 +84,32 @@ static int no_checkpoints(struct moat_control *c, moat_error **err) {
                         moat_host_criu_status(c->host));
 }
 
-/* A host checkpoint/restore error: ENOSYS means no CRIU here. */
+/* A host checkpoint/restore error: ENOSYS means no CRIU here; EBUSY (connections or threads of
+ * the sandbox that stay in the way: 409), EAGAIN (no capacity: 503) and ENOSPC (507) stay. */
 static int host_error(moat_error **err) {
   if (err && *err && (*err)->status == ENOSYS)
     (*err)->status = MOAT_E_NO_CHECKPOINTS;
-  else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
+  else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC && (*err)->status != EBUSY)
     (*err)->status = EIO;
   return -1;
+}
+
+/* How long a checkpoint waits for exec calls already running in the sandbox to end. */
+#define CALLS_WAIT_MS 5000
+
+/* Waits (e->m held, so no new call starts) until no exec call runs in e, for up to CALLS_WAIT_MS.
+ * 0, or -1 with EBUSY. */
+static int wait_calls(struct live *e, moat_error **err) {
+  uint64_t deadline = now_ns() + (uint64_t)CALLS_WAIT_MS * 1000000ull;
+  int n;
+  while ((n = __atomic_load_n(&e->inflight, __ATOMIC_SEQ_CST)) > 0) {
+    if (now_ns() >= deadline)
+      return moat_error_set(err, EBUSY,
+                            "%d exec call(s) still running in sandbox %s after %d s; try again when they end", n,
+                            e->id, CALLS_WAIT_MS / 1000);
+    usleep(5000);
+  }
+  return 0;
 }
 
 static void fsync_dir(const char *path) {
@@ -321,14 +341,17 @@ int moat_control_resume(struct moat_control *c, const char *org, const char *id,
 /* ---- checkpoints of a live sandbox ---- */
 
 /* Checkpoints e (running or paused; m held) into dir, which must not exist yet (made here). A
- * paused sandbox is thawed for the checkpoint (CRIU freezes on its own) and frozen again when it
- * keeps running. On failure dir is removed. */
+ * paused sandbox is thawed for the checkpoint (CRIU freezes on its own) and frozen again after it.
+ * Without leave_running the sandbox stays frozen on success (moat_host_checkpoint). On failure dir
+ * is removed and the sandbox goes on as before. */
 static int checkpoint_locked(struct moat_control *c, struct live *e, const char *dir, bool leave_running,
                              struct moat_checkpoint_info *info, moat_error **err) {
   if (!moat_host_can_checkpoint(c->host))
     return no_checkpoints(c, err);
   if (e->state != MOAT_SB_RUNNING && e->state != MOAT_SB_PAUSED)
     return state_error(e, "checkpoint", err);
+  if (e->state == MOAT_SB_RUNNING && wait_calls(e, err) < 0)
+    return moat_error_wrap(err, "checkpoint");
   remove_dir(dir);
   if (mkdir(dir, 0700) < 0)
     return moat_error_errno(err, "mkdir %s", dir);
@@ -345,7 +368,7 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
     host_error(err);
     remove_dir(dir);
   }
-  if (paused && (rc == 0 ? leave_running : moat_host_alive(c->host, e->slot))) {
+  if (paused && (rc < 0 || leave_running)) { /* a hibernate's stays frozen as dumped */
     moat_error *e2 = NULL;
     if (moat_host_pause(c->host, e->slot, &e2) < 0) {
       log_error("%s: refreeze after its checkpoint: %s", e->id, moat_error_msg(e2));
@@ -357,28 +380,35 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
 
 /* ---- hibernate / wake ---- */
 
-/* running|paused -> hibernated; e->m held. */
+/* After a hibernate's checkpoint succeeded but the image could not be kept or recorded: the
+ * sandbox, frozen as dumped, goes on as its record says (running, or paused). */
+static void hibernate_undo(struct moat_control *c, struct live *e) {
+  moat_error *e2 = NULL;
+  if (e->state == MOAT_SB_RUNNING && moat_host_resume(c->host, e->slot, &e2) < 0) {
+    log_error("hibernate %s: thaw after a failure: %s", e->id, moat_error_msg(e2));
+    moat_error_free(&e2);
+  }
+}
+
+/* running|paused -> hibernated; e->m held. The sandbox stays whole (frozen once dumped) until its
+ * image is complete under DATA/hibernate/ID and recorded: a moatd killed at any point finds it
+ * running (or paused), or hibernated with that image. */
 static int hibernate_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err) {
   _cleanup_free_ char *dir = xasprintf("%s/%s", c->hib_dir, e->id);
   _cleanup_free_ char *part = xasprintf("%s.partial", dir);
   struct moat_checkpoint_info info;
   uint64_t t0 = now_ns();
-  if (checkpoint_locked(c, e, part, false, &info, err) < 0) {
-    /* Without leave_running a failed checkpoint may have taken the sandbox down. */
-    if (e->slot >= 0 && !moat_host_alive(c->host, e->slot))
-      kill_locked(c, e, "error");
+  if (checkpoint_locked(c, e, part, false, &info, err) < 0)
     return moat_error_wrap(err, "hibernate");
-  }
-  /* The host destroyed the slot: from here the image is the sandbox. */
-  e->slot = -1;
   remove_dir(dir);
   if (rename(part, dir) < 0) {
     moat_error_errno(err, "hibernate %s: rename %s", e->id, part);
     remove_dir(part);
-    kill_locked(c, e, "error");
+    hibernate_undo(c, e);
     return -1;
   }
   fsync_dir(c->hib_dir);
+  moat_crash_point("hibernate.renamed");
   int64_t now = now_unix_ms();
   bool was_paused = e->state == MOAT_SB_PAUSED;
   struct moat_store_move m = {.to = "hibernated",
@@ -392,9 +422,18 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
   if (moat_store_sandbox_move(c->store, e->id, &m, err) < 0) {
     moat_error_wrap(err, "hibernate %s", e->id);
     remove_dir(dir);
-    kill_locked(c, e, "error");
+    hibernate_undo(c, e);
     return -1;
   }
+  moat_crash_point("hibernate.recorded");
+  /* From here the image is the sandbox. */
+  moat_error *e2 = NULL;
+  if (moat_host_destroy(c->host, e->slot, &e2) < 0) {
+    log_error("hibernate %s: destroy slot %d: %s (reconciled at the next start)", e->id, e->slot,
+              moat_error_msg(e2));
+    moat_error_free(&e2);
+  }
+  e->slot = -1;
   if (!was_paused)
     e->paused_at_ms = now;
   e->state = MOAT_SB_HIBERNATED;
@@ -429,6 +468,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
     host_error(err);
     return moat_error_wrap(err, "wake %s", e->id);
   }
+  moat_crash_point("wake.restored");
   tt_net_rebind(c, e, inst.slot);
   int64_t now = now_unix_ms();
   int64_t x = expiry_after_pause(e, now);
@@ -451,6 +491,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
     }
     return moat_error_wrap(err, "wake %s", e->id);
   }
+  moat_crash_point("wake.recorded");
   e->state = MOAT_SB_RUNNING;
   e->slot = inst.slot;
   e->pid = inst.pid;
@@ -660,6 +701,7 @@ int moat_control_snapshot_create(struct moat_control *c, const char *org, const 
     return -1;
   }
   fsync_dir(c->snap_dir);
+  moat_crash_point("snapshot.renamed");
   _cleanup_free_ char *meta = dump_object(metadata);
   struct moat_store_snapshot s = {
       .id = sid,
@@ -897,6 +939,7 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
     moat_store_sandbox_clear(&row);
     return moat_error_wrap(err, "%s", why);
   }
+  moat_crash_point("fork.checkpointed");
   json_t *meta = parse_object(row.metadata_json);
   n.metadata = meta;
   uint64_t t_ckpt = now_ns() - t0;

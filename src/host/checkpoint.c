@@ -9,7 +9,7 @@
  *
  * Checkpoint: freeze the slot's v2 cgroup at a moment when no moatd connection to the guest is
  * open (freeze_quiet), copy the upper dir, let CRIU dump the frozen tree (--freeze-cgroup: it
- * finds the tasks frozen and leaves them so), thaw (or destroy the slot for a hibernate). The
+ * finds the tasks frozen and leaves them so), thaw (a hibernate's stay frozen: see driver.h). The
  * guest's listener is a unix socket of the tree, bound in the host's SLOT/chan, which the sandbox
  * sees as the external bind mount /run/moat/.sock (shell.h): CRIU dumps the mount as external
  * (key MOAT_CHAN_EXT_KEY) and the socket with it, and a restore binds the key to the new slot's
@@ -52,6 +52,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "cgroup.h"
@@ -248,11 +249,15 @@ static int uninterruptible_threads(const char *cgdir) {
  * request and the guest closes its end a moment after the reply, so a freeze can catch one
  * half-closed; CRIU cannot dump a socket whose peer is outside. Nor can it seize a thread in
  * uninterruptible sleep, which a freeze can also catch. Thaws and retries for up to a
- * second; after a few tries it asks the guest (SIGUSR2) to drop the connections an attached
- * stream, watch or PTY keeps open (their processes run on). A slot that was paused already
- * stays frozen and fails with EBUSY if a connection is open. */
+ * second; when connections stay open for QUIESCE_AFTER_MS (long enough for a file call in flight
+ * to end) it asks the guest (SIGUSR2) to drop them: those an attached stream, watch or PTY keeps
+ * open (their processes run on). A slot that was paused already stays frozen and fails with
+ * EBUSY if a connection is open. */
+#define QUIESCE_AFTER_MS 300
 static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, bool was_frozen, moat_error **err) {
   int conns = 0, waiting = 0;
+  uint64_t t0 = now_ns();
+  bool quiesced = false;
   for (int attempt = 0; attempt < 100; attempt++) {
     if (moat_cgroup_freeze(v->cgroups, slot, true, 5000, err) < 0)
       return -1;
@@ -266,10 +271,12 @@ static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, b
       break; /* a paused sandbox cannot close anything */
     if (moat_cgroup_freeze(v->cgroups, slot, false, 5000, err) < 0)
       return -1;
-    /* still open after a few tries: a stream, watch or PTY; the guest drops them on SIGUSR2
-     * (their processes run on, their output stays for ATTACH) */
-    if (attempt == 2 && conns > 0)
+    /* still open: a stream, watch or PTY; the guest drops them on SIGUSR2 (their processes run
+     * on, their output stays for ATTACH) */
+    if (conns > 0 && !quiesced && now_ns() - t0 >= (uint64_t)QUIESCE_AFTER_MS * 1000000ull) {
       kill(v->pid, SIGUSR2);
+      quiesced = true;
+    }
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
@@ -437,6 +444,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     unlink(marker);
     return moat_error_wrap(err, "checkpoint slot %d", slot);
   }
+  moat_crash_point("checkpoint.frozen");
   uint64_t tf = now_ns();
   uint64_t disk_bytes = 0;
   int ret = moat_layer_copy(disk, dfd, "upper", v.uid_base, v.uid_base, &disk_bytes, err);
@@ -464,8 +472,9 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     argv[a++] = "--network-lock";
     argv[a++] = "skip";
     argv[a++] = "--manage-cgroups=ignore";
-    if (leave_running)
-      argv[a++] = "--leave-running";
+    /* Always: CRIU never ends the tree. A hibernate's stays frozen until the caller has recorded the
+     * image and destroys the slot, so a moatd killed before then loses nothing. */
+    argv[a++] = "--leave-running";
     argv[a] = NULL;
     struct dump_ctx dc = {.marker = marker, .was_frozen = was_frozen};
     ret = moat_criu_run(argv, dump_parent, dump_child, &dc, log, err);
@@ -473,9 +482,22 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
       ret = share_images(images, err);
     if (ret == 0 && info)
       info->memory_bytes = pages_bytes(images);
+    if (ret == 0)
+      moat_crash_point("checkpoint.dumped");
   }
   uint64_t tt = now_ns();
-  if (leave_running && !was_frozen) {
+  if (ret == 0) {
+    _cleanup_free_ char *meta = xasprintf(
+        "version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\nnet_links %d\n", v.uid_base,
+        v.template_name, (unsigned long long)disk_bytes, (unsigned long long)(info ? info->memory_bytes : 0),
+        net_links);
+    _cleanup_close_ int mfd = openat(dfd, META ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (mfd < 0 || write_all(mfd, meta, strlen(meta)) < 0 || fsync(mfd) < 0 ||
+        renameat(dfd, META ".tmp", dfd, META) < 0)
+      ret = moat_error_errno(err, "write %s/" META, dir);
+  }
+  /* Thawed unless it was paused before, or a hibernate's checkpoint succeeded (frozen as dumped). */
+  if (!was_frozen && (ret < 0 || leave_running)) {
     moat_error *e = NULL;
     if (moat_cgroup_freeze(v.cgroups, slot, false, 5000, &e) < 0) {
       if (ret == 0) {
@@ -489,18 +511,7 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
   unlink(marker);
   if (ret < 0)
     return moat_error_wrap(err, "checkpoint slot %d", slot);
-  _cleanup_free_ char *meta =
-      xasprintf("version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\nnet_links %d\n", v.uid_base,
-                v.template_name, (unsigned long long)disk_bytes, (unsigned long long)(info ? info->memory_bytes : 0),
-                net_links);
-  {
-    _cleanup_close_ int mfd = openat(dfd, META ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (mfd < 0 || write_all(mfd, meta, strlen(meta)) < 0 || fsync(mfd) < 0 ||
-        renameat(dfd, META ".tmp", dfd, META) < 0)
-      return moat_error_errno(err, "checkpoint slot %d: write %s/" META, slot, dir);
-  }
-  if (!leave_running)
-    moat_host_destroy(h, slot, NULL);
+  moat_crash_point("checkpoint.written");
   if (info) {
     info->disk_bytes = disk_bytes;
     info->frozen_ns = tt - tf;
@@ -864,7 +875,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   if (cg_fd < 0 || moat_shell_chan_prepare(chan_dir, v.uid_base, err) < 0)
     goto fail;
   mark("slot, dirs, cgroups", &tm);
-  disk = moat_disk_create(img, limits->disk_mb, v.uid_base, err);
+  disk = moat_host_slot_disk(h, img, limits->disk_mb, v.uid_base, err);
   if (disk < 0)
     goto fail;
   mark("disk", &tm);

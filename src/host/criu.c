@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
+#include "../common/log.h"
 #include "../common/util.h"
 
+/* The first probe runs once, on the first call; while CRIU fails it, a thread probes again after
+ * 1, 2, 4 ... s (at most RETRY_MAX_S apart) until it passes. Once available it stays so. The status
+ * line is written into the buffer readers do not hold (two, flipped): a reader copies it at once. */
+#define RETRY_MAX_S 60
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static bool available;
-static char status_line[1024];
+static bool available; /* atomic; criu_bin and kdat are set before it turns true */
+static char status_lines[2][1024];
+static int status_cur; /* atomic: index of the line readers see */
 static char criu_bin[4096];
 static void load_kdat(const char *bin);
 /* CRIU's kernel-feature cache (/run/criu.kdat): CRIU keeps it only on a tmpfs /run, which this
@@ -80,30 +88,71 @@ static int criu_check(const char *bin, char *why, size_t why_len) {
   return -1;
 }
 
-static void find_criu(void) {
+static void set_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_status(const char *fmt, ...) {
+  int next = !__atomic_load_n(&status_cur, __ATOMIC_ACQUIRE);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(status_lines[next], sizeof(status_lines[next]), fmt, ap);
+  va_end(ap);
+  __atomic_store_n(&status_cur, next, __ATOMIC_RELEASE);
+}
+
+/* One probe: finds the binary and runs `criu check`. True when CRIU is usable (then available is
+ * set). why gets the reason otherwise. */
+static bool probe(char *why, size_t why_len) {
   const char *env = getenv("MOAT_CRIU");
   const char *bin = env && *env ? env : MOAT_CRIU_DEFAULT;
   if (access(bin, X_OK) < 0) {
-    snprintf(status_line, sizeof(status_line),
-             "checkpoints unavailable: no CRIU at %s (run scripts/criu.sh as root to install one)", bin);
-    return;
+    snprintf(why, why_len, "no CRIU at %s (run scripts/criu.sh as root to install one)", bin);
+    return false;
   }
-  char why[512];
-  if (criu_check(bin, why, sizeof(why)) < 0) {
-    snprintf(status_line, sizeof(status_line), "checkpoints unavailable: %s fails criu check: %s", bin, why);
-    return;
+  char line[512];
+  if (criu_check(bin, line, sizeof(line)) < 0) {
+    snprintf(why, why_len, "%s fails criu check: %s", bin, line);
+    return false;
   }
   snprintf(criu_bin, sizeof(criu_bin), "%s", bin);
-  available = true;
   load_kdat(bin);
   _cleanup_free_ char *choice = NULL;
   if (!env && read_file(MOAT_CRIU_CHOICE, &choice, NULL, NULL) == 0 && *choice) {
     choice[strcspn(choice, "\n")] = '\0';
-    snprintf(status_line, sizeof(status_line), "%s", choice);
+    set_status("%s", choice);
   } else {
-    snprintf(status_line, sizeof(status_line), "criu at %s (%s; criu check passes)", bin,
-             env ? "from MOAT_CRIU" : "no CHOICE line from scripts/criu.sh");
+    set_status("criu at %s (%s; criu check passes)", bin, env ? "from MOAT_CRIU" : "no CHOICE line from scripts/criu.sh");
   }
+  __atomic_store_n(&available, true, __ATOMIC_RELEASE);
+  return true;
+}
+
+static void *retry_main(void *arg) {
+  (void)arg;
+  char why[600];
+  unsigned delay = 1;
+  for (unsigned attempt = 2;; attempt++) {
+    sleep(delay);
+    if (probe(why, sizeof(why))) {
+      log_info("checkpoints available after %u probes of CRIU", attempt);
+      return NULL;
+    }
+    delay = delay * 2 > RETRY_MAX_S ? RETRY_MAX_S : delay * 2;
+    set_status("checkpoints unavailable: %s (probe %u failed; next in %u s)", why, attempt, delay);
+  }
+}
+
+static void find_criu(void) {
+  char why[600];
+  if (probe(why, sizeof(why)))
+    return;
+  set_status("checkpoints unavailable: %s (probe 1 failed; next in 1 s)", why);
+  log_warn("checkpoints unavailable: %s (probing again, at most %d s apart)", why, RETRY_MAX_S);
+  pthread_attr_t attr;
+  pthread_t t;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, retry_main, NULL) != 0)
+    set_status("checkpoints unavailable: %s (cannot start a thread to probe again)", why);
+  pthread_attr_destroy(&attr);
 }
 
 /* Runs `criu check` in a private mount namespace with a tmpfs /run, where CRIU saves its cache,
@@ -189,8 +238,8 @@ int moat_criu_child_setup(void) {
 bool moat_criu_available(const char **status) {
   pthread_once(&once, find_criu);
   if (status)
-    *status = status_line;
-  return available;
+    *status = status_lines[__atomic_load_n(&status_cur, __ATOMIC_ACQUIRE)];
+  return __atomic_load_n(&available, __ATOMIC_ACQUIRE);
 }
 
 const char *moat_criu_path(void) { return moat_criu_available(NULL) ? criu_bin : NULL; }
@@ -229,7 +278,7 @@ int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn
                   const char *log_path, moat_error **err) {
   const char *bin = moat_criu_path();
   if (!bin)
-    return moat_error_set(err, ENOSYS, "%s", status_line);
+    return moat_error_set(err, ENOSYS, "%s", status_lines[__atomic_load_n(&status_cur, __ATOMIC_ACQUIRE)]);
   argv[0] = (char *)bin;
   int go[2], rep[2];
   if (pipe2(go, O_CLOEXEC) < 0)
@@ -281,6 +330,8 @@ int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn
     kill(pid, SIGKILL);
   }
   close(go[1]);
+  if (ret == 0)
+    moat_crash_point(strcmp(argv[1], "dump") == 0 ? "criu.dump" : "criu.restore");
   /* Wait for the process first, then look for a failure report: waiting for EOF on rep instead
    * would hang while any other process forked meanwhile by another thread (a restore's holder)
    * holds a copy of rep[1]. */

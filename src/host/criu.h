@@ -12,9 +12,10 @@
 #define MOAT_CRIU_DEFAULT "/var/lib/moat/criu/criu"
 #define MOAT_CRIU_CHOICE "/var/lib/moat/criu/CHOICE"
 
-/* Finds CRIU and runs `criu check` once per process (the first call does the work, later calls
- * return the cached answer). Returns true when it works; *status (static storage) says which
- * CRIU and why, or why none is usable. Thread-safe. */
+/* Finds CRIU and runs `criu check` (the first call does the work). While the check fails, a
+ * thread runs it again after 1, 2, 4 ... s, at most 60 s apart, until it passes; from then on the
+ * answer is true for good. Returns true when CRIU works; *status (static storage: copy it at once)
+ * says which CRIU and why, or why none is usable and when the next probe runs. Thread-safe. */
 bool moat_criu_available(const char **status);
 
 /* The CRIU binary moat_criu_available found (NULL when none). */

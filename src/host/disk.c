@@ -161,7 +161,17 @@ static int copy_sparse(const char *src, const char *dst, moat_error **err) {
   return 0;
 }
 
-int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err) {
+int moat_disk_reserve(int img_fd, uint64_t size_mb, moat_error **err) {
+  int r = fallocate(img_fd, 0, 0, (off_t)(size_mb << 20));
+  if (r < 0 && errno == ENOSPC) /* what it did allocate stays the image's until it is freed */
+    return moat_error_set(err, ENOSPC, "the data dir's file system cannot hold a %llu MiB disk",
+                          (unsigned long long)size_mb);
+  if (r < 0)
+    return moat_error_errno(err, "reserve a %llu MiB disk", (unsigned long long)size_mb);
+  return 0;
+}
+
+int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, int *img_fd, moat_error **err) {
   unlink(img_path);
   _cleanup_free_ char *golden = golden_image(img_path, size_mb, err);
   if (!golden)
@@ -184,6 +194,7 @@ int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, moat_e
     return moat_error_errno(err, "fsopen ext4");
   if (fsconfig(fs, FSCONFIG_SET_STRING, "source", loop_path, 0) < 0 ||
       fsconfig(fs, FSCONFIG_SET_FLAG, "nodelalloc", NULL, 0) < 0 ||
+      fsconfig(fs, FSCONFIG_SET_STRING, "errors", "remount-ro", 0) < 0 ||
       fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
     return moat_error_errno(err, "mount ext4 on %s", loop_path);
   int mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
@@ -199,6 +210,8 @@ int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, moat_e
   }
   /* lost+found belongs to the host's root: hide nothing, but let the sandbox's root own it. */
   fchownat(mnt, "lost+found", owner, owner, AT_SYMLINK_NOFOLLOW);
+  if (img_fd)
+    *img_fd = steal_fd(&img);
   return mnt;
 }
 

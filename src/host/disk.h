@@ -10,11 +10,21 @@
 
 /* Makes a sparse image of size_mb at img_path (a copy of the data extents of a golden image
  * formatted once per size, DIR/golden-SIZE.img, ext4 without journal), attaches it to a
- * free loop device with autoclear, unlinks the image path (the loop device holds the file, so a
- * crash leaks no file) and mounts it detached (fsmount: in no mount namespace). Creates upper/
- * and work/ owned by owner:owner. Returns the mount fd, or -1. Closing the fd while it is
- * attached nowhere frees the filesystem, the loop device and the image's blocks. */
-int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err);
+ * free loop device with autoclear and direct I/O, unlinks the image path (the loop device holds
+ * the file, so a crash leaks no file) and mounts it detached (fsmount: in no mount namespace)
+ * with errors=remount-ro: a write the host cannot store (its file system full) fails at the
+ * writer's fsync, and once metadata could not be written the layer turns read-only (EROFS), so
+ * no later write is acknowledged on a damaged layer. Creates upper/ and work/ owned by
+ * owner:owner. Returns the mount fd, or -1; with img_fd, also an fd of the image (the caller's,
+ * for moat_disk_reserve). Closing the fds while the mount is attached nowhere frees the
+ * filesystem, the loop device and the image's blocks. */
+int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, int *img_fd, moat_error **err);
+
+/* Allocates every block of the image of size_mb that img_fd (from moat_disk_create) holds, so
+ * that the host's file system can never lack room for what the sandbox writes (fallocate: fast,
+ * no data written). 0, or -1 with ENOSPC when the file system cannot hold it (the image stays
+ * sparse, as it was). */
+int moat_disk_reserve(int img_fd, uint64_t size_mb, moat_error **err);
 
 /* True when dir's file system enforces project quotas (XFS or ext4 mounted with prjquota; the
  * kernel needs CONFIG_QUOTA / CONFIG_XFS_QUOTA): then moat_disk_create_prjquota replaces the

@@ -30,6 +30,7 @@ struct moat_host_config {
   const char *pool_template; /* template the pool prepares ("base") */
   unsigned max_slots;        /* highest slot count (uid ranges) this host hands out */
   const struct moat_net_config *net; /* sandbox networking (net.h); NULL or no uplink = loopback only */
+  bool disk_overcommit; /* false: every sandbox's disk_mb is backed by the data dir (else ENOSPC) */
 };
 
 struct moat_limits {
@@ -110,11 +111,12 @@ struct moat_checkpoint_info {
 
 /* Checkpoints the running sandbox in slot into dir (an empty directory the caller made, on the
  * same filesystem as the data dir): its processes, memory and open files (CRIU images) and a copy
- * of its writable layer, both taken while the sandbox is frozen, so disk and memory agree. With
- * leave_running the sandbox goes on afterwards as before (snapshot, fork); without, its processes
- * are gone afterwards and the slot is destroyed as by moat_host_destroy (hibernate). On failure
- * dir may hold partial files (the caller removes it) and, with leave_running, the sandbox still
- * runs. Returns 0 or -1. */
+ * of its writable layer, both taken while the sandbox is frozen, so disk and memory agree; dir's
+ * moat-checkpoint file, written last, marks it complete. With leave_running the sandbox goes on
+ * afterwards as before (snapshot, fork); without (hibernate), it stays frozen as dumped, whole,
+ * until the caller, having recorded the image, destroys the slot (moat_host_destroy): a moatd
+ * killed before that finds it running at its next start. On failure dir may hold partial files
+ * (the caller removes it) and the sandbox runs on as before (paused if it was). Returns 0 or -1. */
 int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
                          struct moat_checkpoint_info *info, moat_error **err);
 

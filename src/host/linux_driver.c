@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,6 +47,9 @@ struct slot {
   uint64_t start_time;
   bool own_child; /* moatd is the parent: reap it after killing */
   int disk_fd;    /* the writable layer's mount (checkpoints copy its upper/); -1 after adopt */
+  int img_fd;     /* its image while not yet reserved (a warm shell's, or queued), else -1 */
+  uint64_t reserve_mb;       /* queued for reservation: counted in disk_pending_mb */
+  struct slot *next_reserve; /* the reservation queue */
   char template_name[64];
   uint64_t disk_mb;
   struct moat_limits limits;
@@ -59,6 +63,9 @@ struct moat_host {
   char instance[17];
   unsigned pool_size, max_slots;
   bool prjquota; /* the data dir's fs enforces project quotas: no loop images */
+  bool disk_overcommit;     /* sparse images, no admission by free space */
+  uint64_t disk_pending_mb; /* admitted but not yet allocated (h->lock) */
+  struct slot *reserve_head; /* handed-out warm shells whose images the worker allocates */
   struct moat_cgroups *cgroups;
   struct sock_fprog seccomp;
   struct moat_net *net; /* NULL: loopback only */
@@ -159,6 +166,10 @@ static int cleanup_slot(struct moat_host *h, int n, struct slot *s, moat_error *
     close(s->disk_fd);
     s->disk_fd = -1;
   }
+  if (s && s->img_fd >= 0) {
+    close(s->img_fd);
+    s->img_fd = -1;
+  }
   if (ret == 0 && moat_cgroup_remove(h->cgroups, n, err) < 0)
     ret = -1;
   _cleanup_free_ char *dir = slot_path(h, n);
@@ -178,8 +189,107 @@ static struct slot *slot_new(int index, enum slot_state state) {
   s->state = state;
   s->pidfd = -1;
   s->disk_fd = -1;
+  s->img_fd = -1;
   s->net = -1;
   return s;
+}
+
+/* ---- disk admission and reservation ----
+ * Unless the operator allows overcommit (--disk-overcommit), a sandbox's writable layer is backed
+ * by the data dir's file system: its image is allocated in full (moat_disk_reserve), so a write
+ * inside never finds the host out of room. A sandbox is admitted when the file system's free
+ * space, less what admitted sandboxes have still to allocate, holds its disk_mb; otherwise its
+ * create (or restore) fails with ENOSPC (API 507). A warm shell's image stays sparse (the pool
+ * holds no space); when a create takes the shell its allocation is queued to the worker thread,
+ * off the request path, and counted as pending until done. On project quotas (no image) the
+ * admission compares with the free space only. */
+
+/* Admits disk_mb: adds it to disk_pending_mb (disk_settle takes it off). 0, or -1 with ENOSPC. */
+static int disk_admit(struct moat_host *h, uint64_t disk_mb, moat_error **err) {
+  if (h->disk_overcommit)
+    return 0;
+  struct statvfs sv;
+  if (statvfs(h->disks_dir, &sv) < 0)
+    return moat_error_errno(err, "statvfs %s", h->disks_dir);
+  uint64_t free_mb = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize >> 20;
+  pthread_mutex_lock(&h->lock);
+  uint64_t pending = h->disk_pending_mb;
+  bool ok = free_mb >= pending && free_mb - pending >= disk_mb;
+  if (ok)
+    h->disk_pending_mb += disk_mb;
+  pthread_mutex_unlock(&h->lock);
+  if (!ok)
+    return moat_error_set(err, ENOSPC,
+                          "the data dir's file system has %llu MiB free (%llu promised to sandboxes being set up): "
+                          "it cannot back disk_mb %llu (moatd --disk-overcommit allows it)",
+                          (unsigned long long)free_mb, (unsigned long long)pending, (unsigned long long)disk_mb);
+  return 0;
+}
+
+static void disk_settle(struct moat_host *h, uint64_t disk_mb) {
+  if (h->disk_overcommit)
+    return;
+  pthread_mutex_lock(&h->lock);
+  h->disk_pending_mb -= disk_mb < h->disk_pending_mb ? disk_mb : h->disk_pending_mb;
+  pthread_mutex_unlock(&h->lock);
+}
+
+/* Takes s off the reservation queue if it is on it (h->lock held); its pending amount goes. */
+static void reserve_unqueue_locked(struct moat_host *h, struct slot *s) {
+  for (struct slot **pp = &h->reserve_head; *pp; pp = &(*pp)->next_reserve)
+    if (*pp == s) {
+      *pp = s->next_reserve;
+      s->next_reserve = NULL;
+      h->disk_pending_mb -= s->reserve_mb < h->disk_pending_mb ? s->reserve_mb : h->disk_pending_mb;
+      s->reserve_mb = 0;
+      return;
+    }
+}
+
+/* The worker: allocates the queued images. */
+static void run_reserves(struct moat_host *h) {
+  for (;;) {
+    pthread_mutex_lock(&h->lock);
+    struct slot *s = h->reserve_head;
+    int fd = -1;
+    uint64_t mb = 0;
+    if (s) {
+      h->reserve_head = s->next_reserve;
+      s->next_reserve = NULL;
+      fd = s->img_fd;
+      s->img_fd = -1;
+      mb = s->reserve_mb;
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (!s)
+      return;
+    moat_error *e = NULL;
+    if (fd >= 0 && moat_disk_reserve(fd, mb, &e) < 0) {
+      log_warn("slot %d: %s: its disk stays sparse (overcommitted)", s->index, moat_error_msg(e));
+      moat_error_free(&e);
+    }
+    if (fd >= 0)
+      close(fd);
+    pthread_mutex_lock(&h->lock);
+    h->disk_pending_mb -= mb < h->disk_pending_mb ? mb : h->disk_pending_mb;
+    s->reserve_mb = 0;
+    pthread_mutex_unlock(&h->lock);
+  }
+}
+
+int moat_host_slot_disk(struct moat_host *h, const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err) {
+  if (disk_admit(h, size_mb, err) < 0)
+    return -1;
+  int img = -1;
+  int mnt = moat_disk_create(img_path, size_mb, owner, h->disk_overcommit ? NULL : &img, err);
+  if (mnt >= 0 && img >= 0 && moat_disk_reserve(img, size_mb, err) < 0) {
+    close(mnt);
+    mnt = -1;
+  }
+  if (img >= 0)
+    close(img);
+  disk_settle(h, size_mb);
+  return mnt;
 }
 
 /* Gives the sandbox in slot s (init pid) a network slot and records it in SLOT/net for adoption. */
@@ -228,9 +338,16 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, template_name);
   if (access(ready, F_OK) < 0)
     return moat_error_set(err, ENOENT, "template %s is not built", template_name);
+  /* a shell built for a create is admitted and its disk reserved; a warm shell holds no space */
+  bool admit = final_state == SLOT_ASSIGNED && !h->disk_overcommit;
+  if (admit && disk_admit(h, limits->disk_mb, err) < 0)
+    return moat_error_wrap(err, "build sandbox");
   struct slot *s = reserve_slot(h, template_name, limits, err);
-  if (!s)
+  if (!s) {
+    if (admit)
+      disk_settle(h, limits->disk_mb);
     return -1;
+  }
   int n = s->index;
 
   /* At most MAX_BUILDS shells are built at once: on a small host, twenty parallel builds each
@@ -265,11 +382,21 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   }
   _cleanup_free_ char *fs_dir = xasprintf("%s/fs", dir);
   _cleanup_free_ char *chan_dir = chan_path(h, n);
-  int disk = h->prjquota
-                 ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
-                 : moat_disk_create(img, limits->disk_mb, slot_uid_base(n), err);
+  int img_fd = -1;
+  int disk = h->prjquota ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
+                         : moat_disk_create(img, limits->disk_mb, slot_uid_base(n),
+                                            h->disk_overcommit ? NULL : &img_fd, err);
   if (disk < 0)
     goto out;
+  s->img_fd = img_fd; /* closed by cleanup_slot on failure */
+  if (admit && img_fd >= 0) {
+    if (moat_disk_reserve(img_fd, limits->disk_mb, err) < 0) {
+      close(disk);
+      goto out;
+    }
+    close(img_fd);
+    s->img_fd = -1;
+  }
   struct moat_shell_spec spec = {.slot = n,
                                  .uid_base = slot_uid_base(n),
                                  .slot_dir = dir,
@@ -293,6 +420,8 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   log_debug("slot %d: shell built in %.2f ms", n, (double)shell.build_ns / 1e6);
   ret = 0;
 out:
+  if (admit)
+    disk_settle(h, limits->disk_mb);
   pthread_mutex_lock(&h->lock);
   h->building--;
   pthread_cond_signal(&h->build_slot);
@@ -356,6 +485,26 @@ int moat_host_create(struct moat_host *h, const char *template_name, const struc
       s = NULL;
     }
   }
+  if (s && !h->disk_overcommit) {
+    /* admitted now; its image is allocated by the worker (pending until then) */
+    if (disk_admit(h, s->disk_mb, err) < 0) {
+      pthread_mutex_lock(&h->lock);
+      s->state = SLOT_POOLED; /* back to the pool: it is fine, the data dir is full */
+      h->pooled++;
+      pthread_mutex_unlock(&h->lock);
+      return moat_error_wrap(err, "create sandbox");
+    }
+    pthread_mutex_lock(&h->lock);
+    if (s->img_fd >= 0) {
+      s->reserve_mb = s->disk_mb;
+      s->next_reserve = h->reserve_head;
+      h->reserve_head = s;
+      pthread_cond_broadcast(&h->wake);
+    } else {
+      h->disk_pending_mb -= s->disk_mb < h->disk_pending_mb ? s->disk_mb : h->disk_pending_mb;
+    }
+    pthread_mutex_unlock(&h->lock);
+  }
   if (s && !limits_equal(&s->limits, limits)) {
     if (moat_cgroup_set_limits(h->cgroups, s->index, limits, err) < 0) {
       moat_host_destroy(h, s->index, NULL);
@@ -397,26 +546,33 @@ int moat_host_destroy(struct moat_host *h, int slot, moat_error **err) {
   return 0;
 }
 
-static void run_teardowns(struct moat_host *h) {
-  for (;;) {
-    pthread_mutex_lock(&h->lock);
-    struct slot *s = h->teardown_head;
-    if (s)
-      h->teardown_head = s->next_teardown;
-    pthread_mutex_unlock(&h->lock);
-    if (!s)
-      return;
-    moat_error *e = NULL;
-    if (cleanup_slot(h, s->index, s, &e) < 0) {
-      log_warn("slot %d: teardown: %s (reconciled at next start)", s->index, moat_error_msg(e));
-      moat_error_free(&e);
-    }
-    pthread_mutex_lock(&h->lock);
-    h->slots[s->index] = NULL;
-    h->live--;
-    pthread_mutex_unlock(&h->lock);
-    free(s);
+/* Tears down the first queued slot. False when none was queued. */
+static bool teardown_one(struct moat_host *h) {
+  pthread_mutex_lock(&h->lock);
+  struct slot *s = h->teardown_head;
+  if (s) {
+    h->teardown_head = s->next_teardown;
+    reserve_unqueue_locked(h, s);
   }
+  pthread_mutex_unlock(&h->lock);
+  if (!s)
+    return false;
+  moat_error *e = NULL;
+  if (cleanup_slot(h, s->index, s, &e) < 0) {
+    log_warn("slot %d: teardown: %s (reconciled at next start)", s->index, moat_error_msg(e));
+    moat_error_free(&e);
+  }
+  pthread_mutex_lock(&h->lock);
+  h->slots[s->index] = NULL;
+  h->live--;
+  pthread_mutex_unlock(&h->lock);
+  free(s);
+  return true;
+}
+
+static void run_teardowns(struct moat_host *h) {
+  while (teardown_one(h))
+    ;
 }
 
 static bool template_ready(struct moat_host *h, const char *name) {
@@ -424,14 +580,20 @@ static bool template_ready(struct moat_host *h, const char *name) {
   return access(ready, F_OK) == 0;
 }
 
-/* Runs queued teardowns off the request path. */
+/* Runs queued reservations and teardowns off the request path. */
 static void *teardown_main(void *arg) {
   struct moat_host *h = arg;
   pthread_mutex_lock(&h->lock);
   while (!h->stopping) {
-    if (h->teardown_head) {
+    if (h->reserve_head) {
       pthread_mutex_unlock(&h->lock);
-      run_teardowns(h);
+      run_reserves(h);
+      pthread_mutex_lock(&h->lock);
+      continue;
+    }
+    if (h->teardown_head) { /* one at a time: a reservation queued meanwhile goes first */
+      pthread_mutex_unlock(&h->lock);
+      teardown_one(h);
       pthread_mutex_lock(&h->lock);
       continue;
     }
@@ -487,6 +649,7 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   h->guest_path = xstrdup(cfg->guest_path);
   h->pool_template = cfg->pool_template ? xstrdup(cfg->pool_template) : NULL;
   h->pool_size = cfg->pool_size;
+  h->disk_overcommit = cfg->disk_overcommit;
   h->max_slots = cfg->max_slots ? cfg->max_slots : 16384;
   instance_name(h->data_dir, h->instance);
   h->chan_base = xasprintf(MOAT_CHAN_ROOT "/%s", h->instance);
@@ -518,8 +681,8 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
       goto out;
   }
   h->prjquota = moat_disk_prjquota_available(h->slots_dir);
-  log_info("writable layers: %s",
-           h->prjquota ? "directories under XFS project quotas" : "sparse ext4 images on loop devices");
+  log_info("writable layers: %s, %s", h->prjquota ? "directories under XFS project quotas" : "ext4 images on loop devices",
+           h->disk_overcommit ? "overcommitted (sparse)" : "backed by the data dir (admitted by free space, allocated)");
   *out = h;
   return 0;
 out:
@@ -575,6 +738,8 @@ void moat_host_shutdown(struct moat_host *h) {
         close(h->slots[i]->pidfd);
       if (h->slots[i]->disk_fd >= 0)
         close(h->slots[i]->disk_fd);
+      if (h->slots[i]->img_fd >= 0)
+        close(h->slots[i]->img_fd);
       free(h->slots[i]);
     }
   }

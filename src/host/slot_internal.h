@@ -43,6 +43,11 @@ void moat_host_slot_abort(struct moat_host *h, int slot);
  * for its CRIU to finish and thaws the sandbox unless it was paused before. */
 void moat_checkpoint_recover(struct moat_cgroups *cg, int slot, const char *slot_dir);
 
+/* The writable layer for a restore: the image at img_path admitted and allocated as a create's
+ * (unless --disk-overcommit), made by moat_disk_create. The mount fd, or -1 (ENOSPC when the data
+ * dir cannot back size_mb). */
+int moat_host_slot_disk(struct moat_host *h, const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err);
+
 /* Fills out for an assigned slot as moat_host_create does. */
 void moat_host_fill_instance(struct moat_host *h, int slot, struct moat_instance *out);
 

@@ -37,6 +37,10 @@ static void usage(FILE *f) {
              "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
              "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
              "  --pool N             warm shells of the base template kept ready (default 4)\n"
+             "  --disk-overcommit    accept sandboxes whose disk_mb the data dir's free space cannot back\n"
+             "                       (sparse disks; a write the host cannot store then fails inside with\n"
+             "                       ENOSPC/EIO and turns that disk read-only). Default: such a create is\n"
+             "                       507 insufficient_storage and every disk is allocated in full\n"
              "  --net-uplink IF|netns:PATH  give sandboxes egress through interface IF (masqueraded), or\n"
              "                       through the network namespace at PATH (one standing for the outside\n"
              "                       world); without it sandboxes have loopback only\n"
@@ -205,6 +209,7 @@ int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:7070", *data_opt = "./.moat", *template_opt = NULL,
              *recipes_opt = NULL, *guest_opt = NULL;
   unsigned pool = 4, guest_timeout_ms = 0;
+  bool disk_overcommit = false;
   const char *proxy_listen = NULL, *proxy_domain = NULL;
   struct moat_net_config net = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -217,13 +222,14 @@ int main(int argc, char **argv) {
       {"recipes", required_argument, NULL, 'r'},
       {"guest", required_argument, NULL, 'g'},
       {"pool", required_argument, NULL, 'p'},
+      {"disk-overcommit", no_argument, NULL, 0x102},
       {"log-level", required_argument, NULL, 'L'},
       {"net-uplink", required_argument, NULL, 'U'},
       {"net-dns-upstream", required_argument, NULL, 'D'},
       {"net-pool", required_argument, NULL, 'P'},
       {"net-block-ports", required_argument, NULL, 'B'},
       {"net-warm", required_argument, NULL, 'W'},
-      {"guest-timeout", required_argument, NULL, 0x102},
+      {"guest-timeout", required_argument, NULL, 0x110},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -239,6 +245,9 @@ int main(int argc, char **argv) {
       break;
     case 0x101:
       proxy_domain = optarg;
+      break;
+    case 0x102:
+      disk_overcommit = true;
       break;
     case 'd':
       data_opt = optarg;
@@ -278,7 +287,7 @@ int main(int argc, char **argv) {
       net.warm = (unsigned)v;
       break;
     }
-    case 0x102: {
+    case 0x110: {
       uint64_t v;
       if (parse_u64(optarg, &v) < 0 || v < 9000 || v > 3600000)
         die("--guest-timeout %s: expected milliseconds from 9000 to 3600000", optarg);
@@ -393,6 +402,7 @@ int main(int argc, char **argv) {
       .guest_path = guest,
       .guest_timeout_ms = guest_timeout_ms,
       .pool_size = pool,
+      .disk_overcommit = disk_overcommit,
       .net = &net,
   };
   {

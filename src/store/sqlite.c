@@ -644,6 +644,38 @@ out:
   return ret;
 }
 
+int moat_store_sandbox_forget_creating(struct moat_store *s, const char *id, moat_error **err) {
+  static const char del_events[] = "DELETE FROM sandbox_events WHERE sandbox_id = ?1";
+  static const char del_row[] = "DELETE FROM sandboxes WHERE id = ?1";
+  int ret = -1;
+  char cur[32];
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  if (read_state(s, id, cur, sizeof(cur), err) < 0)
+    goto fail;
+  if (strcmp(cur, "creating") != 0) {
+    moat_error_set(err, EBUSY, "sandbox %s is %s", id, cur);
+    goto fail;
+  }
+  const char *sqls[] = {del_events, del_row};
+  for (size_t i = 0; i < 2; i++) {
+    sqlite3_stmt *st = stmt(s, sqls[i], err);
+    if (!st)
+      goto fail;
+    bind_text(st, 1, id);
+    if (step_done(s, st, err, "forget sandbox") < 0)
+      goto fail;
+  }
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
 int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slot, int64_t pid,
                                    uint64_t start_time, uint64_t ready_us, int64_t expires_at_ms,
                                    moat_error **err) {

@@ -95,6 +95,11 @@ int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter
 int moat_store_sandbox_transition(struct moat_store *s, const char *id, const char *from, const char *to,
                                   const char *reason, moat_error **err);
 
+/* Removes sandbox id and its events if it is still "creating" (a create that moatd died in the
+ * middle of and never answered). 0; ENOENT when there is no such row, EBUSY when it is past
+ * creating. */
+int moat_store_sandbox_forget_creating(struct moat_store *s, const char *id, moat_error **err);
+
 /* creating -> running with the host's coordinates, readiness time and first expiry. */
 int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slot, int64_t pid,
                                    uint64_t start_time, uint64_t ready_us, int64_t expires_at_ms,

@@ -112,6 +112,27 @@ static bool gone(pid_t pid) {
   return false;
 }
 
+/* True when pid's v2 cgroup reports frozen (cgroup.events "frozen 1"). */
+static bool frozen(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+  _cleanup_free_ char *cg = NULL;
+  if (read_file(path, &cg, NULL, NULL) < 0)
+    return false;
+  char *v2 = strstr(cg, "0::");
+  if (!v2)
+    return false;
+  v2[strcspn(v2, "\n")] = '\0';
+  static const char *roots[] = {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"};
+  for (size_t i = 0; i < 2; i++) {
+    _cleanup_free_ char *ev_path = xasprintf("%s%s/cgroup.events", roots[i], v2 + 3);
+    _cleanup_free_ char *ev = NULL;
+    if (read_file(ev_path, &ev, NULL, NULL) == 0)
+      return strstr(ev, "frozen 1") != NULL;
+  }
+  return false;
+}
+
 struct restore_job {
   struct moat_host *h;
   const char *dir;
@@ -337,12 +358,14 @@ int main(void) {
     ok(strcmp(fd, "only-b") == 0, "D has B's files", fd);
   }
 
-  /* hibernate C (checkpoint without leave_running) and wake it */
+  /* hibernate C (checkpoint without leave_running: C stays, frozen, until destroyed) and wake it */
   mkdir(d3, 0700);
   pid_t cpid = c->pid;
   r = moat_host_checkpoint(h, c->slot, d3, false, &info, &err);
   ok(r == 0, "hibernate C", moat_error_msg(err));
-  ok(gone(cpid), "C's processes are gone after hibernate", NULL);
+  ok(kill(cpid, 0) == 0 && frozen(cpid), "C stays whole and frozen after hibernate's checkpoint", NULL);
+  moat_host_destroy(h, c->slot, NULL);
+  ok(gone(cpid), "C's processes are gone once destroyed", NULL);
   je.dir = d3;
   if (r == 0)
     restore_thread(&je);
