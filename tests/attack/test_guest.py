@@ -110,10 +110,16 @@ class GuestTest(DaemonTest):
                       "ln -s %s/guest.sock /tmp/evil/tmp/guest.sock && echo ready" % (a_host["chan"], a_host["chan"]))
         line = guest_attack.host_hijack(b_host["pid"], "/tmp/evil")
         self.assertTrue(line.startswith("OK"), line)
-        time.sleep(0.5)
+        # wake PID 1 from its poll (SIGCHLD arrives through its signalfd): it runs the code
+        os.kill(b_host["pid"], signal.SIGCHLD)
+        deadline = time.time() + 5
+        while os.readlink("/proc/%d/root" % b_host["pid"]) != "/tmp/evil" and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(os.readlink("/proc/%d/root" % b_host["pid"]), "/tmp/evil", "the hijack did not take")
         t0 = time.time()
         with self.assertRaises(moatd.HTTPError) as cm:
-            self.cb.exec(b, cmd="echo pwned > /tmp/pwned; cat /victim-marker")
+            self.cb.request("POST", "/v1/sandboxes/%s/exec" % b, body={"cmd": "echo pwned > /tmp/pwned; cat /victim-marker"},
+                            timeout=GUEST_TIMEOUT_S + 30)
         took = time.time() - t0
         self.assertEqual((cm.exception.status, cm.exception.code), (502, "sandbox_unreachable"), cm.exception.body)
         self.assertLess(took, GUEST_TIMEOUT_S + 5)
