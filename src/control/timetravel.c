@@ -541,49 +541,6 @@ int moat_control_wake(struct moat_control *c, const char *org, const char *id, m
   return ret;
 }
 
-/* Connections from outside open to the guest (pid, the sandbox's init): an attached exec stream,
- * PTY or watch. The guest's end of a moatd connection is a socket of pid that its own network
- * namespace does not list (an accepted unix socket belongs to the connecting side's namespace);
- * its internal socketpairs and its listener are listed. -1 when it cannot tell. Traffic on such a
- * session makes no API call, so the idle reaper asks this. */
-static int guest_sessions(pid_t pid) {
-  if (pid <= 0)
-    return -1;
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/net/unix", (int)pid);
-  _cleanup_free_ char *text = NULL;
-  if (read_file(path, &text, NULL, NULL) < 0)
-    return -1;
-  snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-  DIR *d = opendir(path);
-  if (!d)
-    return -1;
-  int n = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL) {
-    char link[384], target[64];
-    snprintf(link, sizeof(link), "%s/%s", path, de->d_name);
-    ssize_t l = readlink(link, target, sizeof(target) - 1);
-    if (l <= 0)
-      continue;
-    target[l] = '\0';
-    unsigned long long ino;
-    if (sscanf(target, "socket:[%llu]", &ino) != 1)
-      continue;
-    /* listed lines read "... St Inode [Path]": look for " INODE" at a field boundary */
-    char needle[32];
-    snprintf(needle, sizeof(needle), " %llu", ino);
-    bool listed = false;
-    for (const char *q = strstr(text, needle); q && !listed; q = strstr(q + 1, needle)) {
-      char after = q[strlen(needle)];
-      listed = after == ' ' || after == '\n' || after == '\0';
-    }
-    n += !listed;
-  }
-  closedir(d);
-  return n;
-}
-
 void tt_reap_idle(struct moat_control *c, struct live *e, int64_t now) {
   struct moat_usage u;
   moat_error *err = NULL;
@@ -611,7 +568,7 @@ void tt_reap_idle(struct moat_control *c, struct live *e, int64_t now) {
     last = e->busy_at_ms;
   if (now - last < e->hibernate_after_s * 1000 || !moat_host_can_checkpoint(c->host))
     return;
-  int sessions = guest_sessions(e->pid);
+  int sessions = moat_host_guest_sessions(c->host, e->slot);
   if (sessions != 0) { /* someone is attached (or we cannot tell): not idle */
     e->busy_at_ms = now;
     return;

@@ -212,6 +212,18 @@ static int outside_sockets(const char *cgdir) {
   return found;
 }
 
+int moat_host_guest_sessions(struct moat_host *h, int slot) {
+  struct moat_slot_view v;
+  if (moat_host_slot_view(h, slot, &v, NULL) < 0)
+    return -1;
+  free(v.slot_dir);
+  free(v.chan_dir);
+  if (v.disk_fd >= 0)
+    close(v.disk_fd);
+  _cleanup_free_ char *cgdir = v2_cgroup_of(v.pid, NULL);
+  return cgdir ? outside_sockets(cgdir) : -1;
+}
+
 /* Threads of the sandbox's processes (cgroup dir cgdir) in uninterruptible sleep ('D'). A task
  * frozen by the v2 freezer reads 'S'; 'D' is a real wait that CRIU cannot seize, most often the
  * parent of a vfork (posix_spawn, subprocess) whose child was frozen before its exec: it stays in

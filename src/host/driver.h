@@ -129,6 +129,10 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
 int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
                       const struct moat_limits *limits, struct moat_instance *out, moat_error **err);
 
+/* Connections from moatd the sandbox in slot holds open now (an attached exec stream, PTY, watch):
+ * traffic on them makes no API call, so the idle reaper asks. -1 when it cannot tell. */
+int moat_host_guest_sessions(struct moat_host *h, int slot);
+
 /* A line saying which CRIU this host uses and why ("criu 4.1.1 from /var/lib/moat/criu (the
  * system's 3.17 fails criu check on this kernel)"), or why checkpoints are unavailable; static
  * storage. Checkpoint and restore fail with ENOSYS when unavailable. */
