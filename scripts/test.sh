@@ -4,17 +4,18 @@
 # and exits non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-passed=0 failed=0 steps_failed=()
+passed=0 failed=0 steps_failed=() times=()
 
 # step NAME CMD...: runs CMD, echoing its output, and adds its final "N passed, N failed" line.
 step() {
   local name=$1
   shift
   echo "=== $name: $*"
-  local log
+  local log t0=$SECONDS
   log=$(mktemp)
   "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
+  times+=("$name: $((SECONDS - t0)) s")
   local line
   line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 || true)
   rm -f "$log"
@@ -37,7 +38,10 @@ build() {
   local name=$1
   shift
   echo "=== $name: $*"
-  if ! "$@"; then
+  local t0=$SECONDS rc=0
+  "$@" || rc=$?
+  times+=("$name: $((SECONDS - t0)) s")
+  if [ "$rc" -ne 0 ]; then
     steps_failed+=("$name")
     failed=$((failed + 1))
     return 1
@@ -59,6 +63,8 @@ suite build
 suite build/san SANITIZE=1
 
 echo "==="
+printf 'wall time: %s\n' "${times[@]}"
+echo "wall time: total $SECONDS s"
 if [ ${#steps_failed[@]} -gt 0 ]; then
   echo "failed steps: ${steps_failed[*]}"
 fi
