@@ -317,3 +317,46 @@ class _Prefixed:
             p, self.prefix = self.prefix[:n], self.prefix[n:]
             return p
         return self.sock.recv(n)
+
+
+class ConnectionLimitTest(DaemonTest):
+    """--max-conns-per-ip is libmicrohttpd's limit: a connection beyond it is closed unanswered, and moatd
+    serves that address again once some close."""
+    pool = 0
+    PER_IP = 3
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = moatd.MoatDaemon(pool=0, extra_args=["--max-conns-per-ip", str(cls.PER_IP)])
+        try:
+            cls.daemon.start()
+        except Exception:
+            cls.daemon.stop()
+            raise
+        cls.c = cls.daemon.client
+
+    def test_per_address_limit(self):
+        held = []
+        try:
+            for _ in range(self.PER_IP):
+                held.append(socket.create_connection(("127.0.0.1", self.daemon.port), timeout=10))
+            time.sleep(0.3)
+            extra = socket.create_connection(("127.0.0.1", self.daemon.port), timeout=10)
+            try:
+                extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.assertIsNone(read_response(extra, 10), "a connection over --max-conns-per-ip was served")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            finally:
+                extra.close()
+        finally:
+            for s in held:
+                s.close()
+        deadline = time.time() + 10
+        while True:
+            try:
+                self.c.healthz()
+                break
+            except Exception:  # noqa: BLE001 -- the held connections are still being torn down
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.1)
