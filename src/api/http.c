@@ -11,6 +11,10 @@
  * past the limit without announcing it (chunked) is answered by writing the 413 on the socket
  * ourselves and closing the connection (abort_with_error): nothing else writes to that socket
  * while its own thread runs our callback. PUT .../files streams every chunk to the guest.
+ *
+ * Front door: every connection is registered with the gate (gate.h: request framing judged on the raw
+ * bytes, header and idle deadlines, idle connections per org), and every authenticated request holds a
+ * ticket under the per-org and per-sandbox caps (fair.h) from its authentication to its end.
  */
 #include <arpa/inet.h>
 #include <errno.h>

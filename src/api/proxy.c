@@ -5,7 +5,8 @@
  * request's Host names the sandbox and port (api_parse_port_host, shared with the E2B front end);
  * with --proxy-domain the DOMAIN must match. The request target goes to the server unchanged
  * except for a moat_token query parameter; access is decided by ports_authorize (API key, port
- * token or a public port). Errors are JSON {"code","message"} like the API's.
+ * token or a public port). Errors are JSON {"code","message"} like the API's. The same gate (gate.h) and
+ * caps (fair.h, counted against the sandbox's org) as the API listener's apply.
  */
 #include <arpa/inet.h>
 #include <errno.h>
