@@ -17,6 +17,7 @@ for src in tests/fuzz/fuzz_*.c; do
   case "$name" in
     fuzz_json_body) extra="src/api/api_json.c src/api/api_codec.c src/api/router.c -ljansson" ;;
     fuzz_e2b_multipart) extra="src/api/e2b_multipart.c src/common/buf.c" ;;
+    fuzz_framing) extra="src/api/framing.c" ;;
     *) extra="" ;;
   esac
   # shellcheck disable=SC2086

@@ -7,10 +7,36 @@
 
 struct moat_api;
 
+/* The defaults of struct moat_api_limits (docs/CONTRACT.md "Limits and fairness"). One org at all
+ * its caps holds at most REQUESTS + STREAMS + IDLE connections: far below MAX_CONNECTIONS. */
+#define API_DEFAULT_MAX_CONNECTIONS 4000
+#define API_DEFAULT_HEADER_TIMEOUT_S 10
+#define API_DEFAULT_IDLE_TIMEOUT_S 30
+#define API_DEFAULT_REQUESTS_PER_ORG 256
+#define API_DEFAULT_STREAMS_PER_ORG 256
+#define API_DEFAULT_REQUESTS_PER_SANDBOX 64
+#define API_DEFAULT_STREAMS_PER_SANDBOX 64
+#define API_DEFAULT_IDLE_PER_ORG 32
+
+/* Connection limits, deadlines and per-tenant caps of both listeners (API and port proxy). A field
+ * left 0 takes its API_DEFAULT_*; max_conns_per_ip 0 means no per-address limit. */
+struct moat_api_limits {
+  unsigned max_connections;  /* connections per listener (libmicrohttpd's limit) */
+  unsigned max_conns_per_ip; /* connections per client address, per listener */
+  unsigned header_timeout_s; /* a request head must arrive within this */
+  unsigned idle_timeout_s;   /* idle keep-alive connections are closed after this */
+  unsigned requests_per_org, streams_per_org, requests_per_sandbox, streams_per_sandbox;
+  unsigned idle_per_org; /* idle keep-alive connections one org may hold */
+};
+/* lim with every 0 field replaced by its default. */
+struct moat_api_limits moat_api_limits_resolve(const struct moat_api_limits *lim);
+
 struct moat_api_config {
   const char *listen;       /* "HOST:PORT", HOST an IPv4/IPv6 literal or "localhost"; PORT 0 = any */
-  unsigned conn_timeout_s;  /* idle connection timeout (slow clients); 0 = 60 */
+  unsigned conn_timeout_s;  /* inactivity timeout of a connection busy with a request (a stalled
+                             * body or a client that reads nothing); 0 = 60 */
   const char *version;      /* reported by /healthz */
+  const struct moat_api_limits *limits; /* NULL: all defaults */
 };
 
 /* Starts serving on cfg->listen with a thread per connection; returns 0 or -1 (EADDRINUSE, ...).

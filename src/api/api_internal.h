@@ -7,6 +7,7 @@
 #ifndef MOAT_API_INTERNAL_H
 #define MOAT_API_INTERNAL_H
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,6 +37,10 @@
 #define API_MAX_DEPTH 16
 #define API_MAX_TAG 64
 #define API_MAX_PTY 1000 /* pty columns and rows: 1..API_MAX_PTY */
+/* The errno-like status of a request over a per-org or per-sandbox cap (fair.c): 429
+ * too_many_requests, answered with Retry-After and the connection closed. */
+#define API_E_TOO_MANY EUSERS
+#define API_RETRY_AFTER_S "1"
 
 /* ---- routes (router.c) ---- */
 
@@ -257,6 +262,10 @@ int api_parse_listen(const char *listen, struct sockaddr_storage *ss, socklen_t 
  * ("HOST:PORT"). Returns the fd with *port (the port bound, for PORT 0) and *ipv6 set, or -1. */
 int api_listen_socket(const char *listen_addr, unsigned *port, bool *ipv6, moat_error **err);
 
+/* Sets the caps of fair.h and starts the gate (gate.h) for one more listener: 0 or -1. The
+ * listener stops the gate (api_gate_stop) when it stops. */
+int api_limits_apply(const struct moat_api_limits *lim, moat_error **err);
+
 /* ---- requests (http.c) ---- */
 
 struct MHD_Connection;
@@ -287,12 +296,25 @@ struct api_req {
   /* GET pty: the WebSocket state until the upgrade takes it (freed with the request otherwise) */
   void *upgrade;
   void (*upgrade_free)(void *);
+  /* Its slot under the per-org and per-sandbox caps (fair.c), from auth to the request's end (a
+   * WebSocket takes it along: api_req_take_ticket). */
+  struct api_ticket *ticket;
   /* A request of another front end on the same listener (E2B, e2b.c): claimed in req_begin
    * before v1 routing; its state is freed with the request. */
   bool e2b;
   void *front;
   void (*front_free)(void *);
 };
+
+/* Admits the request (org authenticated; sandbox: the one it names, or NULL) under the caps of
+ * fair.h as a request or a stream. 0, or -1 with *err (API_E_TOO_MANY): the caller answers it. */
+struct api_ticket;
+int api_req_admit(struct api_req *r, const char *org, const char *sandbox, bool stream, moat_error **err);
+/* The request turns into a long-lived stream (see fair.h): 0, or -1 with *err (API_E_TOO_MANY). */
+int api_req_stream(struct api_req *r, moat_error **err);
+/* Hands the request's ticket to the caller (a thread that outlives the request gives it back with
+ * api_fair_release); NULL when it holds none. */
+struct api_ticket *api_req_take_ticket(struct api_req *r);
 
 struct moat_control *api_control(const struct api_req *r);
 const char *api_version(const struct api_req *r);

@@ -326,11 +326,14 @@ static void env_release(void *a) { api_release(a); }
  * listens on is E2B's 502 "port is not open". */
 static bool user_port_begin(struct api_req *r, struct e2b_req *e) {
   moat_error *err = NULL;
+  if (header(r, MHD_HTTP_HEADER_UPGRADE) && api_req_stream(r, &err) < 0)
+    return e2b_moat_error(r, &err), true;
   struct port_fwd_req fr = {
       .conn = r->conn,
       .method = r->method,
       .target = r->raw_uri ? r->raw_uri : "/",
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
+      .ticket = &r->ticket,
   };
   struct port_fwd *f = port_fwd_open(api_control(r), e->org, e->sandbox_id, e->port, &fr, &err);
   if (!f) {
@@ -399,6 +402,8 @@ static bool sandbox_begin(struct api_req *r, struct e2b_req *e, const char *url,
   struct moat_sandbox_info info;
   memset(&info, 0, sizeof(info));
   moat_error *err = NULL;
+  if (api_req_admit(r, e->org, e->sandbox_id, false, &err) < 0)
+    return e2b_moat_error(r, &err), true;
   if (moat_control_get(api_control(r), e->org, e->sandbox_id, &info, &err) < 0) {
     bool gone = err && err->status == ENOENT;
     if (!gone) {
@@ -1204,6 +1209,8 @@ bool api_e2b_begin(struct api_req *r, const char *url, const char *method) {
     return e2b_error(r, 401, "a valid API key is required (X-API-KEY: the moatd API key)"), true;
   }
   e->org = xstrdup(r->org);
+  if (api_req_admit(r, r->org, NULL, false, &err) < 0)
+    return e2b_moat_error(r, &err), true;
   const char *cl = header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
   uint64_t n;
   if (cl && parse_u64(cl, &n) == 0 && n > API_MAX_BODY)

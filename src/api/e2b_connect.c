@@ -75,6 +75,7 @@ const char *cx_errno_code(int status) {
   case E2BIG:
   case EFBIG:
   case EAGAIN:
+  case API_E_TOO_MANY:
     return "resource_exhausted";
   case ENOSYS:
   case EOPNOTSUPP:

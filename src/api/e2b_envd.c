@@ -482,6 +482,11 @@ static bool rpc_begin(struct api_req *r, struct envd_req *q, const char *url, co
   q->proc = proc;
   q->check_user = !proc || strcmp(m, "Start") == 0; /* the calls that act as the user */
   q->stream = envd_is_stream(service, m);
+  moat_error *err = NULL;
+  if (q->stream && api_req_stream(r, &err) < 0) {
+    cx_reply_moat_error(r, &err);
+    return true;
+  }
   const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
   const char *want = q->stream ? "application/connect+json" : "application/json";
   size_t wl = strlen(want);

@@ -75,7 +75,12 @@ static int unsupported_lang(struct api_req *r, const char *name) {
 }
 
 bool e2b_interp_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method) {
-  (void)e, (void)url, (void)method;
+  (void)e, (void)method;
+  moat_error *err = NULL;
+  if (strcmp(url, "/execute") == 0 && api_req_stream(r, &err) < 0) {
+    api_reply_moat_error(r, &err);
+    return true;
+  }
   const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   uint64_t n;
   if (cl && parse_u64(cl, &n) == 0 && n > API_MAX_BODY) {

@@ -11,6 +11,10 @@
  * past the limit without announcing it (chunked) is answered by writing the 413 on the socket
  * ourselves and closing the connection (abort_with_error): nothing else writes to that socket
  * while its own thread runs our callback. PUT .../files streams every chunk to the guest.
+ *
+ * Front door: every connection is registered with the gate (gate.h: request framing judged on the raw
+ * bytes, header and idle deadlines, idle connections per org), and every authenticated request holds a
+ * ticket under the per-org and per-sandbox caps (fair.h) from its authentication to its end.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +31,8 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "api_internal.h"
+#include "fair.h"
+#include "gate.h"
 #include "ports.h"
 
 struct moat_api {
@@ -110,6 +116,12 @@ static int reply_json_hdr(struct api_req *r, unsigned status, json_t *body, cons
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
   if (hname)
     MHD_add_response_header(resp, hname, hval);
+  if (status == 429) {
+    /* Over a cap: the client is to come back later, on a new connection (a refused client does
+     * not keep a connection of moatd's). */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, API_RETRY_AFTER_S);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  }
   int ret = api_reply_response(r, status, resp);
   MHD_destroy_response(resp);
   return ret;
@@ -194,6 +206,7 @@ static enum MHD_Result abort_with_error(struct api_req *r, moat_error **err) {
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (ci && !r->responded) {
     int fd = ci->connect_fd;
+    api_gate_release(r->conn); /* the bytes drained below are not the framing's business */
     if (send_all(fd, resp, strlen(resp)) == 0) {
       shutdown(fd, SHUT_WR);
       char buf[16384];
@@ -247,6 +260,7 @@ static void req_free(struct api_req *r) {
   if (!r)
     return;
   api_files_put_release(r);
+  api_fair_release(r->ticket);
   if (r->upgrade && r->upgrade_free)
     r->upgrade_free(r->upgrade);
   if (r->front && r->front_free)
@@ -277,6 +291,30 @@ static const char *api_key(struct MHD_Connection *c) {
   return h && *h ? h : NULL;
 }
 
+int api_req_admit(struct api_req *r, const char *org, const char *sandbox, bool stream, moat_error **err) {
+  if (r->ticket)
+    return stream ? api_req_stream(r, err) : 0;
+  r->ticket = api_fair_admit(org, sandbox, stream, err);
+  if (!r->ticket)
+    return -1;
+  api_gate_attribute(r->conn, api_fair_org(r->ticket));
+  return 0;
+}
+
+int api_req_stream(struct api_req *r, moat_error **err) { return api_fair_to_stream(r->ticket, err); }
+
+struct api_ticket *api_req_take_ticket(struct api_req *r) {
+  struct api_ticket *t = r->ticket;
+  r->ticket = NULL;
+  return t;
+}
+
+/* Routes whose answer is a long-lived stream (fair.h). */
+static bool route_is_stream(enum api_route_kind k) {
+  return k == API_R_EVENTS || k == API_R_EXEC_STREAM || k == API_R_PROC_STREAM || k == API_R_PTY ||
+         k == API_R_FILES_WATCH;
+}
+
 /* First call of a request: route, arguments, auth, size checks. Returns true when a response
  * was queued already (the body, if any, is then not read). */
 static bool req_begin(struct api_req *r, const char *url, const char *method) {
@@ -287,6 +325,7 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
   r->path = xstrdup(url);
   r->raw_uri = t_raw_uri;
   t_raw_uri = NULL;
+  api_gate_request(r->conn);
   if (url_nul) {
     api_reply_error(r, 400, "invalid_request", "the request URL contains a NUL byte (%%00)");
     return true;
@@ -337,6 +376,11 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
       moat_error_free(&err);
       api_reply_error(r, 401, "unauthorized",
                       "a valid API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
+      return true;
+    }
+    const char *sb = r->route.id[0] ? r->route.id : NULL;
+    if (api_req_admit(r, r->org, sb, route_is_stream(r->route.kind), &err) < 0) {
+      api_reply_moat_error(r, &err);
       return true;
     }
   }
@@ -602,8 +646,11 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   struct api_req *r = *con_cls;
   t_url_nul = false;
+  api_gate_request_done(conn);
   if (!r)
     return;
+  if (!r->status)
+    r->status = api_gate_answered(conn);
   double ms = (double)(now_ns() - r->start_ns) / 1e6;
   const char *how = "";
   if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
@@ -681,12 +728,22 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
   if (ipv6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
+  struct moat_api_limits lim = moat_api_limits_resolve(cfg->limits);
+  if (api_limits_apply(&lim, err) < 0) {
+    free(a->version);
+    free(a);
+    return -1;
+  }
   a->daemon =
       MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
                        MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-                       NULL, MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER,
-                       mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_END);
+                       NULL, MHD_OPTION_NOTIFY_CONNECTION, api_gate_notify, NULL,
+                       MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_cb,
+                       NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT,
+                       lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim.max_conns_per_ip,
+                       MHD_OPTION_END);
   if (!a->daemon) {
+    api_gate_stop();
     free(a->version);
     free(a);
     return moat_error_set(err, EIO, "listen on %s: libmicrohttpd failed to start", cfg->listen);
@@ -720,8 +777,44 @@ void moat_api_stop(struct moat_api *a) {
   while (__atomic_load_n(&a->holds, __ATOMIC_SEQ_CST) > 0)
     usleep(20000);
   MHD_stop_daemon(a->daemon);
+  api_gate_stop();
   free(a->version);
   free(a);
+}
+
+/* ---- limits ---- */
+
+struct moat_api_limits moat_api_limits_resolve(const struct moat_api_limits *lim) {
+  struct moat_api_limits l = lim ? *lim : (struct moat_api_limits){0};
+#define DEF(f, v)                                                                                            \
+  if (!l.f)                                                                                                  \
+  l.f = v
+  DEF(max_connections, API_DEFAULT_MAX_CONNECTIONS);
+  DEF(header_timeout_s, API_DEFAULT_HEADER_TIMEOUT_S);
+  DEF(idle_timeout_s, API_DEFAULT_IDLE_TIMEOUT_S);
+  DEF(requests_per_org, API_DEFAULT_REQUESTS_PER_ORG);
+  DEF(streams_per_org, API_DEFAULT_STREAMS_PER_ORG);
+  DEF(requests_per_sandbox, API_DEFAULT_REQUESTS_PER_SANDBOX);
+  DEF(streams_per_sandbox, API_DEFAULT_STREAMS_PER_SANDBOX);
+  DEF(idle_per_org, API_DEFAULT_IDLE_PER_ORG);
+#undef DEF
+  return l;
+}
+
+int api_limits_apply(const struct moat_api_limits *lim, moat_error **err) {
+  struct api_fair_config fc = {
+      .requests_per_org = lim->requests_per_org,
+      .streams_per_org = lim->streams_per_org,
+      .requests_per_sandbox = lim->requests_per_sandbox,
+      .streams_per_sandbox = lim->streams_per_sandbox,
+  };
+  api_fair_configure(&fc);
+  struct api_gate_config gc = {
+      .header_timeout_s = lim->header_timeout_s,
+      .idle_timeout_s = lim->idle_timeout_s,
+      .max_idle_per_org = lim->idle_per_org,
+  };
+  return api_gate_start(&gc, err);
 }
 
 /* ---- /healthz ---- */

@@ -351,6 +351,8 @@ bool api_port_proxy_begin(struct api_req *r) {
   if (ports_authorize(api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &how, &err) <
       0)
     return proxy_error(r, &err);
+  if (api_req_admit(r, r->org, r->route.id, hdr(r, MHD_HTTP_HEADER_UPGRADE) != NULL, &err) < 0)
+    return proxy_error(r, &err);
   _cleanup_free_ char *target = ports_strip_token(raw + pl);
   _cleanup_free_ char *cookie_path = xasprintf("%s/", prefix);
   _cleanup_free_ char *cookie =
@@ -363,6 +365,7 @@ bool api_port_proxy_begin(struct api_req *r) {
       .drop_authorization = how == PORT_AUTH_BEARER,
       .set_cookie = cookie,
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
+      .ticket = &r->ticket,
   };
   struct port_fwd *f = port_fwd_open(api_control(r), r->org, r->route.id, r->route.port, &fr, &err);
   if (!f)

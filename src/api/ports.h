@@ -23,9 +23,11 @@
 
 #include "../common/error.h"
 #include "../control/control.h"
+#include "api.h"
 
 struct MHD_Connection;
 struct MHD_Response;
+struct api_ticket;
 
 #define PORT_TOKEN_HEADER "X-Moat-Port-Token"
 #define PORT_TOKEN_ARG "moat_token"
@@ -60,6 +62,8 @@ struct port_fwd_req {
   bool drop_authorization; /* the Authorization header carried moat's API key: not forwarded */
   const char *set_cookie;  /* a Set-Cookie header for the response (ports_token_cookie), or NULL */
   struct port_env env;
+  struct api_ticket **ticket; /* where the request keeps its slot under the caps (fair.h): an upgraded
+                               * connection takes it and gives it back when it closes; NULL: none */
 };
 
 /* Connects to port inside sandbox id (org's; running: a hibernated one is woken) and sends the
@@ -110,7 +114,8 @@ struct moat_proxy;
 struct moat_proxy_config {
   const char *listen;      /* "HOST:PORT" */
   const char *domain;      /* the DOMAIN of "P-ID.DOMAIN"; NULL = any */
-  unsigned conn_timeout_s; /* idle connections; 0 = 60 */
+  unsigned conn_timeout_s; /* inactivity of a connection busy with a request; 0 = 60 */
+  const struct moat_api_limits *limits; /* NULL: all defaults */
 };
 int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
                      const struct moat_proxy_config *cfg, moat_error **err);

@@ -43,6 +43,8 @@
 #include "../common/buf.h"
 #include "../common/log.h"
 #include "api_internal.h"
+#include "fair.h"
+#include "gate.h"
 #include "ports.h"
 
 #define WAIT_SLICE_MS 500
@@ -57,6 +59,7 @@ enum chunk_state { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE };
 struct port_fwd {
   struct MHD_Connection *conn;
   struct port_env env;
+  struct api_ticket **ticket; /* the request's slot (fair.h): an upgraded connection takes it */
   int fd;           /* backend socket */
   int client_fd;    /* for disconnect checks, or -1 */
   bool head_req;    /* HEAD: no body comes back */
@@ -448,6 +451,7 @@ struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const ch
   struct port_fwd *f = xcalloc(1, sizeof(*f));
   f->conn = conn;
   f->env = req->env;
+  f->ticket = req->ticket;
   f->fd = fd;
   f->ns = steal_fd(&ns);
   f->ns_dev = st.st_dev;
@@ -670,6 +674,51 @@ static const char *head_get(const struct resp_head *h, const char *k) {
   return NULL;
 }
 
+/* True when the head has field k more than once with values that differ. */
+static bool head_conflict(const struct resp_head *h, const char *k) {
+  const char *first = NULL;
+  for (size_t i = 0; i < h->n; i++)
+    if (strcasecmp(h->name[i], k) == 0) {
+      if (first && strcmp(first, h->value[i]) != 0)
+        return true;
+      first = h->value[i];
+    }
+  return false;
+}
+
+/* True when the last transfer coding of a Transfer-Encoding value is chunked. */
+static bool te_final_chunked(const char *te) {
+  const char *last = strrchr(te, ',');
+  last = last ? last + 1 : te;
+  while (*last == ' ' || *last == '\t')
+    last++;
+  size_t n = strlen(last);
+  while (n > 0 && (last[n - 1] == ' ' || last[n - 1] == '\t'))
+    n--;
+  return n == 7 && strncasecmp(last, "chunked", 7) == 0;
+}
+
+/* A chunk-size line: 1+ hex digits (below 2^63), then nothing, whitespace or ";" extensions. 0 or -1. */
+static int parse_chunk_size(const char *line, uint64_t *out) {
+  uint64_t v = 0;
+  const char *p = line;
+  for (; *p; p++) {
+    int d = *p >= '0' && *p <= '9'   ? *p - '0'
+            : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10
+            : *p >= 'A' && *p <= 'F' ? *p - 'A' + 10
+                                     : -1;
+    if (d < 0)
+      break;
+    if (v > ((uint64_t)INT64_MAX - (uint64_t)d) / 16)
+      return -1;
+    v = v * 16 + (uint64_t)d;
+  }
+  if (p == line || (*p && *p != ';' && *p != ' ' && *p != '\t'))
+    return -1;
+  *out = v;
+  return 0;
+}
+
 /* Reads one response head; f->pos moves past it. 0 or -1 with *err. */
 static int read_head(struct port_fwd *f, struct resp_head *h, moat_error **err) {
   uint64_t deadline = now_ns() + PORT_HEAD_TIMEOUT_S * 1000000000ULL;
@@ -795,10 +844,8 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     case CH_SIZE: {
       if (chunk_line(f, line, sizeof(line)) < 0)
         goto broken;
-      char *e;
-      errno = 0;
-      unsigned long long n = strtoull(line, &e, 16);
-      if (e == line || errno || (*e && *e != ';' && *e != ' ' && *e != '\t'))
+      uint64_t n;
+      if (parse_chunk_size(line, &n) < 0)
         goto broken;
       f->remaining = n;
       f->ch = n ? CH_DATA : CH_TRAILER;
@@ -862,6 +909,7 @@ struct splice {
   char *to_server, *to_client; /* bytes already read on either side */
   size_t to_server_len, to_client_len;
   char desc[64];
+  struct api_ticket *ticket; /* given back when the connection closes */
 };
 
 /* Copies what is readable on from to to. 1 moved, 0 EOF, -1 error. */
@@ -929,6 +977,7 @@ out:
   close(s->server);
   MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
   struct port_env env = s->env;
+  api_fair_release(s->ticket);
   free(s->to_server);
   free(s->to_client);
   free(s);
@@ -940,7 +989,12 @@ out:
 static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra_in,
                        size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
   struct port_fwd *f = cls;
+  api_gate_release(conn);
   struct splice *s = xcalloc(1, sizeof(*s));
+  if (f->ticket) {
+    s->ticket = *f->ticket;
+    *f->ticket = NULL;
+  }
   s->client = sock;
   s->server = f->fd;
   f->fd = -1; /* the thread owns the server socket from here */
@@ -972,6 +1026,7 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, co
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
     if (s->env.release)
       s->env.release(s->env.arg);
+    api_fair_release(s->ticket);
     free(s->to_server);
     free(s->to_client);
     free(s);
@@ -1022,10 +1077,23 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
   const char *te = head_get(&h, "Transfer-Encoding");
   const char *cl = head_get(&h, "Content-Length");
   uint64_t len = 0;
+  /* Framing a client and moatd could read differently (RFC 9112 6.3): refused, never passed on. */
+  if (te && cl) {
+    moat_error_set(err, EPROTO, "the server in the sandbox sent both Content-Length and Transfer-Encoding");
+    return NULL;
+  }
+  if (head_conflict(&h, "Content-Length") || head_conflict(&h, "Transfer-Encoding")) {
+    moat_error_set(err, EPROTO, "the server in the sandbox sent conflicting framing headers");
+    return NULL;
+  }
+  if (te && !te_final_chunked(te))
+    f->keep = false; /* a body ended by the server's close */
   if (f->head_req || h.status == 204 || h.status == 304)
     f->framing = FR_NONE;
-  else if (te && has_token(te, "chunked"))
+  else if (te && te_final_chunked(te))
     f->framing = FR_CHUNKED;
+  else if (te)
+    f->framing = FR_CLOSE;
   else if (cl) {
     if (parse_u64(cl, &len) < 0) {
       moat_error_set(err, EPROTO, "the server in the sandbox sent a bad Content-Length");
@@ -1100,6 +1168,10 @@ int port_reply_error(struct MHD_Connection *conn, moat_error **err) {
     return -1;
   }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  if (st == 429)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, API_RETRY_AFTER_S);
+  if (st == 429)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   int rc = MHD_queue_response(conn, st, resp) == MHD_YES ? 0 : -1;
   MHD_destroy_response(resp);
   return rc;

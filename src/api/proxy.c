@@ -5,7 +5,8 @@
  * request's Host names the sandbox and port (api_parse_port_host, shared with the E2B front end);
  * with --proxy-domain the DOMAIN must match. The request target goes to the server unchanged
  * except for a moat_token query parameter; access is decided by ports_authorize (API key, port
- * token or a public port). Errors are JSON {"code","message"} like the API's.
+ * token or a public port). Errors are JSON {"code","message"} like the API's. The same gate (gate.h) and
+ * caps (fair.h, counted against the sandbox's org) as the API listener's apply.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,6 +22,8 @@
 
 #include "../common/log.h"
 #include "api_internal.h"
+#include "fair.h"
+#include "gate.h"
 #include "ports.h"
 
 struct moat_proxy {
@@ -42,6 +45,7 @@ struct preq {
   uint64_t start_ns;
   unsigned status;
   bool responded;
+  struct api_ticket *ticket; /* the request's slot under the caps (fair.h) */
 };
 
 static __thread char *t_uri;
@@ -94,6 +98,7 @@ static bool domain_matches(const char *dom, const char *d) {
 
 static void begin(struct preq *q, struct MHD_Connection *c, const char *method) {
   moat_error *err = NULL;
+  api_gate_request(c);
   unsigned port;
   char id[MOAT_ID_LEN + 1];
   const char *dom = NULL;
@@ -118,6 +123,12 @@ static void begin(struct preq *q, struct MHD_Connection *c, const char *method) 
     fail_err(q, c, &err);
     return;
   }
+  q->ticket = api_fair_admit(q->org, id, hdr(c, MHD_HTTP_HEADER_UPGRADE) != NULL, &err);
+  if (!q->ticket) {
+    fail_err(q, c, &err);
+    return;
+  }
+  api_gate_attribute(c, api_fair_org(q->ticket));
   _cleanup_free_ char *target = ports_strip_token(q->uri);
   _cleanup_free_ char *cookie = how == PORT_AUTH_TOKEN && from_query ? ports_token_cookie(token, "/") : NULL;
   struct port_fwd_req fr = {
@@ -127,6 +138,7 @@ static void begin(struct preq *q, struct MHD_Connection *c, const char *method) 
       .drop_authorization = how == PORT_AUTH_BEARER,
       .set_cookie = cookie,
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = q->p},
+      .ticket = &q->ticket,
   };
   q->f = port_fwd_open(q->p->control, q->org, id, port, &fr, &err);
   if (!q->f)
@@ -158,6 +170,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char
     moat_error *err = NULL;
     if (port_fwd_body(q->f, upload_data, n, &err) < 0) {
       /* libmicrohttpd takes no response while a body is still arriving: the connection ends */
+      api_gate_release(c);
       log_info("proxy %s: %s", q->desc, moat_error_msg(err));
       moat_error_free(&err);
       return MHD_NO;
@@ -182,13 +195,17 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *c, const char
 static void completed_cb(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   struct preq *q = *con_cls;
+  api_gate_request_done(c);
   if (!q)
     return;
+  if (!q->status)
+    q->status = api_gate_answered(c);
   double ms = (double)(now_ns() - q->start_ns) / 1e6;
   log_info("proxy %s %u %.1fms%s", q->desc, q->status, ms,
            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (ended early)");
   struct moat_proxy *p = q->p;
   port_fwd_free(q->f);
+  api_fair_release(q->ticket);
   free(q->uri);
   free(q->org);
   free(q);
@@ -221,12 +238,21 @@ int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
   if (ipv6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
+  struct moat_api_limits lim = moat_api_limits_resolve(cfg->limits);
+  if (api_limits_apply(&lim, err) < 0) {
+    free(p->domain);
+    free(p);
+    return -1;
+  }
   p->daemon =
       MHD_start_daemon(flags, 0, NULL, NULL, access_cb, p, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
                        MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-                       NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-                       NULL, MHD_OPTION_CONNECTION_LIMIT, 4000u, MHD_OPTION_END);
+                       NULL, MHD_OPTION_NOTIFY_CONNECTION, api_gate_notify, NULL, MHD_OPTION_URI_LOG_CALLBACK,
+                       uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT,
+                       lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim.max_conns_per_ip,
+                       MHD_OPTION_END);
   if (!p->daemon) {
+    api_gate_stop();
     free(p->domain);
     free(p);
     return moat_error_set(err, EIO, "proxy listen on %s: libmicrohttpd failed to start", cfg->listen);
@@ -254,6 +280,7 @@ void moat_proxy_stop(struct moat_proxy *p) {
   while (__atomic_load_n(&p->holds, __ATOMIC_SEQ_CST) > 0)
     usleep(20000);
   MHD_stop_daemon(p->daemon);
+  api_gate_stop();
   ports_set_proxy(NULL, 0);
   free(p->domain);
   free(p);

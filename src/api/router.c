@@ -492,6 +492,9 @@ unsigned api_errno_http(int status, const char **code) {
   case EAGAIN:
     *code = "unavailable";
     return 503;
+  case API_E_TOO_MANY:
+    *code = "too_many_requests";
+    return 429;
   case MOAT_E_PAUSED:
     *code = "sandbox_paused";
     return 409;

@@ -30,6 +30,8 @@
 
 #include "../common/log.h"
 #include "api_internal.h"
+#include "fair.h"
+#include "gate.h"
 
 #define WS_MAX_MSG (1u << 20)
 #define WS_MAX_QUEUE (4u << 20)
@@ -68,11 +70,13 @@ struct ws {
   bool close_when_flushed; /* the process exited: close once its output has been sent */
   uint64_t close_at_ns, stall_since_ns;
   char *desc;
+  struct api_ticket *ticket; /* the stream's slot (fair.h), once the upgrade took it */
 };
 
 static void ws_free(struct ws *w) {
   if (!w)
     return;
+  api_fair_release(w->ticket);
   if (w->ps)
     moat_proc_stream_close(w->ps);
   free(w->extra);
@@ -293,8 +297,11 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, co
                        size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
   struct ws *w = cls;
   struct api_req *r = con_cls;
-  if (r)
-    r->upgrade = NULL; /* the thread owns w from here */
+  api_gate_release(conn);
+  if (r) {
+    r->upgrade = NULL; /* the thread owns w from here, and the stream's slot with it */
+    w->ticket = api_req_take_ticket(r);
+  }
   w->fd = sock;
   /* keystrokes: wslay writes a frame's header and payload separately; without NODELAY, Nagle holds
    * the payload for the peer's delayed ACK (~40 ms per echo) */

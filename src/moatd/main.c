@@ -51,7 +51,22 @@ static void usage(FILE *f) {
              "  --net-warm N         network slots prepared ahead (default 8)\n"
              "  --guest-timeout MS   a sandbox's guest that sends nothing for this long while not frozen\n"
              "                       is unreachable: the call fails 502 and the sandbox is checked\n"
-             "                       (default 15000, at least 9000)\n");
+             "                       (default 15000, at least 9000)\n"
+             "\n"
+             "Connections and fairness (each listener; see docs/CONTRACT.md \"Limits and fairness\"):\n"
+             "  --max-connections N  open connections (default %d)\n"
+             "  --max-conns-per-ip N open connections per client address (default 0: no limit)\n"
+             "  --header-timeout S   a request head must arrive within S seconds (default %d)\n"
+             "  --idle-timeout S     idle keep-alive connections close after S seconds (default %d)\n"
+             "  --max-requests-per-org N     requests in flight per org (default %d)\n"
+             "  --max-streams-per-org N      streams open per org (SSE, exec/stream, PTY, watch...)\n"
+             "                       (default %d)\n"
+             "  --max-requests-per-sandbox N requests in flight per sandbox (default %d)\n"
+             "  --max-streams-per-sandbox N  streams open per sandbox (default %d)\n"
+             "  --max-idle-per-org N  idle keep-alive connections kept per org (default %d)\n",
+          API_DEFAULT_MAX_CONNECTIONS, API_DEFAULT_HEADER_TIMEOUT_S, API_DEFAULT_IDLE_TIMEOUT_S,
+          API_DEFAULT_REQUESTS_PER_ORG, API_DEFAULT_STREAMS_PER_ORG, API_DEFAULT_REQUESTS_PER_SANDBOX,
+          API_DEFAULT_STREAMS_PER_SANDBOX, API_DEFAULT_IDLE_PER_ORG);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -63,6 +78,14 @@ static void die(const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   exit(1);
+}
+
+/* The value of --flag: an integer from min to max, or moatd dies. */
+static unsigned flag_uint(const char *flag, const char *arg, unsigned min, unsigned max) {
+  uint64_t v;
+  if (parse_u64(arg, &v) < 0 || v < min || v > max)
+    die("--%s %s: expected a number from %u to %u", flag, arg, min, max);
+  return (unsigned)v;
 }
 
 /* The directory holding this executable (caller frees), or NULL. */
@@ -212,6 +235,7 @@ int main(int argc, char **argv) {
   bool disk_overcommit = false;
   const char *proxy_listen = NULL, *proxy_domain = NULL;
   struct moat_net_config net = {0};
+  struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
   static const struct option opts[] = {
       {"listen", required_argument, NULL, 'l'},
@@ -230,6 +254,15 @@ int main(int argc, char **argv) {
       {"net-block-ports", required_argument, NULL, 'B'},
       {"net-warm", required_argument, NULL, 'W'},
       {"guest-timeout", required_argument, NULL, 0x110},
+      {"max-connections", required_argument, NULL, 0x200},
+      {"max-conns-per-ip", required_argument, NULL, 0x201},
+      {"header-timeout", required_argument, NULL, 0x202},
+      {"idle-timeout", required_argument, NULL, 0x203},
+      {"max-requests-per-org", required_argument, NULL, 0x204},
+      {"max-streams-per-org", required_argument, NULL, 0x205},
+      {"max-requests-per-sandbox", required_argument, NULL, 0x206},
+      {"max-streams-per-sandbox", required_argument, NULL, 0x207},
+      {"max-idle-per-org", required_argument, NULL, 0x208},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
@@ -294,6 +327,33 @@ int main(int argc, char **argv) {
       guest_timeout_ms = (unsigned)v;
       break;
     }
+    case 0x200:
+      lim.max_connections = flag_uint("max-connections", optarg, 16, 1000000);
+      break;
+    case 0x201:
+      lim.max_conns_per_ip = flag_uint("max-conns-per-ip", optarg, 0, 1000000);
+      break;
+    case 0x202:
+      lim.header_timeout_s = flag_uint("header-timeout", optarg, 1, 3600);
+      break;
+    case 0x203:
+      lim.idle_timeout_s = flag_uint("idle-timeout", optarg, 1, 86400);
+      break;
+    case 0x204:
+      lim.requests_per_org = flag_uint("max-requests-per-org", optarg, 1, 1000000);
+      break;
+    case 0x205:
+      lim.streams_per_org = flag_uint("max-streams-per-org", optarg, 1, 1000000);
+      break;
+    case 0x206:
+      lim.requests_per_sandbox = flag_uint("max-requests-per-sandbox", optarg, 1, 1000000);
+      break;
+    case 0x207:
+      lim.streams_per_sandbox = flag_uint("max-streams-per-sandbox", optarg, 1, 1000000);
+      break;
+    case 0x208:
+      lim.idle_per_org = flag_uint("max-idle-per-org", optarg, 1, 1000000);
+      break;
     case 'L':
       if (strcmp(optarg, "debug") == 0)
         level = MOAT_LOG_DEBUG;
@@ -415,7 +475,7 @@ int main(int argc, char **argv) {
   if (moat_control_open(&control, &cc, &err) < 0)
     die("%s", moat_error_msg(err));
 
-  struct moat_api_config ac = {.listen = listen_addr, .version = MOAT_VERSION};
+  struct moat_api_config ac = {.listen = listen_addr, .version = MOAT_VERSION, .limits = &lim};
   struct moat_api *api = NULL;
   if (moat_api_start(&api, control, &ac, &err) < 0) {
     moat_control_close(control);
@@ -429,7 +489,7 @@ int main(int argc, char **argv) {
 
   struct moat_proxy *proxy = NULL;
   if (proxy_listen) {
-    struct moat_proxy_config pc = {.listen = proxy_listen, .domain = proxy_domain};
+    struct moat_proxy_config pc = {.listen = proxy_listen, .domain = proxy_domain, .limits = &lim};
     if (moat_proxy_start(&proxy, control, &pc, &err) < 0) {
       moat_api_stop(api);
       moat_control_close(control);

@@ -191,8 +191,12 @@ class PortsTest(DaemonTest):
     def test_framing_is_the_proxys_own(self):
         auth = "Authorization: Bearer %s\r\n" % self.c.key
         host = "Host: %s\r\n" % self.host(HTTP_PORT)
-        # Content-Length next to chunked: chunked wins and the server never sees the length (no smuggling)
+        # Content-Length next to chunked: refused before the server sees anything (no smuggling)
         st, j = self._raw(("POST /echo HTTP/1.1\r\n%s%sContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           "3\r\nabc\r\n0\r\n\r\n" % (host, auth)).encode())
+        self.assertEqual((st, j["code"]), (400, "invalid_request"), j)
+        # chunked alone: the server gets the body re-framed, without a length it was not sent
+        st, j = self._raw(("POST /echo HTTP/1.1\r\n%s%sTransfer-Encoding: chunked\r\n\r\n"
                            "3\r\nabc\r\n0\r\n\r\n" % (host, auth)).encode())
         self.assertEqual((st, j["body_len"]), (200, 3))
         self.assertNotIn("content-length", {k.lower() for k in j["headers"]})
@@ -206,14 +210,15 @@ class PortsTest(DaemonTest):
         import port_servers
         for routing in ("path", "host"):
             for n in range(len(port_servers.EVIL)):
+                t0 = time.time()
                 try:
                     st, h, data = self.call(routing, "GET", str(n), port=EVIL_PORT)
                 except (http.client.HTTPException, ConnectionError) as e:
                     st, h, data = None, {}, repr(e).encode()
-                if n in (0, 1, 4, 6, 7, 8, 11):  # no usable head: 502 from moatd
+                if n in (0, 1, 4, 6, 7, 8, 11, 16, 17):  # no usable head: 502 from moatd
                     self.assertEqual(st, 502, (routing, n, data[:200]))
                     self.assertEqual(json.loads(data)["code"], "bad_gateway", (routing, n))
-                elif n in (2, 3, 5, 12):  # the head was passed, the body broke: the client sees the break
+                elif n in (2, 3, 5, 12, 14, 15):  # the head was passed, the body broke: the client sees the break
                     self.assertTrue(st is None or st == 200, (routing, n, st))
                     if st == 200:
                         self.assertNotEqual(data, b"abc", (routing, n))
@@ -224,6 +229,8 @@ class PortsTest(DaemonTest):
                     self.assertNotIn("injected", h)
                 elif n == 13:
                     self.assertEqual((st, data), (200, b"until close"), (routing, n))
+                if n in port_servers.EVIL_HOLD:  # answered (or cut) at once, not when the server lets go
+                    self.assertLess(time.time() - t0, 30, (routing, n))
             st, _, data = self.call(routing, "GET", "hello")
             self.assertEqual((st, data), (200, b"hello"))
 

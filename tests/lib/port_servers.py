@@ -237,7 +237,14 @@ EVIL = [
     b"",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokXX3\r\n",
     b"HTTP/1.0 200 OK\r\n\r\nuntil close",
+    # 14-17: the server keeps its connection open after these (EVIL_HOLD): a chunk size that fits 64 bits
+    # but not 63, a negative one, Content-Length with Transfer-Encoding, two different Content-Lengths
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFF\r\nabc",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nabc",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\nokabc",
 ]
+EVIL_HOLD = (14, 15, 16, 17)
 
 
 class EvilHandler(socketserver.BaseRequestHandler):
@@ -250,6 +257,8 @@ class EvilHandler(socketserver.BaseRequestHandler):
             data += d
         n = int(data.split(b" ")[1].strip(b"/") or 0)
         self.request.sendall(EVIL[n])
+        if n in EVIL_HOLD:
+            time.sleep(60)
 
 
 def main():
