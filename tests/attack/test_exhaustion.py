@@ -236,3 +236,119 @@ class ExhaustionTest(DaemonTest):
                 r = self.probe(self.victims[0][1], "try", res)
                 self.assertTrue(r.ok, "another sandbox cannot take %s: %r" % (res, r))
 
+
+# -- moatd's DNS: one sandbox's flood leaves the others their lookups --
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import nettest  # noqa: E402
+
+DNS_CLIENT = r"""
+import socket, struct, sys, time
+ns = [l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]
+def query(name, qid=7):
+    qn = b''.join(bytes([len(p)]) + p.encode() for p in name.split('.')) + b'\0'
+    return struct.pack('!HHHHHH', qid, 256, 1, 0, 0, 0) + qn + struct.pack('!HH', 1, 1)
+def answer(r):
+    rcode, an = r[3] & 15, struct.unpack('!H', r[6:8])[0]
+    return '%d %s' % (rcode, socket.inet_ntoa(r[-4:]) if an else '-')
+def ask_tcp(name):
+    try:
+        s = socket.create_connection((ns, 53), 3)
+        s.settimeout(3)
+        m = query(name)
+        s.sendall(struct.pack('!H', len(m)) + m)
+        h = s.recv(2)
+        if len(h) < 2:
+            return 'closed'
+        n = struct.unpack('!H', h)[0]
+        r = b''
+        while len(r) < n:
+            d = s.recv(n - len(r))
+            if not d:
+                return 'closed'
+            r += d
+        return answer(r)
+    except OSError as e:
+        return type(e).__name__
+def ask_udp(name):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(query(name, 9), (ns, 53))
+    try:
+        return answer(s.recvfrom(4096)[0])
+    except OSError as e:
+        return type(e).__name__
+def hold_tcp(n, secs):
+    # n connections to the resolver, each reopened as soon as it closes, for secs
+    conns, end = [], time.time() + secs
+    while time.time() < end:
+        conns = [c for c in conns if c.fileno() >= 0]
+        while len(conns) < n:
+            try:
+                conns.append(socket.create_connection((ns, 53), 1))
+            except OSError:
+                break
+        for c in list(conns):
+            c.setblocking(False)
+            try:
+                if c.recv(1) == b'':
+                    c.close()
+            except BlockingIOError:
+                pass
+            except OSError:
+                c.close()
+        time.sleep(0.05)
+def flood_udp(per_round, secs):
+    # queries that the upstream never answers, as fast as the socket takes them, for secs
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    end, i = time.time() + secs, 0
+    while time.time() < end:
+        for _ in range(per_round):
+            i += 1
+            s.sendto(query('q%d.blackhole.test' % i, i & 0xffff), (ns, 53))
+        time.sleep(0.2)
+op = sys.argv[1]
+if op == 'ask':
+    f = ask_tcp if sys.argv[2] == 'tcp' else ask_udp
+    print(' | '.join(f('allowed.test') for _ in range(int(sys.argv[3]))))
+elif op == 'hold_tcp':
+    hold_tcp(int(sys.argv[2]), float(sys.argv[3]))
+elif op == 'flood_udp':
+    flood_udp(int(sys.argv[2]), float(sys.argv[3]))
+"""
+
+
+@nettest.skip_unless_root()
+class DnsExhaustionTest(nettest.NetDaemonTest):
+    FLOOD_S = 60
+
+    def dns_sandbox(self):
+        sid = self.sandbox(ttl_seconds=900)["id"]
+        self.c.put_file(sid, "/tmp/dnsc.py", DNS_CLIENT.encode())
+        return sid
+
+    def start_flood(self, sid, *args):
+        tag = uuid.uuid4().hex[:8]
+        self.bash(sid, "nohup python3 /tmp/dnsc.py %s >/dev/null 2>&1 & echo $! > /tmp/flood-%s.pid"
+                  % (" ".join(str(a) for a in args), tag))
+        self.addCleanup(self.c.exec, sid, argv=["bash", "-c", "kill -9 $(cat /tmp/flood-%s.pid)" % tag],
+                        expect=(200, 404, 409, 502))
+
+    def victims_ask(self, victims, proto, n=5):
+        for sid in victims:
+            r = self.c.exec(sid, argv=["python3", "/tmp/dnsc.py", "ask", proto, str(n)], timeout_ms=60000)
+            got = r["stdout"].strip().split(" | ")
+            self.assertEqual(got, ["0 198.51.100.10"] * n, "another sandbox's %s lookups: %r" % (proto, r))
+
+    def test_tcp_connections(self):
+        a, b, c = self.dns_sandbox(), self.dns_sandbox(), self.dns_sandbox()
+        self.victims_ask([b], "tcp", 1)  # works before the flood
+        self.start_flood(a, "hold_tcp", 100, self.FLOOD_S)
+        time.sleep(3)
+        self.victims_ask([b, c], "tcp")
+
+    def test_udp_pending_queries(self):
+        a, b, c = self.dns_sandbox(), self.dns_sandbox(), self.dns_sandbox()
+        self.victims_ask([b], "udp", 1)
+        self.start_flood(a, "flood_udp", 600, self.FLOOD_S)
+        time.sleep(3)
+        self.victims_ask([b, c], "udp")
