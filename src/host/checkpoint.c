@@ -481,6 +481,8 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     argv[a++] = "skip";
     argv[a++] = "--manage-cgroups=ignore";
     argv[a++] = "--unprivileged"; /* CRIU's word for not uid 0: it keeps every capability */
+    argv[a++] = "--external";
+    argv[a++] = "mnt[" MOAT_GUEST_MOUNT_INSIDE "]:" MOAT_GUEST_MOUNT_KEY;
     if (leave_running)
       argv[a++] = "--leave-running";
     argv[a] = NULL;
@@ -640,12 +642,12 @@ fail:
 
 /* What the CRIU helper needs between fork and exec (syscalls only). */
 struct restore_ctx {
-  int lower_fd, disk_fd, cg_fd;
+  int lower_fd, disk_fd, cg_fd, guest_fd;
   int userns_fd;                   /* the holder's user namespace */
   int timens_fd;                   /* the holder's time namespace for children, or -1 */
   int utsns_fd;                    /* the holder's UTS namespace */
   const char *slot_dir;
-  const char *lower, *disk, *root; /* mount points in the slot dir */
+  const char *lower, *disk, *root, *guest; /* mount points in the slot dir */
   const char *ovl_opts;
   struct moat_cgroups *cgroups;
   int slot;
@@ -665,7 +667,8 @@ static int restore_child(void *arg) {
   if (moat_criu_child_setup() < 0)
     return -1;
   if (move_mount(c->lower_fd, "", AT_FDCWD, c->lower, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
-      move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+      move_mount(c->guest_fd, "", AT_FDCWD, c->guest, MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return -1;
   if (mount("overlay", c->root, "overlay", MS_NODEV, c->ovl_opts) < 0)
     return -1;
@@ -797,6 +800,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   _cleanup_free_ char *lower = xasprintf("%s/lower", slot_dir);
   _cleanup_free_ char *diskp = xasprintf("%s/disk", slot_dir);
   _cleanup_free_ char *root = xasprintf("%s/root", slot_dir);
+  _cleanup_free_ char *guest = xasprintf("%s/guest", slot_dir);
   _cleanup_free_ char *img = xasprintf("%s/%d.img", v.disks_dir, n);
   _cleanup_free_ char *src_images = xasprintf("%s/images", dir);
   _cleanup_free_ char *images = xasprintf("%s/images", slot_dir);
@@ -807,7 +811,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   _cleanup_free_ char *net_script = xasprintf("%s/criu-net.sh", slot_dir);
   _cleanup_free_ char *ovl = xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
   _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1, userns_fd = -1, timens_fd = -1,
-                      utsns_fd = -1;
+                      utsns_fd = -1, guest_fd = -1;
   char timens_offsets[160];
   struct holder_uts uts;
   struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1, .timens = false};
@@ -842,6 +846,16 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   lower_fd = idmapped_lower(rootfs, hd.pid, err);
   if (lower_fd < 0)
     goto fail;
+  guest_fd = moat_shell_guest_mount(v.guest_path, err);
+  if (guest_fd < 0)
+    goto fail;
+  {
+    _cleanup_close_ int gfd = open(guest, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* a mount point */
+    if (gfd < 0) {
+      moat_error_errno(err, "create %s", guest);
+      goto fail;
+    }
+  }
   {
     char ns_path[64];
     snprintf(ns_path, sizeof(ns_path), "/proc/%d/ns/user", hd.pid);
@@ -889,6 +903,9 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                      * without SO_*BUFFORCE (CAP_NET_ADMIN of the host) and makes no time
                      * namespace (the holder made one) */
                     "--unprivileged",
+                    /* checkpoints since the guest got a key; older ones name its host path */
+                    "--external",
+                    "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest",
                     NULL,
                     NULL,
                     NULL,
@@ -912,6 +929,8 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
     struct restore_ctx ctx = {.lower_fd = lower_fd,
                               .disk_fd = disk,
                               .cg_fd = cg_fd,
+                              .guest_fd = guest_fd,
+                              .guest = guest,
                               .userns_fd = userns_fd,
                               .timens_fd = timens_fd,
                               .utsns_fd = utsns_fd,

@@ -407,7 +407,7 @@ static int idmapped_template(const char *rootfs, pid_t pid, moat_error **err) {
   return steal_fd(&fd);
 }
 
-static int guest_mount(const char *guest_path, moat_error **err) {
+int moat_shell_guest_mount(const char *guest_path, moat_error **err) {
   _cleanup_close_ int fd = open_tree(AT_FDCWD, guest_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
   if (fd < 0)
     return moat_error_errno(err, "open_tree %s", guest_path);
@@ -537,7 +537,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   lower_fd = idmapped_template(spec->rootfs, pid, err);
   if (lower_fd < 0)
     goto fail;
-  guest_fd = guest_mount(spec->guest_path, err);
+  guest_fd = moat_shell_guest_mount(spec->guest_path, err);
   if (guest_fd < 0)
     goto fail;
   keep_disk = fcntl(disk_fd, F_DUPFD_CLOEXEC, 3);
