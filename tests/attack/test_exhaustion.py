@@ -114,6 +114,7 @@ class ExhaustionTest(DaemonTest):
         n, e = self.hold(a, "inotify", 100000)
         self.assertEqual(e, "EMFILE", (n, e))
         self.assertLessEqual(n, sysctl("fs.inotify.max_user_instances"))
+        self.assertSandboxShares(a, "inotify")
         self.assertOthersGet("inotify")
         # and the files/watch route of another sandbox (moat-guest's inotify)
         for what, sid in self.victims:
@@ -132,6 +133,7 @@ class ExhaustionTest(DaemonTest):
         n, e = self.hold(a, "watches", 10 ** 7)
         self.assertEqual(e, "ENOSPC", (n, e))
         self.assertLessEqual(n, sysctl("fs.inotify.max_user_watches"))
+        self.assertSandboxShares(a, "watches")
         self.assertOthersGet("watches")
 
     def test_ptys(self):
