@@ -960,6 +960,16 @@ static uint64_t host_memory_mb(void) {
   return (uint64_t)pages * (uint64_t)size / (1024 * 1024);
 }
 
+/* A number in /proc/sys (the first field), or dflt when unreadable. */
+static uint64_t proc_sys_u64(const char *path, uint64_t dflt) {
+  _cleanup_free_ char *s = NULL;
+  uint64_t v;
+  if (read_file(path, &s, NULL, NULL) < 0)
+    return dflt;
+  s[strcspn(s, " \t\n")] = '\0';
+  return parse_u64(s, &v) == 0 ? v : dflt;
+}
+
 static uint64_t fs_size_mb(const char *path) {
   struct statvfs sv;
   if (statvfs(path, &sv) < 0)
@@ -995,6 +1005,8 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   }
   c->bounds.host_memory_mb = host_memory_mb();
   c->bounds.disk_fs_mb = fs_size_mb(c->data_dir);
+  c->bounds.host_pids = moat_spec_host_pids(proc_sys_u64("/proc/sys/kernel/pid_max", 32768),
+                                            proc_sys_u64("/proc/sys/kernel/threads-max", 32768));
   struct moat_host_config hc = {
       .data_dir = c->data_dir,
       .template_dir = template_dir,

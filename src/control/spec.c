@@ -75,6 +75,11 @@ static int check_u64(const char *field, uint64_t *v, uint64_t def, uint64_t min,
   return 0;
 }
 
+uint64_t moat_spec_host_pids(uint64_t pid_max, uint64_t threads_max) {
+  uint64_t m = pid_max < threads_max ? pid_max : threads_max;
+  return m / 4 < MOAT_MIN_PIDS ? MOAT_MIN_PIDS : m / 4;
+}
+
 int moat_spec_resolve(const struct moat_sandbox_spec *spec, const struct moat_spec_bounds *b,
                       struct moat_limits *limits, int64_t *ttl_seconds, moat_error **err) {
   int64_t ttl = spec->ttl_seconds ? spec->ttl_seconds : MOAT_DEFAULT_TTL_S;
@@ -91,9 +96,14 @@ int moat_spec_resolve(const struct moat_sandbox_spec *spec, const struct moat_sp
                 b->disk_fs_mb, "data filesystem size", err) < 0)
     return -1;
   if (l.pids == 0)
-    l.pids = MOAT_DEFAULT_PIDS;
+    l.pids = b->host_pids && b->host_pids < MOAT_DEFAULT_PIDS ? b->host_pids : MOAT_DEFAULT_PIDS;
   if (l.pids < MOAT_MIN_PIDS || l.pids > MOAT_MAX_PIDS)
     return moat_error_set(err, EINVAL, "pids: must be between %d and %d", MOAT_MIN_PIDS, MOAT_MAX_PIDS);
+  if (b->host_pids && l.pids > b->host_pids)
+    return moat_error_set(err, EINVAL,
+                          "pids: %llu exceeds this host's limit for one sandbox, %llu (a quarter of "
+                          "kernel.pid_max or kernel.threads-max)",
+                          (unsigned long long)l.pids, (unsigned long long)b->host_pids);
   if (moat_spec_check_metadata(spec->metadata, err) < 0 || moat_spec_check_env(spec->env, err) < 0)
     return -1;
   *limits = l;

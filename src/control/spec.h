@@ -11,7 +11,14 @@
 struct moat_spec_bounds {
   uint64_t host_memory_mb; /* physical RAM */
   uint64_t disk_fs_mb;     /* size of the data dir's filesystem */
+  uint64_t host_pids;      /* most tasks one sandbox may hold (moat_spec_host_pids); 0: no bound */
 };
+
+/* The most tasks one sandbox may hold on a host with kernel.pid_max pid_max and
+ * kernel.threads-max threads_max: a quarter of the smaller. Both are host-wide (every task of
+ * every sandbox also takes a pid of the host's), so a sandbox at its pids limit leaves the host
+ * and the other sandboxes three quarters. */
+uint64_t moat_spec_host_pids(uint64_t pid_max, uint64_t threads_max);
 
 /* Applies defaults (zero fields) and checks every bound of control.h and the host's capacity.
  * Defaults larger than the host are lowered to fit it; explicit values larger are EINVAL.

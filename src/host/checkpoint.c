@@ -15,21 +15,29 @@
  * (key MOAT_CHAN_EXT_KEY) and the socket with it, and a restore binds the key to the new slot's
  * chan, where the restored guest binds its socket again; moatd connects per request, so
  * none is open at the freeze unless a stream, watch or PTY is attached (then EBUSY). The network
- * namespace (loopback only) is dumped and rebuilt by CRIU: a prepared one cannot be handed over,
- * since CRIU creates the restored user namespace itself and a namespace made before belongs to
- * another user namespace (CRIU 4.1.1 and 4.2.1, also with --join-ns user: "Can't setns net:
- * Operation not permitted"). SLOT/checkpointing marks a checkpoint in progress, for recovery
- * after moatd's death (moat_checkpoint_recover).
+ * namespace (loopback only) is dumped and rebuilt by CRIU. (When CRIU made the restored user
+ * namespace itself, a prepared one could not be handed over: it belonged to another user
+ * namespace, "Can't setns net: Operation not permitted"; CRIU now runs inside the holder's user
+ * namespace, where one could be made ahead: untried.) SLOT/checkpointing marks a checkpoint in
+ * progress, for recovery after moatd's death (moat_checkpoint_recover).
  *
  * Restore into a fresh slot: a new uid range, cgroups and disk; the upper copy is written into
- * the new disk with owners shifted to the new range; CRIU's images are linked into SLOT/images
- * with the userns image rewritten to map the new range (so the restored tree runs in it, never
- * in the parent's); a holder process makes a user namespace with the same map for the
- * idmapped template; a helper (the process that execs CRIU) enters a private mount namespace
- * with CRIU's kernel-feature cache on a tmpfs /run (criu.c) and mounts the overlay root there;
- * CRIU then restores the tree under that root with new user, pid, mount, net, uts, ipc, cgroup
- * namespaces. CRIU's helper runs inside the slot's cgroups, so the restored tree lands there.
+ * the new disk with owners shifted to the new range. A holder process makes the sandbox's user
+ * namespace, owned by the new range's uid (never host root: the kernel charges per-user counts
+ * to a namespace's owner, userns.h), mapping the new range, with a UTS namespace carrying the
+ * dumped hostname and a time namespace whose clocks go on from the dumped ones; the idmapped
+ * template takes its mapping from it. CRIU's images are linked into SLOT/images with the
+ * inventory rewritten to say the tree shares CRIU's user and UTS namespaces
+ * (moat_criu_images_link). A helper (the process that execs CRIU) enters a private mount
+ * namespace with CRIU's kernel-feature cache on a tmpfs /run (criu.c), mounts the overlay root
+ * there, shows the slot dir at CRIU_SLOT, then joins the holder's user, UTS and time namespaces
+ * as root of the new range and execs CRIU (--unprivileged: it holds the new namespace's
+ * capabilities, not the host's), which restores the tree into them with new pid, mount, net,
+ * ipc and cgroup namespaces, so that the restored tree runs in the new range, never the
+ * parent's. CRIU's helper runs inside the slot's cgroups, so the restored tree lands there.
  * Nothing of the checkpoint dir is written: restores may run concurrently from one dir.
+ *
+ * The dump runs CRIU as the owner of the sandbox's user namespace (dump_child).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -57,12 +65,14 @@
 #include "../common/util.h"
 #include "cgroup.h"
 #include "criu.h"
+#include "criu_images.h"
 #include "disk.h"
 #include "driver.h"
 #include "guest_client.h"
 #include "layer_copy.h"
 #include "shell.h"
 #include "slot_internal.h"
+#include "userns.h"
 
 #define META "moat-checkpoint"
 #define GUEST_READY_MS 10000
@@ -133,7 +143,7 @@ static uint64_t pages_bytes(const char *dir) {
 }
 
 /* Makes CRIU's images readable by the restored tasks, which open some (timens, ...) themselves
- * from inside their user namespace through restore's hard links (prepare_images). The path to
+ * from inside their user namespace through restore's hard links (moat_criu_images_link). The path to
  * them stays closed: the checkpoint dir is the caller's, the per-restore dir belongs to the new
  * range's root. 0 or -1. */
 static int share_images(const char *dir, moat_error **err) {
@@ -359,6 +369,7 @@ static int reattach_disk(const char *slot_dir, const char *disks_dir, int slot, 
 struct dump_ctx {
   const char *marker;
   bool was_frozen;
+  uid_t owner; /* the sandbox's uid: owner of its user namespace */
 };
 
 static int dump_parent(void *arg, pid_t child, moat_error **err) {
@@ -411,9 +422,14 @@ static int count_net_links(pid_t pid) {
   return n;
 }
 
+/* CRIU dumps as the owner of the sandbox's user namespace (with every capability moatd has):
+ * reading the rlimits of the sandbox's processes takes CAP_SYS_RESOURCE over that namespace,
+ * which host root holds there only as its owner (and lacks outright on some hosts). */
 static int dump_child(void *arg) {
-  (void)arg;
-  return moat_criu_child_setup();
+  struct dump_ctx *c = arg;
+  if (moat_criu_child_setup() < 0)
+    return -1;
+  return moat_userns_become_owner(c->owner);
 }
 
 int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
@@ -484,11 +500,14 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
     argv[a++] = "--network-lock";
     argv[a++] = "skip";
     argv[a++] = "--manage-cgroups=ignore";
+    argv[a++] = "--unprivileged"; /* CRIU's word for not uid 0: it keeps every capability */
+    argv[a++] = "--external";
+    argv[a++] = "mnt[" MOAT_GUEST_MOUNT_INSIDE "]:" MOAT_GUEST_MOUNT_KEY;
     /* Always: CRIU never ends the tree. A hibernate's stays frozen until the caller has recorded the
      * image and destroys the slot, so a moatd killed before then loses nothing. */
     argv[a++] = "--leave-running";
     argv[a] = NULL;
-    struct dump_ctx dc = {.marker = marker, .was_frozen = was_frozen};
+    struct dump_ctx dc = {.marker = marker, .was_frozen = was_frozen, .owner = v.uid_base};
     ret = moat_criu_run(argv, dump_parent, dump_child, &dc, log, err);
     if (ret == 0)
       ret = share_images(images, err);
@@ -534,120 +553,22 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
 
 /* ---- restore ---- */
 
-/* Protobuf varints, for the one image we rewrite. */
-static int pb_varint(const uint8_t *p, size_t len, size_t *off, uint64_t *v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && *off < len; shift += 7) {
-    uint8_t b = p[(*off)++];
-    *v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      return 0;
-  }
-  return -1;
-}
-
-static size_t pb_put(uint8_t *out, uint64_t v) {
-  size_t n = 0;
-  do {
-    out[n] = (uint8_t)(v & 0x7f);
-    v >>= 7;
-    if (v)
-      out[n] |= 0x80;
-    n++;
-  } while (v);
-  return n;
-}
-
-/* Rewrites CRIU's userns image (UsernsEntry: repeated UidGidExtent uid_map = 1, gid_map = 2;
- * UidGidExtent: first = 1, lower_first = 2, count = 3, all varints) so that lower_first values
- * in the old range move to the new one: the restored user namespace then maps the new slot's
- * range. Anything else in the image fails the rewrite (EPROTO). */
-static int rewrite_userns(const char *src, const char *dst, uid_t from, uid_t to, moat_error **err) {
-  _cleanup_free_ char *in = NULL;
-  size_t len;
-  if (read_file(src, &in, &len, err) < 0)
-    return -1;
-  const uint8_t *p = (const uint8_t *)in;
-  if (len < 12)
-    return moat_error_set(err, EPROTO, "%s: too short", src);
-  uint32_t msg_len;
-  memcpy(&msg_len, p + 8, 4);
-  if (12 + (size_t)msg_len != len)
-    return moat_error_set(err, EPROTO, "%s: one entry expected", src);
-  uint8_t body[1024];
-  size_t bl = 0, off = 12;
-  while (off < len) {
-    uint64_t tag, sub_len;
-    if (pb_varint(p, len, &off, &tag) < 0 || (tag != 0x0a && tag != 0x12) ||
-        pb_varint(p, len, &off, &sub_len) < 0 || off + sub_len > len)
-      return moat_error_set(err, EPROTO, "%s: unexpected field", src);
-    uint8_t sub[64];
-    size_t sl = 0, end = off + sub_len;
-    while (off < end) {
-      uint64_t ftag, v;
-      if (pb_varint(p, end, &off, &ftag) < 0 || (ftag & 7) != 0 || pb_varint(p, end, &off, &v) < 0 ||
-          sl + 22 > sizeof(sub))
-        return moat_error_set(err, EPROTO, "%s: unexpected extent", src);
-      if (ftag >> 3 == 2 && v >= from && v - from < MOAT_UID_RANGE)
-        v = v - from + to;
-      sl += pb_put(sub + sl, ftag);
-      sl += pb_put(sub + sl, v);
-    }
-    if (bl + sl + 12 > sizeof(body))
-      return moat_error_set(err, EPROTO, "%s: too many extents", src);
-    bl += pb_put(body + bl, tag);
-    bl += pb_put(body + bl, sl);
-    memcpy(body + bl, sub, sl);
-    bl += sl;
-  }
-  uint8_t hdr[12];
-  memcpy(hdr, p, 8);
-  uint32_t nl = (uint32_t)bl;
-  memcpy(hdr + 8, &nl, 4);
-  _cleanup_close_ int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || write_all(fd, hdr, sizeof(hdr)) < 0 || write_all(fd, body, bl) < 0)
-    return moat_error_errno(err, "write %s", dst);
-  return 0;
-}
-
-/* Makes dst_dir CRIU's images dir for one restore: hard links to every image of src_dir (read
- * only, shared by concurrent restores) but userns-*.img, rewritten for the new uid range. The
- * restored root task opens some images itself (timens, ...) through CRIU's dir fd, from inside
- * its new user namespace and possibly before CRIU has written its uid map: so the dir is
- * searchable (0711) and the images readable (0644, share_images) by anyone; the path to them
- * stays closed (the slot dir's parents). */
-static int prepare_images(const char *src_dir, const char *dst_dir, uid_t from, uid_t to, moat_error **err) {
-  if (mkdir(dst_dir, 0711) < 0 || chown(dst_dir, to, to) < 0)
-    return moat_error_errno(err, "mkdir %s", dst_dir);
-  DIR *dp = opendir(src_dir);
-  if (!dp)
-    return moat_error_errno(err, "open %s", src_dir);
-  int ret = 0;
-  struct dirent *de;
-  while (ret == 0 && (de = readdir(dp)) != NULL) {
-    if (de->d_name[0] == '.' || strstr(de->d_name, ".log"))
-      continue;
-    _cleanup_free_ char *src = xasprintf("%s/%s", src_dir, de->d_name);
-    _cleanup_free_ char *dst = xasprintf("%s/%s", dst_dir, de->d_name);
-    if (strncmp(de->d_name, "userns-", 7) == 0)
-      ret = rewrite_userns(src, dst, from, to, err);
-    else if (link(src, dst) < 0)
-      ret = moat_error_errno(err, "link %s", dst);
-  }
-  closedir(dp);
-  return ret;
-}
-
-/* The holder: a process in a new user namespace with the new slot's map, for the idmapped
- * template (an idmapped mount takes its mapping from a user namespace). It exits when its
- * socket closes. */
+/* The holder: a process in a new user namespace with the new slot's map, owned by the new
+ * slot's uid: the restored sandbox's own user namespace (CRIU runs in it and restores the tree
+ * into it), and the mapping of the idmapped template. It exits when its socket closes. */
 struct holder {
   pid_t pid;
   int pidfd;
-  int ctl; /* write end: close to end the holder */
+  int ctl;     /* write end: close to end the holder */
+  bool timens; /* it made a time namespace for its children */
 };
 
-static __attribute__((noreturn)) void holder_main(int rd) {
+/* The restored tree's hostname and domain name, set by the holder in its UTS namespace. */
+struct holder_uts {
+  char nodename[65], domainname[65];
+};
+
+static __attribute__((noreturn)) void holder_main(int rd, const struct holder_uts *uts) {
   /* A copy of multi-threaded moatd: keep none of its fds (other requests' pipes and sockets,
    * whose ends must close when their owners close them) but our socket, as fd 3. */
   if (rd != 3 && dup2(rd, 3) < 0)
@@ -655,7 +576,14 @@ static __attribute__((noreturn)) void holder_main(int rd) {
   rd = 3;
   syscall(SYS_close_range, 4, ~0U, 0);
   char b;
-  if (read(rd, &b, 1) != 1 || write(rd, "r", 1) != 1) /* maps written */
+  if (read(rd, &b, 1) != 1) /* maps written */
+    _exit(1);
+  if (unshare(CLONE_NEWUTS) < 0 || sethostname(uts->nodename, strlen(uts->nodename)) < 0 ||
+      setdomainname(uts->domainname, strlen(uts->domainname)) < 0)
+    _exit(1);
+  /* a time namespace for the restored tree (moatd sets its clocks, CRIU's helper enters it):
+   * CRIU, running inside the user namespace with --unprivileged, makes none itself */
+  if (write(rd, unshare(CLONE_NEWTIME) == 0 ? "t" : "r", 1) != 1)
     _exit(1);
   while (read(rd, &b, 1) > 0) /* until moatd closes its end */
     ;
@@ -676,7 +604,10 @@ static void holder_end(struct holder *hd) {
   hd->pidfd = hd->ctl = -1;
 }
 
-static int holder_start(struct holder *hd, uid_t base, moat_error **err) {
+/* Starts the holder for uid range base: its UTS namespace has uts's names; timens_offsets: its
+ * time namespace's clocks (NULL: the host's). */
+static int holder_start(struct holder *hd, uid_t base, const struct holder_uts *uts,
+                        const char *timens_offsets, moat_error **err) {
   int sp[2];
   hd->pid = 0;
   hd->pidfd = hd->ctl = -1;
@@ -687,7 +618,7 @@ static int holder_start(struct holder *hd, uid_t base, moat_error **err) {
   args.flags = CLONE_NEWUSER | CLONE_PIDFD;
   args.pidfd = (uint64_t)(uintptr_t)&hd->pidfd;
   args.exit_signal = SIGCHLD;
-  pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+  pid_t pid = moat_userns_clone3(&args, base); /* the range's uid owns it: userns.h */
   if (pid < 0) {
     close(sp[0]);
     close(sp[1]);
@@ -695,7 +626,7 @@ static int holder_start(struct holder *hd, uid_t base, moat_error **err) {
   }
   if (pid == 0) {
     close(sp[0]);
-    holder_main(sp[1]);
+    holder_main(sp[1], uts);
   }
   close(sp[1]);
   hd->pid = pid;
@@ -717,16 +648,29 @@ static int holder_start(struct holder *hd, uid_t base, moat_error **err) {
     moat_error_set(err, EIO, "restore holder died");
     goto fail;
   }
+  hd->timens = b == 't';
+  if (hd->timens && timens_offsets) {
+    snprintf(path, sizeof(path), "/proc/%d/timens_offsets", pid);
+    if (write_file(path, timens_offsets, err) < 0)
+      goto fail;
+  }
   return 0;
 fail:
   holder_end(hd);
   return -1;
 }
 
+/* Where the CRIU helper of a restore shows the slot dir, in its private mount namespace. */
+#define CRIU_SLOT "/run/moat-slot"
+
 /* What the CRIU helper needs between fork and exec (syscalls only). */
 struct restore_ctx {
-  int lower_fd, disk_fd, cg_fd;
-  const char *lower, *disk, *root; /* mount points in the slot dir */
+  int lower_fd, disk_fd, cg_fd, guest_fd;
+  int userns_fd;                   /* the holder's user namespace */
+  int timens_fd;                   /* the holder's time namespace for children, or -1 */
+  int utsns_fd;                    /* the holder's UTS namespace */
+  const char *slot_dir;
+  const char *lower, *disk, *root, *guest; /* mount points in the slot dir */
   const char *ovl_opts;
   struct moat_cgroups *cgroups;
   int slot;
@@ -746,11 +690,25 @@ static int restore_child(void *arg) {
   if (moat_criu_child_setup() < 0)
     return -1;
   if (move_mount(c->lower_fd, "", AT_FDCWD, c->lower, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
-      move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+      move_mount(c->guest_fd, "", AT_FDCWD, c->guest, MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return -1;
   if (mount("overlay", c->root, "overlay", MS_NODEV, c->ovl_opts) < 0)
     return -1;
-  return 0;
+  /* CRIU runs as root of the holder's namespace, the host's uid_base, which may not search the
+   * data dir's parents: it sees the slot dir (with the mounts above) at CRIU_SLOT instead */
+  if (mkdir(CRIU_SLOT, 0711) < 0 || mount(c->slot_dir, CRIU_SLOT, NULL, MS_BIND | MS_REC, NULL) < 0)
+    return -1;
+  moat_userns_drop_loginuid(); /* else CRIU fails to reset it (CAP_AUDIT_CONTROL of the host) */
+  if (setns(c->userns_fd, CLONE_NEWUSER) < 0 || setns(c->utsns_fd, CLONE_NEWUTS) < 0 ||
+      (c->timens_fd >= 0 && setns(c->timens_fd, CLONE_NEWTIME) < 0))
+    return -1;
+  if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, 0, 0, 0) < 0 ||
+      syscall(SYS_setresuid, 0, 0, 0) < 0)
+    return -1;
+  /* a mount namespace of the new user namespace (a copy of this one): CRIU enters the restored
+   * tree's and must be able to come back */
+  return unshare(CLONE_NEWNS);
 }
 
 /* Idmapped, read-only clone of the template for the user namespace of pid. */
@@ -801,7 +759,7 @@ static int write_script(const char *path, moat_error **err) {
   static const char text[] = "#!/bin/sh\n"
                              "[ \"$CRTOOLS_SCRIPT_ACTION\" = setup-namespaces ] || exit 0\n"
                              "exec nsenter -t \"$CRTOOLS_INIT_PID\" -n ip link set lo up\n";
-  _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0700);
+  _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
   if (fd < 0 || write_all(fd, text, sizeof(text) - 1) < 0)
     return moat_error_errno(err, "write %s", path);
   return 0;
@@ -865,17 +823,21 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   _cleanup_free_ char *lower = xasprintf("%s/lower", slot_dir);
   _cleanup_free_ char *diskp = xasprintf("%s/disk", slot_dir);
   _cleanup_free_ char *root = xasprintf("%s/root", slot_dir);
+  _cleanup_free_ char *guest = xasprintf("%s/guest", slot_dir);
   _cleanup_free_ char *img = xasprintf("%s/%d.img", v.disks_dir, n);
   _cleanup_free_ char *src_images = xasprintf("%s/images", dir);
   _cleanup_free_ char *images = xasprintf("%s/images", slot_dir);
-  _cleanup_free_ char *pidfile = xasprintf("%s/criu.pid", slot_dir);
-  _cleanup_free_ char *log = xasprintf("%s/restore.log", slot_dir);
+  _cleanup_free_ char *pidfile = xasprintf("%s/images/criu.pid", slot_dir);
+  _cleanup_free_ char *log = xasprintf("%s/images/restore.log", slot_dir);
   _cleanup_free_ char *chan_dir = v.chan_dir;
   _cleanup_free_ char *chan_map = xasprintf(MOAT_CHAN_EXT_KEY ":%s", chan_dir);
   _cleanup_free_ char *net_script = xasprintf("%s/criu-net.sh", slot_dir);
   _cleanup_free_ char *ovl = xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
-  _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1;
-  struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1};
+  _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1, userns_fd = -1, timens_fd = -1,
+                      utsns_fd = -1, guest_fd = -1;
+  char timens_offsets[160];
+  struct holder_uts uts;
+  struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1, .timens = false};
   pid_t pid = 0;
   uint64_t copied = 0;
 
@@ -898,27 +860,61 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   if (moat_layer_copy(dfd, disk, "upper", old_base, v.uid_base, &copied, err) < 0)
     goto fail;
   mark("upper copy", &tm);
-  if (prepare_images(src_images, images, old_base, v.uid_base, err) < 0 || holder_start(&hd, v.uid_base, err) < 0)
+  int clocks = moat_criu_images_timens_offsets(src_images, timens_offsets, sizeof(timens_offsets), err);
+  if (clocks < 0 ||
+      moat_criu_images_uts(src_images, uts.nodename, uts.domainname, sizeof(uts.nodename), err) < 0 ||
+      moat_criu_images_link(src_images, images, v.uid_base, err) < 0 ||
+      holder_start(&hd, v.uid_base, &uts, clocks ? timens_offsets : NULL, err) < 0)
     goto fail;
   lower_fd = idmapped_lower(rootfs, hd.pid, err);
   if (lower_fd < 0)
     goto fail;
+  guest_fd = moat_shell_guest_mount(v.guest_path, err);
+  if (guest_fd < 0)
+    goto fail;
+  {
+    _cleanup_close_ int gfd = open(guest, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* a mount point */
+    if (gfd < 0) {
+      moat_error_errno(err, "create %s", guest);
+      goto fail;
+    }
+  }
+  {
+    char ns_path[64];
+    snprintf(ns_path, sizeof(ns_path), "/proc/%d/ns/user", hd.pid);
+    userns_fd = open(ns_path, O_RDONLY | O_CLOEXEC);
+    if (userns_fd < 0) {
+      moat_error_errno(err, "open %s", ns_path);
+      goto fail;
+    }
+    snprintf(ns_path, sizeof(ns_path), "/proc/%d/ns/uts", hd.pid);
+    if ((utsns_fd = open(ns_path, O_RDONLY | O_CLOEXEC)) < 0) {
+      moat_error_errno(err, "open %s", ns_path);
+      goto fail;
+    }
+    snprintf(ns_path, sizeof(ns_path), "/proc/%d/ns/time_for_children", hd.pid);
+    if (hd.timens && (timens_fd = open(ns_path, O_RDONLY | O_CLOEXEC)) < 0) {
+      moat_error_errno(err, "open %s", ns_path);
+      goto fail;
+    }
+  }
   mark("images, holder, idmap", &tm);
   {
+    /* paths as CRIU sees them (CRIU_SLOT) */
     char *argv[] = {"criu",
                     "restore",
                     "-D",
-                    images,
+                    CRIU_SLOT "/images",
                     "-W",
-                    slot_dir,
+                    CRIU_SLOT "/images",
                     "-o",
                     "restore.log",
                     getenv("MOAT_CRIU_KEEP_LOGS") ? "-v4" : "-v2",
                     "--root",
-                    root,
+                    CRIU_SLOT "/root",
                     "--restore-detached",
                     "--pidfile",
-                    pidfile,
+                    CRIU_SLOT "/images/criu.pid",
                     "--ext-mount-map",
                     chan_map,
                     "--ext-mount-map",
@@ -926,6 +922,13 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                     "--manage-cgroups=ignore",
                     "--network-lock",
                     "skip",
+                    /* CRIU's word for not being the host's root: it then sets socket buffers
+                     * without SO_*BUFFORCE (CAP_NET_ADMIN of the host) and makes no time
+                     * namespace (the holder made one) */
+                    "--unprivileged",
+                    /* checkpoints since the guest got a key; older ones name its host path */
+                    "--external",
+                    "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest",
                     NULL,
                     NULL,
                     NULL,
@@ -942,13 +945,19 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
       argv[k++] = "--empty-ns";
       argv[k++] = "net";
       argv[k++] = "--action-script";
-      argv[k++] = net_script;
+      argv[k++] = CRIU_SLOT "/criu-net.sh";
       if (write_script(net_script, err) < 0)
         goto fail;
     }
     struct restore_ctx ctx = {.lower_fd = lower_fd,
                               .disk_fd = disk,
                               .cg_fd = cg_fd,
+                              .guest_fd = guest_fd,
+                              .guest = guest,
+                              .userns_fd = userns_fd,
+                              .timens_fd = timens_fd,
+                              .utsns_fd = utsns_fd,
+                              .slot_dir = slot_dir,
                               .lower = lower,
                               .disk = diskp,
                               .root = root,

@@ -214,20 +214,21 @@ static void load_kdat(const char *bin) {
 int moat_criu_child_setup(void) {
   if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     return -1;
-  if (!kdat)
-    return 0;
   /* /run/moat stays visible under the new /run: a restore binds the new slot's guest channel
    * dir from there (shell.h). */
   int keep = open_tree(AT_FDCWD, "/run/moat", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
   if (keep < 0)
     return -1;
-  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") < 0 || mkdir("/run/moat", 0755) < 0 ||
+  /* writable by a CRIU running as a sandbox's uid, readable by one inside its namespace */
+  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=1777") < 0 || mkdir("/run/moat", 0755) < 0 ||
       move_mount(keep, "", AT_FDCWD, "/run/moat", MOVE_MOUNT_F_EMPTY_PATH) < 0) {
     close(keep);
     return -1;
   }
   close(keep);
-  int fd = open("/run/criu.kdat", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (!kdat)
+    return 0;
+  int fd = open("/run/criu.kdat", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
     return -1;
   int r = write_all(fd, kdat, kdat_len);
@@ -280,6 +281,18 @@ int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn
   if (!bin)
     return moat_error_set(err, ENOSYS, "%s", status_lines[__atomic_load_n(&status_cur, __ATOMIC_ACQUIRE)]);
   argv[0] = (char *)bin;
+  /* CRIU run as a non-root uid (--unprivileged) looks for its kernel-feature cache in
+   * $XDG_RUNTIME_DIR: the same /run/criu.kdat (moat_criu_child_setup). Built here, not in the
+   * child, which may not allocate. */
+  size_t n_env = 0;
+  while (environ[n_env])
+    n_env++;
+  _cleanup_free_ char **envp = xcalloc(n_env + 2, sizeof(char *));
+  size_t k = 0;
+  for (size_t i = 0; i < n_env; i++)
+    if (strncmp(environ[i], "XDG_RUNTIME_DIR=", 16) != 0)
+      envp[k++] = environ[i];
+  envp[k++] = "XDG_RUNTIME_DIR=/run";
   int go[2], rep[2];
   if (pipe2(go, O_CLOEXEC) < 0)
     return moat_error_errno(err, "pipe");
@@ -313,7 +326,7 @@ int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn
     if (child_fn && child_fn(arg) < 0)
       goto fail;
     f.step = 'e';
-    execv(bin, argv);
+    execve(bin, argv, envp);
   fail:
     f.err = errno;
     (void)!write(rep[1], &f, sizeof(f));

@@ -26,8 +26,9 @@ const char *moat_criu_path(void);
 typedef int (*moat_criu_child_fn)(void *arg);
 
 /* For a child hook: enters a private mount namespace (a copy of the host's, propagation private)
- * and, when a kernel-feature cache was made, mounts a small tmpfs on /run holding it as
- * /run/criu.kdat, where CRIU looks (CRIU then skips ~40 ms of probing). Syscalls only. 0 or -1. */
+ * and mounts a small tmpfs on /run (mode 1777) holding, when a kernel-feature cache was made, a
+ * world-readable /run/criu.kdat, where CRIU looks (CRIU then skips ~40 ms of probing). Syscalls
+ * only. 0 or -1. */
 int moat_criu_child_setup(void);
 
 /* Hook run in the parent once the child exists and before it runs child_fn (move it into
@@ -35,7 +36,8 @@ int moat_criu_child_setup(void);
 typedef int (*moat_criu_parent_fn)(void *arg, pid_t child, moat_error **err);
 
 /* Runs CRIU with argv (argv[0] is replaced by the binary's path) and waits for it. stdout and
- * stderr go to /dev/null; CRIU writes its own log (-o LOG -D/-W). In order: the parent runs
+ * stderr go to /dev/null; CRIU writes its own log (-o LOG -D/-W); its environment is moatd's with
+ * XDG_RUNTIME_DIR=/run. In order: the parent runs
  * parent_fn, the child child_fn, then execs CRIU (either hook may be NULL). Returns 0 when CRIU
  * exits 0; otherwise -1 with the CRIU error lines of log_path (when given) in the message. */
 int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn child_fn, void *arg,

@@ -7,6 +7,12 @@
  * timeout of the answer's TTL (at least NET_MIN_TTL_S) before the answer is relayed. Over TCP
  * (a resolver's retry of a truncated answer) each connection gets a thread that asks the upstream
  * over TCP the same way.
+ *
+ * Fair shares: each sandbox has at most PENDING_PER_SANDBOX queries waiting for the upstream and
+ * TCP_PER_SANDBOX TCP connections. When the table of pending queries (PENDING) or of TCP
+ * connections (TCP_MAX_CONNS) is full, a sandbox holding fewer entries than the largest holder
+ * takes one of the largest holder's (its oldest query is forgotten, its oldest connection shut
+ * down): however many sandboxes flood, each one still gets about an equal share.
  */
 #include "net_internal.h"
 
@@ -26,8 +32,10 @@
 
 #define NET_MIN_TTL_S 60
 #define NET_MAX_TTL_S 86400
-#define PENDING 1024
+#define PENDING 1024 /* divides 65536: an id's entry is pend[id % PENDING] */
 #define PENDING_TIMEOUT_MS 5000
+#define PENDING_PER_SANDBOX 64
+#define SWEEP_MS 100
 
 enum { P_FREE = 0, P_CLIENT, P_LEARN_DENY };
 
@@ -42,6 +50,15 @@ struct pending {
 
 static struct pending pend[PENDING];
 static uint16_t next_id;
+/* pend, next_id, pend_count: the UDP thread and the TCP threads (learn_denied) share them */
+static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Entries per sandbox: one bucket per slot of the pool, and a last one for addresses of none. */
+static unsigned *pend_count, n_buckets;
+static int64_t last_sweep_ms;
+
+static unsigned bucket_of(int slot) {
+  return slot >= 0 && (unsigned)slot < n_buckets - 1 ? (unsigned)slot : n_buckets - 1;
+}
 
 /* Reads a (possibly compressed) name at *off into out (lower case, dotted, no trailing dot).
  * Advances *off past it. 0 or -1. */
@@ -223,19 +240,71 @@ static void reply_rcode(int fd, const uint8_t *q, size_t qend, const struct sock
     sendto(fd, r, l, MSG_DONTWAIT, (const struct sockaddr *)to, sizeof(*to));
 }
 
-static struct pending *pending_new(void) {
+/* Frees p (pend_lock held). */
+static void pending_drop(struct pending *p) {
+  if (p->kind != P_FREE)
+    pend_count[bucket_of(p->slot)]--;
+  p->kind = P_FREE;
+}
+
+/* Frees the entries past their deadline (pend_lock held): the upstream never answered them. */
+static void pending_sweep(int64_t now) {
+  if (now - last_sweep_ms < SWEEP_MS)
+    return;
+  last_sweep_ms = now;
+  for (unsigned i = 0; i < PENDING; i++)
+    if (pend[i].kind != P_FREE && pend[i].deadline_ms <= now)
+      pending_drop(&pend[i]);
+}
+
+/* The oldest entry of the bucket holding the most entries, if it holds more than mine (pend_lock
+ * held), or NULL. */
+static struct pending *pending_victim(unsigned mine) {
+  unsigned top = mine;
+  for (unsigned b = 0; b < n_buckets; b++)
+    if (pend_count[b] > pend_count[top])
+      top = b;
+  if (top == mine)
+    return NULL;
+  struct pending *v = NULL;
+  for (unsigned i = 0; i < PENDING; i++)
+    if (pend[i].kind != P_FREE && bucket_of(pend[i].slot) == top &&
+        (!v || pend[i].deadline_ms < v->deadline_ms))
+      v = &pend[i];
+  return v;
+}
+
+/* A new entry for a query of slot (pend_lock held), counted against its share; NULL when slot
+ * holds PENDING_PER_SANDBOX already, or the table is full of entries of sandboxes that hold no
+ * more than it. */
+static struct pending *pending_new(int slot) {
   int64_t now = now_unix_ms();
-  for (unsigned k = 0; k < PENDING; k++) {
-    uint16_t id = next_id++;
-    struct pending *p = &pend[id % PENDING];
-    if (p->kind != P_FREE && p->deadline_ms > now)
-      continue;
-    memset(p, 0, sizeof(*p));
-    p->our_id = id;
-    p->deadline_ms = now + PENDING_TIMEOUT_MS;
-    return p;
+  pending_sweep(now);
+  unsigned b = bucket_of(slot);
+  if (pend_count[b] >= PENDING_PER_SANDBOX)
+    return NULL;
+  struct pending *p = NULL;
+  uint16_t id = 0;
+  for (unsigned k = 0; k < PENDING && !p; k++) {
+    id = next_id++;
+    struct pending *q = &pend[id % PENDING];
+    if (q->kind == P_FREE || q->deadline_ms <= now)
+      p = q;
   }
-  return NULL;
+  if (!p) {
+    p = pending_victim(b);
+    if (!p)
+      return NULL;
+    id = (uint16_t)(p->our_id + PENDING); /* same entry; a late answer to the victim is ignored */
+  }
+  pending_drop(p);
+  memset(p, 0, sizeof(*p));
+  p->our_id = id;
+  p->deadline_ms = now + PENDING_TIMEOUT_MS;
+  p->slot = slot;
+  p->kind = P_CLIENT; /* the caller may say P_LEARN_DENY */
+  pend_count[b]++;
+  return p;
 }
 
 static void send_upstream(struct moat_net *n, struct pending *p, const uint8_t *q, size_t len) {
@@ -246,16 +315,18 @@ static void send_upstream(struct moat_net *n, struct pending *p, const uint8_t *
   b[0] = (uint8_t)(p->our_id >> 8);
   b[1] = (uint8_t)p->our_id;
   if (sendto(n->up_fd, b, len, MSG_DONTWAIT, (struct sockaddr *)&n->upstream, sizeof(n->upstream)) < 0)
-    p->kind = P_FREE;
+    pending_drop(p);
 }
 
 /* A learn-only query for name's A records (for deny_dns). */
 static void learn_denied(struct moat_net *n, int slot, const char *name) {
-  struct pending *p = pending_new();
-  if (!p)
+  pthread_mutex_lock(&pend_lock);
+  struct pending *p = pending_new(slot);
+  if (!p) {
+    pthread_mutex_unlock(&pend_lock);
     return;
+  }
   p->kind = P_LEARN_DENY;
-  p->slot = slot;
   snprintf(p->name, sizeof(p->name), "%.253s", name);
   uint8_t q[512];
   size_t o = 12;
@@ -266,8 +337,11 @@ static void learn_denied(struct moat_net *n, int slot, const char *name) {
   while (*s) {
     const char *dot = strchr(s, '.');
     size_t l = dot ? (size_t)(dot - s) : strlen(s);
-    if (l == 0 || l > 63 || o + l + 6 > sizeof(q))
+    if (l == 0 || l > 63 || o + l + 6 > sizeof(q)) {
+      pending_drop(p);
+      pthread_mutex_unlock(&pend_lock);
       return;
+    }
     q[o++] = (uint8_t)l;
     memcpy(q + o, s, l);
     o += l;
@@ -277,6 +351,7 @@ static void learn_denied(struct moat_net *n, int slot, const char *name) {
   q[o++] = 0, q[o++] = 1; /* A */
   q[o++] = 0, q[o++] = 1; /* IN */
   send_upstream(n, p, q, o);
+  pthread_mutex_unlock(&pend_lock);
 }
 
 /* What to do with query q from a sandbox address: 0 forward (slot, name filled), or an rcode to
@@ -321,17 +396,18 @@ static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct so
       reply_rcode(n->dns_fd, q, qend <= len ? qend : 12, from, rc);
     return;
   }
-  struct pending *p = pending_new();
+  pthread_mutex_lock(&pend_lock);
+  struct pending *p = pending_new(slot);
   if (!p) {
+    pthread_mutex_unlock(&pend_lock);
     reply_rcode(n->dns_fd, q, qend, from, 2 /* SERVFAIL */);
     return;
   }
-  p->kind = P_CLIENT;
   p->client_id = (uint16_t)(q[0] << 8 | q[1]);
   p->client = *from;
-  p->slot = slot;
   snprintf(p->name, sizeof(p->name), "%.253s", name);
   send_upstream(n, p, q, len);
+  pthread_mutex_unlock(&pend_lock);
 }
 
 /* An upstream answer for slot's query of name: addresses learned (and, when the sandbox's default
@@ -357,11 +433,15 @@ static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
   if (len < 12)
     return;
   uint16_t id = (uint16_t)(m[0] << 8 | m[1]);
+  pthread_mutex_lock(&pend_lock);
   struct pending *p = &pend[id % PENDING];
-  if (p->kind == P_FREE || p->our_id != id)
+  if (p->kind == P_FREE || p->our_id != id) {
+    pthread_mutex_unlock(&pend_lock);
     return;
+  }
   struct pending cp = *p;
-  p->kind = P_FREE;
+  pending_drop(p);
+  pthread_mutex_unlock(&pend_lock);
   if (!absorb_answer(n, cp.slot, cp.name, m, len, cp.kind == P_LEARN_DENY))
     return;
   if (cp.kind == P_CLIENT) {
@@ -374,14 +454,23 @@ static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
 /* ---- DNS over TCP (answers too big for UDP are retried over TCP by resolvers) ---- */
 
 #define TCP_MAX_CONNS 64
+#define TCP_PER_SANDBOX 4
 #define TCP_TIMEOUT_S 5
-static int tcp_conns; /* atomic */
+static int tcp_conns; /* atomic: connection threads alive */
 
 struct tcp_job {
   struct moat_net *n;
   int fd;
   struct sockaddr_in peer;
+  unsigned bucket;
+  int index; /* in tcp_table, or -1 once shut down to make room */
+  uint64_t since_ns;
 };
+
+/* The connections served (tcp_lock): TCP_MAX_CONNS, TCP_PER_SANDBOX each (tcp_count). */
+static pthread_mutex_t tcp_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tcp_job *tcp_table[TCP_MAX_CONNS];
+static unsigned *tcp_count;
 
 static int read_msg(int fd, uint8_t *buf, size_t cap, size_t *len) {
   uint8_t l2[2];
@@ -443,10 +532,42 @@ static void *tcp_main(void *arg) {
   }
   free(q);
   free(ans);
+  pthread_mutex_lock(&tcp_lock);
+  if (j->index >= 0) {
+    tcp_table[j->index] = NULL;
+    tcp_count[j->bucket]--;
+  }
+  pthread_mutex_unlock(&tcp_lock);
   close(j->fd);
   free(j);
   __atomic_fetch_sub(&tcp_conns, 1, __ATOMIC_RELAXED);
   return NULL;
+}
+
+/* A place in tcp_table for a connection of bucket b (tcp_lock held): a free one, else one the
+ * largest holder gives up when it holds more than b (its oldest connection is shut down; its
+ * thread ends on its own). -1 when b holds its share already or no one holds more. */
+static int tcp_place(unsigned b) {
+  if (tcp_count[b] >= TCP_PER_SANDBOX)
+    return -1;
+  for (int i = 0; i < TCP_MAX_CONNS; i++)
+    if (!tcp_table[i])
+      return i;
+  unsigned top = b;
+  for (unsigned k = 0; k < n_buckets; k++)
+    if (tcp_count[k] > tcp_count[top])
+      top = k;
+  if (top == b)
+    return -1;
+  int v = -1;
+  for (int i = 0; i < TCP_MAX_CONNS; i++)
+    if (tcp_table[i]->bucket == top && (v < 0 || tcp_table[i]->since_ns < tcp_table[v]->since_ns))
+      v = i;
+  shutdown(tcp_table[v]->fd, SHUT_RDWR);
+  tcp_table[v]->index = -1;
+  tcp_table[v] = NULL;
+  tcp_count[top]--;
+  return v;
 }
 
 static void on_tcp_accept(struct moat_net *n) {
@@ -455,20 +576,36 @@ static void on_tcp_accept(struct moat_net *n) {
   int fd = accept4(n->dns_tcp_fd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC);
   if (fd < 0)
     return;
-  if (__atomic_add_fetch(&tcp_conns, 1, __ATOMIC_RELAXED) > TCP_MAX_CONNS) {
-    __atomic_fetch_sub(&tcp_conns, 1, __ATOMIC_RELAXED);
-    close(fd);
-    return;
-  }
   struct tcp_job *j = xcalloc(1, sizeof(*j));
   j->n = n;
   j->fd = fd;
   j->peer = peer;
+  j->bucket = bucket_of(net_slot_of_ip(n, peer.sin_addr.s_addr));
+  j->since_ns = now_ns();
+  pthread_mutex_lock(&tcp_lock);
+  j->index = tcp_place(j->bucket);
+  if (j->index >= 0) {
+    tcp_table[j->index] = j;
+    tcp_count[j->bucket]++;
+  }
+  pthread_mutex_unlock(&tcp_lock);
+  if (j->index < 0) {
+    close(fd);
+    free(j);
+    return;
+  }
+  __atomic_add_fetch(&tcp_conns, 1, __ATOMIC_RELAXED);
   pthread_t t;
   pthread_attr_t at;
   pthread_attr_init(&at);
   pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
   if (pthread_create(&t, &at, tcp_main, j) != 0) {
+    pthread_mutex_lock(&tcp_lock);
+    if (j->index >= 0) {
+      tcp_table[j->index] = NULL;
+      tcp_count[j->bucket]--;
+    }
+    pthread_mutex_unlock(&tcp_lock);
     close(fd);
     free(j);
     __atomic_fetch_sub(&tcp_conns, 1, __ATOMIC_RELAXED);
@@ -509,6 +646,9 @@ static void *dns_main(void *arg) {
 }
 
 int dns_start(struct moat_net *n, moat_error **err) {
+  n_buckets = n->pool_size + 1;
+  pend_count = xcalloc(n_buckets, sizeof(*pend_count));
+  tcp_count = xcalloc(n_buckets, sizeof(*tcp_count));
   n->dns_fd = net_socket_in(n->router_fd, AF_INET, SOCK_DGRAM, 0, err);
   if (n->dns_fd < 0)
     return -1;
@@ -551,4 +691,13 @@ void dns_stop(struct moat_net *n) {
     if (fds[i] >= 0)
       close(fds[i]);
   n->dns_fd = n->up_fd = n->dns_tcp_fd = -1;
+  if (__atomic_load_n(&tcp_conns, __ATOMIC_RELAXED) == 0) { /* else threads may still count */
+    pthread_mutex_lock(&pend_lock);
+    memset(pend, 0, sizeof(pend));
+    free(pend_count);
+    pend_count = NULL;
+    pthread_mutex_unlock(&pend_lock);
+    free(tcp_count);
+    tcp_count = NULL;
+  }
 }

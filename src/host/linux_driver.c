@@ -30,6 +30,7 @@
 #include "seccomp.h"
 #include "shell.h"
 #include "slot_internal.h"
+#include "userns.h"
 
 #define MOAT_UID_BASE 0x40000000u
 #define MOAT_MAX_RANGES 49150
@@ -657,6 +658,14 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   if (geteuid() != 0) {
     moat_error_set(err, EPERM, "the linux driver needs root");
     goto out;
+  }
+  {
+    /* every sandbox's user namespace takes moatd's soft limits as its ceiling (userns.h) */
+    moat_error *e = NULL;
+    if (moat_userns_limits_init(&e) < 0) {
+      log_warn("per-sandbox limits: %s", moat_error_msg(e));
+      moat_error_free(&e);
+    }
   }
   if (access(h->guest_path, X_OK) < 0) {
     moat_error_errno(err, "guest binary %s", h->guest_path);

@@ -32,6 +32,7 @@
 
 #include "../common/util.h"
 #include "seccomp.h"
+#include "userns.h"
 
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
@@ -123,9 +124,11 @@ static void setup_dev(struct child_ctx *c) {
     CHECK(mount(src, dst, NULL, MS_BIND, NULL), "bind /dev node");
   }
   CHECK(mkdir("root/dev/pts", 0755), "mkdir /dev/pts");
-  CHECK(
-      mount("devpts", "root/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"),
-      "mount /dev/pts");
+  /* max=: every devpts instance but the host's draws on one pool (kernel.pty.max less
+   * kernel.pty.reserve); a sandbox takes at most MOAT_SANDBOX_PTYS of it */
+  char pts_opts[96];
+  snprintf(pts_opts, sizeof(pts_opts), "newinstance,ptmxmode=0666,mode=0620,max=%d", MOAT_SANDBOX_PTYS);
+  CHECK(mount("devpts", "root/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, pts_opts), "mount /dev/pts");
   CHECK(symlink("pts/ptmx", "root/dev/ptmx"), "symlink /dev/ptmx");
   CHECK(mkdir("root/dev/shm", 01777), "mkdir /dev/shm");
   CHECK(mount("shm", "root/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k"),
@@ -240,7 +243,8 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   close_other_fds(c);
   wait_go(c); /* lower/ (idmapped template), disk/ (writable layer) and guest are attached now */
-  /* Still the host's uid here: enter the slot dir (0711, root's) before becoming the range's root. */
+  /* Still the host's root's filesystem uid here (moat_userns_clone3 switched only the euid): enter
+   * the slot dir (0711, beneath root's 0700 data dir) before becoming the range's root. */
   /* By path, in our own mount namespace: an fd from before clone points into the host's. */
   CHECK(chdir(c->spec->slot_dir), "enter slot dir");
   /* Raw syscalls: glibc's set*id wrappers broadcast to the threads it believes exist (this is
@@ -304,6 +308,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
     errno = -r;
     child_fail(c->sync_fd, "install seccomp filter");
   }
+  CHECK(moat_userns_set_rlimits(), "set rlimits");
   drop_caps(c);
   char *argv[] = {"moat-guest", NULL};
   char *envp[] = {"MOAT_GUEST_LISTEN_FD=3", "MOAT_GUEST_READY_FD=4",
@@ -341,7 +346,8 @@ static int write_id_maps(pid_t pid, uid_t base, moat_error **err) {
   return write_file(path, map, err);
 }
 
-/* Enters the sandbox's mount namespace (as the host's root, which owns it) and attaches the
+/* Enters the sandbox's mount namespace (as the host's root, whose capabilities cover the
+ * sandbox's user namespace, a child of the initial one) and attaches the
  * detached mounts at SLOT/lower, SLOT/disk and SLOT/guest: a detached mount cannot be attached
  * from inside the sandbox's user namespace. Runs in a vfork child: syscalls only. */
 static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3], moat_error **err) {
@@ -401,7 +407,7 @@ static int idmapped_template(const char *rootfs, pid_t pid, moat_error **err) {
   return steal_fd(&fd);
 }
 
-static int guest_mount(const char *guest_path, moat_error **err) {
+int moat_shell_guest_mount(const char *guest_path, moat_error **err) {
   _cleanup_close_ int fd = open_tree(AT_FDCWD, guest_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
   if (fd < 0)
     return moat_error_errno(err, "open_tree %s", guest_path);
@@ -512,7 +518,8 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   args.cgroup = (uint64_t)cg_fd;
   struct child_ctx ctx = {
       .spec = spec, .sync_fd = sync[1], .slot_fd = slot_fd, .listen_fd = -1, .ready_fd = ready[1]};
-  pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+  /* the sandbox's uid owns its user namespace: its per-user kernel counts are its own */
+  pid = moat_userns_clone3(&args, spec->uid_base);
   if (pid < 0) {
     moat_error_errno(err, "clone3");
     goto out;
@@ -530,7 +537,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   lower_fd = idmapped_template(spec->rootfs, pid, err);
   if (lower_fd < 0)
     goto fail;
-  guest_fd = guest_mount(spec->guest_path, err);
+  guest_fd = moat_shell_guest_mount(spec->guest_path, err);
   if (guest_fd < 0)
     goto fail;
   keep_disk = fcntl(disk_fd, F_DUPFD_CLOEXEC, 3);

@@ -64,6 +64,16 @@ int moat_shell_chan_lock(const char *chan_dir, moat_error **err);
 void moat_shell_chan_ep(const char *chan_dir, pid_t pid, uid_t uid_base, const char *frozen_path,
                         struct moat_guest_ep *out);
 
+/* A detached, read-only (nosuid, nodev) bind mount of the guest binary, for
+ * move_mount onto SLOT/guest. Returns its fd (the caller closes it), or -1. */
+int moat_shell_guest_mount(const char *guest_path, moat_error **err);
+
+/* The guest binary's mount point inside a sandbox; a checkpoint names it by the external-mount
+ * key MOAT_GUEST_MOUNT_KEY, which a restore maps to a fresh bind of the host's guest binary (so
+ * CRIU never looks it up by its host path). */
+#define MOAT_GUEST_MOUNT_INSIDE "/run/moat/moat-guest"
+#define MOAT_GUEST_MOUNT_KEY "moat-guest"
+
 /* Start time of pid (field 22 of /proc/PID/stat), or 0 when it does not exist. */
 uint64_t moat_proc_start_time(pid_t pid);
 

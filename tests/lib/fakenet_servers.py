@@ -4,7 +4,8 @@
 CONFIG: {"dns": "IP", "zone": {"name": ["IP", ...]}, "ttl": N, "http": ["IP", ...], "tcp": [[IP, PORT], ...],
          "sink": [IP, PORT]}
 - dns: a DNS server on IP:53 (UDP and TCP) answering A queries from zone (NXDOMAIN otherwise); every query is
-  appended to a list the "dnslog" HTTP path returns.
+  appended to a list the "dnslog" HTTP path returns. Names under blackhole.test are never answered (a dead
+  authoritative server: the resolver's query stays pending until it times out).
 - http: HTTP/1.0 servers on IP:80 answering "hello from IP" (the address the client reached).
 - tcp: plain TCP listeners answering "open IP PORT\n" and closing (a "mining pool" port...).
 - sink: TCP server that reads everything and answers with the byte count (throughput), or echoes one
@@ -39,6 +40,8 @@ def dns_answer(q):
     qend = off + 4
     name = ".".join(labels).lower()
     queries.append(name)
+    if name == "blackhole.test" or name.endswith(".blackhole.test"):
+        return None
     addrs = zone.get(name)
     rcode = 0 if addrs is not None else 3
     answers = b""

@@ -31,6 +31,13 @@
 #include <sys/sysmacros.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <sys/inotify.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <linux/capability.h>
+#include <ftw.h>
+#include <mqueue.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -415,6 +422,189 @@ static int op_statfs(const char *path) {
   return ok(d);
 }
 
+
+/* ---- per-user kernel resources: exhaust one and hold it (hold), or take one (try) ----
+ * Resources: inotify (instances), watches (inotify watches), pty (/dev/ptmx), mqueue (POSIX
+ * message queue bytes), sigpending (queued real-time signals), memlock (SHM_LOCK'ed bytes),
+ * threads (tasks). */
+
+static char **walk_paths;
+static long walk_n, walk_cap;
+
+static int walk_add(const char *path, const struct stat *st, int type, struct FTW *f) {
+  (void)st, (void)type, (void)f;
+  if (walk_n == walk_cap) {
+    walk_cap = walk_cap ? walk_cap * 2 : 4096;
+    walk_paths = realloc(walk_paths, walk_cap * sizeof *walk_paths);
+  }
+  walk_paths[walk_n++] = strdup(path);
+  return walk_n >= 20000;
+}
+
+static void *thread_park(void *a) {
+  (void)a;
+  for (;;)
+    pause();
+  return NULL;
+}
+
+/* Takes units of res until the kernel refuses (or max units); *got: units taken. Returns the
+ * errno of the refusal, 0 if max was reached first. Takes, never gives back. */
+static int take(const char *what, long max, long *got) {
+  *got = 0;
+  if (!strcmp(what, "inotify")) {
+    for (; *got < max; ++*got)
+      if (inotify_init1(IN_CLOEXEC) < 0)
+        return errno;
+    return 0;
+  }
+  if (!strcmp(what, "watches")) {
+    if (!walk_n)
+      nftw("/usr", walk_add, 64, FTW_PHYS);
+    int fds[64], nfd = 0, e = 0; /* half of a user's 128 instances: the rest stay free */
+    while (nfd < 64 && (fds[nfd] = inotify_init1(IN_CLOEXEC)) >= 0)
+      nfd++;
+    if (!nfd)
+      return errno;
+    for (int i = 0; i < nfd && !e; i++) {
+      int top = 0; /* a new watch gets a higher descriptor; an inode seen again reuses its own */
+      for (long j = 0; j < walk_n && *got < max; j++) {
+        int wd = inotify_add_watch(fds[i], walk_paths[j], IN_MODIFY | IN_DONT_FOLLOW);
+        if (wd < 0) {
+          if (errno == ENOSPC || errno == ENOMEM) {
+            e = errno;
+            break;
+          }
+          continue;
+        }
+        if (wd > top) {
+          top = wd;
+          ++*got;
+        }
+      }
+    }
+    return e;
+  }
+  if (!strcmp(what, "pty")) {
+    for (; *got < max; ++*got)
+      if (open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC) < 0)
+        return errno;
+    return 0;
+  }
+  if (!strcmp(what, "mqueue")) {
+    struct mq_attr a = {.mq_maxmsg = 10, .mq_msgsize = 8192};
+    char name[64];
+    for (; *got < max; ++*got) {
+      snprintf(name, sizeof name, "/moat-probe-%d-%ld", getpid(), *got);
+      if (mq_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600, &a) == (mqd_t)-1)
+        return errno;
+    }
+    return 0;
+  }
+  if (!strcmp(what, "sigpending")) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGRTMIN);
+    sigprocmask(SIG_BLOCK, &s, NULL);
+    for (; *got < max; ++*got)
+      if (sigqueue(getpid(), SIGRTMIN, (union sigval){.sival_int = 1}) < 0)
+        return errno;
+    return 0;
+  }
+  if (!strcmp(what, "memlock")) { /* in MiB */
+    for (; *got < max; ++*got) {
+      int id = shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0600);
+      if (id < 0)
+        return errno;
+      if (shmctl(id, SHM_LOCK, NULL) < 0) {
+        int e = errno;
+        shmctl(id, IPC_RMID, NULL);
+        return e;
+      }
+    }
+    return 0;
+  }
+  if (!strcmp(what, "threads")) {
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 16384);
+    for (; *got < max; ++*got) {
+      pthread_t t;
+      int e = pthread_create(&t, &at, thread_park, NULL);
+      if (e)
+        return e;
+    }
+    return 0;
+  }
+  return -1;
+}
+
+struct hold_args {
+  const char *what;
+  long max;
+  int secs;
+};
+
+static int hold_fn(int ready, void *arg) {
+  struct hold_args *h = arg;
+  long got;
+  int e = take(h->what, h->max, &got);
+  char msg[128];
+  snprintf(msg, sizeof msg, "OK pid=%d count=%ld errno=%s", getpid(), got,
+           e > 0 ? strerrorname_np(e) : e < 0 ? "EINVAL" : "none");
+  write(ready, msg, strlen(msg));
+  close(ready);
+  sleep(h->secs);
+  return 0;
+}
+
+/* Drops CAP_IPC_LOCK from the effective set: the host root a memlock "try" stands for (a service
+ * without it) is bound by RLIMIT_MEMLOCK like everyone else. */
+static void drop_ipc_lock(void) {
+  struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+  struct __user_cap_data_struct d[2];
+  if (syscall(SYS_capget, &hdr, d) == 0) {
+    d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    syscall(SYS_capset, &hdr, d);
+  }
+}
+
+/* One unit of res, given back at once where it can be (queues unlinked, segments removed). */
+static int op_try(const char *what) {
+  long got;
+  int e;
+  if (!strcmp(what, "memlock")) {
+    drop_ipc_lock();
+    int id = shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0600);
+    if (id < 0)
+      return err_(errno, "shmget");
+    int r = shmctl(id, SHM_LOCK, NULL);
+    e = errno;
+    shmctl(id, IPC_RMID, NULL);
+    return r < 0 ? err_(e, NULL) : ok(NULL);
+  }
+  if (!strcmp(what, "mqueue")) {
+    struct mq_attr a = {.mq_maxmsg = 10, .mq_msgsize = 8192};
+    char name[64];
+    snprintf(name, sizeof name, "/moat-probe-try-%d", getpid());
+    mqd_t q = mq_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600, &a);
+    if (q == (mqd_t)-1)
+      return err_(errno, NULL);
+    mq_unlink(name);
+    return ok(NULL);
+  }
+  if (!strcmp(what, "watches")) {
+    int fd = inotify_init1(IN_CLOEXEC);
+    if (fd < 0)
+      return err_(errno, "inotify_init1");
+    return res(inotify_add_watch(fd, "/", IN_MODIFY));
+  }
+  e = take(what, 1, &got);
+  if (e < 0)
+    return 2;
+  return e ? err_(e, NULL) : ok(NULL);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2)
@@ -452,6 +642,12 @@ int main(int argc, char **argv) {
     return res(kill(atoi(argv[2]), atoi(argv[3])));
   if (!strcmp(op, "statfs") && argc == 3)
     return op_statfs(argv[2]);
+  if (!strcmp(op, "hold") && argc >= 5) { /* RES MAX SECS [tags the host can find in cmdline] */
+    struct hold_args h = {argv[2], atol(argv[3]), atoi(argv[4])};
+    return daemonize(hold_fn, &h);
+  }
+  if (!strcmp(op, "try") && argc == 3)
+    return op_try(argv[2]);
   fprintf(stderr, "usage: probe OP ARGS\n");
   return 2;
 }

@@ -61,6 +61,13 @@ class Result:
                                                              self.raw.get("signal"), self.raw.get("stderr", "")[:200])
 
 
+def host_path():
+    """The probe's path on the host (built by build()), for checks run by host root."""
+    build()
+    with open(SRC, "rb") as f:
+        return "/var/tmp/moat-test-probe-%s" % hashlib.sha256(f.read()).hexdigest()[:16]
+
+
 def install(client, sid):
     client.put_file(sid, SANDBOX_PATH, build(), mode="0755")
 

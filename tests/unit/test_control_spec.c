@@ -77,6 +77,19 @@ static void test_bounds(void) {
       .ttl_seconds = MOAT_MAX_TTL_S,
       .limits = {.cpu = MOAT_MIN_CPU, .memory_mb = 24000, .pids = MOAT_MIN_PIDS, .disk_mb = 100000}};
   CHECK(resolve(&edge, &big, NULL, NULL, NULL) == 0, "values exactly at the bounds are accepted");
+  struct moat_spec_bounds small = big;
+  small.host_pids = moat_spec_host_pids(32768, 192726);
+  struct moat_sandbox_spec many = {.limits = {.pids = 8193}};
+  CHECK(small.host_pids == 8192 && resolve(&many, &small, "pids", NULL, NULL) == EINVAL,
+        "pids above a quarter of the host's pid space (%llu) is EINVAL", (unsigned long long)small.host_pids);
+  many.limits.pids = 8192;
+  CHECK(resolve(&many, &small, NULL, NULL, NULL) == 0, "pids at the host's limit is accepted");
+  struct moat_spec_bounds tiny = big;
+  tiny.host_pids = moat_spec_host_pids(4096, 192726);
+  struct moat_sandbox_spec dflt = {0};
+  struct moat_limits l;
+  CHECK(resolve(&dflt, &tiny, NULL, &l, NULL) == 0 && l.pids == 1024,
+        "the default pids fits a small host (%llu)", (unsigned long long)l.pids);
 }
 
 static void test_metadata_env(void) {
