@@ -40,6 +40,9 @@ class CriuRetryTest(unittest.TestCase):
         with open(wrapper, "w") as f:
             f.write(WRAPPER % {"dir": tmp, "real": REAL_CRIU})
         os.chmod(wrapper, 0o755)
+        # a restore runs CRIU as the new sandbox's root (a user namespace of its own): the wrapper must
+        # be reachable by that uid, as /var/lib/moat/criu is
+        os.chmod(tmp, 0o755)
 
         d = moatd.MoatDaemon(pool=0, env={"MOAT_CRIU": wrapper})
         self.addCleanup(d.stop)
