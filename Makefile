@@ -24,11 +24,13 @@ LDFLAGS += $(SANFLAGS)
 DAEMON_LIBS := -lmicrohttpd -lwslay -ljansson -lsqlite3 -lseccomp -lmnl -lnftables -lz -lpthread
 CLI_LIBS := -lcurl -lwslay -ljansson
 
-COMMON_SRC := $(wildcard src/common/*.c) $(wildcard src/proto/*.c)
-HOST_SRC := $(wildcard src/host/*.c)
-STORE_SRC := $(wildcard src/store/*.c)
-CONTROL_SRC := $(wildcard src/control/*.c)
-API_SRC := $(wildcard src/api/*.c)
+# Every .c beneath a layer's folder (layers may have folders of their own: api/v1, host/linux, ...).
+srcs = $(sort $(shell find $(1) -name '*.c' 2>/dev/null))
+COMMON_SRC := $(call srcs,src/common) $(call srcs,src/proto)
+HOST_SRC := $(call srcs,src/host)
+STORE_SRC := $(call srcs,src/store)
+CONTROL_SRC := $(call srcs,src/control)
+API_SRC := $(call srcs,src/api)
 MOATD_SRC := $(wildcard src/moatd/*.c)
 GUEST_LIB_SRC := $(filter-out src/guest/main.c,$(wildcard src/guest/*.c))
 CLI_SRC := $(wildcard src/cli/*.c)
