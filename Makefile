@@ -59,7 +59,7 @@ $(GUEST_O)/%.o: src/%.c
 	$(CC) $(GUEST_CFLAGS) -c -o $@ $<
 
 # Code-context kernels are embedded into api_contexts.o with .incbin.
-$(O)/obj/api/api_contexts.o: $(wildcard src/api/kernels/kernel.*)
+$(O)/obj/api/v1/contexts.o: $(wildcard src/api/v1/kernels/kernel.*)
 
 $(O)/libmoat.a: $(LIBMOAT_OBJ)
 	@mkdir -p $(dir $@)

@@ -15,9 +15,9 @@ status=0
 for src in tests/fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)
   case "$name" in
-    fuzz_json_body) extra="src/api/api_json.c src/api/api_codec.c src/api/router.c -ljansson" ;;
-    fuzz_e2b_multipart) extra="src/api/e2b_multipart.c src/common/buf.c" ;;
-    fuzz_framing) extra="src/api/framing.c" ;;
+    fuzz_json_body) extra="src/api/http/json.c src/api/http/codec.c src/api/http/route.c -ljansson" ;;
+    fuzz_e2b_multipart) extra="src/api/e2b/multipart.c src/common/buf.c" ;;
+    fuzz_framing) extra="src/api/http/framing.c" ;;
     *) extra="" ;;
   esac
   # shellcheck disable=SC2086

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
-#include "api/ports.h"
+#include "api/ports/ports.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"

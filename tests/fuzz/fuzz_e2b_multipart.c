@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/e2b_multipart.h"
+#include "api/e2b/multipart.h"
 #include "common/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

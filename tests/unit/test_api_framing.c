@@ -3,7 +3,7 @@
  * the verdict does not depend on how the bytes are split */
 #include <string.h>
 
-#include "api/framing.h"
+#include "api/http/framing.h"
 #include "tap.h"
 
 struct run {

@@ -2,7 +2,7 @@
  * types, Origin */
 #include <string.h>
 
-#include "api/api_mcp.h"
+#include "api/mcp/mcp.h"
 #include "tap.h"
 
 static void kind(const char *text, enum mcp_msg_kind want, const char *want_id) {

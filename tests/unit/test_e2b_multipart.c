@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/e2b_envd.h"
-#include "api/e2b_multipart.h"
+#include "api/e2b/envd.h"
+#include "api/e2b/multipart.h"
 #include "tap.h"
 
 #define MAXP 8

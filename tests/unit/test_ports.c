@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
-#include "api/ports.h"
+#include "api/ports/ports.h"
 #include "tap.h"
 
 #define SB "sb-0123456789abcdefg"

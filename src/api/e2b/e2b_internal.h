@@ -1,0 +1,62 @@
+/* e2b_internal.h -- what the files of the E2B front end share (e2b.c, e2b_envd.c, e2b_interp.c)
+ *
+ * e2b.c claims a request (control-plane path, E2b-Sandbox-Id/E2b-Sandbox-Port headers, or a
+ * "PORT-ID.DOMAIN" Host), authenticates it and, for a sandbox call, resolves the sandbox and its
+ * org; it then hands port-49983 calls (envd: Connect RPC, /health, /files) to e2b_envd.c and
+ * port-49999 calls (code interpreter) to e2b_interp.c through the functions below. */
+#ifndef MOAT_E2B_INTERNAL_H
+#define MOAT_E2B_INTERNAL_H
+
+#include "../api_internal.h"
+
+#define E2B_ENVD_PORT 49983
+#define E2B_INTERP_PORT 49999
+
+/* The envdVersion create/connect/list answer. The SDK gates features on it (dist/index.mjs):
+ * >= 0.4.0 sends no default user, >= 0.5.2 closeStdin, >= 0.5.7 octet-stream uploads, >= 0.6.2
+ * file metadata (envd answers 400: not supported), >= 0.6.3 watch includeEntry (served). It stays
+ * below 0.6.4 (watching network mounts), which the SDK then refuses itself with TemplateError. */
+#define E2B_ENVD_VERSION "0.6.3"
+
+/* r->front of every claimed request. */
+struct e2b_req {
+  unsigned port;                   /* 0: control plane; else the sandbox port addressed */
+  char sandbox_id[MOAT_ID_LEN + 1]; /* sandbox calls: the moat sandbox id */
+  char *org;                       /* the org the request acts for (owned), once authenticated */
+  void *sub;                       /* the envd or interpreter handler's state */
+  void (*sub_free)(void *);
+};
+
+/* The sandbox's envd access token (caller frees): what create/connect hand out and what
+ * e2b.c checks on every sandbox call (X-Access-Token or E2B-Traffic-Access-Token). */
+char *e2b_access_token(const char *org, const char *sandbox_id);
+
+/* envd (e2b_envd.c): same contract as api_e2b_begin/body/dispatch, called by e2b.c once the
+ * sandbox is resolved and the caller authenticated. */
+bool e2b_envd_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method);
+int e2b_envd_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err);
+void e2b_envd_dispatch(struct api_req *r, struct e2b_req *e);
+
+/* code interpreter (e2b_interp.c): the same for port 49999. */
+bool e2b_interp_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method);
+int e2b_interp_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err);
+void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e);
+
+/* Code contexts for the interpreter (api_contexts.c); r->org and r->route.id name the sandbox. */
+/* The sandbox's contexts as an array of {id, language, cwd, created_at}. */
+int api_ctx_list_json(struct api_req *r, json_t **out, moat_error **err);
+/* Makes sure context cid (16 of [a-z0-9]) is running: 1 when it was, 0 when started now (language
+ * lname: python, node or bash, in cwd, as user: NULL = root), -1 on error (EINVAL: the template
+ * lacks the interpreter, or no such user or cwd). */
+int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const char *cwd, const char *user,
+                   moat_error **err);
+/* Runs code in context r->route.cid and answers with E2B's /execute stream (newline-delimited
+ * JSON: stdout, stderr, result, error, number_of_executions, end_of_execution); errors before the
+ * stream starts are JSON replies (404 context_not_found, 409 context_busy...). */
+/* POST /contexts/{id}/restart for the SDK, which never reads the answer: 204 without a body. */
+int api_ctx_restart_e2b(struct api_req *r);
+/* env: object of name -> string set for this run only (E2B's env_vars; names checked by the
+ * caller), or NULL. */
+int api_ctx_run_e2b(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms, json_t *env);
+
+#endif

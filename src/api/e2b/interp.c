@@ -1,0 +1,279 @@
+/* interp.c -- E2B's code interpreter (sandbox port 49999) on moat's code contexts
+ *
+ * What @e2b/code-interpreter 2.8.0 calls (dist/index.mjs):
+ *   POST /execute {code, context_id?, language?, env_vars?} -> newline-delimited JSON, streamed:
+ *        stdout/stderr {text}, result {text, png, html, json, is_main_result}, error {name, value,
+ *        traceback}, number_of_executions {execution_count}, end_of_execution
+ *   POST /contexts {language?, cwd?} -> {id, language, cwd}; GET /contexts -> [...]
+ *   DELETE /contexts/{id}; POST /contexts/{id}/restart
+ * e2b.c has authenticated the call and set r->org and r->route.id to the sandbox's. Runs go to
+ * moat contexts (api_contexts.c): without context_id, the language's default context
+ * ("e2bdefault<lang>", started on first use in /home/user) keeps state across calls as E2B's does.
+ * The SDK applies its own timeout (it closes the connection, and a closed connection interrupts the
+ * cell); the server-side limit is API_MAX_TIMEOUT_MS.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "e2b_internal.h"
+
+#define E2B_DEFAULT_CWD "/home/user"
+#define E2B_CODE_USER "user" /* E2B's Jupyter runs code as "user": files it writes are user's */
+
+/* E2B language names -> moat context language and default context id (16 of [a-z0-9]). */
+static const struct {
+  const char *e2b, *moat, *cid;
+} languages[] = {
+    {"python", "python", "e2bdefaultpython"}, {"python3", "python", "e2bdefaultpython"},
+    {"js", "node", "e2bdefaultnode00"},       {"javascript", "node", "e2bdefaultnode00"},
+    {"node", "node", "e2bdefaultnode00"},     {"bash", "bash", "e2bdefaultbash00"},
+};
+
+static int lang_index(const char *name) {
+  for (size_t i = 0; i < ARRAY_SIZE(languages); i++)
+    if (strcmp(languages[i].e2b, name) == 0)
+      return (int)i;
+  return -1;
+}
+
+/* An error reply that also closes the connection: the SDK reads the body of a 404 or 502 only, and
+ * Node's fetch holds a connection whose body nobody read (keeping the agent's process alive until
+ * the server's idle timeout); closing it lets the client finish. */
+static int interp_error(struct api_req *r, unsigned status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int interp_error(struct api_req *r, unsigned status, const char *code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  json_t *j = api_error_json(code, msg);
+  char *s = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  if (!s)
+    abort();
+  struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    free(s);
+    return -1;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  int ret = api_reply_response(r, status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+static int unsupported_lang(struct api_req *r, const char *name) {
+  return interp_error(r, 400, "invalid_request",
+                         "language '%.64s' is not supported by moat's code interpreter (python, javascript, bash)",
+                         name);
+}
+
+bool e2b_interp_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method) {
+  (void)e, (void)method;
+  moat_error *err = NULL;
+  if (strcmp(url, "/execute") == 0 && api_req_stream(r, &err) < 0) {
+    api_reply_moat_error(r, &err);
+    return true;
+  }
+  const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  uint64_t n;
+  if (cl && parse_u64(cl, &n) == 0 && n > API_MAX_BODY) {
+    interp_error(r, 413, "payload_too_large", "request body is larger than %d bytes", API_MAX_BODY);
+    return true;
+  }
+  return false;
+}
+
+int e2b_interp_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err) {
+  (void)e;
+  if (len > API_MAX_BODY - r->body_len)
+    return moat_error_set(err, EMSGSIZE, "request body is larger than %d bytes", API_MAX_BODY);
+  if (r->body_len + len + 1 > r->body_cap) {
+    size_t cap = r->body_cap ? r->body_cap : 4096;
+    while (cap < r->body_len + len + 1)
+      cap *= 2;
+    r->body = xrealloc(r->body, cap);
+    r->body_cap = cap;
+  }
+  memcpy(r->body + r->body_len, data, len);
+  r->body_len += len;
+  r->body[r->body_len] = '\0';
+  return 0;
+}
+
+/* Sets r->route.cid; a 404 reply and -1 when id cannot be a context id. */
+static int set_cid(struct api_req *r, const char *id) {
+  size_t n = strlen(id);
+  bool ok = n == 16;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9');
+  if (!ok) {
+    api_reply_error(r, 404, "context_not_found", "Context %.64s not found", id);
+    return -1;
+  }
+  memcpy(r->route.cid, id, n + 1);
+  return 0;
+}
+
+static bool null_or_empty(json_t *v) {
+  return !v || json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0);
+}
+
+static int h_execute(struct api_req *r, json_t *body) {
+  json_t *code = NULL, *ctx = NULL, *lang = NULL, *envs = NULL;
+  const char *key;
+  json_t *v;
+  json_object_foreach(body, key, v) {
+    if (strcmp(key, "code") == 0)
+      code = v;
+    else if (strcmp(key, "context_id") == 0)
+      ctx = v;
+    else if (strcmp(key, "language") == 0)
+      lang = v;
+    else if (strcmp(key, "env_vars") == 0)
+      envs = v;
+    else
+      return interp_error(r, 400, "invalid_request", "unknown field '%.128s'", key);
+  }
+  if (!json_is_string(code))
+    return interp_error(r, 400, "invalid_request", "'code' must be a string");
+  if (ctx && !json_is_null(ctx) && !json_is_string(ctx))
+    return interp_error(r, 400, "invalid_request", "'context_id' must be a string");
+  if (lang && !json_is_null(lang) && !json_is_string(lang))
+    return interp_error(r, 400, "invalid_request", "'language' must be a string");
+  if (json_is_string(ctx) && json_is_string(lang))
+    return interp_error(r, 400, "invalid_request", "give context_id or language, not both");
+  if (null_or_empty(envs)) {
+    envs = NULL;
+  } else {
+    if (!json_is_object(envs) || json_object_size(envs) > API_MAX_ENV_KEYS)
+      return interp_error(r, 400, "invalid_request", "'env_vars' must be an object of at most %d names",
+                          API_MAX_ENV_KEYS);
+    const char *k;
+    json_t *ev;
+    json_object_foreach(envs, k, ev) {
+      if (!api_valid_env_name(k) || strlen(k) > API_MAX_ENV_KEY)
+        return interp_error(r, 400, "invalid_request", "env_vars: '%.64s' is not a valid variable name", k);
+      if (!json_is_string(ev) || json_string_length(ev) > API_MAX_ENV_VALUE ||
+          strlen(json_string_value(ev)) != json_string_length(ev))
+        return interp_error(r, 400, "invalid_request", "env_vars: the value of '%.64s' must be a string without NUL",
+                            k);
+    }
+  }
+  if (json_is_string(ctx)) {
+    if (set_cid(r, json_string_value(ctx)) < 0)
+      return -1;
+  } else {
+    const char *ln = json_is_string(lang) ? json_string_value(lang) : "python";
+    int li = lang_index(ln);
+    if (li < 0)
+      return unsupported_lang(r, ln);
+    moat_error *err = NULL;
+    if (api_ctx_ensure(r, languages[li].cid, languages[li].moat, E2B_DEFAULT_CWD, E2B_CODE_USER, &err) < 0) {
+      api_exec_enoent(r, err);
+      return api_reply_moat_error(r, &err);
+    }
+    memcpy(r->route.cid, languages[li].cid, 17);
+  }
+  return api_ctx_run_e2b(r, json_string_value(code), json_string_length(code), (uint32_t)API_MAX_TIMEOUT_MS, envs);
+}
+
+static int h_ctx_create(struct api_req *r, json_t *body) {
+  const char *ln = "python", *cwd = E2B_DEFAULT_CWD;
+  const char *key;
+  json_t *v;
+  json_object_foreach(body, key, v) {
+    if (json_is_null(v))
+      continue;
+    if (strcmp(key, "language") == 0 && json_is_string(v))
+      ln = json_string_value(v);
+    else if (strcmp(key, "cwd") == 0 && json_is_string(v))
+      cwd = json_string_value(v);
+    else
+      return interp_error(r, 400, "invalid_request", "'%.64s' is not a field of a context (language, cwd)", key);
+  }
+  int li = lang_index(ln);
+  if (li < 0)
+    return unsupported_lang(r, ln);
+  moat_error *err = NULL;
+  if (api_check_path("cwd", cwd, strlen(cwd), &err) < 0)
+    return api_reply_moat_error(r, &err);
+  if (cwd[0] != '/')
+    return interp_error(r, 400, "invalid_request", "'cwd' must be an absolute path");
+  char cid[17];
+  random_id(cid, 16);
+  if (api_ctx_ensure(r, cid, languages[li].moat, cwd, E2B_CODE_USER, &err) < 0) {
+    api_exec_enoent(r, err);
+    return api_reply_moat_error(r, &err);
+  }
+  return api_reply_json(r, 200, json_pack("{s:s, s:s, s:s}", "id", cid, "language", ln, "cwd", cwd));
+}
+
+static int h_ctx_list(struct api_req *r) {
+  json_t *arr = NULL;
+  moat_error *err = NULL;
+  if (api_ctx_list_json(r, &arr, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  size_t i;
+  json_t *c;
+  json_array_foreach(arr, i, c) { /* E2B's name for moat's node contexts */
+    json_t *l = json_object_get(c, "language");
+    if (json_is_string(l) && strcmp(json_string_value(l), "node") == 0)
+      json_object_set_new(c, "language", json_string("javascript"));
+  }
+  return api_reply_json(r, 200, arr);
+}
+
+void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e) {
+  (void)e;
+  const char *m = r->method, *p = r->path;
+  json_t *body = NULL;
+  moat_error *err = NULL;
+  bool post = strcmp(m, "POST") == 0, get = strcmp(m, "GET") == 0, del = strcmp(m, "DELETE") == 0;
+  if (post && api_body_parse(r->body ? r->body : "", r->body_len, true, &body, &err) < 0) {
+    api_reply_moat_error(r, &err);
+    return;
+  }
+  if (strcmp(p, "/health") == 0) {
+    get ? api_reply_json(r, 200, json_pack("{s:s}", "status", "ok"))
+        : interp_error(r, 405, "method_not_allowed", "use GET");
+  } else if (strcmp(p, "/execute") == 0) {
+    post ? h_execute(r, body) : interp_error(r, 405, "method_not_allowed", "use POST");
+  } else if (strcmp(p, "/contexts") == 0) {
+    if (post)
+      h_ctx_create(r, body);
+    else if (get)
+      h_ctx_list(r);
+    else
+      interp_error(r, 405, "method_not_allowed", "use GET or POST");
+  } else if (strncmp(p, "/contexts/", 10) == 0) {
+    char id[64];
+    const char *rest = p + 10, *slash = strchr(rest, '/');
+    size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (n >= sizeof(id)) {
+      api_reply_error(r, 404, "context_not_found", "no such context");
+    } else {
+      memcpy(id, rest, n);
+      id[n] = '\0';
+      if (!slash && del) {
+        if (set_cid(r, id) == 0)
+          api_h_ctx_delete(r);
+      } else if (slash && strcmp(slash, "/restart") == 0 && post) {
+        if (set_cid(r, id) == 0) {
+          api_ctx_restart_e2b(r);
+        }
+      } else {
+        api_reply_error(r, 404, "not_found", "no such route: %s %.256s", m, p);
+      }
+    }
+  } else {
+    api_reply_error(r, 404, "not_found", "no such route on the code interpreter: %s %.256s", m, p);
+  }
+  json_decref(body);
+}

@@ -1,0 +1,125 @@
+/* ports.h -- exposed ports (issue 5 item 5): HTTP and WebSocket to a server inside a sandbox
+ *
+ * A server listening on port P inside sandbox ID is reached two ways, both served by the same
+ * forwarding engine (ports_fwd.c):
+ *   - by path on moatd's API listener: ANY /v1/sandboxes/ID/ports/P/REST -> "ANY /REST" (ports.c)
+ *   - by host name on moatd's proxy listener (moatd --proxy-listen, --proxy-domain): a request with
+ *     "Host: P-ID.DOMAIN" -> the same request line (proxy.c)
+ * moatd opens the backend connection inside the sandbox's own network namespace (setns on a
+ * thread, the socket keeps its namespace) to 127.0.0.1:P, then [::1]:P; so it needs no route into
+ * the sandbox and works for loopback-only sandboxes.
+ *
+ * Access (ports.c): a proxied request needs the org's API key (Authorization: Bearer / X-API-Key),
+ * or the port's access token (X-Moat-Port-Token header or ?moat_token= query parameter), or the
+ * port to be public. POST /v1/sandboxes/ID/ports/P sets a port's access; the settings live in
+ * moatd's memory (a restart forgets them: ports are back to API-key only).
+ */
+#ifndef MOAT_PORTS_H
+#define MOAT_PORTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../common/error.h"
+#include "../../control/control.h"
+#include "../api.h"
+
+struct MHD_Connection;
+struct MHD_Response;
+struct api_ticket;
+
+#define PORT_TOKEN_HEADER "X-Moat-Port-Token"
+#define PORT_TOKEN_ARG "moat_token"
+#define PORT_TOKEN_COOKIE "moat_port_token"
+#define PORTS_MAX_PER_SANDBOX 64
+#define PORT_TOKEN_MIN 16
+#define PORT_TOKEN_MAX 256
+#define PORT_CONNECT_TIMEOUT_S 5 /* connecting to the server in the sandbox */
+#define PORT_HEAD_TIMEOUT_S 300  /* waiting for the response head: 504 after this */
+#define PORT_SEND_TIMEOUT_S 60   /* a server that reads nothing of a request body for this long */
+#define PORT_MAX_HEAD                                                                                        \
+  (16 * 1024) /* response head from the server (it must fit MHD's 32 KiB per connection); larger: 502 */
+
+/* How the listener a request came through lets a long wait end (moatd stopping) and keeps itself
+ * alive while a WebSocket outlives its request. */
+struct port_env {
+  bool (*stopping)(void *arg);
+  void (*hold)(void *arg);
+  void (*release)(void *arg);
+  void *arg;
+};
+
+/* ---- forwarding (ports_fwd.c) ---- */
+
+struct port_fwd;
+
+struct port_fwd_req {
+  struct MHD_Connection *conn; /* the client's request: method, headers, client address */
+  const char *method;
+  const char *target;      /* request target sent to the server: "/path?query", raw */
+  const char *prefix;      /* X-Forwarded-Prefix (path routing), or NULL */
+  bool drop_authorization; /* the Authorization header carried moat's API key: not forwarded */
+  const char *set_cookie;  /* a Set-Cookie header for the response (ports_token_cookie), or NULL */
+  struct port_env env;
+  struct api_ticket **ticket; /* where the request keeps its slot under the caps (fair.h): an upgraded
+                               * connection takes it and gives it back when it closes; NULL: none */
+};
+
+/* Connects to port inside sandbox id (org's; running: a hibernated one is woken) and sends the
+ * request head. Returns the forwarder (free with port_fwd_free) or NULL with *err: ENOENT (no such
+ * sandbox), MOAT_E_PAUSED, EBUSY, ECONNREFUSED (nothing listens on the port), ETIMEDOUT, others. */
+struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const char *id, unsigned port,
+                               const struct port_fwd_req *req, moat_error **err);
+/* Forwards len bytes of the request body. 0 or -1 (*err: EPIPE when the server went away). */
+int port_fwd_body(struct port_fwd *f, const char *data, size_t len, moat_error **err);
+/* Ends the request body and waits for the server's response head. Returns an MHD response to
+ * queue with *status (101 for an upgraded connection: bytes are then copied both ways on a thread
+ * of its own until either side closes), or NULL with *err (EPROTO: malformed response, ETIMEDOUT,
+ * ECONNRESET). The response reads the body from the server; f must outlive it. */
+struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat_error **err);
+void port_fwd_free(void *f);
+
+/* HTTP status and error code of a forwarding or access error (port_not_listening for
+ * ECONNREFUSED, sandbox_paused, gateway_timeout, ...). */
+unsigned port_error_http(int status, const char **code);
+/* Queues {"code","message"} with that status on conn (for the proxy listener). Frees *err. */
+int port_reply_error(struct MHD_Connection *conn, moat_error **err);
+
+/* ---- access (ports.c) ---- */
+
+/* Decides whether a proxied request for (id, port) may pass, in this order: a valid API key in
+ * X-API-Key (xkey) or in "Authorization: Bearer" (bearer; *how is then PORT_AUTH_BEARER and the
+ * caller does not forward that header) passes; else a port token presented (token) must be the
+ * port's (else EPERM: 403); else a public port passes; otherwise EACCES (401; also for an API key
+ * that is not valid). Sets *org (caller frees) to the org that control then checks the sandbox
+ * against, and *how to what let the request through. */
+enum port_auth { PORT_AUTH_KEY, PORT_AUTH_BEARER, PORT_AUTH_TOKEN, PORT_AUTH_PUBLIC };
+int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey,
+                    const char *bearer, const char *token, char **org, enum port_auth *how, moat_error **err);
+/* The port token a request presents: the X-Moat-Port-Token header, else ?moat_token= (*from_query
+ * set), else the moat_port_token cookie; NULL when none. Borrowed from the connection. */
+const char *ports_request_token(struct MHD_Connection *c, bool *from_query);
+/* "moat_port_token=TOKEN; Path=PATH; HttpOnly; SameSite=Lax" (caller frees): a token that came in
+ * the URL is kept by the browser for the pages and requests that follow. */
+char *ports_token_cookie(const char *token, const char *path);
+/* The request target without the moat_token query parameter (caller frees). */
+char *ports_strip_token(const char *target);
+/* The proxy listener's domain and port, for the URLs the API hands out (NULL: none). */
+void ports_set_proxy(const char *domain, unsigned port);
+
+/* ---- the proxy listener (proxy.c) ---- */
+
+struct moat_proxy;
+struct moat_proxy_config {
+  const char *listen;      /* "HOST:PORT" */
+  const char *domain;      /* the DOMAIN of "P-ID.DOMAIN"; NULL = any */
+  unsigned conn_timeout_s; /* inactivity of a connection busy with a request; 0 = 60 */
+  const struct moat_api_limits *limits; /* NULL: all defaults */
+};
+int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
+                     const struct moat_proxy_config *cfg, moat_error **err);
+unsigned moat_proxy_port(const struct moat_proxy *p);
+void moat_proxy_stop(struct moat_proxy *p);
+
+#endif

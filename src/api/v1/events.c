@@ -1,0 +1,304 @@
+/* events.c -- GET /v1/sandboxes/{id}/events: the sandbox's lifecycle transitions and network
+ * connections as Server-Sent Events
+ *
+ * Transitions: the source polls the store's sandbox_events rows (every transition, with time and
+ * reason) every EV_POLL_MS. Connections: a hook on the network log thread (control's
+ * moat_control_set_conn_hook) appends every new entry of the sandbox to each of its subscribers'
+ * queues (at most EV_QUEUE_MAX entries; beyond that they are counted, and the subscriber gets a
+ * `dropped` {"connections": N} event instead), so that none is lost when the sandbox's network
+ * slot goes away (hibernate, kill) before the next poll. Replay takes the slot's ring (the last
+ * 1,024 entries) once, at subscription. Each poll emits what is new, merged in time order; the
+ * writer in api_stream.c hands it to the client and polls again only when all of it was written.
+ * The stream ends after the `killed` event.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../common/buf.h"
+#include "../../common/log.h"
+#include "../../store/store.h"
+#include "../api_internal.h"
+
+#define EV_POLL_MS 200    /* latency of a live event */
+#define EV_QUEUE_MAX 1024 /* connections queued per subscriber */
+
+struct evsrc {
+  struct moat_control *ctl;
+  char *org, *id;
+  size_t n_seen;     /* transitions already sent (or skipped by since) */
+  char *forked_from; /* the parent of a fork's child, named in its first event */
+  json_t *initial;   /* the replayed connections, sent at the first poll */
+  /* queue entries that are in initial too: seq <= skip_seq and time_ms <= skip_ms (until one is not) */
+  bool skipping;
+  uint64_t skip_seq;
+  int64_t skip_ms;
+  /* under subs_lock */
+  struct evsrc *next;
+  json_t *queue;
+  uint64_t dropped;
+};
+
+static pthread_mutex_t subs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct evsrc *subs; /* every open events stream */
+static bool hooked;
+
+/* The network log thread: one new entry of sandbox id. */
+static void on_conn(const char *id, json_t *entry) {
+  pthread_mutex_lock(&subs_lock);
+  for (struct evsrc *e = subs; e; e = e->next) {
+    if (strcmp(e->id, id) != 0)
+      continue;
+    if (json_array_size(e->queue) < EV_QUEUE_MAX)
+      json_array_append(e->queue, entry);
+    else
+      e->dropped++;
+  }
+  pthread_mutex_unlock(&subs_lock);
+}
+
+static void ev_free(void *ctx) {
+  struct evsrc *e = ctx;
+  pthread_mutex_lock(&subs_lock);
+  for (struct evsrc **pp = &subs; *pp; pp = &(*pp)->next)
+    if (*pp == e) {
+      *pp = e->next;
+      break;
+    }
+  pthread_mutex_unlock(&subs_lock);
+  json_decref(e->queue);
+  json_decref(e->initial);
+  free(e->org);
+  free(e->id);
+  free(e->forked_from);
+  free(e);
+}
+
+static bool is(const char *a, const char *b) { return a && strcmp(a, b) == 0; }
+
+/* What a transition means: created, running (ready), paused, resumed, hibernated, woken,
+ * rolled_back, killed; else the new state's name. */
+static const char *transition_name(const struct moat_store_event *ev) {
+  if (!ev->from_state)
+    return "created";
+  if (is(ev->to_state, "killed"))
+    return "killed";
+  if (is(ev->to_state, "running")) {
+    if (is(ev->reason, "rollback"))
+      return "rolled_back";
+    if (is(ev->from_state, "paused"))
+      return "resumed";
+    if (is(ev->from_state, "hibernated"))
+      return "woken";
+  }
+  return ev->to_state;
+}
+
+static json_t *state_json(const struct evsrc *e, const struct moat_store_event *ev) {
+  char at[64];
+  json_t *d = json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:I}", "state", ev->to_state, "event", transition_name(ev),
+                        "from", ev->from_state, "reason", ev->reason, "at", api_rfc3339_ms(ev->at_ms, at, sizeof(at)),
+                        "at_ms", (json_int_t)ev->at_ms);
+  if (!ev->from_state && e->forked_from)
+    json_object_set_new(d, "forked_from", json_string(e->forked_from));
+  return d;
+}
+
+static json_t *conn_json(json_t *le) {
+  char at[64];
+  int64_t ms = json_integer_value(json_object_get(le, "time_ms"));
+  json_t *name = json_object_get(le, "name");
+  return json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:s, s:I, s:O}", "dst", json_object_get(le, "destination"),
+                   "port", json_object_get(le, "port"), "proto", json_object_get(le, "protocol"), "name",
+                   name ? name : json_null(), "verdict", json_object_get(le, "verdict"), "reason",
+                   json_object_get(le, "reason"), "at", api_rfc3339_ms(ms, at, sizeof(at)), "at_ms",
+                   (json_int_t)ms, "seq", json_object_get(le, "seq"));
+}
+
+/* The sandbox's connection log after seq since, or an empty array (no network, not running). */
+static json_t *conns(struct evsrc *e, uint64_t since, unsigned limit) {
+  moat_error *err = NULL;
+  json_t *a = moat_control_network_log(e->ctl, e->org, e->id, since, limit, &err);
+  if (!a) {
+    moat_error_free(&err);
+    a = json_array();
+  }
+  return a;
+}
+
+static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
+  struct evsrc *e = ctx;
+  moat_error *err = NULL;
+  struct moat_store_event *evs = NULL;
+  size_t n = 0;
+  if (moat_control_sandbox_events(e->ctl, e->org, e->id, &evs, &n, NULL, &err) < 0) {
+    const char *code;
+    api_errno_http(err ? err->status : 0, &code);
+    api_sse_format(out, "error", api_error_json(code, moat_error_msg(err)));
+    moat_error_free(&err);
+    *done = true;
+    return;
+  }
+  json_t *cs = e->initial ? e->initial : json_array();
+  e->initial = NULL;
+  pthread_mutex_lock(&subs_lock);
+  json_t *q = e->queue;
+  e->queue = json_array();
+  uint64_t dropped = e->dropped;
+  e->dropped = 0;
+  pthread_mutex_unlock(&subs_lock);
+  size_t qi;
+  json_t *qe;
+  json_array_foreach(q, qi, qe) {
+    if (e->skipping && (uint64_t)json_integer_value(json_object_get(qe, "seq")) <= e->skip_seq &&
+        json_integer_value(json_object_get(qe, "time_ms")) <= e->skip_ms)
+      continue;
+    e->skipping = false;
+    json_array_append(cs, qe);
+  }
+  json_decref(q);
+  size_t ci = 0, nc = json_array_size(cs);
+  size_t before = out->len;
+  if (dropped)
+    api_sse_format(out, "dropped", json_pack("{s:I}", "connections", (json_int_t)dropped));
+  while (e->n_seen < n || ci < nc) {
+    json_t *le = ci < nc ? json_array_get(cs, ci) : NULL;
+    int64_t cms = le ? json_integer_value(json_object_get(le, "time_ms")) : 0;
+    if (e->n_seen < n && (!le || evs[e->n_seen].at_ms <= cms)) {
+      const struct moat_store_event *ev = &evs[e->n_seen++];
+      api_sse_format(out, "state", state_json(e, ev));
+      if (strcmp(ev->to_state, "killed") == 0) {
+        *done = true;
+        break;
+      }
+      continue;
+    }
+    api_sse_format(out, "connection", conn_json(le));
+    ci++;
+  }
+  json_decref(cs);
+  moat_store_events_free(evs, n);
+  if (out->len == before && !*done) {
+    struct timespec ts = {0, (long)(timeout_ms < EV_POLL_MS ? timeout_ms : EV_POLL_MS) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* since: RFC 3339 ("2026-01-02T03:04:05.678Z", "+01:00" offsets) or Unix milliseconds. */
+static int parse_since(const char *s, int64_t *ms) {
+  char *end;
+  if (*s >= '0' && *s <= '9' && strspn(s, "0123456789") == strlen(s)) {
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || strlen(s) > 15)
+      return -1;
+    *ms = v;
+    return 0;
+  }
+  struct tm tm = {0};
+  int used = 0;
+  if (sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+             &tm.tm_sec, &used) != 6 ||
+      used != 19)
+    return -1;
+  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
+      tm.tm_sec > 60)
+    return -1;
+  const char *p = s + used;
+  int64_t frac = 0;
+  if (*p == '.') {
+    int digits = 0;
+    for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+      if (digits < 3)
+        frac = frac * 10 + (*p - '0');
+    if (digits == 0)
+      return -1;
+    for (; digits < 3; digits++)
+      frac *= 10;
+  }
+  int64_t off = 0;
+  if (*p == 'Z' || *p == 'z') {
+    p++;
+  } else if (*p == '+' || *p == '-') {
+    int hh, mm, k = 0;
+    if (sscanf(p + 1, "%2d:%2d%n", &hh, &mm, &k) != 2 || k != 5 || hh > 23 || mm > 59)
+      return -1;
+    off = (hh * 60 + mm) * 60 * (*p == '+' ? 1 : -1);
+    p += 6;
+  } else {
+    return -1;
+  }
+  if (*p)
+    return -1;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  time_t t = timegm(&tm);
+  if (t == (time_t)-1)
+    return -1;
+  *ms = ((int64_t)t - off) * 1000 + frac;
+  return 0;
+}
+
+int api_h_events(struct api_req *r) {
+  static const char *const allowed[] = {"since", "replay", NULL};
+  moat_error *err = NULL;
+  bool replay;
+  if (api_args_check(&r->args, allowed, &err) < 0 || api_arg_bool(&r->args, "replay", false, &replay, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  const char *since_s = api_arg_get(&r->args, "since");
+  int64_t since = 0;
+  if (since_s && parse_since(since_s, &since) < 0)
+    return api_reply_error(r, 400, "invalid_request",
+                           "query parameter 'since' must be an RFC 3339 time or Unix milliseconds");
+  bool from_start = replay || since_s;
+  if (!since_s)
+    since = replay ? 0 : INT64_MAX;
+
+  struct moat_control *ctl = api_control(r);
+  struct moat_store_event *evs = NULL;
+  size_t n = 0;
+  char *forked_from = NULL;
+  if (moat_control_sandbox_events(ctl, r->org, r->route.id, &evs, &n, &forked_from, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  struct evsrc *e = xcalloc(1, sizeof(*e));
+  e->forked_from = forked_from;
+  e->queue = json_array();
+  e->initial = json_array();
+  e->ctl = ctl;
+  e->org = xstrdup(r->org);
+  e->id = xstrdup(r->route.id);
+  while (e->n_seen < n && (!from_start || evs[e->n_seen].at_ms < since))
+    e->n_seen++;
+  /* A killed sandbox's stream always carries its last event, the kill, and ends. */
+  if (e->n_seen == n && n > 0 && strcmp(evs[n - 1].to_state, "killed") == 0)
+    e->n_seen = n - 1;
+  moat_store_events_free(evs, n);
+  /* Connections: subscribe first, then take the ring (its entries at or after since are replayed;
+   * those that reached the queue meanwhile are skipped at the first poll). */
+  pthread_mutex_lock(&subs_lock);
+  if (!hooked) {
+    moat_control_set_conn_hook(ctl, on_conn);
+    hooked = true;
+  }
+  e->next = subs;
+  subs = e;
+  pthread_mutex_unlock(&subs_lock);
+  json_t *cs = conns(e, 0, 1024);
+  size_t i;
+  json_t *le;
+  json_array_foreach(cs, i, le) {
+    int64_t ms = json_integer_value(json_object_get(le, "time_ms"));
+    e->skipping = true;
+    e->skip_seq = (uint64_t)json_integer_value(json_object_get(le, "seq"));
+    e->skip_ms = ms;
+    if (from_start && ms >= since)
+      json_array_append(e->initial, le);
+  }
+  json_decref(cs);
+  struct api_sse_source src = {.next = ev_next, .free = ev_free, .ctx = e};
+  /* A comment first, so that the client sees the headers and knows the subscription is in place. */
+  return api_sse_reply_source(r, &src, ": subscribed\n\n");
+}

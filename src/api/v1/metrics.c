@@ -1,0 +1,323 @@
+/* metrics.c -- GET /v1/sandboxes/{id}/metrics (JSON), GET /metrics (Prometheus text format
+ * 0.0.4) and E2B's GET /sandboxes/{id}/metrics.
+ *
+ * CPU percent: the share of the sandbox's CPU limit used over a window that ends now. The window
+ * starts at the previous sample of the same sandbox taken by any metrics request when that is
+ * between CPU_WINDOW_MIN_MS and CPU_WINDOW_MAX_MS old; otherwise the handler takes a fresh
+ * CPU_WINDOW_MIN_MS window (two samples, the request waits that long). */
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../common/buf.h"
+#include "../../common/util.h"
+#include "../api_internal.h"
+
+#define CPU_WINDOW_MIN_MS 100
+#define CPU_WINDOW_MAX_MS 60000
+#define PREV_SLOTS 256           /* previous samples remembered (least recently used replaced) */
+#define PROM_MAX_SANDBOXES 1000 /* per-sandbox series in GET /metrics */
+
+/* x >= 0 rounded to `scale` (100: two decimals); libm is not linked. */
+static double round_to(double x, double scale) { return (double)(long long)(x * scale + 0.5) / scale; }
+
+/* ---- previous CPU samples ---- */
+
+struct prev_sample {
+  char id[MOAT_ID_LEN + 1];
+  uint64_t at_ns; /* monotonic */
+  uint64_t cpu_ns;
+};
+static struct prev_sample prev[PREV_SLOTS];
+static pthread_mutex_t prev_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Records (id, at_ns, cpu_ns) and returns the sample it replaces for id in *old (found: true). */
+static bool prev_swap(const char *id, uint64_t at_ns, uint64_t cpu_ns, struct prev_sample *old) {
+  pthread_mutex_lock(&prev_lock);
+  size_t victim = 0;
+  bool found = false;
+  for (size_t i = 0; i < PREV_SLOTS; i++) {
+    if (strcmp(prev[i].id, id) == 0) {
+      victim = i;
+      found = true;
+      break;
+    }
+    if (prev[i].at_ns < prev[victim].at_ns)
+      victim = i;
+  }
+  if (found)
+    *old = prev[victim];
+  snprintf(prev[victim].id, sizeof(prev[victim].id), "%s", id);
+  prev[victim].at_ns = at_ns;
+  prev[victim].cpu_ns = cpu_ns;
+  pthread_mutex_unlock(&prev_lock);
+  return found;
+}
+
+struct cpu_pct {
+  double pct;      /* of the CPU limit, 0..100 (more is clamped) */
+  double window_ms; /* 0: not measured (the sandbox holds no slot) */
+};
+
+/* Samples org's sandbox id into u and measures its CPU percent. 0 or -1. */
+static int sample_with_pct(struct api_req *r, const char *id, struct moat_sandbox_usage *u, struct cpu_pct *pct,
+                           moat_error **err) {
+  struct moat_control *c = api_control(r);
+  memset(pct, 0, sizeof(*pct));
+  if (moat_control_usage(c, r->org, id, u, err) < 0)
+    return -1;
+  if (!u->sampled)
+    return 0;
+  uint64_t t = now_ns();
+  struct prev_sample old;
+  bool have = prev_swap(id, t, u->u.cpu_usage_ns, &old);
+  uint64_t age_ms = have ? (t - old.at_ns) / 1000000 : 0;
+  if (!have || age_ms < CPU_WINDOW_MIN_MS || age_ms > CPU_WINDOW_MAX_MS || old.cpu_ns > u->u.cpu_usage_ns) {
+    old.at_ns = t;
+    old.cpu_ns = u->u.cpu_usage_ns;
+    usleep(CPU_WINDOW_MIN_MS * 1000);
+    if (moat_control_usage(c, r->org, id, u, err) < 0)
+      return -1;
+    if (!u->sampled)
+      return 0;
+    t = now_ns();
+    prev_swap(id, t, u->u.cpu_usage_ns, &(struct prev_sample){0});
+  }
+  double window_ns = (double)(t - old.at_ns);
+  double used = u->u.cpu_usage_ns >= old.cpu_ns ? (double)(u->u.cpu_usage_ns - old.cpu_ns) : 0;
+  double limit = u->limits.cpu > 0 ? u->limits.cpu : 1;
+  pct->window_ms = window_ns / 1e6;
+  pct->pct = window_ns > 0 ? used / window_ns / limit * 100.0 : 0;
+  if (pct->pct > 100)
+    pct->pct = 100; /* CFS lets a period overshoot its quota slightly */
+  return 0;
+}
+
+/* Network bytes of the sandbox: fills in/out and returns true when its network reports them. */
+static bool net_bytes(struct api_req *r, const char *id, uint64_t *in, uint64_t *out) {
+  moat_error *err = NULL;
+  json_t *j = moat_control_network_get(api_control(r), r->org, id, &err);
+  moat_error_free(&err);
+  if (!j)
+    return false;
+  json_t *bi = json_object_get(j, "bytes_in"), *bo = json_object_get(j, "bytes_out");
+  bool ok = json_is_integer(bi) && json_is_integer(bo);
+  if (ok) {
+    *in = (uint64_t)json_integer_value(bi);
+    *out = (uint64_t)json_integer_value(bo);
+  }
+  json_decref(j);
+  return ok;
+}
+
+/* ---- GET /v1/sandboxes/{id}/metrics ---- */
+
+int api_h_sandbox_metrics(struct api_req *r) {
+  static const char *const none[] = {NULL};
+  moat_error *err = NULL;
+  if (api_args_check(&r->args, none, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  struct moat_sandbox_usage u;
+  struct cpu_pct pct;
+  if (sample_with_pct(r, r->route.id, &u, &pct, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  uint64_t bin = 0, bout = 0;
+  bool has_net = net_bytes(r, r->route.id, &bin, &bout);
+  json_t *disk = u.has_disk ? json_pack("{s:I, s:I}", "used_bytes", (json_int_t)u.disk_used_bytes, "total_bytes",
+                                        (json_int_t)u.disk_total_bytes)
+                            : json_null();
+  json_t *net = has_net ? json_pack("{s:I, s:I}", "bytes_in", (json_int_t)bin, "bytes_out", (json_int_t)bout)
+                        : json_null();
+  json_t *cpu = json_pack("{s:I, s:f, s:f, s:f}", "usage_ns", (json_int_t)u.u.cpu_usage_ns, "limit", u.limits.cpu,
+                          "used_pct", round_to(pct.pct, 100), "window_ms", round_to(pct.window_ms, 10));
+  json_t *mem = json_pack("{s:I, s:I}", "used_bytes", (json_int_t)u.u.memory_bytes, "limit_bytes",
+                          (json_int_t)(u.limits.memory_mb << 20));
+  json_t *pids = json_pack("{s:I, s:I}", "current", (json_int_t)u.u.pids, "limit", (json_int_t)u.limits.pids);
+  return api_reply_json(r, 200,
+                        json_pack("{s:s, s:s, s:o, s:b, s:o, s:o, s:o, s:I, s:o, s:o}", "sandbox_id", u.id, "state",
+                                  moat_sandbox_state_name(u.state), "timestamp", api_time_json(u.at_ms, false),
+                                  "sampled", u.sampled, "cpu", cpu, "memory", mem, "pids", pids, "oom_kills",
+                                  (json_int_t)u.u.oom_kills, "disk", disk, "network", net));
+}
+
+/* ---- E2B: GET /sandboxes/{id}/metrics?start=S&end=E ---- */
+
+static int e2b_err(struct api_req *r, unsigned status, const char *msg) {
+  return api_reply_json(r, status, json_pack("{s:i, s:s}", "code", (int)status, "message", msg));
+}
+
+int api_e2b_metrics(struct api_req *r, const char *id) {
+  /* start and end: unix seconds (the SDK rounds Dates); moat keeps no history, so the answer is
+   * the current sample when now lies in [start, end] (either may be left out), else []. */
+  static const char *const allowed[] = {"start", "end", NULL};
+  moat_error *err = NULL;
+  if (api_args_check(&r->args, allowed, &err) < 0) {
+    int ret = e2b_err(r, 400, moat_error_msg(err));
+    moat_error_free(&err);
+    return ret;
+  }
+  uint64_t start = 0, end = UINT64_MAX;
+  const char *s = api_arg_get(&r->args, "start"), *e = api_arg_get(&r->args, "end");
+  if (s && parse_u64(s, &start) < 0)
+    return e2b_err(r, 400, "start must be unix seconds");
+  if (e && parse_u64(e, &end) < 0)
+    return e2b_err(r, 400, "end must be unix seconds");
+  if (start > end)
+    return e2b_err(r, 400, "start is after end");
+  struct moat_sandbox_usage u;
+  struct cpu_pct pct;
+  if (sample_with_pct(r, id, &u, &pct, &err) < 0) {
+    const char *code;
+    unsigned st = api_errno_http(err->status, &code);
+    int ret = e2b_err(r, st, moat_error_msg(err));
+    moat_error_free(&err);
+    return ret;
+  }
+  json_t *list = json_array();
+  uint64_t now_s = (uint64_t)(u.at_ms / 1000);
+  /* The SDK rounds start/end to whole seconds: a window ending this second includes now. */
+  if (now_s + 1 >= start && now_s <= end) {
+    json_t *m = json_pack("{s:o, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", api_time_json(u.at_ms, false),
+                          "cpuCount", (int)u.limits.cpu + (u.limits.cpu > (int)u.limits.cpu), "cpuUsedPct", round_to(pct.pct, 100), "memUsed",
+                          (json_int_t)u.u.memory_bytes, "memTotal", (json_int_t)(u.limits.memory_mb << 20),
+                          "diskUsed", (json_int_t)u.disk_used_bytes, "diskTotal",
+                          (json_int_t)(u.has_disk ? u.disk_total_bytes : u.limits.disk_mb << 20));
+    json_array_append_new(list, m);
+  }
+  return api_reply_json(r, 200, list);
+}
+
+/* ---- GET /metrics ---- */
+
+static void buf_str(struct moat_buf *b, const char *s) { moat_buf_append(b, s, strlen(s)); }
+
+static void buf_printf(struct moat_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_printf(struct moat_buf *b, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    moat_buf_append(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* A label value escaped per the text format: backslash, double quote and newline. */
+static void label_value(struct moat_buf *b, const char *s) {
+  for (; *s; s++) {
+    if (*s == '\\')
+      buf_str(b, "\\\\");
+    else if (*s == '"')
+      buf_str(b, "\\\"");
+    else if (*s == '\n')
+      buf_str(b, "\\n");
+    else
+      moat_buf_append(b, s, 1);
+  }
+}
+
+static void family(struct moat_buf *b, const char *name, const char *type, const char *help) {
+  buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sandbox_sample(struct moat_buf *b, const char *name, const struct moat_sandbox_usage *u, double v) {
+  buf_printf(b, "%s{sandbox=\"%s\",org=\"", name, u->id);
+  label_value(b, u->org);
+  buf_printf(b, "\"} %.17g\n", v);
+}
+
+static uint64_t self_rss_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "re");
+  unsigned long long size = 0, res = 0;
+  if (f) {
+    if (fscanf(f, "%llu %llu", &size, &res) != 2)
+      res = 0;
+    fclose(f);
+  }
+  return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static uint64_t self_open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  uint64_t n = 0;
+  if (!d)
+    return 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL)
+    n += de->d_name[0] != '.';
+  closedir(d);
+  return n > 0 ? n - 1 : 0; /* not the directory's own fd */
+}
+
+int api_h_metrics(struct api_req *r) {
+  static const char *const none[] = {NULL};
+  moat_error *err = NULL;
+  if (api_args_check(&r->args, none, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  struct moat_control *c = api_control(r);
+  struct moat_control_stats st;
+  if (moat_control_stats(c, &st, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  struct moat_sandbox_usage *v = NULL;
+  size_t n = 0;
+  if (moat_control_usage_list(c, r->org, PROM_MAX_SANDBOXES, &v, &n, &err) < 0)
+    return api_reply_moat_error(r, &err);
+
+  struct moat_buf b = {0};
+  family(&b, "moat_sandboxes", "gauge", "Sandboxes recorded by state, every org.");
+  for (int s = MOAT_SB_CREATING; s <= MOAT_SB_KILLED; s++)
+    buf_printf(&b, "moat_sandboxes{state=\"%s\"} %llu\n", moat_sandbox_state_name((enum moat_sandbox_state)s),
+                    (unsigned long long)st.by_state[s]);
+  family(&b, "moat_sandboxes_created_total", "counter", "Sandboxes ever created in this data dir, every org.");
+  buf_printf(&b, "moat_sandboxes_created_total %llu\n", (unsigned long long)st.created_total);
+  family(&b, "moat_sandbox_create_seconds", "histogram", "Server-side create-to-ready time of recorded sandboxes.");
+  for (size_t i = 0; i < MOAT_LATENCY_BUCKETS; i++)
+    buf_printf(&b, "moat_sandbox_create_seconds_bucket{le=\"%g\"} %llu\n", moat_create_latency_bounds[i],
+                    (unsigned long long)st.latency_le[i]);
+  buf_printf(&b, "moat_sandbox_create_seconds_bucket{le=\"+Inf\"} %llu\n",
+                  (unsigned long long)st.latency_count);
+  buf_printf(&b, "moat_sandbox_create_seconds_sum %.6f\n", st.latency_sum_s);
+  buf_printf(&b, "moat_sandbox_create_seconds_count %llu\n", (unsigned long long)st.latency_count);
+
+  family(&b, "moat_sandbox_cpu_seconds_total", "counter", "CPU time used by the sandbox (caller's org).");
+  for (size_t i = 0; i < n; i++)
+    if (v[i].sampled)
+      sandbox_sample(&b, "moat_sandbox_cpu_seconds_total", &v[i], (double)v[i].u.cpu_usage_ns / 1e9);
+  family(&b, "moat_sandbox_cpu_limit", "gauge", "The sandbox's CPU limit in vCPUs (caller's org).");
+  for (size_t i = 0; i < n; i++)
+    sandbox_sample(&b, "moat_sandbox_cpu_limit", &v[i], v[i].limits.cpu);
+  family(&b, "moat_sandbox_memory_bytes", "gauge", "Memory charged to the sandbox's cgroup (caller's org).");
+  for (size_t i = 0; i < n; i++)
+    sandbox_sample(&b, "moat_sandbox_memory_bytes", &v[i], (double)v[i].u.memory_bytes);
+  family(&b, "moat_sandbox_memory_limit_bytes", "gauge", "The sandbox's memory limit (caller's org).");
+  for (size_t i = 0; i < n; i++)
+    sandbox_sample(&b, "moat_sandbox_memory_limit_bytes", &v[i], (double)(v[i].limits.memory_mb << 20));
+  family(&b, "moat_sandbox_pids", "gauge", "Processes in the sandbox (caller's org).");
+  for (size_t i = 0; i < n; i++)
+    sandbox_sample(&b, "moat_sandbox_pids", &v[i], (double)v[i].u.pids);
+  family(&b, "moat_sandbox_oom_kills_total", "counter", "Processes of the sandbox the kernel OOM-killed.");
+  for (size_t i = 0; i < n; i++)
+    if (v[i].sampled)
+      sandbox_sample(&b, "moat_sandbox_oom_kills_total", &v[i], (double)v[i].u.oom_kills);
+  free(v);
+
+  family(&b, "moat_process_resident_memory_bytes", "gauge", "moatd's resident set size.");
+  buf_printf(&b, "moat_process_resident_memory_bytes %llu\n", (unsigned long long)self_rss_bytes());
+  family(&b, "moat_process_open_fds", "gauge", "moatd's open file descriptors.");
+  buf_printf(&b, "moat_process_open_fds %llu\n", (unsigned long long)self_open_fds());
+
+  struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    free(b.p);
+    return -1;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+  int ret = api_reply_response(r, 200, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
