@@ -42,107 +42,89 @@
 #define API_E_TOO_MANY EUSERS
 #define API_RETRY_AFTER_S "1"
 
-/* ---- routes (router.c) ---- */
-
-enum api_route_kind {
-  API_R_NONE = 0,
-  API_R_HEALTHZ,
-  API_R_SANDBOXES_LIST,
-  API_R_SANDBOXES_CREATE,
-  API_R_SANDBOX_GET,
-  API_R_SANDBOX_PATCH,
-  API_R_SANDBOX_DELETE,
-  API_R_EXEC,
-  API_R_FILES_GET,
-  API_R_FILES_PUT,
-  API_R_FILES_DELETE,
-  API_R_FILES_LIST,
-  API_R_FILES_STAT,
-  API_R_FILES_MKDIR,
-  API_R_FILES_MOVE,
-  API_R_TEMPLATES_LIST,
-  API_R_TEMPLATE_BUILD,
-  /* issue 3: streams, processes, pty, watch (api_stream.c, api_procs.c, ws.c) */
-  API_R_EXEC_STREAM,
-  API_R_PROCS_LIST,
-  API_R_PROC_STDIN,
-  API_R_PROC_SIGNAL,
-  API_R_PROC_RESIZE,
-  API_R_PROC_STREAM,
-  API_R_PTY,
-  API_R_FILES_WATCH,
-  /* code contexts (api_contexts.c) */
-  API_R_CTX_CREATE,
-  API_R_CTX_LIST,
-  API_R_CTX_DELETE,
-  API_R_CTX_RESTART,
-  API_R_CTX_RUN,
-  /* issue 4: time travel (api_timetravel.c) */
-  API_R_PAUSE,
-  API_R_RESUME,
-  API_R_HIBERNATE,
-  API_R_WAKE,
-  API_R_SNAPSHOT_CREATE,
-  API_R_FORK,
-  API_R_EXPLORE,
-  API_R_ROLLBACK,
-  API_R_SNAPSHOTS_LIST,
-  API_R_SNAPSHOT_GET,
-  API_R_SNAPSHOT_DELETE,
-  /* issue 5: exposed ports (ports.c) */
-  API_R_PORTS_LIST,
-  API_R_PORT_GET,
-  API_R_PORT_EXPOSE,
-  API_R_PORT_UNEXPOSE,
-  API_R_PORT_PROXY, /* any method under .../ports/P/: api_port_proxy_begin authenticates, the body streams */
-  /* issue 7: MCP over streamable HTTP (api_mcp.c); the body is JSON-RPC (object or batch array),
-   * read raw: the handler parses it */
-  API_R_MCP_SANDBOX,
-  API_R_MCP_WORKSPACE,
-  /* issue 5: network policy, state and connection log (api_network.c) */
-  API_R_NETWORK_GET,
-  API_R_NETWORK_PUT,
-  API_R_NETWORK_LOG,
-  /* metrics (api_metrics.c): GET /metrics (Prometheus text) and GET .../metrics (JSON) */
-  API_R_METRICS,
-  API_R_SANDBOX_METRICS,
-  /* lifecycle and connection events as SSE (api_events.c) */
-  API_R_EVENTS,
-};
+/* ---- routes (http/route.c) ---- */
 
 enum api_match {
   API_MATCH_OK = 0,
-  API_MATCH_NOT_FOUND,       /* 404: no such path (or an id that cannot exist) */
-  API_MATCH_BAD_METHOD,      /* 405: path known, method not; allow says which */
-  API_MATCH_NOT_IMPLEMENTED, /* 501: a DESIGN.md route whose issue has not landed */
+  API_MATCH_NOT_FOUND,  /* 404: no such path (or an id that cannot exist) */
+  API_MATCH_BAD_METHOD, /* 405: path known, method not; allow says which */
 };
 
+struct api_req;
+
+/* What a route's request does besides having its handler called with the whole body. */
+enum api_route_flag {
+  API_RT_JSON = 1u << 0,         /* the body is a JSON object (empty: {}), parsed before the handler */
+  API_RT_PUBLIC = 1u << 1,       /* no API key needed */
+  API_RT_STREAM = 1u << 2,       /* a long-lived stream: admitted under the stream caps (fair.h) */
+  API_RT_KEY_IN_QUERY = 1u << 3, /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
+};
+
+/* A route (or a whole front end) that takes its request over: the body streams through body()
+ * instead of being collected, finish() answers once it is in, release() frees what begin() made
+ * (also when the request ends early). With own_auth, begin() runs before the transport's auth and
+ * caps and does its own; else after them. Any may be NULL. */
+struct api_route_hooks {
+  bool own_auth;
+  bool (*begin)(struct api_req *r); /* true: a reply was queued (the body is then not read) */
+  int (*body)(struct api_req *r, const char *data, size_t len, moat_error **err); /* -1: abort with *err */
+  int (*finish)(struct api_req *r);
+};
+
+/* One line of a front end's route table. */
+struct api_route_def {
+  const char *method;  /* "GET", "POST", ... */
+  const char *pattern; /* "/v1/sandboxes/{id}/exec" (see route.c) */
+  const char *name;    /* "exec": the access log, docs/openapi.yaml's x-route */
+  int (*handler)(struct api_req *r, json_t *body); /* body: the parsed object with API_RT_JSON, else NULL */
+  unsigned flags;      /* API_RT_* */
+  const struct api_route_hooks *hooks; /* NULL for a plain route */
+};
+
+/* A request's route and what its path named. */
 struct api_route {
-  enum api_route_kind kind;
-  char id[MOAT_ID_LEN + 1]; /* sandbox routes */
-  char name[64];            /* template routes */
-  int pid;                  /* process routes: the pid, or 0 when addressed by tag */
-  char tag[API_MAX_TAG + 1]; /* process routes addressed by tag */
-  char cid[64];              /* context routes: the context id as given (checked by the handler) */
-  char sid[64];              /* snapshot routes: the snapshot id as given (checked by the handler) */
-  unsigned port;             /* port routes: 1..65535, or 0 when the path's port is not one */
-  const char *allow;        /* BAD_METHOD: value of the Allow header (static) */
-  bool json_body;           /* the route reads a JSON body */
-  bool needs_auth;
+  const struct api_route_def *def; /* NULL unless matched */
+  char id[MOAT_ID_LEN + 1];         /* {id} */
+  char name[64];                    /* {name} */
+  int pid;                          /* {proc}: the pid, or 0 when addressed by tag */
+  char tag[API_MAX_TAG + 1];        /* {proc} addressed by tag */
+  char cid[64];                     /* {cid} as given (checked by the handler) */
+  char sid[64];                     /* {sid} as given (checked by the handler) */
+  unsigned port;                    /* {port}: 1..65535, or 0 when the segment is not one */
+  char allow[96];                   /* BAD_METHOD: the Allow header's value */
 };
 
-/* Matches method + decoded path. Returns an api_match and fills r (kind, id, allow...). Pure. */
-enum api_match api_route_match(const char *method, const char *path, struct api_route *r);
+/* The routes of every front end, in the order they were added (the first match wins). */
+struct api_router;
+struct api_router *api_router_new(void);
+void api_router_free(struct api_router *rt);
+/* Adds n routes; defs must outlive the router (front ends' tables are static). */
+void api_router_add(struct api_router *rt, const struct api_route_def *defs, size_t n);
+size_t api_router_count(const struct api_router *rt);
+const struct api_route_def *api_router_at(const struct api_router *rt, size_t i);
+/* Matches method + decoded path. Returns an api_match and fills r. Pure. */
+enum api_match api_router_match(const struct api_router *rt, const char *method, const char *path,
+                                struct api_route *r);
+/* The matched route's name, or "none". */
+const char *api_route_name(const struct api_route *r);
 /* True when s matches ^sb-[a-z0-9]{17}$. */
 bool api_valid_sandbox_id(const char *s);
 /* True when s matches ^[a-z0-9][a-z0-9._-]{0,62}$. */
 bool api_valid_template_name(const char *s);
-const char *api_route_name(enum api_route_kind k);
 /* True when s is a process tag: [A-Za-z0-9_.-]{1,64}, not all digits (that reads as a pid). */
 bool api_valid_tag(const char *s);
 /* Signal number of "TERM" "KILL" "INT" "HUP" "QUIT" "USR1" "USR2" "STOP" "CONT" (an optional
  * "SIG" prefix allowed), or 0 for anything else. Pure. */
 int api_signal_parse(const char *name);
+
+/* Every front end's routes, in the order moatd serves them (api.c). */
+void api_front_ends(struct api_router *rt);
+
+/* A front end that claims requests before routing (E2B's, which routes by host and headers too). */
+struct api_claimer {
+  bool (*claims)(struct api_req *r); /* true: the request is this front end's (r->path, r->method set) */
+  const struct api_route_hooks *hooks;
+};
 
 /* ---- errors ---- */
 
@@ -266,7 +248,17 @@ int api_listen_socket(const char *listen_addr, unsigned *port, bool *ipv6, moat_
  * listener stops the gate (api_gate_stop) when it stops. */
 int api_limits_apply(const struct moat_api_limits *lim, moat_error **err);
 
-/* ---- requests (http.c) ---- */
+/* ---- the transport (http/server.c) ---- */
+
+struct moat_api;
+struct api_claimer;
+/* Starts the listener of cfg serving router's routes (taken over) and the claiming front ends
+ * (static, borrowed). 0 or -1. */
+int api_http_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
+                   struct api_router *router, const struct api_claimer *const *claimers, size_t n_claimers,
+                   moat_error **err);
+
+/* ---- requests (http/server.c) ---- */
 
 struct MHD_Connection;
 struct moat_api;
@@ -284,24 +276,19 @@ struct api_req {
   unsigned status; /* status queued, for the access log */
   bool responded;  /* a response was queued (or written) */
   char *raw_uri;   /* the request target as received (path and query, not decoded), owned */
-  /* JSON body */
+  /* the body, collected for routes whose hooks do not take it (NUL-terminated) */
   char *body;
   size_t body_len, body_cap;
-  /* PUT files */
-  struct moat_guest_writer *writer;
-  struct moat_guest_ep *sock_path;
-  const char *file_path; /* borrowed from args */
-  const char *file_user;
-  bool write_failed;
+  /* the route's or the claiming front end's hooks (route.h), or NULL */
+  const struct api_route_hooks *hooks;
   /* GET pty: the WebSocket state until the upgrade takes it (freed with the request otherwise) */
   void *upgrade;
   void (*upgrade_free)(void *);
   /* Its slot under the per-org and per-sandbox caps (fair.c), from auth to the request's end (a
    * WebSocket takes it along: api_req_take_ticket). */
   struct api_ticket *ticket;
-  /* A request of another front end on the same listener (E2B, e2b.c): claimed in req_begin
-   * before v1 routing; its state is freed with the request. */
-  bool e2b;
+  /* The front end's own state for this request (a claimed E2B call, a streamed upload, a proxied
+   * request), freed with the request. */
   void *front;
   void (*front_free)(void *);
 };
@@ -331,39 +318,38 @@ struct MHD_Response;
 int api_reply_response(struct api_req *r, unsigned status, struct MHD_Response *resp);
 
 /* Handlers: called once the whole body is in; each queues exactly one reply. */
-int api_h_healthz(struct api_req *r);
-int api_h_sandboxes_list(struct api_req *r);
+int api_h_healthz(struct api_req *r, json_t *body);
+int api_h_sandboxes_list(struct api_req *r, json_t *body);
 int api_h_sandboxes_create(struct api_req *r, json_t *body);
-int api_h_sandbox_get(struct api_req *r);
+int api_h_sandbox_get(struct api_req *r, json_t *body);
 int api_h_sandbox_patch(struct api_req *r, json_t *body);
-int api_h_sandbox_delete(struct api_req *r);
+int api_h_sandbox_delete(struct api_req *r, json_t *body);
 int api_h_exec(struct api_req *r, json_t *body);
-int api_h_files_get(struct api_req *r);
-int api_h_files_delete(struct api_req *r);
-int api_h_files_list(struct api_req *r);
-int api_h_files_stat(struct api_req *r);
+int api_h_files_get(struct api_req *r, json_t *body);
+int api_h_files_delete(struct api_req *r, json_t *body);
+int api_h_files_list(struct api_req *r, json_t *body);
+int api_h_files_stat(struct api_req *r, json_t *body);
 int api_h_files_mkdir(struct api_req *r, json_t *body);
 int api_h_files_move(struct api_req *r, json_t *body);
-int api_h_templates_list(struct api_req *r);
-int api_h_template_build(struct api_req *r);
+int api_h_templates_list(struct api_req *r, json_t *body);
+int api_h_template_build(struct api_req *r, json_t *body);
 
-/* PUT files, streamed: open at the first call (-1 after queueing an error reply), push each chunk
- * (-1 with *err set: the caller aborts the connection with that error), finish at the end. */
-int api_files_put_open(struct api_req *r);
+/* PUT files, streamed (the route's hooks): open before the body (true after queueing an error
+ * reply), push each chunk (-1 with *err set: the connection is aborted with that error), finish at
+ * the end. An unfinished upload is discarded with the request. */
+bool api_files_put_open(struct api_req *r);
 int api_files_put_chunk(struct api_req *r, const char *data, size_t len, moat_error **err);
 int api_files_put_finish(struct api_req *r);
-/* Releases what a PUT left open (discarding an unfinished upload). */
-void api_files_put_release(struct api_req *r);
 
 /* Issue 3 (api_stream.c, api_procs.c, ws.c). */
 int api_h_exec_stream(struct api_req *r, json_t *body);
-int api_h_procs_list(struct api_req *r);
+int api_h_procs_list(struct api_req *r, json_t *body);
 int api_h_proc_stdin(struct api_req *r, json_t *body);
 int api_h_proc_signal(struct api_req *r, json_t *body);
 int api_h_proc_resize(struct api_req *r, json_t *body);
-int api_h_proc_stream(struct api_req *r);
-int api_h_pty(struct api_req *r);
-int api_h_files_watch(struct api_req *r);
+int api_h_proc_stream(struct api_req *r, json_t *body);
+int api_h_pty(struct api_req *r, json_t *body);
+int api_h_files_watch(struct api_req *r, json_t *body);
 /* SSE sources of other files, run by api_stream.c's writer (keep-alive, hang-up check, stop):
  * next appends whole events to out (waiting up to about timeout_ms when it has none) and sets
  * *done once the last is in out; free releases ctx (also when the client went away). */
@@ -379,7 +365,7 @@ void api_sse_format(struct moat_buf *out, const char *name, json_t *data);
  * or NULL. */
 int api_sse_reply_source(struct api_req *r, const struct api_sse_source *src, const char *first);
 /* GET .../events (api_events.c) */
-int api_h_events(struct api_req *r);
+int api_h_events(struct api_req *r, json_t *body);
 /* Turns an ENOENT of an exec into EINVAL when the sandbox is alive (a missing cwd). */
 void api_exec_enoent(struct api_req *r, moat_error *err);
 /* POST .../exec with background: true -> 201 {pid, tag}. body was parsed into req and x. */
@@ -415,55 +401,43 @@ int api_h_snapshot_create(struct api_req *r, json_t *body);
 int api_h_fork(struct api_req *r, json_t *body);
 int api_h_explore(struct api_req *r, json_t *body);
 int api_h_rollback(struct api_req *r, json_t *body);
-int api_h_snapshots_list(struct api_req *r);
+int api_h_snapshots_list(struct api_req *r, json_t *body);
 /* issue 5 (api_network.c) */
-int api_h_network_get(struct api_req *r);
+int api_h_network_get(struct api_req *r, json_t *body);
 int api_h_network_put(struct api_req *r, json_t *body);
-int api_h_network_log(struct api_req *r);
-int api_h_snapshot_get(struct api_req *r);
-int api_h_snapshot_delete(struct api_req *r);
+int api_h_network_log(struct api_req *r, json_t *body);
+int api_h_snapshot_get(struct api_req *r, json_t *body);
+int api_h_snapshot_delete(struct api_req *r, json_t *body);
 
-/* Exposed ports (ports.c, issue 5). The proxy route: begin from req_begin (true when a reply was
- * queued), body chunks (-1 with *err: abort), then api_h_port_proxy once the body is in. */
-int api_h_ports_list(struct api_req *r);
-int api_h_port_get(struct api_req *r);
+/* Exposed ports (ports/): the routes of ports/{P}, and ports/{P}/... proxied to the sandbox's server. */
+int api_h_ports_list(struct api_req *r, json_t *body);
+int api_h_port_get(struct api_req *r, json_t *body);
 int api_h_port_expose(struct api_req *r, json_t *body);
-int api_h_port_unexpose(struct api_req *r);
-bool api_port_proxy_begin(struct api_req *r);
-int api_port_proxy_body(struct api_req *r, const char *data, size_t len, moat_error **err);
-int api_h_port_proxy(struct api_req *r);
+int api_h_port_unexpose(struct api_req *r, json_t *body);
+void api_ports_routes(struct api_router *rt);
 /* "PORT-ID.DOMAIN[:P]" (a Host header) -> port (1..65535) and id; *domain (may be NULL) points at
  * DOMAIN[:P] in host. Pure; shared by the E2B front end and the proxy listener. */
 bool api_parse_port_host(const char *host, unsigned *port, char id[MOAT_ID_LEN + 1], const char **domain);
 
-/* MCP (api_mcp.c, issue 7): r->body / r->body_len hold the raw request body. */
-int api_h_mcp_sandbox(struct api_req *r);
-int api_h_mcp_workspace(struct api_req *r);
+/* MCP (mcp/): its routes; r->body / r->body_len hold the raw JSON-RPC body. */
+void api_mcp_routes(struct api_router *rt);
+/* The native v1 API (v1/routes.c). */
+void api_v1_routes(struct api_router *rt);
 
-/* The E2B front end (e2b*.c, issue 6). */
-/* Called first for every request, before v1 routing: true when the request belongs to the E2B
- * front end (its control-plane paths, or a sandbox call routed by the E2b-Sandbox-Id header or a
- * "PORT-ID.DOMAIN" Host). Sets r->e2b then. */
-bool api_e2b_claims(struct api_req *r, const char *url, const char *method);
-/* First call of a claimed request: auth, routing, early errors. True when a reply was queued
- * already (the body is then not read). */
-bool api_e2b_begin(struct api_req *r, const char *url, const char *method);
-/* Body bytes of a claimed request: 0, or -1 with *err set (the connection is then aborted with
- * that error). */
-int api_e2b_body(struct api_req *r, const char *data, size_t len, moat_error **err);
-/* Body complete: queues exactly one response. */
-void api_e2b_dispatch(struct api_req *r);
+/* The E2B front end (e2b/): it claims every request that is its own (its control-plane paths, or a
+ * sandbox call routed by the E2b-Sandbox-Id header or a "PORT-ID.DOMAIN" Host) before routing. */
+extern const struct api_claimer api_e2b_claimer;
 
 /* Code contexts (api_contexts.c). */
 int api_h_ctx_create(struct api_req *r, json_t *body);
-int api_h_ctx_list(struct api_req *r);
-int api_h_ctx_delete(struct api_req *r);
+int api_h_ctx_list(struct api_req *r, json_t *body);
+int api_h_ctx_delete(struct api_req *r, json_t *body);
 int api_h_ctx_restart(struct api_req *r, json_t *body);
 int api_h_ctx_run(struct api_req *r, json_t *body);
 
 /* Metrics (api_metrics.c). */
-int api_h_metrics(struct api_req *r);
-int api_h_sandbox_metrics(struct api_req *r);
+int api_h_metrics(struct api_req *r, json_t *body);
+int api_h_sandbox_metrics(struct api_req *r, json_t *body);
 /* E2B's GET /sandboxes/{id}/metrics (r->org authenticated): a list with the current sample. */
 int api_e2b_metrics(struct api_req *r, const char *id);
 

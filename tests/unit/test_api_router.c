@@ -9,30 +9,40 @@
 
 #define ID "sb-0123456789abcdefg"
 
-static void route(const char *method, const char *path, enum api_match want, enum api_route_kind kind) {
+/* moatd's routes: every front end's table, as api.c serves them. */
+static struct api_router *g_router;
+
+static enum api_match api_route_match(const char *method, const char *path, struct api_route *r) {
+  return api_router_match(g_router, method, path, r);
+}
+
+#define JSON_BODY(r) ((r).def && ((r).def->flags & API_RT_JSON))
+#define NEEDS_AUTH(r) ((r).def && !((r).def->flags & API_RT_PUBLIC))
+
+static void route(const char *method, const char *path, enum api_match want, const char *name) {
   struct api_route r;
   enum api_match m = api_route_match(method, path, &r);
-  bool ok = m == want && (want != API_MATCH_OK || r.kind == kind);
-  OK(ok, "%s %s -> %d %s (got %d %s)", method, path, want, api_route_name(kind), m, api_route_name(r.kind));
+  bool ok = m == want && (want != API_MATCH_OK || strcmp(api_route_name(&r), name) == 0);
+  OK(ok, "%s %s -> %d %s (got %d %s)", method, path, want, name ? name : "-", m, api_route_name(&r));
 }
 
 static void test_routes(void) {
-  route("GET", "/healthz", API_MATCH_OK, API_R_HEALTHZ);
-  route("GET", "/v1/sandboxes", API_MATCH_OK, API_R_SANDBOXES_LIST);
-  route("POST", "/v1/sandboxes", API_MATCH_OK, API_R_SANDBOXES_CREATE);
-  route("GET", "/v1/sandboxes/" ID, API_MATCH_OK, API_R_SANDBOX_GET);
-  route("PATCH", "/v1/sandboxes/" ID, API_MATCH_OK, API_R_SANDBOX_PATCH);
-  route("DELETE", "/v1/sandboxes/" ID, API_MATCH_OK, API_R_SANDBOX_DELETE);
-  route("POST", "/v1/sandboxes/" ID "/exec", API_MATCH_OK, API_R_EXEC);
-  route("GET", "/v1/sandboxes/" ID "/files", API_MATCH_OK, API_R_FILES_GET);
-  route("PUT", "/v1/sandboxes/" ID "/files", API_MATCH_OK, API_R_FILES_PUT);
-  route("DELETE", "/v1/sandboxes/" ID "/files", API_MATCH_OK, API_R_FILES_DELETE);
-  route("GET", "/v1/sandboxes/" ID "/files/list", API_MATCH_OK, API_R_FILES_LIST);
-  route("GET", "/v1/sandboxes/" ID "/files/stat", API_MATCH_OK, API_R_FILES_STAT);
-  route("POST", "/v1/sandboxes/" ID "/files/mkdir", API_MATCH_OK, API_R_FILES_MKDIR);
-  route("POST", "/v1/sandboxes/" ID "/files/move", API_MATCH_OK, API_R_FILES_MOVE);
-  route("GET", "/v1/templates", API_MATCH_OK, API_R_TEMPLATES_LIST);
-  route("POST", "/v1/templates/base/build", API_MATCH_OK, API_R_TEMPLATE_BUILD);
+  route("GET", "/healthz", API_MATCH_OK, "healthz");
+  route("GET", "/v1/sandboxes", API_MATCH_OK, "sandboxes.list");
+  route("POST", "/v1/sandboxes", API_MATCH_OK, "sandboxes.create");
+  route("GET", "/v1/sandboxes/" ID, API_MATCH_OK, "sandbox.get");
+  route("PATCH", "/v1/sandboxes/" ID, API_MATCH_OK, "sandbox.patch");
+  route("DELETE", "/v1/sandboxes/" ID, API_MATCH_OK, "sandbox.delete");
+  route("POST", "/v1/sandboxes/" ID "/exec", API_MATCH_OK, "exec");
+  route("GET", "/v1/sandboxes/" ID "/files", API_MATCH_OK, "files.get");
+  route("PUT", "/v1/sandboxes/" ID "/files", API_MATCH_OK, "files.put");
+  route("DELETE", "/v1/sandboxes/" ID "/files", API_MATCH_OK, "files.delete");
+  route("GET", "/v1/sandboxes/" ID "/files/list", API_MATCH_OK, "files.list");
+  route("GET", "/v1/sandboxes/" ID "/files/stat", API_MATCH_OK, "files.stat");
+  route("POST", "/v1/sandboxes/" ID "/files/mkdir", API_MATCH_OK, "files.mkdir");
+  route("POST", "/v1/sandboxes/" ID "/files/move", API_MATCH_OK, "files.move");
+  route("GET", "/v1/templates", API_MATCH_OK, "templates.list");
+  route("POST", "/v1/templates/base/build", API_MATCH_OK, "templates.build");
 
   route("POST", "/healthz", API_MATCH_BAD_METHOD, 0);
   route("PUT", "/v1/sandboxes", API_MATCH_BAD_METHOD, 0);
@@ -59,27 +69,27 @@ static void test_routes(void) {
   route("POST", "/v1/templates//build", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/templates/base", API_MATCH_NOT_FOUND, 0);
 
-  route("POST", "/v1/sandboxes/" ID "/pause", API_MATCH_OK, API_R_PAUSE);
+  route("POST", "/v1/sandboxes/" ID "/pause", API_MATCH_OK, "sandbox.pause");
   route("GET", "/v1/sandboxes/" ID "/pause", API_MATCH_BAD_METHOD, 0);
-  route("POST", "/v1/sandboxes/" ID "/snapshots", API_MATCH_OK, API_R_SNAPSHOT_CREATE);
-  route("POST", "/v1/sandboxes/" ID "/fork", API_MATCH_OK, API_R_FORK);
-  route("POST", "/v1/sandboxes/" ID "/explore", API_MATCH_OK, API_R_EXPLORE);
-  route("POST", "/v1/sandboxes/" ID "/rollback", API_MATCH_OK, API_R_ROLLBACK);
-  route("POST", "/v1/sandboxes/" ID "/mcp", API_MATCH_OK, API_R_MCP_SANDBOX);
-  route("POST", "/v1/mcp", API_MATCH_OK, API_R_MCP_WORKSPACE);
+  route("POST", "/v1/sandboxes/" ID "/snapshots", API_MATCH_OK, "snapshots.create");
+  route("POST", "/v1/sandboxes/" ID "/fork", API_MATCH_OK, "sandbox.fork");
+  route("POST", "/v1/sandboxes/" ID "/explore", API_MATCH_OK, "sandbox.explore");
+  route("POST", "/v1/sandboxes/" ID "/rollback", API_MATCH_OK, "sandbox.rollback");
+  route("POST", "/v1/sandboxes/" ID "/mcp", API_MATCH_OK, "mcp.sandbox");
+  route("POST", "/v1/mcp", API_MATCH_OK, "mcp.workspace");
   route("PUT", "/v1/mcp", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/v1/sandboxes/" ID "/events", API_MATCH_OK, API_R_EVENTS);
+  route("GET", "/v1/sandboxes/" ID "/events", API_MATCH_OK, "sandbox.events");
   route("POST", "/v1/sandboxes/" ID "/events", API_MATCH_BAD_METHOD, 0);
   route("GET", "/v1/sandboxes/" ID "/events/x", API_MATCH_NOT_FOUND, 0);
-  route("POST", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_OK, API_R_EXEC_STREAM);
+  route("POST", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_OK, "exec.stream");
   route("GET", "/v1/sandboxes/" ID "/exec/stream", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/v1/sandboxes/" ID "/files/watch", API_MATCH_OK, API_R_FILES_WATCH);
-  route("GET", "/v1/sandboxes/" ID "/processes", API_MATCH_OK, API_R_PROCS_LIST);
+  route("GET", "/v1/sandboxes/" ID "/files/watch", API_MATCH_OK, "files.watch");
+  route("GET", "/v1/sandboxes/" ID "/processes", API_MATCH_OK, "processes.list");
   route("POST", "/v1/sandboxes/" ID "/processes", API_MATCH_BAD_METHOD, 0);
-  route("POST", "/v1/sandboxes/" ID "/processes/42/stdin", API_MATCH_OK, API_R_PROC_STDIN);
-  route("POST", "/v1/sandboxes/" ID "/processes/42/signal", API_MATCH_OK, API_R_PROC_SIGNAL);
-  route("POST", "/v1/sandboxes/" ID "/processes/dev-server.1/resize", API_MATCH_OK, API_R_PROC_RESIZE);
-  route("GET", "/v1/sandboxes/" ID "/processes/dev_server/stream", API_MATCH_OK, API_R_PROC_STREAM);
+  route("POST", "/v1/sandboxes/" ID "/processes/42/stdin", API_MATCH_OK, "process.stdin");
+  route("POST", "/v1/sandboxes/" ID "/processes/42/signal", API_MATCH_OK, "process.signal");
+  route("POST", "/v1/sandboxes/" ID "/processes/dev-server.1/resize", API_MATCH_OK, "process.resize");
+  route("GET", "/v1/sandboxes/" ID "/processes/dev_server/stream", API_MATCH_OK, "process.stream");
   route("GET", "/v1/sandboxes/" ID "/processes/42/stdin", API_MATCH_BAD_METHOD, 0);
   route("POST", "/v1/sandboxes/" ID "/processes/42", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/sandboxes/" ID "/processes/42/nope", API_MATCH_NOT_FOUND, 0);
@@ -91,16 +101,16 @@ static void test_routes(void) {
   route("POST", "/v1/sandboxes/" ID
         "/processes/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/stdin",
         API_MATCH_NOT_FOUND, 0);
-  route("GET", "/v1/sandboxes/" ID "/pty", API_MATCH_OK, API_R_PTY);
+  route("GET", "/v1/sandboxes/" ID "/pty", API_MATCH_OK, "pty");
   route("POST", "/v1/sandboxes/" ID "/pty", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/v1/snapshots", API_MATCH_OK, API_R_SNAPSHOTS_LIST);
-  route("DELETE", "/v1/snapshots/snap-1", API_MATCH_OK, API_R_SNAPSHOT_DELETE);
-  route("GET", "/v1/snapshots/snap-1", API_MATCH_OK, API_R_SNAPSHOT_GET);
+  route("GET", "/v1/snapshots", API_MATCH_OK, "snapshots.list");
+  route("DELETE", "/v1/snapshots/snap-1", API_MATCH_OK, "snapshot.delete");
+  route("GET", "/v1/snapshots/snap-1", API_MATCH_OK, "snapshot.get");
   route("GET", "/v1/snapshots/a/b", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/snapshots/snap-1", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/metrics", API_MATCH_OK, API_R_METRICS);
+  route("GET", "/metrics", API_MATCH_OK, "metrics");
   route("POST", "/metrics", API_MATCH_BAD_METHOD, 0);
-  route("GET", "/v1/sandboxes/" ID "/metrics", API_MATCH_OK, API_R_SANDBOX_METRICS);
+  route("GET", "/v1/sandboxes/" ID "/metrics", API_MATCH_OK, "sandbox.metrics");
   route("DELETE", "/v1/sandboxes/" ID "/metrics", API_MATCH_BAD_METHOD, 0);
   route("GET", "/v1/sandboxes/" ID "/metrics/x", API_MATCH_NOT_FOUND, 0);
 
@@ -109,20 +119,20 @@ static void test_routes(void) {
          strcmp(r.allow, "GET, PATCH, DELETE") == 0,
      "405 carries the Allow list");
   OK(api_route_match("PATCH", "/v1/sandboxes/" ID, &r) == API_MATCH_OK && strcmp(r.id, ID) == 0 &&
-         r.json_body && r.needs_auth,
+         JSON_BODY(r) && NEEDS_AUTH(r),
      "id captured, JSON body, auth");
-  OK(api_route_match("GET", "/healthz", &r) == API_MATCH_OK && !r.needs_auth, "healthz needs no auth");
-  OK(api_route_match("GET", "/metrics", &r) == API_MATCH_OK && r.needs_auth, "/metrics needs the API key");
-  OK(api_route_match("PUT", "/v1/sandboxes/" ID "/files", &r) == API_MATCH_OK && !r.json_body,
+  OK(api_route_match("GET", "/healthz", &r) == API_MATCH_OK && !NEEDS_AUTH(r), "healthz needs no auth");
+  OK(api_route_match("GET", "/metrics", &r) == API_MATCH_OK && NEEDS_AUTH(r), "/metrics needs the API key");
+  OK(api_route_match("PUT", "/v1/sandboxes/" ID "/files", &r) == API_MATCH_OK && !JSON_BODY(r),
      "files PUT is streamed, not a JSON body");
   OK(api_route_match("POST", "/v1/templates/code-interpreter/build", &r) == API_MATCH_OK &&
          strcmp(r.name, "code-interpreter") == 0,
      "template name captured");
   OK(api_route_match("POST", "/v1/sandboxes/" ID "/processes/1234/signal", &r) == API_MATCH_OK && r.pid == 1234 &&
-         r.tag[0] == '\0' && r.json_body,
+         r.tag[0] == '\0' && JSON_BODY(r),
      "pid captured");
   OK(api_route_match("GET", "/v1/sandboxes/" ID "/processes/web.1/stream", &r) == API_MATCH_OK && r.pid == 0 &&
-         strcmp(r.tag, "web.1") == 0 && !r.json_body,
+         strcmp(r.tag, "web.1") == 0 && !JSON_BODY(r),
      "tag captured");
   OK(api_valid_tag("devserver") && api_valid_tag("a-b_c.1") && api_valid_tag("1a") && !api_valid_tag("123") &&
          !api_valid_tag("") && !api_valid_tag("a/b") && !api_valid_tag("a b") &&
@@ -226,7 +236,10 @@ static void test_args(void) {
 }
 
 int main(void) {
+  g_router = api_router_new();
+  api_front_ends(g_router);
   test_routes();
   test_args();
+  api_router_free(g_router);
   return tap_done();
 }

@@ -10,21 +10,31 @@
 
 #define SB "sb-0123456789abcdefg"
 
+/* moatd's routes, as api.c serves them */
+static struct api_router *g_router;
+
+static enum api_match api_route_match(const char *method, const char *path, struct api_route *r) {
+  return api_router_match(g_router, method, path, r);
+}
+
+#define JSON_BODY(r) ((r).def && ((r).def->flags & API_RT_JSON))
+#define NEEDS_AUTH(r) ((r).def && !((r).def->flags & API_RT_PUBLIC))
+
 static void routes(void) {
   struct api_route r;
-  OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports", &r) == API_MATCH_OK && r.kind == API_R_PORTS_LIST &&
-         r.needs_auth,
+  OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports", &r) == API_MATCH_OK && strcmp(api_route_name(&r), "ports.list") == 0 &&
+         NEEDS_AUTH(r),
      "GET .../ports lists, with auth");
   OK(api_route_match("POST", "/v1/sandboxes/" SB "/ports", &r) == API_MATCH_BAD_METHOD,
      "POST .../ports: 405");
   OK(api_route_match("POST", "/v1/sandboxes/" SB "/ports/8080", &r) == API_MATCH_OK &&
-         r.kind == API_R_PORT_EXPOSE && r.port == 8080 && r.json_body && r.needs_auth,
+         strcmp(api_route_name(&r), "port.expose") == 0 && r.port == 8080 && JSON_BODY(r) && NEEDS_AUTH(r),
      "POST .../ports/8080 sets access (JSON body, auth)");
-  OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports/1", &r) == API_MATCH_OK && r.kind == API_R_PORT_GET &&
+  OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports/1", &r) == API_MATCH_OK && strcmp(api_route_name(&r), "port.get") == 0 &&
          r.port == 1,
      "GET .../ports/1");
   OK(api_route_match("DELETE", "/v1/sandboxes/" SB "/ports/65535", &r) == API_MATCH_OK &&
-         r.kind == API_R_PORT_UNEXPOSE && r.port == 65535,
+         strcmp(api_route_name(&r), "port.unexpose") == 0 && r.port == 65535,
      "DELETE .../ports/65535");
   OK(api_route_match("PUT", "/v1/sandboxes/" SB "/ports/80", &r) == API_MATCH_BAD_METHOD &&
          strcmp(r.allow, "GET, POST, DELETE") == 0,
@@ -32,11 +42,11 @@ static void routes(void) {
   static const char *const methods[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
   for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
     OK(api_route_match(methods[i], "/v1/sandboxes/" SB "/ports/3000/a/b.js", &r) == API_MATCH_OK &&
-           r.kind == API_R_PORT_PROXY && r.port == 3000 && r.needs_auth && !r.json_body &&
+           strcmp(api_route_name(&r), "port.proxy") == 0 && r.port == 3000 && NEEDS_AUTH(r) && !JSON_BODY(r) &&
            strcmp(r.id, SB) == 0,
        "%s .../ports/3000/a/b.js is proxied (auth: checked by api_port_proxy_begin)", methods[i]);
   OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports/3000/", &r) == API_MATCH_OK &&
-         r.kind == API_R_PORT_PROXY,
+         strcmp(api_route_name(&r), "port.proxy") == 0,
      "the root of a port is proxied");
   OK(api_route_match("TRACE", "/v1/sandboxes/" SB "/ports/3000/x", &r) == API_MATCH_BAD_METHOD, "TRACE: 405");
   OK(api_route_match("CONNECT", "/v1/sandboxes/" SB "/ports/3000/x", &r) == API_MATCH_BAD_METHOD,
@@ -107,8 +117,11 @@ static void tokens(void) {
 }
 
 int main(void) {
+  g_router = api_router_new();
+  api_front_ends(g_router);
   routes();
   hosts();
   tokens();
+  api_router_free(g_router);
   return tap_done();
 }

@@ -280,8 +280,8 @@ static void e2b_req_free(void *p) {
   free(e);
 }
 
-bool api_e2b_claims(struct api_req *r, const char *url, const char *method) {
-  (void)method;
+static bool e2b_claims(struct api_req *r) {
+  const char *url = r->path;
   bool sandbox = header(r, "E2b-Sandbox-Id") != NULL;
   unsigned port;
   char id[MOAT_ID_LEN + 1];
@@ -290,10 +290,9 @@ bool api_e2b_claims(struct api_req *r, const char *url, const char *method) {
   if (!sandbox && !control_path(url))
     return false;
   struct e2b_req *e = xcalloc(1, sizeof(*e));
-  r->e2b = true;
   r->front = e;
   r->front_free = e2b_req_free;
-  e->port = sandbox ? 1 : 0; /* resolved in api_e2b_begin */
+  e->port = sandbox ? 1 : 0; /* resolved in e2b_begin */
   return true;
 }
 
@@ -1198,7 +1197,8 @@ static void control_dispatch(struct api_req *r) {
   e2b_error(r, 404, "no such E2B route: %s %.256s", m, r->path);
 }
 
-bool api_e2b_begin(struct api_req *r, const char *url, const char *method) {
+static bool e2b_begin(struct api_req *r) {
+  const char *url = r->path, *method = r->method;
   struct e2b_req *e = r->front;
   if (e->port) /* a sandbox call */
     return sandbox_begin(r, e, url, method);
@@ -1218,7 +1218,7 @@ bool api_e2b_begin(struct api_req *r, const char *url, const char *method) {
   return false;
 }
 
-int api_e2b_body(struct api_req *r, const char *data, size_t len, moat_error **err) {
+static int e2b_body(struct api_req *r, const char *data, size_t len, moat_error **err) {
   struct e2b_req *e = r->front;
   if (e->port == E2B_INTERP_PORT)
     return e2b_interp_body(r, e, data, len, err);
@@ -1241,7 +1241,7 @@ int api_e2b_body(struct api_req *r, const char *data, size_t len, moat_error **e
   return 0;
 }
 
-void api_e2b_dispatch(struct api_req *r) {
+static int e2b_finish(struct api_req *r) {
   struct e2b_req *e = r->front;
   if (e->port == E2B_INTERP_PORT)
     e2b_interp_dispatch(r, e);
@@ -1253,4 +1253,9 @@ void api_e2b_dispatch(struct api_req *r) {
     user_port_dispatch(r, e);
   if (!r->responded)
     e2b_error(r, 500, "the handler produced no response");
+  return 0;
 }
+
+static const struct api_route_hooks e2b_hooks = {
+    .own_auth = true, .begin = e2b_begin, .body = e2b_body, .finish = e2b_finish};
+const struct api_claimer api_e2b_claimer = {.claims = e2b_claims, .hooks = &e2b_hooks};

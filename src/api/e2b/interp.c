@@ -263,7 +263,7 @@ void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e) {
       id[n] = '\0';
       if (!slash && del) {
         if (set_cid(r, id) == 0)
-          api_h_ctx_delete(r);
+          api_h_ctx_delete(r, NULL);
       } else if (slash && strcmp(slash, "/restart") == 0 && post) {
         if (set_cid(r, id) == 0) {
           api_ctx_restart_e2b(r);

@@ -38,6 +38,9 @@
 struct moat_api {
   struct MHD_Daemon *daemon;
   struct moat_control *control;
+  const struct api_router *router;    /* every front end's routes (owned) */
+  const struct api_claimer *const *claimers; /* front ends that claim requests before routing */
+  size_t n_claimers;
   char *version;
   unsigned port;
   int inflight; /* requests between their first access-handler call and completion (atomic) */
@@ -259,7 +262,6 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
 static void req_free(struct api_req *r) {
   if (!r)
     return;
-  api_files_put_release(r);
   api_fair_release(r->ticket);
   if (r->upgrade && r->upgrade_free)
     r->upgrade_free(r->upgrade);
@@ -273,7 +275,6 @@ static void req_free(struct api_req *r) {
   free(r->org);
   free(r->raw_uri);
   free(r->body);
-  free(r->sock_path);
   free(r);
 }
 
@@ -309,12 +310,6 @@ struct api_ticket *api_req_take_ticket(struct api_req *r) {
   return t;
 }
 
-/* Routes whose answer is a long-lived stream (fair.h). */
-static bool route_is_stream(enum api_route_kind k) {
-  return k == API_R_EVENTS || k == API_R_EXEC_STREAM || k == API_R_PROC_STREAM || k == API_R_PTY ||
-         k == API_R_FILES_WATCH;
-}
-
 /* First call of a request: route, arguments, auth, size checks. Returns true when a response
  * was queued already (the body, if any, is then not read). */
 static bool req_begin(struct api_req *r, const char *url, const char *method) {
@@ -341,33 +336,35 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
     return true;
   }
 
-  if (api_e2b_claims(r, url, method))
-    return api_e2b_begin(r, url, method);
+  for (size_t i = 0; i < r->api->n_claimers; i++)
+    if (r->api->claimers[i]->claims(r)) {
+      r->hooks = r->api->claimers[i]->hooks;
+      return r->hooks->begin ? r->hooks->begin(r) : false;
+    }
 
-  switch (api_route_match(method, url, &r->route)) {
+  switch (api_router_match(r->api->router, method, url, &r->route)) {
   case API_MATCH_OK:
     break;
   case API_MATCH_NOT_FOUND:
     api_reply_error(r, 404, "not_found", "no such resource: %s %.256s", method, url);
     return true;
-  case API_MATCH_NOT_IMPLEMENTED:
-    api_reply_error(r, 501, "not_implemented", "%.256s is not supported yet", url);
-    return true;
   case API_MATCH_BAD_METHOD: {
-    char msg[128];
+    char msg[160];
     snprintf(msg, sizeof(msg), "method %s is not allowed here; allowed: %s", method, r->route.allow);
     reply_json_hdr(r, 405, api_error_json("method_not_allowed", msg), MHD_HTTP_HEADER_ALLOW, r->route.allow);
     return true;
   }
   }
-  if (r->route.kind == API_R_PORT_PROXY)
-    return api_port_proxy_begin(r);
+  const struct api_route_def *d = r->route.def;
+  r->hooks = d->hooks;
+  if (r->hooks && r->hooks->own_auth)
+    return r->hooks->begin ? r->hooks->begin(r) : false;
 
-  if (r->route.needs_auth) {
+  if (!(d->flags & API_RT_PUBLIC)) {
     const char *key = api_key(r->conn);
-    /* A browser cannot put headers on a WebSocket (xterm.js's attach addon): the PTY route also
-     * takes the key as ?api_key=. */
-    if (!key && r->route.kind == API_R_PTY) {
+    /* A browser cannot put headers on a WebSocket (xterm.js's attach addon): such routes also
+     * take the key as ?api_key=. */
+    if (!key && (d->flags & API_RT_KEY_IN_QUERY)) {
       key = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "api_key");
       if (key && !*key)
         key = NULL;
@@ -379,201 +376,40 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
       return true;
     }
     const char *sb = r->route.id[0] ? r->route.id : NULL;
-    if (api_req_admit(r, r->org, sb, route_is_stream(r->route.kind), &err) < 0) {
+    if (api_req_admit(r, r->org, sb, (d->flags & API_RT_STREAM) != 0, &err) < 0) {
       api_reply_moat_error(r, &err);
       return true;
     }
   }
 
-  if (r->route.kind != API_R_FILES_PUT) {
-    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    uint64_t n;
-    if (cl && parse_u64(cl, &n) == 0 && n > API_MAX_BODY) {
-      api_reply_error(r, 413, "payload_too_large", "request body is larger than %d bytes", API_MAX_BODY);
-      return true;
-    }
-  } else {
-    /* Errors such as EISDIR or a missing sandbox are answered before the body is read. */
-    if (api_files_put_open(r) < 0)
-      return true;
+  if (r->hooks && r->hooks->body)
+    /* The body streams through the route (errors such as EISDIR or a missing sandbox are
+     * answered before it is read). */
+    return r->hooks->begin ? r->hooks->begin(r) : false;
+  const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  uint64_t n;
+  if (cl && parse_u64(cl, &n) == 0 && n > API_MAX_BODY) {
+    api_reply_error(r, 413, "payload_too_large", "request body is larger than %d bytes", API_MAX_BODY);
+    return true;
   }
-  return false;
+  return r->hooks && r->hooks->begin ? r->hooks->begin(r) : false;
 }
 
 /* Runs the route's handler once the body is complete; queues exactly one response. */
 static void req_dispatch(struct api_req *r) {
-  json_t *body = NULL;
-  moat_error *err = NULL;
-  if (r->route.json_body) {
-    if (api_body_parse(r->body ? r->body : "", r->body_len, true, &body, &err) < 0) {
+  if (r->hooks && r->hooks->finish) {
+    r->hooks->finish(r);
+  } else if (r->route.def && r->route.def->handler) {
+    json_t *body = NULL;
+    moat_error *err = NULL;
+    if ((r->route.def->flags & API_RT_JSON) &&
+        api_body_parse(r->body ? r->body : "", r->body_len, true, &body, &err) < 0) {
       api_reply_moat_error(r, &err);
       return;
     }
+    r->route.def->handler(r, body);
+    json_decref(body);
   }
-  switch (r->route.kind) {
-  case API_R_HEALTHZ:
-    api_h_healthz(r);
-    break;
-  case API_R_SANDBOXES_LIST:
-    api_h_sandboxes_list(r);
-    break;
-  case API_R_SANDBOXES_CREATE:
-    api_h_sandboxes_create(r, body);
-    break;
-  case API_R_SANDBOX_GET:
-    api_h_sandbox_get(r);
-    break;
-  case API_R_SANDBOX_PATCH:
-    api_h_sandbox_patch(r, body);
-    break;
-  case API_R_SANDBOX_DELETE:
-    api_h_sandbox_delete(r);
-    break;
-  case API_R_EXEC:
-    api_h_exec(r, body);
-    break;
-  case API_R_FILES_GET:
-    api_h_files_get(r);
-    break;
-  case API_R_FILES_PUT:
-    api_files_put_finish(r);
-    break;
-  case API_R_FILES_DELETE:
-    api_h_files_delete(r);
-    break;
-  case API_R_FILES_LIST:
-    api_h_files_list(r);
-    break;
-  case API_R_FILES_STAT:
-    api_h_files_stat(r);
-    break;
-  case API_R_FILES_MKDIR:
-    api_h_files_mkdir(r, body);
-    break;
-  case API_R_FILES_MOVE:
-    api_h_files_move(r, body);
-    break;
-  case API_R_TEMPLATES_LIST:
-    api_h_templates_list(r);
-    break;
-  case API_R_TEMPLATE_BUILD:
-    api_h_template_build(r);
-    break;
-  case API_R_EXEC_STREAM:
-    api_h_exec_stream(r, body);
-    break;
-  case API_R_PROCS_LIST:
-    api_h_procs_list(r);
-    break;
-  case API_R_PROC_STDIN:
-    api_h_proc_stdin(r, body);
-    break;
-  case API_R_PROC_SIGNAL:
-    api_h_proc_signal(r, body);
-    break;
-  case API_R_PROC_RESIZE:
-    api_h_proc_resize(r, body);
-    break;
-  case API_R_PROC_STREAM:
-    api_h_proc_stream(r);
-    break;
-  case API_R_PTY:
-    api_h_pty(r);
-    break;
-  case API_R_CTX_CREATE:
-    api_h_ctx_create(r, body);
-    break;
-  case API_R_CTX_LIST:
-    api_h_ctx_list(r);
-    break;
-  case API_R_CTX_DELETE:
-    api_h_ctx_delete(r);
-    break;
-  case API_R_CTX_RESTART:
-    api_h_ctx_restart(r, body);
-    break;
-  case API_R_CTX_RUN:
-    api_h_ctx_run(r, body);
-    break;
-  case API_R_FILES_WATCH:
-    api_h_files_watch(r);
-    break;
-  case API_R_PAUSE:
-    api_h_pause(r, body);
-    break;
-  case API_R_RESUME:
-    api_h_resume(r, body);
-    break;
-  case API_R_HIBERNATE:
-    api_h_hibernate(r, body);
-    break;
-  case API_R_WAKE:
-    api_h_wake(r, body);
-    break;
-  case API_R_SNAPSHOT_CREATE:
-    api_h_snapshot_create(r, body);
-    break;
-  case API_R_FORK:
-    api_h_fork(r, body);
-    break;
-  case API_R_EXPLORE:
-    api_h_explore(r, body);
-    break;
-  case API_R_ROLLBACK:
-    api_h_rollback(r, body);
-    break;
-  case API_R_SNAPSHOTS_LIST:
-    api_h_snapshots_list(r);
-    break;
-  case API_R_SNAPSHOT_GET:
-    api_h_snapshot_get(r);
-    break;
-  case API_R_SNAPSHOT_DELETE:
-    api_h_snapshot_delete(r);
-    break;
-  case API_R_PORTS_LIST:
-    api_h_ports_list(r);
-    break;
-  case API_R_PORT_GET:
-    api_h_port_get(r);
-    break;
-  case API_R_PORT_EXPOSE:
-    api_h_port_expose(r, body);
-    break;
-  case API_R_PORT_UNEXPOSE:
-    api_h_port_unexpose(r);
-    break;
-  case API_R_PORT_PROXY:
-    api_h_port_proxy(r);
-    break;
-  case API_R_MCP_SANDBOX:
-    api_h_mcp_sandbox(r);
-    break;
-  case API_R_MCP_WORKSPACE:
-    api_h_mcp_workspace(r);
-    break;
-  case API_R_NETWORK_GET:
-    api_h_network_get(r);
-    break;
-  case API_R_NETWORK_PUT:
-    api_h_network_put(r, body);
-    break;
-  case API_R_NETWORK_LOG:
-    api_h_network_log(r);
-    break;
-  case API_R_METRICS:
-    api_h_metrics(r);
-    break;
-  case API_R_SANDBOX_METRICS:
-    api_h_sandbox_metrics(r);
-    break;
-  case API_R_EVENTS:
-    api_h_events(r);
-    break;
-  case API_R_NONE:
-    break;
-  }
-  json_decref(body);
   if (!r->responded)
     api_reply_error(r, 500, "internal", "the handler produced no response");
 }
@@ -598,21 +434,9 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     *upload_data_size = 0;
     if (r->responded) /* answered early; MHD reads no body then, but be safe */
       return MHD_YES;
-    if (r->e2b) {
+    if (r->hooks && r->hooks->body) {
       moat_error *err = NULL;
-      if (api_e2b_body(r, upload_data, n, &err) < 0)
-        return abort_with_error(r, &err);
-      return MHD_YES;
-    }
-    if (r->route.kind == API_R_PORT_PROXY) {
-      moat_error *err = NULL;
-      if (api_port_proxy_body(r, upload_data, n, &err) < 0)
-        return abort_with_error(r, &err);
-      return MHD_YES;
-    }
-    if (r->route.kind == API_R_FILES_PUT) {
-      moat_error *err = NULL;
-      if (api_files_put_chunk(r, upload_data, n, &err) < 0)
+      if (r->hooks->body(r, upload_data, n, &err) < 0)
         return abort_with_error(r, &err);
       return MHD_YES;
     }
@@ -633,12 +457,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     r->body[r->body_len] = '\0';
     return MHD_YES;
   }
-  if (!r->responded) {
-    if (r->e2b)
-      api_e2b_dispatch(r);
-    else
-      req_dispatch(r);
-  }
+  if (!r->responded)
+    req_dispatch(r);
   return MHD_YES;
 }
 
@@ -710,16 +530,22 @@ int api_listen_socket(const char *listen_addr, unsigned *port, bool *ipv6, moat_
   return ret;
 }
 
-int moat_api_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
+int api_http_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
+                   struct api_router *router, const struct api_claimer *const *claimers, size_t n_claimers,
                    moat_error **err) {
   unsigned port;
   bool ipv6;
   _cleanup_close_ int fd = api_listen_socket(cfg->listen, &port, &ipv6, err);
-  if (fd < 0)
+  if (fd < 0) {
+    api_router_free(router);
     return -1;
+  }
 
   struct moat_api *a = xcalloc(1, sizeof(*a));
   a->control = control;
+  a->router = router;
+  a->claimers = claimers;
+  a->n_claimers = n_claimers;
   a->version = xstrdup(cfg->version ? cfg->version : "dev");
   a->port = port;
   unsigned flags =
@@ -730,6 +556,7 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
   struct moat_api_limits lim = moat_api_limits_resolve(cfg->limits);
   if (api_limits_apply(&lim, err) < 0) {
+    api_router_free(router);
     free(a->version);
     free(a);
     return -1;
@@ -744,6 +571,7 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
                        MHD_OPTION_END);
   if (!a->daemon) {
     api_gate_stop();
+    api_router_free(router);
     free(a->version);
     free(a);
     return moat_error_set(err, EIO, "listen on %s: libmicrohttpd failed to start", cfg->listen);
@@ -778,6 +606,7 @@ void moat_api_stop(struct moat_api *a) {
     usleep(20000);
   MHD_stop_daemon(a->daemon);
   api_gate_stop();
+  api_router_free((struct api_router *)a->router);
   free(a->version);
   free(a);
 }
@@ -819,7 +648,7 @@ int api_limits_apply(const struct moat_api_limits *lim, moat_error **err) {
 
 /* ---- /healthz ---- */
 
-int api_h_healthz(struct api_req *r) {
+int api_h_healthz(struct api_req *r, json_t *body) {
   struct moat_control *c = api_control(r);
   json_t *ck = json_pack("{s:b, s:s}", "available", c && moat_control_can_checkpoint(c), "criu",
                          c ? moat_control_criu_status(c) : "unknown");

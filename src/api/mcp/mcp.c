@@ -474,5 +474,18 @@ static int mcp_handle(struct api_req *r, enum mcp_endpoint ep) {
       NULL, "POST, DELETE");
 }
 
-int api_h_mcp_sandbox(struct api_req *r) { return mcp_handle(r, MCP_EP_SANDBOX); }
-int api_h_mcp_workspace(struct api_req *r) { return mcp_handle(r, MCP_EP_WORKSPACE); }
+static int mcp_sandbox(struct api_req *r, json_t *body) { return mcp_handle(r, MCP_EP_SANDBOX); }
+static int mcp_workspace(struct api_req *r, json_t *body) { return mcp_handle(r, MCP_EP_WORKSPACE); }
+
+/* Streamable HTTP: POST carries JSON-RPC (read raw: the handler parses it, an object or a batch);
+ * GET (the server's stream) and DELETE (end of session) are answered by the handler. */
+static const struct api_route_def mcp_routes[] = {
+    {"POST", "/v1/sandboxes/{id}/mcp", "mcp.sandbox", mcp_sandbox, 0, NULL},
+    {"GET", "/v1/sandboxes/{id}/mcp", "mcp.sandbox", mcp_sandbox, 0, NULL},
+    {"DELETE", "/v1/sandboxes/{id}/mcp", "mcp.sandbox", mcp_sandbox, 0, NULL},
+    {"POST", "/v1/mcp", "mcp.workspace", mcp_workspace, 0, NULL},
+    {"GET", "/v1/mcp", "mcp.workspace", mcp_workspace, 0, NULL},
+    {"DELETE", "/v1/mcp", "mcp.workspace", mcp_workspace, 0, NULL},
+};
+
+void api_mcp_routes(struct api_router *rt) { api_router_add(rt, mcp_routes, ARRAY_SIZE(mcp_routes)); }

@@ -182,7 +182,7 @@ static int bad_port(struct api_req *r) {
   return api_reply_error(r, 400, "invalid_request", "the port must be a number from 1 to 65535");
 }
 
-int api_h_ports_list(struct api_req *r) {
+int api_h_ports_list(struct api_req *r, json_t *body) {
   if (check_sandbox(r) < 0)
     return 0;
   json_t *arr = json_array();
@@ -194,7 +194,7 @@ int api_h_ports_list(struct api_req *r) {
   return api_reply_json(r, 200, json_pack("{s:o}", "ports", arr));
 }
 
-int api_h_port_get(struct api_req *r) {
+int api_h_port_get(struct api_req *r, json_t *body) {
   if (r->route.port == 0)
     return bad_port(r);
   if (check_sandbox(r) < 0)
@@ -287,7 +287,7 @@ int api_h_port_expose(struct api_req *r, json_t *body) {
   return api_reply_json(r, 200, j);
 }
 
-int api_h_port_unexpose(struct api_req *r) {
+int api_h_port_unexpose(struct api_req *r, json_t *body) {
   if (r->route.port == 0)
     return bad_port(r);
   if (check_sandbox(r) < 0)
@@ -325,7 +325,7 @@ static bool proxy_error(struct api_req *r, moat_error **err) {
   return true;
 }
 
-bool api_port_proxy_begin(struct api_req *r) {
+static bool port_proxy_begin(struct api_req *r) {
   moat_error *err = NULL;
   if (r->route.port == 0) {
     bad_port(r);
@@ -375,11 +375,11 @@ bool api_port_proxy_begin(struct api_req *r) {
   return false;
 }
 
-int api_port_proxy_body(struct api_req *r, const char *data, size_t len, moat_error **err) {
+static int port_proxy_body(struct api_req *r, const char *data, size_t len, moat_error **err) {
   return port_fwd_body(r->front, data, len, err);
 }
 
-int api_h_port_proxy(struct api_req *r) {
+static int port_proxy_finish(struct api_req *r) {
   moat_error *err = NULL;
   unsigned status = 0;
   struct MHD_Response *resp = port_fwd_respond(r->front, &status, &err);
@@ -391,3 +391,24 @@ int api_h_port_proxy(struct api_req *r) {
   MHD_destroy_response(resp);
   return rc;
 }
+
+/* ---- routes ---- */
+
+/* A proxied request authenticates itself (API key, the port's token, or a public port) and streams
+ * its body to the sandbox's server. */
+static const struct api_route_hooks port_proxy = {
+    .own_auth = true, .begin = port_proxy_begin, .body = port_proxy_body, .finish = port_proxy_finish};
+
+#define PORTS "/v1/sandboxes/{id}/ports"
+#define PROXIED(m) {m, PORTS "/{port}/{*}", "port.proxy", NULL, 0, &port_proxy}
+
+static const struct api_route_def ports_routes[] = {
+    {"GET", PORTS, "ports.list", api_h_ports_list, 0, NULL},
+    {"GET", PORTS "/{port}", "port.get", api_h_port_get, 0, NULL},
+    {"POST", PORTS "/{port}", "port.expose", api_h_port_expose, API_RT_JSON, NULL},
+    {"DELETE", PORTS "/{port}", "port.unexpose", api_h_port_unexpose, 0, NULL},
+    PROXIED("GET"), PROXIED("HEAD"), PROXIED("POST"), PROXIED("PUT"), PROXIED("PATCH"), PROXIED("DELETE"),
+    PROXIED("OPTIONS"),
+};
+
+void api_ports_routes(struct api_router *rt) { api_router_add(rt, ports_routes, ARRAY_SIZE(ports_routes)); }

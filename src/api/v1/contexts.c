@@ -337,7 +337,7 @@ int api_h_ctx_create(struct api_req *r, json_t *body) {
   return ret;
 }
 
-int api_h_ctx_list(struct api_req *r) {
+int api_h_ctx_list(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, NULL, &err);
   if (!sock)
@@ -378,7 +378,7 @@ static int route_ctx(struct api_req *r, struct moat_guest_ep **sock, char ***sen
   return rc;
 }
 
-int api_h_ctx_delete(struct api_req *r) {
+int api_h_ctx_delete(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   _cleanup_free_ struct moat_guest_ep *sock = NULL;
   struct ctx_info c;

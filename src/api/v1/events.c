@@ -242,7 +242,7 @@ static int parse_since(const char *s, int64_t *ms) {
   return 0;
 }
 
-int api_h_events(struct api_req *r) {
+int api_h_events(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"since", "replay", NULL};
   moat_error *err = NULL;
   bool replay;

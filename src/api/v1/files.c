@@ -86,7 +86,7 @@ struct MHD_Response *api_file_response(struct moat_guest_reader *rd, uint64_t si
   return resp;
 }
 
-int api_h_files_get(struct api_req *r) {
+int api_h_files_get(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"path", "user", NULL};
   const char *path, *user;
   moat_error *err = NULL;
@@ -111,50 +111,70 @@ int api_h_files_get(struct api_req *r) {
 
 /* ---- PUT: the writer opens before the body is read; every chunk goes straight to the guest ---- */
 
-int api_files_put_open(struct api_req *r) {
+/* The request's upload (r->front). */
+struct files_put {
+  struct moat_guest_writer *writer; /* NULL once finished or failed */
+  struct moat_guest_ep *sock;
+  const char *path, *user; /* borrowed from r->args */
+};
+
+static void files_put_free(void *p) {
+  struct files_put *u = p;
+  if (u->writer) /* client gone or error mid-upload: nothing was renamed into place */
+    moat_guest_writer_close(u->writer);
+  free(u->sock);
+  free(u);
+}
+
+bool api_files_put_open(struct api_req *r) {
   static const char *const allowed[] = {"path", "user", "mode", NULL};
   moat_error *err = NULL;
   uint32_t mode;
-  if (file_args(r, allowed, &r->file_path, &r->file_user) < 0)
-    return -1;
+  struct files_put *u = xcalloc(1, sizeof(*u));
+  r->front = u;
+  r->front_free = files_put_free;
+  if (file_args(r, allowed, &u->path, &u->user) < 0)
+    return true;
   if (api_arg_mode(&r->args, &mode, &err) < 0)
-    return api_reply_moat_error(r, &err), -1;
-  r->sock_path = guest_sock(r, &err);
-  if (!r->sock_path)
-    return api_reply_moat_error(r, &err), -1;
-  if (moat_guest_write_open(r->sock_path, r->file_path, r->file_user, mode, &r->writer, &err) < 0) {
-    r->writer = NULL;
-    return api_reply_moat_error(r, &err), -1;
+    return api_reply_moat_error(r, &err), true;
+  u->sock = guest_sock(r, &err);
+  if (!u->sock)
+    return api_reply_moat_error(r, &err), true;
+  if (moat_guest_write_open(u->sock, u->path, u->user, mode, &u->writer, &err) < 0) {
+    u->writer = NULL;
+    return api_reply_moat_error(r, &err), true;
   }
-  return 0;
+  return false;
 }
 
 int api_files_put_chunk(struct api_req *r, const char *data, size_t len, moat_error **err) {
-  if (!r->writer)
+  struct files_put *u = r->front;
+  if (!u->writer)
     return moat_error_set(err, EIO, "upload already failed");
-  if (moat_guest_write_chunk(r->writer, data, len, err) < 0) {
-    moat_guest_writer_close(r->writer); /* discards the partial file; the old one stays */
-    r->writer = NULL;
+  if (moat_guest_write_chunk(u->writer, data, len, err) < 0) {
+    moat_guest_writer_close(u->writer); /* discards the partial file; the old one stays */
+    u->writer = NULL;
     return -1;
   }
   return 0;
 }
 
 int api_files_put_finish(struct api_req *r) {
+  struct files_put *u = r->front;
   moat_error *err = NULL;
   uint64_t written = 0;
-  if (!r->writer)
+  if (!u || !u->writer)
     return api_reply_error(r, 500, "internal", "upload is not open");
-  int rc = moat_guest_write_finish(r->writer, &written, &err);
-  moat_guest_writer_close(r->writer);
-  r->writer = NULL;
+  int rc = moat_guest_write_finish(u->writer, &written, &err);
+  moat_guest_writer_close(u->writer);
+  u->writer = NULL;
   if (rc < 0)
     return api_reply_moat_error(r, &err);
   /* Report the absolute path the guest resolved (relative paths are against the user's home). */
   struct moat_file_entry e;
   memset(&e, 0, sizeof(e));
-  const char *path = r->file_path;
-  if (moat_guest_stat(r->sock_path, r->file_path, r->file_user, &e, &err) == 0 && e.path)
+  const char *path = u->path;
+  if (moat_guest_stat(u->sock, u->path, u->user, &e, &err) == 0 && e.path)
     path = e.path;
   moat_error_free(&err);
   int ret = api_reply_json(r, 200,
@@ -163,17 +183,9 @@ int api_files_put_finish(struct api_req *r) {
   return ret;
 }
 
-void api_files_put_release(struct api_req *r) {
-  if (r->writer) {
-    /* Client gone or error mid-upload: nothing was renamed into place. */
-    moat_guest_writer_close(r->writer);
-    r->writer = NULL;
-  }
-}
-
 /* ---- DELETE, list, stat, mkdir, move ---- */
 
-int api_h_files_delete(struct api_req *r) {
+int api_h_files_delete(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"path", "user", "recursive", NULL};
   const char *path, *user;
   bool recursive;
@@ -188,7 +200,7 @@ int api_h_files_delete(struct api_req *r) {
   return api_reply_empty(r, 204);
 }
 
-int api_h_files_list(struct api_req *r) {
+int api_h_files_list(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"path", "user", "depth", NULL};
   const char *path, *user;
   uint32_t depth;
@@ -209,7 +221,7 @@ int api_h_files_list(struct api_req *r) {
   return api_reply_json(r, 200, json_pack("{s:o}", "entries", arr));
 }
 
-int api_h_files_stat(struct api_req *r) {
+int api_h_files_stat(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"path", "user", NULL};
   const char *path, *user;
   moat_error *err = NULL;

@@ -117,7 +117,7 @@ static bool net_bytes(struct api_req *r, const char *id, uint64_t *in, uint64_t 
 
 /* ---- GET /v1/sandboxes/{id}/metrics ---- */
 
-int api_h_sandbox_metrics(struct api_req *r) {
+int api_h_sandbox_metrics(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)
@@ -254,7 +254,7 @@ static uint64_t self_open_fds(void) {
   return n > 0 ? n - 1 : 0; /* not the directory's own fd */
 }
 
-int api_h_metrics(struct api_req *r) {
+int api_h_metrics(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)

@@ -8,7 +8,7 @@
 #define LOG_DEFAULT_LIMIT 1000
 #define LOG_MAX_LIMIT 1024
 
-int api_h_network_get(struct api_req *r) {
+int api_h_network_get(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)
@@ -30,7 +30,7 @@ int api_h_network_put(struct api_req *r, json_t *body) {
   return api_reply_json(r, 200, j);
 }
 
-int api_h_network_log(struct api_req *r) {
+int api_h_network_log(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"since", "limit", NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, allowed, &err) < 0)

@@ -71,7 +71,7 @@ int api_exec_background(struct api_req *r, struct moat_exec_req *req, const stru
   return api_reply_json(r, 201, json_pack("{s:i, s:o}", "pid", pid, "tag", api_str_json(x->tag)));
 }
 
-int api_h_procs_list(struct api_req *r) {
+int api_h_procs_list(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)

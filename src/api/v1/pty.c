@@ -344,7 +344,7 @@ static int arg_dim(const struct api_args *a, const char *key, uint32_t def, uint
   return 0;
 }
 
-int api_h_pty(struct api_req *r) {
+int api_h_pty(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"cols", "rows", "cmd", "pid", "tag", "user", "api_key", NULL};
   moat_error *err = NULL;
   uint32_t cols, rows;

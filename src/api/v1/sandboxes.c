@@ -105,7 +105,7 @@ int api_h_sandboxes_create(struct api_req *r, json_t *body) {
   return ret;
 }
 
-int api_h_sandboxes_list(struct api_req *r) {
+int api_h_sandboxes_list(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   bool has_state;
   enum moat_sandbox_state state;
@@ -125,7 +125,7 @@ int api_h_sandboxes_list(struct api_req *r) {
   return api_reply_json(r, 200, json_pack("{s:o}", "sandboxes", arr));
 }
 
-int api_h_sandbox_get(struct api_req *r) {
+int api_h_sandbox_get(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   if (no_args(r) < 0)
     return -1;
@@ -154,7 +154,7 @@ int api_h_sandbox_patch(struct api_req *r, json_t *body) {
   return ret;
 }
 
-int api_h_sandbox_delete(struct api_req *r) {
+int api_h_sandbox_delete(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   if (no_args(r) < 0)
     return -1;

@@ -266,7 +266,7 @@ static struct sse *sse_new(struct api_req *r) {
   s->api = r->api;
   s->client_fd = api_conn_fd(r);
   s->last_ns = now_ns();
-  s->desc = xasprintf("%s %.200s", r->route.id, api_route_name(r->route.kind));
+  s->desc = xasprintf("%s %.200s", r->route.id, api_route_name(&r->route));
   return s;
 }
 
@@ -328,7 +328,7 @@ int api_h_exec_stream(struct api_req *r, json_t *body) {
   return sse_reply(r, s);
 }
 
-int api_h_proc_stream(struct api_req *r) {
+int api_h_proc_stream(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"replay", NULL};
   moat_error *err = NULL;
   bool replay;
@@ -351,7 +351,7 @@ int api_h_proc_stream(struct api_req *r) {
   return sse_reply(r, s);
 }
 
-int api_h_files_watch(struct api_req *r) {
+int api_h_files_watch(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"path", "recursive", "user", NULL};
   moat_error *err = NULL;
   const char *path, *user;

@@ -14,7 +14,7 @@ static json_t *template_json(const struct moat_template_info *t) {
   return o;
 }
 
-int api_h_templates_list(struct api_req *r) {
+int api_h_templates_list(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)
@@ -33,7 +33,7 @@ int api_h_templates_list(struct api_req *r) {
   return api_reply_json(r, 200, json_pack("{s:o}", "templates", arr));
 }
 
-int api_h_template_build(struct api_req *r) {
+int api_h_template_build(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)

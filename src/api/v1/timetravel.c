@@ -116,7 +116,7 @@ int api_h_snapshot_create(struct api_req *r, json_t *body) {
   return ret;
 }
 
-int api_h_snapshots_list(struct api_req *r) {
+int api_h_snapshots_list(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"sandbox_id", NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, allowed, &err) < 0)
@@ -135,7 +135,7 @@ int api_h_snapshots_list(struct api_req *r) {
   return api_reply_json(r, 200, json_pack("{s:o}", "snapshots", arr));
 }
 
-int api_h_snapshot_get(struct api_req *r) {
+int api_h_snapshot_get(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   if (no_args(r) < 0)
     return -1;
@@ -148,7 +148,7 @@ int api_h_snapshot_get(struct api_req *r) {
   return ret;
 }
 
-int api_h_snapshot_delete(struct api_req *r) {
+int api_h_snapshot_delete(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   if (no_args(r) < 0)
     return -1;

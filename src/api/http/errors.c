@@ -1,0 +1,74 @@
+/* errors.c -- the errno-like status of a moat_error -> an HTTP status and an error code (pure) */
+#include <errno.h>
+
+#include "../api_internal.h"
+
+unsigned api_errno_http(int status, const char **code) {
+  switch (status) {
+  case ENOENT:
+  case ESRCH:
+    *code = "not_found";
+    return 404;
+  case EINVAL:
+  case ENOTDIR:
+  case EISDIR:
+  case ENAMETOOLONG:
+  case ELOOP:
+  case ENOTEMPTY:
+  case EXDEV:
+    *code = "invalid_request";
+    return 400;
+  case EBADMSG:
+    *code = "invalid_json";
+    return 400;
+  case EEXIST:
+    *code = "already_exists";
+    return 409;
+  case EBUSY:
+    *code = "conflict";
+    return 409;
+  case EACCES:
+  case EPERM:
+  case EROFS:
+    *code = "forbidden";
+    return 403;
+  case EMSGSIZE:
+  case E2BIG:
+  case EFBIG:
+    *code = "payload_too_large";
+    return 413;
+  case ENOSYS:
+  case EOPNOTSUPP:
+    *code = "not_implemented";
+    return 501;
+  case ECONNREFUSED:
+  case ECONNRESET:
+  case EPIPE:
+  case EPROTO:
+  case EHOSTUNREACH:
+    *code = "sandbox_unreachable";
+    return 502;
+  case EAGAIN:
+    *code = "unavailable";
+    return 503;
+  case API_E_TOO_MANY:
+    *code = "too_many_requests";
+    return 429;
+  case MOAT_E_PAUSED:
+    *code = "sandbox_paused";
+    return 409;
+  case MOAT_E_NO_CHECKPOINTS:
+    *code = "checkpoints_unavailable";
+    return 503;
+  case ETIMEDOUT:
+    *code = "timeout";
+    return 504;
+  case ENOSPC:
+  case EDQUOT:
+    *code = "insufficient_storage";
+    return 507;
+  default:
+    *code = "internal";
+    return 500;
+  }
+}

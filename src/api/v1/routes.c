@@ -1,0 +1,65 @@
+/* routes.c -- the native v1 API's route table: a route is one line here plus its handler */
+#include "../api_internal.h"
+
+static const struct api_route_hooks files_put = {
+    .begin = api_files_put_open, .body = api_files_put_chunk, .finish = api_files_put_finish};
+
+#define SB "/v1/sandboxes/{id}"
+
+static const struct api_route_def v1_routes[] = {
+    {"GET", "/healthz", "healthz", api_h_healthz, API_RT_PUBLIC, NULL},
+    {"GET", "/metrics", "metrics", api_h_metrics, 0, NULL},
+
+    {"GET", "/v1/sandboxes", "sandboxes.list", api_h_sandboxes_list, 0, NULL},
+    {"POST", "/v1/sandboxes", "sandboxes.create", api_h_sandboxes_create, API_RT_JSON, NULL},
+    {"GET", SB, "sandbox.get", api_h_sandbox_get, 0, NULL},
+    {"PATCH", SB, "sandbox.patch", api_h_sandbox_patch, API_RT_JSON, NULL},
+    {"DELETE", SB, "sandbox.delete", api_h_sandbox_delete, 0, NULL},
+
+    {"POST", SB "/exec", "exec", api_h_exec, API_RT_JSON, NULL},
+    {"POST", SB "/exec/stream", "exec.stream", api_h_exec_stream, API_RT_JSON | API_RT_STREAM, NULL},
+    {"GET", SB "/processes", "processes.list", api_h_procs_list, 0, NULL},
+    {"POST", SB "/processes/{proc}/stdin", "process.stdin", api_h_proc_stdin, API_RT_JSON, NULL},
+    {"POST", SB "/processes/{proc}/signal", "process.signal", api_h_proc_signal, API_RT_JSON, NULL},
+    {"POST", SB "/processes/{proc}/resize", "process.resize", api_h_proc_resize, API_RT_JSON, NULL},
+    {"GET", SB "/processes/{proc}/stream", "process.stream", api_h_proc_stream, API_RT_STREAM, NULL},
+    {"GET", SB "/pty", "pty", api_h_pty, API_RT_STREAM | API_RT_KEY_IN_QUERY, NULL},
+
+    {"GET", SB "/files", "files.get", api_h_files_get, 0, NULL},
+    {"PUT", SB "/files", "files.put", NULL, 0, &files_put},
+    {"DELETE", SB "/files", "files.delete", api_h_files_delete, 0, NULL},
+    {"GET", SB "/files/list", "files.list", api_h_files_list, 0, NULL},
+    {"GET", SB "/files/stat", "files.stat", api_h_files_stat, 0, NULL},
+    {"POST", SB "/files/mkdir", "files.mkdir", api_h_files_mkdir, API_RT_JSON, NULL},
+    {"POST", SB "/files/move", "files.move", api_h_files_move, API_RT_JSON, NULL},
+    {"GET", SB "/files/watch", "files.watch", api_h_files_watch, API_RT_STREAM, NULL},
+
+    {"GET", SB "/contexts", "contexts.list", api_h_ctx_list, 0, NULL},
+    {"POST", SB "/contexts", "contexts.create", api_h_ctx_create, API_RT_JSON, NULL},
+    {"DELETE", SB "/contexts/{cid}", "contexts.delete", api_h_ctx_delete, 0, NULL},
+    {"POST", SB "/contexts/{cid}/restart", "contexts.restart", api_h_ctx_restart, API_RT_JSON, NULL},
+    {"POST", SB "/contexts/{cid}/run", "contexts.run", api_h_ctx_run, API_RT_JSON, NULL},
+
+    {"POST", SB "/pause", "sandbox.pause", api_h_pause, API_RT_JSON, NULL},
+    {"POST", SB "/resume", "sandbox.resume", api_h_resume, API_RT_JSON, NULL},
+    {"POST", SB "/hibernate", "sandbox.hibernate", api_h_hibernate, API_RT_JSON, NULL},
+    {"POST", SB "/wake", "sandbox.wake", api_h_wake, API_RT_JSON, NULL},
+    {"POST", SB "/snapshots", "snapshots.create", api_h_snapshot_create, API_RT_JSON, NULL},
+    {"POST", SB "/fork", "sandbox.fork", api_h_fork, API_RT_JSON, NULL},
+    {"POST", SB "/explore", "sandbox.explore", api_h_explore, API_RT_JSON, NULL},
+    {"POST", SB "/rollback", "sandbox.rollback", api_h_rollback, API_RT_JSON, NULL},
+    {"GET", "/v1/snapshots", "snapshots.list", api_h_snapshots_list, 0, NULL},
+    {"GET", "/v1/snapshots/{sid}", "snapshot.get", api_h_snapshot_get, 0, NULL},
+    {"DELETE", "/v1/snapshots/{sid}", "snapshot.delete", api_h_snapshot_delete, 0, NULL},
+
+    {"GET", SB "/network", "sandbox.network.get", api_h_network_get, 0, NULL},
+    {"PUT", SB "/network", "sandbox.network.put", api_h_network_put, API_RT_JSON, NULL},
+    {"GET", SB "/network/log", "sandbox.network.log", api_h_network_log, 0, NULL},
+    {"GET", SB "/metrics", "sandbox.metrics", api_h_sandbox_metrics, 0, NULL},
+    {"GET", SB "/events", "sandbox.events", api_h_events, API_RT_STREAM, NULL},
+
+    {"GET", "/v1/templates", "templates.list", api_h_templates_list, 0, NULL},
+    {"POST", "/v1/templates/{name}/build", "templates.build", api_h_template_build, 0, NULL},
+};
+
+void api_v1_routes(struct api_router *rt) { api_router_add(rt, v1_routes, ARRAY_SIZE(v1_routes)); }
