@@ -373,8 +373,6 @@ int api_exec_background(struct api_req *r, struct moat_exec_req *req, const stru
 /* The guest socket of the request's sandbox (caller frees) after control's org/state checks;
  * with env non-NULL also the sandbox env ("K=V", strv_free). NULL and *err on failure. */
 struct moat_guest_ep *api_guest_sock(struct api_req *r, char ***env, moat_error **err);
-/* sandbox env followed by req_env (the guest lets later entries win); caller strv_frees. */
-char **api_env_concat(char *const *sandbox_env, char *const *req_env);
 /* Replies to a failed process operation: ESRCH 404 process_not_found, ENOTTY 400 not_a_tty,
  * EEXIST 409 tag_in_use, others as api_reply_moat_error. Frees *err. */
 int api_reply_proc_error(struct api_req *r, moat_error **err);
@@ -438,8 +436,6 @@ int api_h_ctx_run(struct api_req *r, json_t *body);
 /* Metrics (api_metrics.c). */
 int api_h_metrics(struct api_req *r, json_t *body);
 int api_h_sandbox_metrics(struct api_req *r, json_t *body);
-/* E2B's GET /sandboxes/{id}/metrics (r->org authenticated): a list with the current sample. */
-int api_e2b_metrics(struct api_req *r, const char *id);
 
 /* Sandbox JSON per CONTRACT.md (api_sandboxes.c). */
 json_t *api_sandbox_json(const struct moat_sandbox_info *s);

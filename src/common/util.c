@@ -100,6 +100,16 @@ void strv_free(char **v) {
   free(v);
 }
 
+char **strv_concat(char *const *a, char *const *b) {
+  size_t na = a ? strv_len(a) : 0, nb = b ? strv_len(b) : 0;
+  char **v = xcalloc(na + nb + 1, sizeof(char *));
+  for (size_t i = 0; i < na; i++)
+    v[i] = xstrdup(a[i]);
+  for (size_t i = 0; i < nb; i++)
+    v[na + i] = xstrdup(b[i]);
+  return v;
+}
+
 char **strv_dup(char *const *v) {
   size_t n = strv_len(v);
   char **r = xcalloc(n + 1, sizeof(char *));

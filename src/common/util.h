@@ -50,6 +50,8 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 size_t strv_len(char *const *v);
 void strv_free(char **v);
 char **strv_dup(char *const *v);
+/* A new vector of copies of a's strings then b's (either may be NULL); caller strv_frees. */
+char **strv_concat(char *const *a, char *const *b);
 
 /* Writes all of buf (retrying EINTR / short writes). Returns 0 or -1 with errno set. */
 int write_all(int fd, const void *buf, size_t len);

@@ -988,6 +988,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   pthread_cond_init(&c->reap_cond, &ca);
   pthread_condattr_destroy(&ca);
   c->reap_interval_ms = cfg->reap_interval_ms ? cfg->reap_interval_ms : DEFAULT_REAP_INTERVAL_MS;
+  c->cpu = ctl_cpu_new();
   c->data_dir = xstrdup(cfg->data_dir);
   _cleanup_free_ char *template_dir =
       cfg->template_dir ? xstrdup(cfg->template_dir) : xasprintf("%s/templates", cfg->data_dir);
@@ -1071,6 +1072,7 @@ void moat_control_close(struct moat_control *c) {
   pthread_mutex_destroy(&c->reap_lock);
   pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->explore_lock);
+  ctl_cpu_free(c->cpu);
   free(c->snap_dir);
   free(c->hib_dir);
   free(c->tmp_dir);

@@ -311,6 +311,16 @@ struct moat_sandbox_usage {
 /* org's sandbox id (not killed). ENOENT for another org's, a missing or a killed one. */
 int moat_control_usage(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_usage *out,
                        moat_error **err);
+/* A sandbox's CPU use as a percent of its limit (cpu.c). */
+struct moat_cpu_pct {
+  double pct;       /* of the CPU limit, 0..100 (more is clamped) */
+  double window_ms; /* 0: not measured (the sandbox holds no slot) */
+};
+/* moat_control_usage plus the CPU percent over the window since the last call for id (measured
+ * now over 100 ms when there is no fitting one). 0 or -1 as moat_control_usage. */
+int moat_control_usage_cpu(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_usage *u,
+                           struct moat_cpu_pct *pct, moat_error **err);
+
 /* Every live (not killed) sandbox of org, or of every org when org is NULL, at most max of them
  * (in no particular order). *out: caller frees (NULL when *n is 0). */
 int moat_control_usage_list(struct moat_control *c, const char *org, size_t max, struct moat_sandbox_usage **out,

@@ -75,6 +75,8 @@ struct moat_control {
   bool health_open;
   unsigned reap_interval_ms;
 
+  struct ctl_cpu *cpu; /* cpu.c: previous CPU samples */
+
   pthread_mutex_t explore_lock;
   struct explore *explores; /* keep-best explores awaiting a choice; explore_lock */
 };
@@ -113,6 +115,10 @@ struct ctl_new {
  * id (MOAT_ID_LEN + 1) when not NULL. On failure nothing is left but a row recorded killed. */
 int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n, char *id,
                struct moat_sandbox_info *out, moat_error **err);
+
+/* ---- cpu.c ---- */
+struct ctl_cpu *ctl_cpu_new(void);
+void ctl_cpu_free(struct ctl_cpu *p);
 
 /* ---- health.c ---- */
 /* Sets the guest timeout (0 = default) and takes guest_client's unreachable reports. */

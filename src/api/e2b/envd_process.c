@@ -212,7 +212,7 @@ static int p_start(struct api_req *r, struct envd_req *q, json_t *body) {
   _cleanup_free_ struct moat_guest_ep *sock = envd_guest(r, q, &senv, &err);
   if (!sock)
     return stream_fail(r, &err);
-  _cleanup_strv_ char **env = api_env_concat(senv, renv);
+  _cleanup_strv_ char **env = strv_concat(senv, renv);
   const char *t = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Connect-Timeout-Ms");
   uint64_t timeout = 0;
   if (t && (parse_u64(t, &timeout) < 0 || timeout > ENVD_MAX_TIMEOUT_MS))

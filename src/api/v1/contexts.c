@@ -268,7 +268,7 @@ static int ctx_start(const struct moat_guest_ep *sock, char *const *senv, const 
    * restart can start the kernel as the same user. */
   char *argv[] = {(char *)l->interp, (char *)l->kernel_path, (char *)cwd, (char *)user, NULL};
   char *extra[] = {"MPLBACKEND=Agg", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", NULL};
-  _cleanup_strv_ char **env = api_env_concat(senv, extra);
+  _cleanup_strv_ char **env = strv_concat(senv, extra);
   _cleanup_free_ char *tag = xasprintf(CTX_TAG_PREFIX "%s", cid);
   struct moat_exec_req req = {.argv = argv, .env = env, .cwd = cwd, .user = user};
   struct moat_exec_opts opts = {.background = true, .tag = tag, .keep_on_disconnect = true};

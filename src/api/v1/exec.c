@@ -4,19 +4,6 @@
 
 #include "../api_internal.h"
 
-void api_exec_enoent(struct api_req *r, moat_error *err) {
-  if (!err || err->status != ENOENT)
-    return;
-  /* ENOENT means a missing sandbox (404) or, from the guest, a missing cwd: the request is
-   * then at fault (400). Tell them apart by asking whether the sandbox is still alive. */
-  struct moat_sandbox_info info;
-  moat_error *gerr = NULL;
-  memset(&info, 0, sizeof(info));
-  if (moat_control_get(api_control(r), r->org, r->route.id, &info, &gerr) == 0 && info.state != MOAT_SB_KILLED)
-    err->status = EINVAL;
-  moat_sandbox_info_clear(&info);
-  moat_error_free(&gerr);
-}
 
 int api_h_exec(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};

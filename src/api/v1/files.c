@@ -41,50 +41,6 @@ static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, cons
 
 /* ---- GET: streamed from the guest in API_FILE_BLOCK pieces ---- */
 
-struct read_state {
-  struct moat_guest_reader *reader;
-  uint64_t size, pos;
-  char *desc; /* "sb-...:path" for logs */
-};
-
-static ssize_t read_cb(void *cls, uint64_t pos, char *buf, size_t max) {
-  struct read_state *st = cls;
-  if (st->pos >= st->size)
-    return MHD_CONTENT_READER_END_OF_STREAM;
-  size_t cap = max;
-  if ((uint64_t)cap > st->size - st->pos)
-    cap = (size_t)(st->size - st->pos);
-  moat_error *err = NULL;
-  ssize_t n = moat_guest_read_chunk(st->reader, buf, cap, &err);
-  if (n <= 0) {
-    /* The file shrank or the guest went away after the headers were sent: the client sees a
-     * short body and a closed connection. */
-    log_warn("files GET %s: stopped at %llu of %llu bytes: %s", st->desc, (unsigned long long)st->pos,
-             (unsigned long long)st->size, n == 0 ? "file shrank" : moat_error_msg(err));
-    moat_error_free(&err);
-    return MHD_CONTENT_READER_END_WITH_ERROR;
-  }
-  st->pos += (uint64_t)n;
-  return n;
-}
-
-static void read_free(void *cls) {
-  struct read_state *st = cls;
-  moat_guest_reader_close(st->reader);
-  free(st->desc);
-  free(st);
-}
-
-struct MHD_Response *api_file_response(struct moat_guest_reader *rd, uint64_t size, const char *desc) {
-  struct read_state *st = xcalloc(1, sizeof(*st));
-  st->reader = rd;
-  st->size = size;
-  st->desc = xstrdup(desc);
-  struct MHD_Response *resp = MHD_create_response_from_callback(size, API_FILE_BLOCK, read_cb, st, read_free);
-  if (!resp)
-    read_free(st);
-  return resp;
-}
 
 int api_h_files_get(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"path", "user", NULL};

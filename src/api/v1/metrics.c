@@ -18,85 +18,10 @@
 #include "../../common/util.h"
 #include "../api_internal.h"
 
-#define CPU_WINDOW_MIN_MS 100
-#define CPU_WINDOW_MAX_MS 60000
-#define PREV_SLOTS 256           /* previous samples remembered (least recently used replaced) */
 #define PROM_MAX_SANDBOXES 1000 /* per-sandbox series in GET /metrics */
 
 /* x >= 0 rounded to `scale` (100: two decimals); libm is not linked. */
 static double round_to(double x, double scale) { return (double)(long long)(x * scale + 0.5) / scale; }
-
-/* ---- previous CPU samples ---- */
-
-struct prev_sample {
-  char id[MOAT_ID_LEN + 1];
-  uint64_t at_ns; /* monotonic */
-  uint64_t cpu_ns;
-};
-static struct prev_sample prev[PREV_SLOTS];
-static pthread_mutex_t prev_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Records (id, at_ns, cpu_ns) and returns the sample it replaces for id in *old (found: true). */
-static bool prev_swap(const char *id, uint64_t at_ns, uint64_t cpu_ns, struct prev_sample *old) {
-  pthread_mutex_lock(&prev_lock);
-  size_t victim = 0;
-  bool found = false;
-  for (size_t i = 0; i < PREV_SLOTS; i++) {
-    if (strcmp(prev[i].id, id) == 0) {
-      victim = i;
-      found = true;
-      break;
-    }
-    if (prev[i].at_ns < prev[victim].at_ns)
-      victim = i;
-  }
-  if (found)
-    *old = prev[victim];
-  snprintf(prev[victim].id, sizeof(prev[victim].id), "%s", id);
-  prev[victim].at_ns = at_ns;
-  prev[victim].cpu_ns = cpu_ns;
-  pthread_mutex_unlock(&prev_lock);
-  return found;
-}
-
-struct cpu_pct {
-  double pct;      /* of the CPU limit, 0..100 (more is clamped) */
-  double window_ms; /* 0: not measured (the sandbox holds no slot) */
-};
-
-/* Samples org's sandbox id into u and measures its CPU percent. 0 or -1. */
-static int sample_with_pct(struct api_req *r, const char *id, struct moat_sandbox_usage *u, struct cpu_pct *pct,
-                           moat_error **err) {
-  struct moat_control *c = api_control(r);
-  memset(pct, 0, sizeof(*pct));
-  if (moat_control_usage(c, r->org, id, u, err) < 0)
-    return -1;
-  if (!u->sampled)
-    return 0;
-  uint64_t t = now_ns();
-  struct prev_sample old;
-  bool have = prev_swap(id, t, u->u.cpu_usage_ns, &old);
-  uint64_t age_ms = have ? (t - old.at_ns) / 1000000 : 0;
-  if (!have || age_ms < CPU_WINDOW_MIN_MS || age_ms > CPU_WINDOW_MAX_MS || old.cpu_ns > u->u.cpu_usage_ns) {
-    old.at_ns = t;
-    old.cpu_ns = u->u.cpu_usage_ns;
-    usleep(CPU_WINDOW_MIN_MS * 1000);
-    if (moat_control_usage(c, r->org, id, u, err) < 0)
-      return -1;
-    if (!u->sampled)
-      return 0;
-    t = now_ns();
-    prev_swap(id, t, u->u.cpu_usage_ns, &(struct prev_sample){0});
-  }
-  double window_ns = (double)(t - old.at_ns);
-  double used = u->u.cpu_usage_ns >= old.cpu_ns ? (double)(u->u.cpu_usage_ns - old.cpu_ns) : 0;
-  double limit = u->limits.cpu > 0 ? u->limits.cpu : 1;
-  pct->window_ms = window_ns / 1e6;
-  pct->pct = window_ns > 0 ? used / window_ns / limit * 100.0 : 0;
-  if (pct->pct > 100)
-    pct->pct = 100; /* CFS lets a period overshoot its quota slightly */
-  return 0;
-}
 
 /* Network bytes of the sandbox: fills in/out and returns true when its network reports them. */
 static bool net_bytes(struct api_req *r, const char *id, uint64_t *in, uint64_t *out) {
@@ -123,8 +48,8 @@ int api_h_sandbox_metrics(struct api_req *r, json_t *body) {
   if (api_args_check(&r->args, none, &err) < 0)
     return api_reply_moat_error(r, &err);
   struct moat_sandbox_usage u;
-  struct cpu_pct pct;
-  if (sample_with_pct(r, r->route.id, &u, &pct, &err) < 0)
+  struct moat_cpu_pct pct;
+  if (moat_control_usage_cpu(api_control(r), r->org, r->route.id, &u, &pct, &err) < 0)
     return api_reply_moat_error(r, &err);
   uint64_t bin = 0, bout = 0;
   bool has_net = net_bytes(r, r->route.id, &bin, &bout);
@@ -145,52 +70,6 @@ int api_h_sandbox_metrics(struct api_req *r, json_t *body) {
                                   (json_int_t)u.u.oom_kills, "disk", disk, "network", net));
 }
 
-/* ---- E2B: GET /sandboxes/{id}/metrics?start=S&end=E ---- */
-
-static int e2b_err(struct api_req *r, unsigned status, const char *msg) {
-  return api_reply_json(r, status, json_pack("{s:i, s:s}", "code", (int)status, "message", msg));
-}
-
-int api_e2b_metrics(struct api_req *r, const char *id) {
-  /* start and end: unix seconds (the SDK rounds Dates); moat keeps no history, so the answer is
-   * the current sample when now lies in [start, end] (either may be left out), else []. */
-  static const char *const allowed[] = {"start", "end", NULL};
-  moat_error *err = NULL;
-  if (api_args_check(&r->args, allowed, &err) < 0) {
-    int ret = e2b_err(r, 400, moat_error_msg(err));
-    moat_error_free(&err);
-    return ret;
-  }
-  uint64_t start = 0, end = UINT64_MAX;
-  const char *s = api_arg_get(&r->args, "start"), *e = api_arg_get(&r->args, "end");
-  if (s && parse_u64(s, &start) < 0)
-    return e2b_err(r, 400, "start must be unix seconds");
-  if (e && parse_u64(e, &end) < 0)
-    return e2b_err(r, 400, "end must be unix seconds");
-  if (start > end)
-    return e2b_err(r, 400, "start is after end");
-  struct moat_sandbox_usage u;
-  struct cpu_pct pct;
-  if (sample_with_pct(r, id, &u, &pct, &err) < 0) {
-    const char *code;
-    unsigned st = api_errno_http(err->status, &code);
-    int ret = e2b_err(r, st, moat_error_msg(err));
-    moat_error_free(&err);
-    return ret;
-  }
-  json_t *list = json_array();
-  uint64_t now_s = (uint64_t)(u.at_ms / 1000);
-  /* The SDK rounds start/end to whole seconds: a window ending this second includes now. */
-  if (now_s + 1 >= start && now_s <= end) {
-    json_t *m = json_pack("{s:o, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", api_time_json(u.at_ms, false),
-                          "cpuCount", (int)u.limits.cpu + (u.limits.cpu > (int)u.limits.cpu), "cpuUsedPct", round_to(pct.pct, 100), "memUsed",
-                          (json_int_t)u.u.memory_bytes, "memTotal", (json_int_t)(u.limits.memory_mb << 20),
-                          "diskUsed", (json_int_t)u.disk_used_bytes, "diskTotal",
-                          (json_int_t)(u.has_disk ? u.disk_total_bytes : u.limits.disk_mb << 20));
-    json_array_append_new(list, m);
-  }
-  return api_reply_json(r, 200, list);
-}
 
 /* ---- GET /metrics ---- */
 

@@ -13,15 +13,6 @@ struct moat_guest_ep *api_guest_sock(struct api_req *r, char ***env, moat_error 
   return sock;
 }
 
-char **api_env_concat(char *const *sandbox_env, char *const *req_env) {
-  size_t a = sandbox_env ? strv_len(sandbox_env) : 0, b = req_env ? strv_len(req_env) : 0;
-  char **v = xcalloc(a + b + 1, sizeof(char *));
-  for (size_t i = 0; i < a; i++)
-    v[i] = xstrdup(sandbox_env[i]);
-  for (size_t i = 0; i < b; i++)
-    v[a + i] = xstrdup(req_env[i]);
-  return v;
-}
 
 int api_reply_proc_error(struct api_req *r, moat_error **err) {
   int st = *err ? (*err)->status : 0;
@@ -50,7 +41,7 @@ int api_exec_background(struct api_req *r, struct moat_exec_req *req, const stru
   _cleanup_free_ struct moat_guest_ep *sock = api_guest_sock(r, &senv, &err);
   if (!sock)
     return api_reply_moat_error(r, &err);
-  _cleanup_strv_ char **env = api_env_concat(senv, req->env);
+  _cleanup_strv_ char **env = strv_concat(senv, req->env);
   struct moat_exec_req rq = *req;
   rq.env = env;
   struct moat_exec_opts opts = {

@@ -404,7 +404,7 @@ int api_h_pty(struct api_req *r, json_t *body) {
     char *sh_argv[] = {"/bin/sh", "-l", NULL};
     char *cmd_argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
     char *term[] = {"TERM=xterm-256color", NULL};
-    _cleanup_strv_ char **env = api_env_concat(term, senv);
+    _cleanup_strv_ char **env = strv_concat(term, senv);
     struct moat_exec_req req = {
         .argv = cmd    ? cmd_argv
                 : bash ? shell_argv

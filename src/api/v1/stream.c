@@ -208,14 +208,6 @@ static void pull(struct sse *s, int timeout_ms) {
   }
 }
 
-bool api_client_gone(int fd) {
-  if (fd < 0)
-    return false;
-  struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-  if (poll(&p, 1, 0) <= 0)
-    return false;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
 
 static ssize_t sse_cb(void *cls, uint64_t pos, char *buf, size_t max) {
   struct sse *s = cls;
@@ -301,7 +293,7 @@ int api_h_exec_stream(struct api_req *r, json_t *body) {
     api_exec_req_clear(&req);
     return api_reply_moat_error(r, &err);
   }
-  _cleanup_strv_ char **env = api_env_concat(senv, req.env);
+  _cleanup_strv_ char **env = strv_concat(senv, req.env);
   struct moat_exec_req rq = req;
   rq.env = env;
   rq.max_output = UINT64_MAX; /* a stream has no cap: the client consumes it as it comes */
