@@ -350,20 +350,28 @@ int api_h_proc_resize(struct api_req *r, json_t *body);
 int api_h_proc_stream(struct api_req *r, json_t *body);
 int api_h_pty(struct api_req *r, json_t *body);
 int api_h_files_watch(struct api_req *r, json_t *body);
-/* SSE sources of other files, run by api_stream.c's writer (keep-alive, hang-up check, stop):
- * next appends whole events to out (waiting up to about timeout_ms when it has none) and sets
- * *done once the last is in out; free releases ctx (also when the client went away). */
+/* A streamed response (http/stream.c): the transport asks the source for records until it is done,
+ * sends keep-alives while it is quiet, and notices a client that left and a moatd that stops.
+ * next appends whole records to out (waiting up to about timeout_ms when it has none) and sets
+ * *done once the last is in out; gone (may be NULL) is told the client left before the end;
+ * stopping (NULL: an SSE error event "unavailable") appends the last record when moatd stops;
+ * free releases ctx once the response is done with (also when the client went away). */
 struct moat_buf;
-struct api_sse_source {
+struct api_stream_source {
   void (*next)(void *ctx, struct moat_buf *out, int timeout_ms, bool *done);
+  void (*gone)(void *ctx);
+  void (*stopping)(void *ctx, struct moat_buf *out);
   void (*free)(void *ctx);
   void *ctx;
+  const char *keepalive; /* written after 15 s of silence; NULL: an SSE comment */
+  int poll_ms;           /* the longest next may wait; 0: 500 */
 };
+/* Queues the stream (src->ctx is then owned by it, also on failure) with content_type; first:
+ * text sent at once, or NULL. */
+int api_stream_reply(struct api_req *r, const struct api_stream_source *src, const char *content_type,
+                     const char *first);
 /* "event: NAME\ndata: JSON\n\n" appended to out; data is consumed. */
 void api_sse_format(struct moat_buf *out, const char *name, json_t *data);
-/* Queues the stream (src->ctx is then owned by it, also on failure); first: text sent at once,
- * or NULL. */
-int api_sse_reply_source(struct api_req *r, const struct api_sse_source *src, const char *first);
 /* GET .../events (api_events.c) */
 int api_h_events(struct api_req *r, json_t *body);
 /* Turns an ENOENT of an exec into EINVAL when the sandbox is alive (a missing cwd). */

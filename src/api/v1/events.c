@@ -298,7 +298,7 @@ int api_h_events(struct api_req *r, json_t *body) {
       json_array_append(e->initial, le);
   }
   json_decref(cs);
-  struct api_sse_source src = {.next = ev_next, .free = ev_free, .ctx = e};
+  struct api_stream_source src = {.next = ev_next, .free = ev_free, .ctx = e};
   /* A comment first, so that the client sees the headers and knows the subscription is in place. */
-  return api_sse_reply_source(r, &src, ": subscribed\n\n");
+  return api_stream_reply(r, &src, "text/event-stream", ": subscribed\n\n");
 }

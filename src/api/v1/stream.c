@@ -1,12 +1,9 @@
-/* stream.c -- Server-Sent Events: POST .../exec/stream, GET .../processes/{p}/stream, GET .../files/watch
+/* stream.c -- Server-Sent Events of the guest: POST .../exec/stream, GET .../processes/{p}/stream,
+ * GET .../files/watch
  *
- * Each stream is an MHD callback response of unknown size (chunked): the callback runs on the
- * connection's own thread (one thread per connection), pulls the next guest event with a short
- * timeout, formats it as "event: NAME\ndata: JSON\n\n" and returns it, so that MHD writes every
- * event as its own chunk as soon as it exists. Between pulls it checks the client socket for a
- * hang-up (noticed within SSE_POLL_MS) and sends a keep-alive comment after SSE_KEEPALIVE_MS of
- * silence. The free callback closes the guest side; for an exec/stream without
- * kill_on_disconnect the guest keeps the process.
+ * Each is a source of the transport's streamed response (http/stream.c): it pulls the next guest
+ * event with a short wait and formats it as "event: NAME\ndata: JSON\n\n". Freeing it closes the
+ * guest side; for an exec/stream without kill_on_disconnect the guest keeps the process.
  */
 #include <errno.h>
 #include <microhttpd.h>
@@ -18,47 +15,26 @@
 #include "../../common/log.h"
 #include "../api_internal.h"
 
-#define SSE_BLOCK (64 * 1024)
-#define SSE_POLL_MS 500
-#define SSE_KEEPALIVE_MS 15000
-
 struct sse {
-  struct moat_api *api;
-  int client_fd; /* not owned: MHD's socket */
   struct moat_proc_stream *ps;
   struct moat_watch *w;
-  struct moat_buf out; /* formatted events not yet handed to MHD */
-  size_t out_pos;
   char carry[2][4]; /* stdout, stderr: a UTF-8 sequence cut by the end of the last chunk */
   size_t carry_len[2];
-  bool done; /* the last event is in out */
-  uint64_t last_ns;
   char *desc;
   void *stdin_data; /* exec/stream: the stream's stdin feeder reads it until the stream closes */
-  struct api_sse_source src; /* a stream of another file (src.next non-NULL), e.g. api_events.c */
+  /* while sse_next runs: the transport's buffer and its end flag */
+  struct moat_buf *out;
+  bool *done;
 };
 
-static void out_add(struct sse *s, const char *p, size_t n) { moat_buf_append(&s->out, p, n); }
-
-void api_sse_format(struct moat_buf *out, const char *name, json_t *data) {
-  char *js = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
-  json_decref(data);
-  if (!js)
-    abort();
-  moat_buf_append(out, "event: ", 7);
-  moat_buf_append(out, name, strlen(name));
-  moat_buf_append(out, "\ndata: ", 7);
-  moat_buf_append(out, js, strlen(js));
-  moat_buf_append(out, "\n\n", 2);
-  free(js);
-}
+static void out_add(struct sse *s, const char *p, size_t n) { moat_buf_append(s->out, p, n); }
 
 /* Appends one event; data is consumed. */
-static void sse_event(struct sse *s, const char *name, json_t *data) { api_sse_format(&s->out, name, data); }
+static void sse_event(struct sse *s, const char *name, json_t *data) { api_sse_format(s->out, name, data); }
 
 static void sse_error(struct sse *s, const char *code, const char *msg) {
   sse_event(s, "error", api_error_json(code, msg));
-  s->done = true;
+  *s->done = true;
 }
 
 static void sse_moat_error(struct sse *s, moat_error **err) {
@@ -155,10 +131,6 @@ static void flush_carry(struct sse *s) {
 /* Pulls one guest event (waiting up to timeout_ms) into out. */
 static void pull(struct sse *s, int timeout_ms) {
   moat_error *err = NULL;
-  if (s->src.next) {
-    s->src.next(s->src.ctx, &s->out, timeout_ms, &s->done);
-    return;
-  }
   if (s->w) {
     struct moat_watch_event ev;
     int rc = moat_watch_next(s->w, &ev, timeout_ms, &err);
@@ -203,79 +175,49 @@ static void pull(struct sse *s, int timeout_ms) {
     sse_event(s, "exit",
               json_pack("{s:i, s:i, s:b}", "exit_code", ev.exit_code, "signal", ev.signal, "timed_out",
                         ev.timed_out));
-    s->done = true;
+    *s->done = true;
     break;
   }
 }
 
 
-static ssize_t sse_cb(void *cls, uint64_t pos, char *buf, size_t max) {
-  struct sse *s = cls;
-  for (;;) {
-    if (s->out_pos < s->out.len) {
-      size_t n = s->out.len - s->out_pos;
-      if (n > max)
-        n = max;
-      memcpy(buf, s->out.p + s->out_pos, n);
-      s->out_pos += n;
-      s->last_ns = now_ns();
-      return (ssize_t)n;
-    }
-    s->out.len = s->out_pos = 0;
-    if (s->done)
-      return MHD_CONTENT_READER_END_OF_STREAM;
-    if (api_stopping(s->api)) {
-      flush_carry(s);
-      sse_error(s, "unavailable", "moatd is stopping");
-      continue;
-    }
-    if (api_client_gone(s->client_fd))
-      return MHD_CONTENT_READER_END_WITH_ERROR;
-    if (now_ns() - s->last_ns >= SSE_KEEPALIVE_MS * 1000000ULL) {
-      out_add(s, ": keep-alive\n\n", 14);
-      continue;
-    }
-    pull(s, SSE_POLL_MS);
-  }
+static void sse_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
+  struct sse *s = ctx;
+  s->out = out;
+  s->done = done;
+  pull(s, timeout_ms);
 }
 
-static void sse_free(void *cls) {
-  struct sse *s = cls;
+static void sse_stopping(void *ctx, struct moat_buf *out) {
+  struct sse *s = ctx;
+  bool done;
+  s->out = out;
+  s->done = &done;
+  flush_carry(s);
+  sse_error(s, "unavailable", "moatd is stopping");
+}
+
+static void sse_free(void *ctx) {
+  struct sse *s = ctx;
   if (s->ps)
     moat_proc_stream_close(s->ps);
   if (s->w)
     moat_watch_close(s->w);
-  if (s->src.free)
-    s->src.free(s->src.ctx);
   free(s->stdin_data);
-  free(s->out.p);
   free(s->desc);
   free(s);
 }
 
 static struct sse *sse_new(struct api_req *r) {
   struct sse *s = xcalloc(1, sizeof(*s));
-  s->api = r->api;
-  s->client_fd = api_conn_fd(r);
-  s->last_ns = now_ns();
   s->desc = xasprintf("%s %.200s", r->route.id, api_route_name(&r->route));
   return s;
 }
 
-/* Queues the SSE response of s (which it then owns, also on failure). */
-static int sse_reply(struct api_req *r, struct sse *s) {
-  struct MHD_Response *resp =
-      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_cb, s, sse_free);
-  if (!resp) {
-    sse_free(s);
-    return api_reply_error(r, 500, "internal", "could not create a response");
-  }
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-  MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-  int ret = api_reply_response(r, 200, resp);
-  MHD_destroy_response(resp); /* MHD keeps its own reference; sse_free runs when it is done */
-  return ret;
+/* Queues the SSE response of s (which it then owns, also on failure); first goes out at once. */
+static int sse_reply(struct api_req *r, struct sse *s, const char *first) {
+  struct api_stream_source src = {.next = sse_next, .stopping = sse_stopping, .free = sse_free, .ctx = s};
+  return api_stream_reply(r, &src, "text/event-stream", first);
 }
 
 int api_h_exec_stream(struct api_req *r, json_t *body) {
@@ -316,8 +258,12 @@ int api_h_exec_stream(struct api_req *r, json_t *body) {
   s->stdin_data = (void *)req.stdin_data; /* borrowed by the stream until it closes */
   req.stdin_data = NULL;
   api_exec_req_clear(&req);
-  sse_event(s, "start", json_pack("{s:i}", "pid", pid));
-  return sse_reply(r, s);
+  struct moat_buf first = {0};
+  api_sse_format(&first, "start", json_pack("{s:i}", "pid", pid));
+  moat_buf_append(&first, "", 1);
+  int ret = sse_reply(r, s, first.p);
+  free(first.p);
+  return ret;
 }
 
 int api_h_proc_stream(struct api_req *r, json_t *body) {
@@ -338,9 +284,13 @@ int api_h_proc_stream(struct api_req *r, json_t *body) {
     return api_reply_proc_error(r, &err);
   struct sse *s = sse_new(r);
   s->ps = ps;
-  sse_event(s, "process", api_proc_info_json(&info));
+  struct moat_buf first = {0};
+  api_sse_format(&first, "process", api_proc_info_json(&info));
+  moat_buf_append(&first, "", 1);
   moat_proc_info_clear(&info);
-  return sse_reply(r, s);
+  int ret = sse_reply(r, s, first.p);
+  free(first.p);
+  return ret;
 }
 
 int api_h_files_watch(struct api_req *r, json_t *body) {
@@ -361,14 +311,5 @@ int api_h_files_watch(struct api_req *r, json_t *body) {
   struct sse *s = sse_new(r);
   s->w = w;
   /* A comment first, so that the client sees the headers and knows the watch is in place. */
-  out_add(s, ": watching\n\n", 12);
-  return sse_reply(r, s);
-}
-
-int api_sse_reply_source(struct api_req *r, const struct api_sse_source *src, const char *first) {
-  struct sse *s = sse_new(r);
-  s->src = *src;
-  if (first)
-    out_add(s, first, strlen(first));
-  return sse_reply(r, s);
+  return sse_reply(r, s, ": watching\n\n");
 }
