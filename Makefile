@@ -58,8 +58,8 @@ $(GUEST_O)/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(GUEST_CFLAGS) -c -o $@ $<
 
-# Code-context kernels are embedded into api_contexts.o with .incbin.
-$(O)/obj/api/v1/contexts.o: $(wildcard src/api/v1/kernels/kernel.*)
+# Code-context kernels are embedded into control/contexts.o with .incbin.
+$(O)/obj/control/contexts.o: $(wildcard src/control/kernels/kernel.*)
 
 $(O)/libmoat.a: $(LIBMOAT_OBJ)
 	@mkdir -p $(dir $@)

@@ -982,6 +982,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->reap_lock, NULL);
   pthread_mutex_init(&c->explore_lock, NULL);
+  pthread_mutex_init(&c->ctx_lock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1072,6 +1073,8 @@ void moat_control_close(struct moat_control *c) {
   pthread_mutex_destroy(&c->reap_lock);
   pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->explore_lock);
+  ctl_ctx_close(c);
+  pthread_mutex_destroy(&c->ctx_lock);
   ctl_cpu_free(c->cpu);
   free(c->snap_dir);
   free(c->hib_dir);

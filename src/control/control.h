@@ -164,6 +164,10 @@ int moat_control_key_create(const char *data_dir, const char *org, char **key, m
  * moat_control_exec. */
 #define MOAT_E_PAUSED EHOSTDOWN
 #define MOAT_E_NO_CHECKPOINTS ENOPKG
+/* A code context that is running code already (API 409 context_busy). */
+#define MOAT_E_CTX_BUSY EINPROGRESS
+/* No such code context in the sandbox (API 404 context_not_found). */
+#define MOAT_E_NO_CONTEXT EIDRM
 
 /* running -> paused (cgroup freeze; TTL clock stopped). Paused already: 0. Hibernated: EBUSY. */
 int moat_control_pause(struct moat_control *c, const char *org, const char *id, moat_error **err);
@@ -338,5 +342,74 @@ struct moat_control_stats {
   double latency_sum_s;
 };
 int moat_control_stats(struct moat_control *c, struct moat_control_stats *out, moat_error **err);
+
+/* ---- code contexts (contexts.c): persistent python/node/bash interpreters in a sandbox ---- */
+#define MOAT_CTX_ID_LEN 16 /* [a-z0-9] */
+struct moat_ctx {
+  char id[MOAT_CTX_ID_LEN + 1];
+  const char *language; /* "python", "node" or "bash" (static) */
+  char *cwd;
+  char *user; /* NULL: root */
+  int64_t created_at_ms;
+  int pid; /* the kernel's, in the guest */
+};
+void moat_ctx_clear(struct moat_ctx *x);
+void moat_ctxs_free(struct moat_ctx *v, size_t n);
+bool moat_ctx_valid_id(const char *s);
+bool moat_ctx_language_known(const char *name);
+
+/* Starts a kernel of language in cwd (as user, NULL: root) in org's sandbox sid. EINVAL for an
+ * unknown language or one whose interpreter the sandbox lacks, ENOENT for a cwd that is not there. */
+int moat_ctx_create(struct moat_control *c, const char *org, const char *sid, const char *language, const char *cwd,
+                    const char *user, struct moat_ctx *out, moat_error **err);
+/* The running contexts of the sandbox; *out freed with moat_ctxs_free. */
+int moat_ctx_list(struct moat_control *c, const char *org, const char *sid, struct moat_ctx **out, size_t *n,
+                  moat_error **err);
+/* MOAT_E_NO_CONTEXT when the sandbox has no context cid. */
+int moat_ctx_delete(struct moat_control *c, const char *org, const char *sid, const char *cid, moat_error **err);
+/* Kills and starts again the kernel (same language, cwd and user; its variables are gone).
+ * MOAT_E_NO_CONTEXT, or MOAT_E_CTX_BUSY while a run is in progress. */
+int moat_ctx_restart(struct moat_control *c, const char *org, const char *sid, const char *cid, struct moat_ctx *out,
+                     moat_error **err);
+/* Starts context cid of language unless it runs already (two callers at once start one). */
+int moat_ctx_ensure(struct moat_control *c, const char *org, const char *sid, const char *cid, const char *language,
+                    const char *cwd, const char *user, moat_error **err);
+
+/* A run: the cell's output as events, in order, then END once; the outcome is final after END. */
+enum moat_ctx_event_type { MOAT_CTX_STDOUT = 1, MOAT_CTX_STDERR, MOAT_CTX_RESULT, MOAT_CTX_END };
+struct moat_ctx_event {
+  enum moat_ctx_event_type type;
+  const char *text; /* STDOUT/STDERR: raw bytes (not necessarily UTF-8 or whole characters) */
+  size_t len;
+  json_t *result; /* RESULT: {text, png, html, json, is_main_result} (null formats it lacks); borrowed */
+};
+struct moat_ctx_outcome {
+  int execution_count;
+  bool timed_out; /* SIGINT was sent at the run's timeout */
+  bool restarted; /* the kernel died or did not stop: it was started again */
+  bool has_exit_code; /* bash: the cell's status */
+  int exit_code;
+  json_t *error; /* {name, value, traceback: [lines]} or NULL; borrowed */
+};
+struct moat_ctx_run_opts {
+  uint32_t timeout_ms;
+  json_t *env;               /* for this cell only, {NAME: value} (names checked by the caller); may be NULL */
+  bool (*wait)(void *arg);   /* while the context is busy: true to wait, false: MOAT_E_CTX_BUSY; NULL: false */
+  void *wait_arg;
+};
+struct moat_ctx_run;
+/* Sends code to context cid. EINVAL for code with a NUL, MOAT_E_NO_CONTEXT, MOAT_E_CTX_BUSY (see opts->wait). */
+int moat_ctx_run_start(struct moat_control *c, const char *org, const char *sid, const char *cid, const char *code,
+                       size_t code_len, const struct moat_ctx_run_opts *opts, struct moat_ctx_run **out,
+                       moat_error **err);
+/* The next event, waiting up to timeout_ms (< 0: until there is one): 1 and *out (valid until the
+ * next call), or 0 when none came in time or END was handed out already. Timeouts and dead kernels
+ * are handled here: call it until END. */
+int moat_ctx_run_next(struct moat_ctx_run *u, struct moat_ctx_event *out, int timeout_ms);
+const struct moat_ctx_outcome *moat_ctx_run_outcome(const struct moat_ctx_run *u);
+/* SIGINT to the cell (its caller left); the run still ends with END. */
+void moat_ctx_run_interrupt(struct moat_ctx_run *u);
+/* Frees the run and gives the context back (a run not at its end is left to the kernel). */
+void moat_ctx_run_close(struct moat_ctx_run *u);
 
 #endif

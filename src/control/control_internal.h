@@ -79,6 +79,9 @@ struct moat_control {
 
   pthread_mutex_t explore_lock;
   struct explore *explores; /* keep-best explores awaiting a choice; explore_lock */
+
+  pthread_mutex_t ctx_lock;
+  struct ctl_ctx_busy *ctx_busy; /* contexts.c: contexts with a run in progress; ctx_lock */
 };
 
 /* ---- control.c ---- */
@@ -119,6 +122,9 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
 /* ---- cpu.c ---- */
 struct ctl_cpu *ctl_cpu_new(void);
 void ctl_cpu_free(struct ctl_cpu *p);
+
+/* ---- contexts.c ---- */
+void ctl_ctx_close(struct moat_control *c);
 
 /* ---- health.c ---- */
 /* Sets the guest timeout (0 = default) and takes guest_client's unreachable reports. */

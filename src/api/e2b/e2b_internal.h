@@ -37,26 +37,9 @@ bool e2b_envd_begin(struct api_req *r, struct e2b_req *e, const char *url, const
 int e2b_envd_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err);
 void e2b_envd_dispatch(struct api_req *r, struct e2b_req *e);
 
-/* code interpreter (e2b_interp.c): the same for port 49999. */
+/* code interpreter (interp.c): the same for port 49999. */
 bool e2b_interp_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method);
 int e2b_interp_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err);
 void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e);
-
-/* Code contexts for the interpreter (api_contexts.c); r->org and r->route.id name the sandbox. */
-/* The sandbox's contexts as an array of {id, language, cwd, created_at}. */
-int api_ctx_list_json(struct api_req *r, json_t **out, moat_error **err);
-/* Makes sure context cid (16 of [a-z0-9]) is running: 1 when it was, 0 when started now (language
- * lname: python, node or bash, in cwd, as user: NULL = root), -1 on error (EINVAL: the template
- * lacks the interpreter, or no such user or cwd). */
-int api_ctx_ensure(struct api_req *r, const char *cid, const char *lname, const char *cwd, const char *user,
-                   moat_error **err);
-/* Runs code in context r->route.cid and answers with E2B's /execute stream (newline-delimited
- * JSON: stdout, stderr, result, error, number_of_executions, end_of_execution); errors before the
- * stream starts are JSON replies (404 context_not_found, 409 context_busy...). */
-/* POST /contexts/{id}/restart for the SDK, which never reads the answer: 204 without a body. */
-int api_ctx_restart_e2b(struct api_req *r);
-/* env: object of name -> string set for this run only (E2B's env_vars; names checked by the
- * caller), or NULL. */
-int api_ctx_run_e2b(struct api_req *r, const char *code, size_t code_len, uint32_t timeout_ms, json_t *env);
 
 #endif

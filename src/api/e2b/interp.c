@@ -7,7 +7,7 @@
  *   POST /contexts {language?, cwd?} -> {id, language, cwd}; GET /contexts -> [...]
  *   DELETE /contexts/{id}; POST /contexts/{id}/restart
  * e2b.c has authenticated the call and set r->org and r->route.id to the sandbox's. Runs go to
- * moat contexts (api_contexts.c): without context_id, the language's default context
+ * moat's code contexts (control/contexts.c): without context_id, the language's default context
  * ("e2bdefault<lang>", started on first use in /home/user) keeps state across calls as E2B's does.
  * The SDK applies its own timeout (it closes the connection, and a closed connection interrupts the
  * cell); the server-side limit is API_MAX_TIMEOUT_MS.
@@ -19,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../common/buf.h"
 #include "e2b_internal.h"
 
 #define E2B_DEFAULT_CWD "/home/user"
 #define E2B_CODE_USER "user" /* E2B's Jupyter runs code as "user": files it writes are user's */
+#define E2B_GATHER_MS 50       /* output text is gathered this long into one line, as Jupyter does */
 
 /* E2B language names -> moat context language and default context id (16 of [a-z0-9]). */
 static const struct {
@@ -125,6 +127,167 @@ static bool null_or_empty(json_t *v) {
   return !v || json_is_null(v) || (json_is_object(v) && json_object_size(v) == 0);
 }
 
+/* ---- /execute: a run as E2B's code interpreter streams it ----
+ *
+ * One JSON object per line, "type" first read by @e2b/code-interpreter's parseOutput: stdout/stderr
+ * {text}, result {text, png, html, json, is_main_result} (absent formats left out), error {name,
+ * value, traceback (one string)}, number_of_executions {execution_count} and end_of_execution at
+ * the end. A print() arrives as several kernel messages: text is gathered into one line per
+ * newline, or after E2B_GATHER_MS. */
+
+struct e2b_run {
+  struct moat_ctx_run *u;
+  struct moat_buf pend[2]; /* output text not yet written as a line */
+  uint64_t pend_ns[2];     /* when pend[i] became non-empty */
+  bool ended;
+};
+
+static const char *const stream_names[2] = {"stdout", "stderr"};
+
+static void line_add(struct moat_buf *out, json_t *j) {
+  char *js = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  if (!js)
+    abort(); /* only on out-of-memory */
+  moat_buf_append(out, js, strlen(js));
+  moat_buf_append(out, "\n", 1);
+  free(js);
+}
+
+/* Writes gathered output text as stdout/stderr lines: all of it when all is true, else the text up
+ * to the last newline, or all of it once it waited E2B_GATHER_MS (complete UTF-8 characters). */
+static void flush_text(struct e2b_run *x, struct moat_buf *out, bool all) {
+  for (int w = 0; w < 2; w++) {
+    struct moat_buf *b = &x->pend[w];
+    if (b->len == 0)
+      continue;
+    bool valid;
+    size_t n = b->len;
+    if (!all && now_ns() - x->pend_ns[w] < E2B_GATHER_MS * 1000000ULL) {
+      const char *nl = memrchr(b->p, '\n', b->len);
+      n = nl ? (size_t)(nl - b->p) + 1 : 0;
+    }
+    if (n > 0 && n == b->len && !x->ended) {
+      n = api_utf8_stream_split(b->p, b->len, &valid);
+      if (!valid)
+        n = b->len;
+    }
+    if (n == 0)
+      continue;
+    size_t sl;
+    char *s = api_utf8_sanitize(b->p, n, &sl, NULL);
+    line_add(out, json_pack("{s:s, s:s%}", "type", stream_names[w], "text", s, sl));
+    free(s);
+    memmove(b->p, b->p + n, b->len - n);
+    b->len -= n;
+    x->pend_ns[w] = now_ns();
+  }
+}
+
+/* An error line from {name, value, traceback: [lines]} (or a stream error {code, message}). */
+static void error_line(struct moat_buf *out, json_t *e) {
+  struct moat_buf b = {0};
+  size_t i;
+  json_t *line;
+  json_array_foreach(json_object_get(e, "traceback"), i, line) {
+    if (i)
+      moat_buf_append(&b, "\n", 1);
+    if (json_is_string(line))
+      moat_buf_append(&b, json_string_value(line), json_string_length(line));
+  }
+  json_t *nm = json_object_get(e, "name"), *val = json_object_get(e, "value");
+  if (!nm)
+    nm = json_object_get(e, "code"), val = json_object_get(e, "message");
+  line_add(out, json_pack("{s:s, s:o, s:o, s:s%}", "type", "error", "name",
+                          json_is_string(nm) ? json_incref(nm) : json_string("Error"), "value",
+                          json_is_string(val) ? json_incref(val) : json_string(""), "traceback", b.p ? b.p : "",
+                          b.len));
+  free(b.p);
+}
+
+static void run_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
+  struct e2b_run *x = ctx;
+  struct moat_ctx_event ev;
+  int wait = x->pend[0].len || x->pend[1].len ? E2B_GATHER_MS / 2 : timeout_ms;
+  for (; moat_ctx_run_next(x->u, &ev, wait) == 1; wait = 0) {
+    if (ev.type == MOAT_CTX_STDOUT || ev.type == MOAT_CTX_STDERR) {
+      struct moat_buf *b = &x->pend[ev.type == MOAT_CTX_STDERR];
+      if (b->len == 0)
+        x->pend_ns[ev.type == MOAT_CTX_STDERR] = now_ns();
+      moat_buf_append(b, ev.text, ev.len);
+    } else if (ev.type == MOAT_CTX_RESULT) {
+      flush_text(x, out, true);
+      json_t *j = json_pack("{s:s}", "type", "result");
+      const char *k;
+      json_t *v;
+      json_object_foreach(ev.result, k, v) {
+        if (!json_is_null(v))
+          json_object_set(j, k, v);
+      }
+      line_add(out, j);
+    } else {
+      x->ended = true;
+      flush_text(x, out, true);
+      const struct moat_ctx_outcome *o = moat_ctx_run_outcome(x->u);
+      if (o->error)
+        error_line(out, o->error);
+      line_add(out, json_pack("{s:s, s:i}", "type", "number_of_executions", "execution_count",
+                              o->execution_count));
+      line_add(out, json_pack("{s:s}", "type", "end_of_execution"));
+      *done = true;
+      return;
+    }
+  }
+  flush_text(x, out, false);
+}
+
+static void run_stopping(void *ctx, struct moat_buf *out) {
+  struct e2b_run *x = ctx;
+  flush_text(x, out, true);
+  json_t *e = api_error_json("unavailable", "moatd is stopping");
+  error_line(out, e);
+  json_decref(e);
+}
+
+static void run_gone(void *ctx) { moat_ctx_run_interrupt(((struct e2b_run *)ctx)->u); }
+
+static void run_free(void *ctx) {
+  struct e2b_run *x = ctx;
+  moat_ctx_run_close(x->u);
+  free(x->pend[0].p);
+  free(x->pend[1].p);
+  free(x);
+}
+
+/* E2B's Jupyter queues executions of one kernel: a run waits for the context while its client is
+ * there. */
+static bool wait_for_context(void *arg) {
+  struct api_req *r = arg;
+  return !api_stopping(r->api) && !api_client_gone(api_conn_fd(r));
+}
+
+static int run_code(struct api_req *r, const char *cid, json_t *code, json_t *env) {
+  moat_error *err = NULL;
+  struct moat_ctx_run_opts opts = {
+      .timeout_ms = (uint32_t)API_MAX_TIMEOUT_MS, .env = env, .wait = wait_for_context, .wait_arg = r};
+  struct moat_ctx_run *u = NULL;
+  if (moat_ctx_run_start(api_control(r), r->org, r->route.id, cid, json_string_value(code), json_string_length(code),
+                         &opts, &u, &err) < 0) {
+    api_exec_enoent(r, err);
+    return api_reply_moat_error(r, &err);
+  }
+  struct e2b_run *x = xcalloc(1, sizeof(*x));
+  x->u = u;
+  struct api_stream_source src = {.next = run_next,
+                                  .gone = run_gone,
+                                  .stopping = run_stopping,
+                                  .free = run_free,
+                                  .ctx = x,
+                                  .keepalive = "{\"type\":\"keepalive\"}\n", /* a type parseOutput skips */
+                                  .poll_ms = 500};
+  return api_stream_reply(r, &src, "application/x-ndjson", NULL);
+}
+
 static int h_execute(struct api_req *r, json_t *body) {
   json_t *code = NULL, *ctx = NULL, *lang = NULL, *envs = NULL;
   const char *key;
@@ -175,13 +338,14 @@ static int h_execute(struct api_req *r, json_t *body) {
     if (li < 0)
       return unsupported_lang(r, ln);
     moat_error *err = NULL;
-    if (api_ctx_ensure(r, languages[li].cid, languages[li].moat, E2B_DEFAULT_CWD, E2B_CODE_USER, &err) < 0) {
+    if (moat_ctx_ensure(api_control(r), r->org, r->route.id, languages[li].cid, languages[li].moat,
+                        E2B_DEFAULT_CWD, E2B_CODE_USER, &err) < 0) {
       api_exec_enoent(r, err);
       return api_reply_moat_error(r, &err);
     }
     memcpy(r->route.cid, languages[li].cid, 17);
   }
-  return api_ctx_run_e2b(r, json_string_value(code), json_string_length(code), (uint32_t)API_MAX_TIMEOUT_MS, envs);
+  return run_code(r, r->route.cid, code, envs);
 }
 
 static int h_ctx_create(struct api_req *r, json_t *body) {
@@ -208,7 +372,7 @@ static int h_ctx_create(struct api_req *r, json_t *body) {
     return interp_error(r, 400, "invalid_request", "'cwd' must be an absolute path");
   char cid[17];
   random_id(cid, 16);
-  if (api_ctx_ensure(r, cid, languages[li].moat, cwd, E2B_CODE_USER, &err) < 0) {
+  if (moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, E2B_CODE_USER, &err) < 0) {
     api_exec_enoent(r, err);
     return api_reply_moat_error(r, &err);
   }
@@ -216,18 +380,36 @@ static int h_ctx_create(struct api_req *r, json_t *body) {
 }
 
 static int h_ctx_list(struct api_req *r) {
-  json_t *arr = NULL;
   moat_error *err = NULL;
-  if (api_ctx_list_json(r, &arr, &err) < 0)
+  struct moat_ctx *v = NULL;
+  size_t n = 0;
+  if (moat_ctx_list(api_control(r), r->org, r->route.id, &v, &n, &err) < 0)
     return api_reply_moat_error(r, &err);
-  size_t i;
-  json_t *c;
-  json_array_foreach(arr, i, c) { /* E2B's name for moat's node contexts */
-    json_t *l = json_object_get(c, "language");
-    if (json_is_string(l) && strcmp(json_string_value(l), "node") == 0)
-      json_object_set_new(c, "language", json_string("javascript"));
-  }
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++) /* "javascript": E2B's name for moat's node contexts */
+    json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o}", "id", v[i].id, "language",
+                                         strcmp(v[i].language, "node") == 0 ? "javascript" : v[i].language, "cwd",
+                                         v[i].cwd, "created_at", api_time_json(v[i].created_at_ms, false)));
+  moat_ctxs_free(v, n);
   return api_reply_json(r, 200, arr);
+}
+
+static int h_ctx_delete(struct api_req *r) {
+  moat_error *err = NULL;
+  if (moat_ctx_delete(api_control(r), r->org, r->route.id, r->route.cid, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  return api_reply_empty(r, 204);
+}
+
+static int h_ctx_restart(struct api_req *r) {
+  moat_error *err = NULL;
+  struct moat_ctx x;
+  if (moat_ctx_restart(api_control(r), r->org, r->route.id, r->route.cid, &x, &err) < 0) {
+    api_exec_enoent(r, err);
+    return api_reply_moat_error(r, &err);
+  }
+  moat_ctx_clear(&x);
+  return api_reply_empty(r, 204);
 }
 
 void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e) {
@@ -263,11 +445,10 @@ void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e) {
       id[n] = '\0';
       if (!slash && del) {
         if (set_cid(r, id) == 0)
-          api_h_ctx_delete(r, NULL);
+          h_ctx_delete(r);
       } else if (slash && strcmp(slash, "/restart") == 0 && post) {
-        if (set_cid(r, id) == 0) {
-          api_ctx_restart_e2b(r);
-        }
+        if (set_cid(r, id) == 0)
+          h_ctx_restart(r);
       } else {
         api_reply_error(r, 404, "not_found", "no such route: %s %.256s", m, p);
       }

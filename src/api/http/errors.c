@@ -58,6 +58,12 @@ unsigned api_errno_http(int status, const char **code) {
   case MOAT_E_PAUSED:
     *code = "sandbox_paused";
     return 409;
+  case MOAT_E_NO_CONTEXT:
+    *code = "context_not_found";
+    return 404;
+  case MOAT_E_CTX_BUSY:
+    *code = "context_busy";
+    return 409;
   case MOAT_E_NO_CHECKPOINTS:
     *code = "checkpoints_unavailable";
     return 503;
