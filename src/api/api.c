@@ -1,10 +1,15 @@
 /* api.c -- moatd's HTTP API put together: the transport (http/) serving every front end's routes */
 #include "api.h"
 
-#include "api_internal.h"
+#include "e2b/e2b.h"
+#include "http/http.h"
+#include "mcp/mcp.h"
+#include "ports/ports.h"
+#include "v1/v1.h"
 
 static const struct api_claimer *const claimers[] = {&api_e2b_claimer};
 
+/* Every front end's routes, in the order moatd serves them (the first match wins). */
 void api_front_ends(struct api_router *rt) {
   api_v1_routes(rt);
   api_mcp_routes(rt);

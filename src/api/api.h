@@ -50,4 +50,8 @@ unsigned moat_api_port(const struct moat_api *a);
 /* Stops accepting, waits for in-flight requests, frees a. */
 void moat_api_stop(struct moat_api *a);
 
+/* Every front end's routes on rt, in the order moatd serves them (the route tests read them). */
+struct api_router;
+void api_front_ends(struct api_router *rt);
+
 #endif

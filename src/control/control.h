@@ -56,7 +56,7 @@ struct moat_sandbox_spec {
   json_t *metadata; /* object of string -> string, or NULL; borrowed */
   json_t *env;      /* object of string -> string, or NULL; borrowed */
   struct moat_limits limits; /* zero fields = defaults */
-  /* Time travel (issue 4). */
+  /* Time travel. */
   const char *from_snapshot;       /* snapshot id to start from (moat_host_restore), or NULL; the
                                       snapshot's template is used and template_name must be NULL
                                       or the same; zero limits default to the snapshot's */
@@ -79,7 +79,7 @@ struct moat_sandbox_info {
   char *killed_reason; /* NULL unless killed: "api", "ttl", "host_restart", "oom", "error" */
   int64_t killed_at_ms;
   uint64_t ready_us; /* server-side create-to-ready in microseconds */
-  /* Time travel (issue 4). */
+  /* Time travel. */
   char *forked_from;               /* parent sandbox id of a fork / explore branch, or NULL */
   char *from_snapshot;             /* snapshot it was created from (or last rolled back to), or NULL */
   int64_t hibernate_after_seconds; /* 0 = never */
@@ -155,7 +155,7 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id, c
  * running moatd may have open. Returns 0 and sets *key (caller frees), or -1. */
 int moat_control_key_create(const char *data_dir, const char *org, char **key, moat_error **err);
 
-/* ---- time travel (issue 4; control/timetravel.c) ----
+/* ---- time travel (control/timetravel.c) ----
  *
  * Errors on top of the ones above: MOAT_E_PAUSED (API 409 sandbox_paused) from guest access to a
  * paused sandbox; MOAT_E_NO_CHECKPOINTS (API 503 checkpoints_unavailable) from every call that
@@ -265,7 +265,7 @@ int moat_control_explore_keep(struct moat_control *c, const char *org, const cha
 bool moat_control_can_checkpoint(struct moat_control *c);
 const char *moat_control_criu_status(struct moat_control *c);
 
-/* ---- network (issue 5; control/network.c) ----
+/* ---- network (control/network.c) ----
  * Without an uplink (moatd --net-uplink) sandboxes have loopback only: a policy asking for the
  * internet is EINVAL, internet: false is accepted. */
 

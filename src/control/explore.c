@@ -1,5 +1,5 @@
 /* explore.c -- POST /v1/sandboxes/{id}/explore: fork once per branch, run the branches' commands
- * concurrently, report their outcomes, keep the first to pass or let the client choose (issue 4)
+ * concurrently, report their outcomes, keep the first to pass or let the client choose
  *
  * keep best: the branches live on with a short TTL; the open explores are remembered in memory
  * (c->explores) until chosen or expired, so after a moatd restart only the TTL reaps them.

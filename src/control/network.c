@@ -1,4 +1,4 @@
-/* network.c -- control's side of sandbox networking (issue 5): policy on create and at run time,
+/* network.c -- control's side of sandbox networking: policy on create and at run time,
  * network state and the connection log of a sandbox, by id and org */
 #include <errno.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* timetravel.c -- pause/resume, hibernate/wake, snapshots, fork and rollback (issue 4): the state
+/* timetravel.c -- pause/resume, hibernate/wake, snapshots, fork and rollback: the state
  * machine around the host's freezer and checkpoint/restore (explore, built on fork, is explore.c)
  *
  * Files under the data dir:
@@ -445,7 +445,7 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
   return 0;
 }
 
-/* A restored sandbox keeps its network policy (issue 5): the new slot is bound to the one saved
+/* A restored sandbox keeps its network policy: the new slot is bound to the one saved
  * for its id. A failure leaves it with the default policy and is logged. */
 static void tt_net_rebind(struct moat_control *c, struct live *e, int slot) {
   moat_error *e2 = NULL;

@@ -1,5 +1,5 @@
 /* usage.c -- resource use of sandboxes (cgroups, writable layer) and moatd-wide sandbox counts,
- * for the metrics routes (api_metrics.c). Reads only: no state changes, no TTL refresh. */
+ * for the metrics routes (v1/metrics.c). Reads only: no state changes, no TTL refresh. */
 #include <errno.h>
 #include <string.h>
 #include <sys/statvfs.h>

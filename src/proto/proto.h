@@ -26,7 +26,7 @@
  *   MKDIR:  -> REQ_MKDIR{PATH, USER?, PARENTS?, MODE?}      <- REP_OK | REP_ERROR (EEXIST)
  *   MOVE:   -> REQ_MOVE{PATH, PATH2, USER?}                 <- REP_OK | REP_ERROR
  *
- * Processes (issue 3). Every process started by EXEC is owned by PID 1's process table until it
+ * Processes. Every process started by EXEC is owned by PID 1's process table until it
  * has exited and been listed/attached past its retention (the last 256 finished ones are kept).
  * Each keeps a ring buffer of its last 1 MiB per stream for replay.
  *   EXEC with BACKGROUND=1: <- REP_STARTED{PID} and the guest closes the connection; the process

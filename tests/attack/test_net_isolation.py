@@ -1,5 +1,5 @@
 """test_net_isolation.py -- from inside a sandbox, try to reach what the network must keep out of
-reach (issue 5): the cloud metadata address (also through a name resolving to it), another sandbox,
+reach: the cloud metadata address (also through a name resolving to it), another sandbox,
 moatd's API and the host's own addresses, mining-pool ports, and DNS that bypasses moatd's policy.
 Each attack has a control showing the target is really there, so a pass means moat's firewall
 blocked it. Only namespaces the test made get packets (fakenet.py)."""

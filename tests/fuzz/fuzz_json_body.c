@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api_internal.h"
+#include "api/http/http.h"
 
 static void check_json_out(json_t *j) {
   /* Whatever we answer must dump and re-parse (valid UTF-8 strings only). */

@@ -1,4 +1,4 @@
-"""test_network.py -- sandbox networking (issue 5) against a fake internet in a test netns: default
+"""test_network.py -- sandbox networking against a fake internet in a test netns: default
 egress and DNS through moatd, domain and CIDR policy (deny names, wildcards, default deny with one
 allowed name), a run-time PUT taking effect on new connections, the connection log naming the right
 sandbox, byte counts, internet: false, validation, a sandbox that is gone, moatd without an uplink,

@@ -1,4 +1,4 @@
-"""test_ports.py -- exposed ports (issue 5 item 5): servers started INSIDE a sandbox (tests/lib/port_servers.py:
+"""test_ports.py -- exposed ports: servers started INSIDE a sandbox (tests/lib/port_servers.py:
 an HTTP/1.1 server and a WebSocket echo server on 127.0.0.1 of the sandbox's own namespace) reached through
 moatd by path (/v1/sandboxes/ID/ports/P/... on the API listener) and by host name (P-ID.moat.test on the
 proxy listener, --proxy-listen): GET/POST with a 5 MB body (sized and chunked), chunked and close-delimited

@@ -1,4 +1,4 @@
-"""test_timetravel_ckpt.py -- the checkpoint flows of issue 4 over real sandboxes: snapshots (and a
+"""test_timetravel_ckpt.py -- the checkpoint flows of time travel over real sandboxes: snapshots (and a
 snapshot of a restored sandbox), fork (children diverge, 16 at once), explore (first_success keeps
 exactly the winner and leaves no cgroup behind; best waits for the client's choice), hibernate/wake
 (explicit and transparent, across a moatd restart, idle hibernation that spares a busy sandbox),

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api_internal.h"
+#include "api/http/http.h"
 #include "tap.h"
 
 static bool sanitized_is_n(const char *in, size_t inlen, const char *want, size_t wantlen, bool want_valid) {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api_internal.h"
+#include "api/http/http.h"
 #include "tap.h"
 
 static json_t *body(const char *s) {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api_internal.h"
+#include "api/http/http.h"
 #include "tap.h"
 
 #define ID "sb-0123456789abcdefg"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api_internal.h"
+#include "api/v1/v1.h"
 #include "tap.h"
 
 static struct api_args args2(const char *k1, const char *v1, const char *k2, const char *v2) {

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "api/api_internal.h"
+#include "api/http/http.h"
 #include "tap.h"
 
 /* A value that the router accepts for each path parameter; ref gets a pid and, in a second pass, a tag. */

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api_internal.h"
 #include "api/ports/ports.h"
 #include "tap.h"
 

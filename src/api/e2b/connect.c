@@ -1,7 +1,7 @@
 /* connect.c -- the Connect protocol (JSON codec) for E2B's envd: replies, errors, streams
  *
  * A server stream is an MHD callback response of unknown size (chunked), run on the connection's
- * own thread like api_stream.c's SSE streams: when its buffer is empty the callback asks the
+ * own thread like v1/stream.c's SSE streams: when its buffer is empty the callback asks the
  * stream's owner to pull the next guest event (short timeout), checks the client socket for a
  * hang-up, the Connect-Timeout-Ms deadline and moatd's shutdown, and sends the owner's keepalive
  * message after Keepalive-Ping-Interval seconds of silence (the SDK asks for 50).

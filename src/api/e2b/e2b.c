@@ -1,4 +1,4 @@
-/* e2b.c -- the E2B wire protocol on moatd's listener (issue 6): claiming, auth, the control plane
+/* e2b.c -- the E2B wire protocol on moatd's listener: claiming, auth, the control plane
  *
  * What the SDK sends (read from npm e2b 2.51.0, dist/index.mjs; see docs/e2b-compat.md):
  * - control plane to E2B_API_URL, key in "X-API-KEY": /v2/sandboxes, /sandboxes/{id}[/...],
@@ -321,7 +321,7 @@ static void env_hold(void *a) { api_hold(a); }
 static void env_release(void *a) { api_release(a); }
 
 /* Any other port (Sandbox.getHost(port)): the request goes as it came to the server listening on
- * that port inside the sandbox, through the exposed-ports forwarder (ports_fwd.c). A port nothing
+ * that port inside the sandbox, through the exposed-ports forwarder (forward.c). A port nothing
  * listens on is E2B's 502 "port is not open". */
 static bool user_port_begin(struct api_req *r, struct e2b_req *e) {
   moat_error *err = NULL;

@@ -1,13 +1,13 @@
-/* e2b_internal.h -- what the files of the E2B front end share (e2b.c, e2b_envd.c, e2b_interp.c)
+/* e2b_internal.h -- what the files of the E2B front end share (e2b.c, envd.c, interp.c)
  *
  * e2b.c claims a request (control-plane path, E2b-Sandbox-Id/E2b-Sandbox-Port headers, or a
  * "PORT-ID.DOMAIN" Host), authenticates it and, for a sandbox call, resolves the sandbox and its
- * org; it then hands port-49983 calls (envd: Connect RPC, /health, /files) to e2b_envd.c and
- * port-49999 calls (code interpreter) to e2b_interp.c through the functions below. */
+ * org; it then hands port-49983 calls (envd: Connect RPC, /health, /files) to envd.c and
+ * port-49999 calls (code interpreter) to interp.c through the functions below. */
 #ifndef MOAT_E2B_INTERNAL_H
 #define MOAT_E2B_INTERNAL_H
 
-#include "../api_internal.h"
+#include "e2b.h"
 
 #define E2B_ENVD_PORT 49983
 #define E2B_INTERP_PORT 49999
@@ -31,7 +31,7 @@ struct e2b_req {
  * e2b.c checks on every sandbox call (X-Access-Token or E2B-Traffic-Access-Token). */
 char *e2b_access_token(const char *org, const char *sandbox_id);
 
-/* envd (e2b_envd.c): same contract as api_e2b_begin/body/dispatch, called by e2b.c once the
+/* envd (envd.c): same contract as api_e2b_begin/body/dispatch, called by e2b.c once the
  * sandbox is resolved and the caller authenticated. */
 bool e2b_envd_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method);
 int e2b_envd_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err);

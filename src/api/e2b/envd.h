@@ -1,7 +1,7 @@
 /* envd.h -- what the files of E2B's in-sandbox daemon (envd, port 49983) share:
- * e2b_connect.c (the Connect protocol: unary JSON replies, errors, server streams),
- * e2b_envd.c (routing, REST /health and /files), e2b_envd_fs.c (filesystem.Filesystem) and
- * e2b_envd_process.c (process.Process).
+ * connect.c (the Connect protocol: unary JSON replies, errors, server streams),
+ * envd.c (routing, REST /health and /files), envd_fs.c (filesystem.Filesystem) and
+ * envd_process.c (process.Process).
  *
  * Connect protocol (connectrpc.com/docs/protocol), JSON codec only, as the e2b SDK's
  * createConnectTransport({useBinaryFormat: false}) speaks it over HTTP/1.1:
@@ -22,7 +22,7 @@
 #define ENVD_DISCARD_MAX (64u << 20)    /* body bytes read past a refused upload before closing */
 #define ENVD_MAX_TIMEOUT_MS 2592000000u /* 30 days: the longest sandbox TTL; fits the guest's u32 */
 
-/* ---- Connect codes (e2b_connect.c) ---- */
+/* ---- Connect codes (connect.c) ---- */
 
 /* The HTTP status Connect uses for a code ("not_found" -> 404, ...); 500 for unknown codes. */
 unsigned cx_code_http(const char *code);
@@ -41,7 +41,7 @@ void cx_frame(struct moat_buf *b, unsigned flags, json_t *msg);
 /* Parses a request body that holds exactly one uncompressed envelope. -1 EINVAL otherwise. */
 int cx_unwrap(const char *body, size_t len, json_t **out, moat_error **err);
 
-/* ---- server streams (e2b_connect.c) ---- */
+/* ---- server streams (connect.c) ---- */
 
 /* One server-stream response. The stream's owner fills `pull` and `ctx`; the callback runs on the
  * connection's thread whenever the output buffer is empty and appends messages with cx_send /
@@ -78,7 +78,7 @@ int cx_stream_reply(struct api_req *r, struct cx_stream *s);
 int cx_stream_error(struct api_req *r, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- envd request state (e2b_envd.c) ---- */
+/* ---- envd request state (envd.c) ---- */
 
 struct envd_req {
   struct e2b_req *e;
@@ -108,9 +108,9 @@ struct moat_guest_ep *envd_guest(struct api_req *r, struct envd_req *q, char ***
  * does or cannot be read (the guest then decides). */
 bool envd_user_known(const struct moat_guest_ep *sock, const char *user);
 
-/* process.Process/<method> (e2b_envd_process.c): body is the parsed request message. */
+/* process.Process/<method> (envd_process.c): body is the parsed request message. */
 void envd_process(struct api_req *r, struct envd_req *q, json_t *body);
-/* filesystem.Filesystem/<method> (e2b_envd_fs.c). */
+/* filesystem.Filesystem/<method> (envd_fs.c). */
 void envd_filesystem(struct api_req *r, struct envd_req *q, json_t *body);
 /* Is method of service a server stream? */
 bool envd_is_stream(const char *service, const char *method);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../api_internal.h"
+#include "http.h"
 
 const char *api_arg_get(const struct api_args *a, const char *key) {
   for (size_t i = 0; i < a->n; i++)

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../api_internal.h"
+#include "http.h"
 
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 when s starts an ill-formed one; then
  * *bad is the length of its maximal subpart (>= 1), which becomes one U+FFFD (Unicode 3.9, the

@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "../api_internal.h"
+#include "http.h"
 
 unsigned api_errno_http(int status, const char **code) {
   switch (status) {

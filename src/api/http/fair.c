@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "../../common/util.h"
-#include "../api_internal.h"
+#include "http.h"
 
 #define ORG_BUCKETS 64
 #define SB_BUCKETS 1024

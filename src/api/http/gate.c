@@ -20,7 +20,7 @@
 
 #include "../../common/log.h"
 #include "../../common/util.h"
-#include "../api_internal.h"
+#include "http.h"
 #include "framing.h"
 
 #define WATCH_PERIOD_MS 200

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../api_internal.h"
+#include "http.h"
 
 struct api_router {
   const struct api_route_def **defs;

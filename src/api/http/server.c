@@ -30,7 +30,7 @@
 
 #include "../../common/log.h"
 #include "../../common/util.h"
-#include "../api_internal.h"
+#include "http.h"
 #include "fair.h"
 #include "gate.h"
 
@@ -704,10 +704,3 @@ int api_limits_apply(const struct moat_api_limits *lim, moat_error **err) {
 
 /* ---- /healthz ---- */
 
-int api_h_healthz(struct api_req *r, json_t *body) {
-  struct moat_control *c = api_control(r);
-  json_t *ck = json_pack("{s:b, s:s}", "available", c && moat_control_can_checkpoint(c), "criu",
-                         c ? moat_control_criu_status(c) : "unknown");
-  return api_reply_json(r, 200,
-                        json_pack("{s:s, s:s, s:o}", "status", "ok", "version", api_version(r), "checkpoints", ck));
-}

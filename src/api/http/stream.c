@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "../../common/buf.h"
-#include "../api_internal.h"
+#include "http.h"
 
 #define STREAM_BLOCK (64 * 1024)
 #define STREAM_POLL_MS 500

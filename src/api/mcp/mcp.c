@@ -1,8 +1,8 @@
-/* mcp.c -- the Model Context Protocol over streamable HTTP: sessions, JSON-RPC 2.0, initialize (issue 7)
+/* mcp.c -- the Model Context Protocol over streamable HTTP: sessions, JSON-RPC 2.0, initialize
  *
  * Two endpoints speak MCP: POST /v1/sandboxes/{id}/mcp (tools that act inside one sandbox) and
  * POST /v1/mcp (tools that run a fleet of the org's sandboxes); the tools live in
- * api_mcp_tools.c. Transport (MCP "Streamable HTTP", revisions 2024-11-05 .. 2025-11-25):
+ * tools.c. Transport (MCP "Streamable HTTP", revisions 2024-11-05 .. 2025-11-25):
  *  - POST carries one JSON-RPC message or a batch (array). Requests are answered with
  *    Content-Type application/json: one response object, or an array for a batch. A POST of only
  *    notifications / responses is answered 202 with no body. This server never answers with SSE.

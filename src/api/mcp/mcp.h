@@ -1,11 +1,11 @@
-/* mcp.h -- what the MCP transport (api_mcp.c) and its tools (api_mcp_tools.c) share */
+/* mcp.h -- what the MCP transport (mcp.c) and its tools (tools.c) share */
 #ifndef MOAT_API_MCP_H
 #define MOAT_API_MCP_H
 
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "../api_internal.h"
+#include "../http/http.h"
 
 enum mcp_endpoint {
   MCP_EP_SANDBOX,   /* POST /v1/sandboxes/{id}/mcp: shell, read_file, write_file, list_dir */
@@ -22,7 +22,7 @@ struct mcp_call {
   bool bad_args_as_result;
 };
 
-/* ---- pure helpers (api_mcp_rpc.c) ---- */
+/* ---- pure helpers (rpc.c) ---- */
 
 #define MCP_LATEST_VERSION "2025-11-25" /* also what a client asking for an unknown revision gets */
 
@@ -43,7 +43,7 @@ bool mcp_media_has(const char *s, const char *type);
  * "scheme://HOST"; false for any other origin, "null" included (DNS rebinding protection). */
 bool mcp_origin_matches(const char *origin, const char *host);
 
-/* ---- tools (api_mcp_tools.c) ---- */
+/* ---- tools (tools.c) ---- */
 
 /* The tools of an endpoint as the tools/list "tools" array (new reference). */
 json_t *mcp_tools_list(enum mcp_endpoint ep);
@@ -55,5 +55,8 @@ json_t *mcp_tools_list(enum mcp_endpoint ep);
  * message (caller frees). */
 json_t *mcp_tool_call(const struct mcp_call *c, const char *name, json_t *args, int *rpc_code,
                       char **rpc_msg);
+
+/* MCP (mcp/): its routes; r->body / r->body_len hold the raw JSON-RPC body. */
+void api_mcp_routes(struct api_router *rt);
 
 #endif

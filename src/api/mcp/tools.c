@@ -1,4 +1,4 @@
-/* tools.c -- the MCP tools: shell and files in one sandbox, and a workspace of sandboxes (issue 7)
+/* tools.c -- the MCP tools: shell and files in one sandbox, and a workspace of sandboxes
  *
  * Each tool checks its arguments against the input schema it publishes (types, required fields,
  * bounds, no unknown fields), then calls what the v1 handlers call: control for sandboxes and

@@ -42,7 +42,6 @@
 
 #include "../../common/buf.h"
 #include "../../common/log.h"
-#include "../api_internal.h"
 #include "../http/fair.h"
 #include "../http/gate.h"
 #include "ports.h"

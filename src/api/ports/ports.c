@@ -19,7 +19,6 @@
 
 #include "../../common/buf.h"
 #include "../../common/log.h"
-#include "../api_internal.h"
 #include "ports.h"
 
 struct port_rule {

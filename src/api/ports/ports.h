@@ -1,7 +1,7 @@
-/* ports.h -- exposed ports (issue 5 item 5): HTTP and WebSocket to a server inside a sandbox
+/* ports.h -- exposed ports: HTTP and WebSocket to a server inside a sandbox
  *
  * A server listening on port P inside sandbox ID is reached two ways, both served by the same
- * forwarding engine (ports_fwd.c):
+ * forwarding engine (forward.c):
  *   - by path on moatd's API listener: ANY /v1/sandboxes/ID/ports/P/REST -> "ANY /REST" (ports.c)
  *   - by host name on moatd's proxy listener (moatd --proxy-listen, --proxy-domain): a request with
  *     "Host: P-ID.DOMAIN" -> the same request line (proxy.c)
@@ -23,7 +23,7 @@
 
 #include "../../common/error.h"
 #include "../../control/control.h"
-#include "../api.h"
+#include "../http/http.h"
 
 struct MHD_Connection;
 struct MHD_Response;
@@ -50,7 +50,7 @@ struct port_env {
   void *arg;
 };
 
-/* ---- forwarding (ports_fwd.c) ---- */
+/* ---- forwarding (forward.c) ---- */
 
 struct port_fwd;
 
@@ -121,5 +121,12 @@ int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
                      const struct moat_proxy_config *cfg, moat_error **err);
 unsigned moat_proxy_port(const struct moat_proxy *p);
 void moat_proxy_stop(struct moat_proxy *p);
+
+/* ---- routes (ports.c): ports/{P} settings, and ports/{P}/... proxied to the sandbox's server ---- */
+int api_h_ports_list(struct api_req *r, json_t *body);
+int api_h_port_get(struct api_req *r, json_t *body);
+int api_h_port_expose(struct api_req *r, json_t *body);
+int api_h_port_unexpose(struct api_req *r, json_t *body);
+void api_ports_routes(struct api_router *rt);
 
 #endif

@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "../../common/log.h"
-#include "../api_internal.h"
 #include "../http/fair.h"
 #include "../http/gate.h"
 #include "ports.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "../../common/buf.h"
-#include "../api_internal.h"
+#include "v1.h"
 
 #define CTX_DEFAULT_TIMEOUT_MS 60000
 #define CTX_POLL_MS 500

@@ -8,7 +8,7 @@
  * `dropped` {"connections": N} event instead), so that none is lost when the sandbox's network
  * slot goes away (hibernate, kill) before the next poll. Replay takes the slot's ring (the last
  * 1,024 entries) once, at subscription. Each poll emits what is new, merged in time order; the
- * writer in api_stream.c hands it to the client and polls again only when all of it was written.
+ * writer in v1/stream.c hands it to the client and polls again only when all of it was written.
  * The stream ends after the `killed` event.
  */
 #include <errno.h>
@@ -21,7 +21,7 @@
 #include "../../common/buf.h"
 #include "../../common/log.h"
 #include "../../store/store.h"
-#include "../api_internal.h"
+#include "v1.h"
 
 #define EV_POLL_MS 200    /* latency of a live event */
 #define EV_QUEUE_MAX 1024 /* connections queued per subscriber */

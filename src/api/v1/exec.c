@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "../api_internal.h"
+#include "v1.h"
 
 
 int api_h_exec(struct api_req *r, json_t *body) {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "../../common/log.h"
-#include "../api_internal.h"
+#include "v1.h"
 
 /* The guest socket of the request's sandbox (caller frees), after control's org/state checks. */
 static struct moat_guest_ep *guest_sock(struct api_req *r, moat_error **err) {

@@ -1,10 +1,6 @@
-/* metrics.c -- GET /v1/sandboxes/{id}/metrics (JSON), GET /metrics (Prometheus text format
- * 0.0.4) and E2B's GET /sandboxes/{id}/metrics.
- *
- * CPU percent: the share of the sandbox's CPU limit used over a window that ends now. The window
- * starts at the previous sample of the same sandbox taken by any metrics request when that is
- * between CPU_WINDOW_MIN_MS and CPU_WINDOW_MAX_MS old; otherwise the handler takes a fresh
- * CPU_WINDOW_MIN_MS window (two samples, the request waits that long). */
+/* metrics.c -- GET /healthz, GET /v1/sandboxes/{id}/metrics (JSON) and GET /metrics (Prometheus
+ * text format 0.0.4). The CPU percent is control's (control/cpu.c: the share of the sandbox's CPU
+ * limit over a window that ends now). */
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -16,7 +12,7 @@
 
 #include "../../common/buf.h"
 #include "../../common/util.h"
-#include "../api_internal.h"
+#include "v1.h"
 
 #define PROM_MAX_SANDBOXES 1000 /* per-sandbox series in GET /metrics */
 
@@ -98,6 +94,14 @@ static void label_value(struct moat_buf *b, const char *s) {
     else
       moat_buf_append(b, s, 1);
   }
+}
+
+int api_h_healthz(struct api_req *r, json_t *body) {
+  struct moat_control *c = api_control(r);
+  json_t *ck = json_pack("{s:b, s:s}", "available", c && moat_control_can_checkpoint(c), "criu",
+                         c ? moat_control_criu_status(c) : "unknown");
+  return api_reply_json(r, 200,
+                        json_pack("{s:s, s:s, s:o}", "status", "ok", "version", api_version(r), "checkpoints", ck));
 }
 
 static void family(struct moat_buf *b, const char *name, const char *type, const char *help) {

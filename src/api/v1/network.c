@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "../../common/util.h"
-#include "../api_internal.h"
+#include "v1.h"
 
 #define LOG_DEFAULT_LIMIT 1000
 #define LOG_MAX_LIMIT 1024

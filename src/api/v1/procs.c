@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "../../common/log.h"
-#include "../api_internal.h"
+#include "v1.h"
 
 struct moat_guest_ep *api_guest_sock(struct api_req *r, char ***env, moat_error **err) {
   struct moat_guest_ep *sock = NULL;

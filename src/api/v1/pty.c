@@ -29,7 +29,7 @@
 #include <wslay/wslay.h>
 
 #include "../../common/log.h"
-#include "../api_internal.h"
+#include "v1.h"
 #include "../http/fair.h"
 #include "../http/gate.h"
 

@@ -1,5 +1,5 @@
 /* routes.c -- the native v1 API's route table: a route is one line here plus its handler */
-#include "../api_internal.h"
+#include "v1.h"
 
 static const struct api_route_hooks files_put = {
     .begin = api_files_put_open, .body = api_files_put_chunk, .finish = api_files_put_finish};

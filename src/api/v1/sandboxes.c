@@ -4,35 +4,8 @@
 #include <unistd.h>
 
 #include "../../common/log.h"
-#include "../api_internal.h"
+#include "v1.h"
 
-json_t *api_sandbox_json(const struct moat_sandbox_info *s) {
-  json_t *o = json_object();
-  json_object_set_new(o, "id", json_string(s->id));
-  json_object_set_new(o, "template", json_string(s->template_name ? s->template_name : ""));
-  json_object_set_new(o, "state", json_string(moat_sandbox_state_name(s->state)));
-  json_object_set_new(o, "created_at", api_time_json(s->created_at_ms, false));
-  json_object_set_new(o, "expires_at", s->persistent ? json_null() : api_time_json(s->expires_at_ms, true));
-  json_object_set_new(o, "ttl_seconds", json_integer(s->ttl_seconds));
-  json_object_set_new(o, "persistent", json_boolean(s->persistent));
-  json_object_set_new(o, "metadata", s->metadata ? json_incref(s->metadata) : json_object());
-  json_object_set_new(o, "cpu", json_real(s->limits.cpu));
-  json_object_set_new(o, "memory_mb", json_integer((json_int_t)s->limits.memory_mb));
-  json_object_set_new(o, "pids", json_integer((json_int_t)s->limits.pids));
-  json_object_set_new(o, "disk_mb", json_integer((json_int_t)s->limits.disk_mb));
-  json_object_set_new(o, "ready_us", json_integer((json_int_t)s->ready_us));
-  json_object_set_new(o, "killed_reason", s->killed_reason ? json_string(s->killed_reason) : json_null());
-  json_object_set_new(o, "killed_at", api_time_json(s->killed_at_ms, true));
-  /* time travel (issue 4) */
-  json_object_set_new(o, "paused_at", api_time_json(s->paused_at_ms, true));
-  json_object_set_new(o, "forked_from", s->forked_from ? json_string(s->forked_from) : json_null());
-  json_object_set_new(o, "from_snapshot", s->from_snapshot ? json_string(s->from_snapshot) : json_null());
-  json_object_set_new(o, "idle",
-                      s->hibernate_after_seconds > 0
-                          ? json_pack("{s:I}", "hibernate_after_seconds", (json_int_t)s->hibernate_after_seconds)
-                          : json_null());
-  return o;
-}
 
 int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sandbox_state *state,
                          json_t **meta, moat_error **err) {

@@ -13,7 +13,7 @@
 
 #include "../../common/buf.h"
 #include "../../common/log.h"
-#include "../api_internal.h"
+#include "v1.h"
 
 struct sse {
   struct moat_proc_stream *ps;

@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "../api_internal.h"
+#include "v1.h"
 
 static json_t *template_json(const struct moat_template_info *t) {
   json_t *o = json_object();

@@ -1,4 +1,4 @@
-/* timetravel.c -- pause/resume, hibernate/wake, snapshots, fork, explore, rollback (issue 4)
+/* timetravel.c -- pause/resume, hibernate/wake, snapshots, fork, explore, rollback
  *
  * Bodies and replies are in docs/CONTRACT.md ("Time travel"). Errors beyond the usual ones:
  * 409 sandbox_paused (guest access to a paused sandbox), 409 conflict (a transition the state
@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "../api_internal.h"
+#include "v1.h"
 
 static int no_args(struct api_req *r) {
   static const char *const none[] = {NULL};

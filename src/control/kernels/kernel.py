@@ -1,6 +1,6 @@
 # kernel.py -- moat's Python code-context kernel: runs cells sent as JSON lines, answers in framed JSON lines
 #
-# Protocol (see src/api/api_contexts.c): one request per line on stdin, {"id": ID, "code": CODE}.
+# Protocol (see src/control/contexts.c): one request per line on stdin, {"id": ID, "code": CODE}.
 # Every answer is one line "\x1e" + JSON + "\n" on the real stdout:
 #   {"id","type":"stdout"|"stderr","text"}
 #   {"id","type":"result","data":{"text/plain","text/html","application/json","image/png"},"is_main_result"}

@@ -1,11 +1,13 @@
-/* api_internal.h -- what the files of src/api share: routes, request state, validators, codecs, replies
+/* http.h -- the HTTP transport every front end is served by, and what front ends share: the route
+ * table, request state, query and body validation, codecs, replies and streams
  *
- * Pure helpers (routing, body validation, UTF-8/RFC 3339, errno -> HTTP mapping, listen
- * address parsing) live in router.c, api_json.c and api_codec.c and use nothing of control/ or
- * host/ beyond their headers, so unit tests and the fuzz target can link them alone.
+ * Pure helpers (routing, body validation, UTF-8/RFC 3339, errno -> HTTP mapping, listen address
+ * parsing) live in route.c, args.c, json.c, codec.c and errors.c and use nothing of control/
+ * beyond its header, so unit tests and fuzz targets can link them alone. The transport
+ * (server.c) knows no front end: it serves the routes and claimers api.c hands it.
  */
-#ifndef MOAT_API_INTERNAL_H
-#define MOAT_API_INTERNAL_H
+#ifndef MOAT_API_HTTP_H
+#define MOAT_API_HTTP_H
 
 #include <errno.h>
 #include <jansson.h>
@@ -14,12 +16,12 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "../common/codec.h"
-#include "../common/error.h"
-#include "../common/util.h"
-#include "../control/control.h"
-#include "../host/guest_client.h"
-#include "api.h"
+#include "../../common/codec.h"
+#include "../../common/error.h"
+#include "../../common/util.h"
+#include "../../control/control.h"
+#include "../../host/guest_client.h"
+#include "../api.h"
 
 #define API_MAX_BODY (1024 * 1024)  /* JSON bodies; larger -> 413 */
 #define API_MAX_PATH 4096           /* file paths inside a sandbox */
@@ -117,9 +119,6 @@ bool api_valid_tag(const char *s);
  * "SIG" prefix allowed), or 0 for anything else. Pure. */
 int api_signal_parse(const char *name);
 
-/* Every front end's routes, in the order moatd serves them (api.c). */
-void api_front_ends(struct api_router *rt);
-
 /* A front end that claims requests before routing (E2B's, which routes by host and headers too). */
 struct api_claimer {
   bool (*claims)(struct api_req *r); /* true: the request is this front end's (r->path, r->method set) */
@@ -153,11 +152,8 @@ int api_arg_path(const struct api_args *a, const char *key, const char **out, mo
 int api_arg_user(const struct api_args *a, const char **out, moat_error **err);
 int api_arg_depth(const struct api_args *a, uint32_t *out, moat_error **err);
 int api_arg_mode(const struct api_args *a, uint32_t *out, moat_error **err);
-/* Sandboxes list: state (NULL = any) and metadata.KEY=VALUE filters into *meta (owned, or NULL). */
-int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sandbox_state *state,
-                         json_t **meta, moat_error **err);
 
-/* ---- JSON bodies (api_json.c) ---- */
+/* ---- JSON bodies (json.c) ---- */
 
 /* Parses a request body. Empty body -> empty object when empty_ok, else EINVAL. Malformed JSON ->
  * EBADMSG with jansson's text, line, column and position; not an object -> EINVAL. */
@@ -217,7 +213,7 @@ json_t *api_str_json(const char *s);
 /* "file" "dir" "symlink" "other" for 'f' 'd' 'l' anything else. */
 const char *api_file_type_name(char t);
 
-/* ---- codecs (api_codec.c) ---- */
+/* ---- codecs (codec.c) ---- */
 
 /* Returns a NUL-terminated UTF-8 copy of buf where each maximal invalid subsequence is replaced
  * by U+FFFD (caller frees); *out_len its length (it may contain NUL bytes from the input);
@@ -231,7 +227,6 @@ bool api_utf8_valid(const char *buf, size_t len);
  * to be carried over to the next chunk. *valid is false when buf holds an ill-formed sequence
  * (the caller then sends all of it as base64). */
 size_t api_utf8_stream_split(const char *buf, size_t len, bool *valid);
-
 
 /* Formats ms since the epoch as "YYYY-MM-DDTHH:MM:SS.mmmZ" into buf (>= 32 bytes). Returns buf. */
 char *api_rfc3339_ms(int64_t ms, char *buf, size_t size);
@@ -317,39 +312,6 @@ int api_reply_moat_error(struct api_req *r, moat_error **err);
 struct MHD_Response;
 int api_reply_response(struct api_req *r, unsigned status, struct MHD_Response *resp);
 
-/* Handlers: called once the whole body is in; each queues exactly one reply. */
-int api_h_healthz(struct api_req *r, json_t *body);
-int api_h_sandboxes_list(struct api_req *r, json_t *body);
-int api_h_sandboxes_create(struct api_req *r, json_t *body);
-int api_h_sandbox_get(struct api_req *r, json_t *body);
-int api_h_sandbox_patch(struct api_req *r, json_t *body);
-int api_h_sandbox_delete(struct api_req *r, json_t *body);
-int api_h_exec(struct api_req *r, json_t *body);
-int api_h_files_get(struct api_req *r, json_t *body);
-int api_h_files_delete(struct api_req *r, json_t *body);
-int api_h_files_list(struct api_req *r, json_t *body);
-int api_h_files_stat(struct api_req *r, json_t *body);
-int api_h_files_mkdir(struct api_req *r, json_t *body);
-int api_h_files_move(struct api_req *r, json_t *body);
-int api_h_templates_list(struct api_req *r, json_t *body);
-int api_h_template_build(struct api_req *r, json_t *body);
-
-/* PUT files, streamed (the route's hooks): open before the body (true after queueing an error
- * reply), push each chunk (-1 with *err set: the connection is aborted with that error), finish at
- * the end. An unfinished upload is discarded with the request. */
-bool api_files_put_open(struct api_req *r);
-int api_files_put_chunk(struct api_req *r, const char *data, size_t len, moat_error **err);
-int api_files_put_finish(struct api_req *r);
-
-/* Issue 3 (api_stream.c, api_procs.c, ws.c). */
-int api_h_exec_stream(struct api_req *r, json_t *body);
-int api_h_procs_list(struct api_req *r, json_t *body);
-int api_h_proc_stdin(struct api_req *r, json_t *body);
-int api_h_proc_signal(struct api_req *r, json_t *body);
-int api_h_proc_resize(struct api_req *r, json_t *body);
-int api_h_proc_stream(struct api_req *r, json_t *body);
-int api_h_pty(struct api_req *r, json_t *body);
-int api_h_files_watch(struct api_req *r, json_t *body);
 /* A streamed response (http/stream.c): the transport asks the source for records until it is done,
  * sends keep-alives while it is quiet, and notices a client that left and a moatd that stops.
  * next appends whole records to out (waiting up to about timeout_ms when it has none) and sets
@@ -372,18 +334,8 @@ int api_stream_reply(struct api_req *r, const struct api_stream_source *src, con
                      const char *first);
 /* "event: NAME\ndata: JSON\n\n" appended to out; data is consumed. */
 void api_sse_format(struct moat_buf *out, const char *name, json_t *data);
-/* GET .../events (api_events.c) */
-int api_h_events(struct api_req *r, json_t *body);
 /* Turns an ENOENT of an exec into EINVAL when the sandbox is alive (a missing cwd). */
 void api_exec_enoent(struct api_req *r, moat_error *err);
-/* POST .../exec with background: true -> 201 {pid, tag}. body was parsed into req and x. */
-int api_exec_background(struct api_req *r, struct moat_exec_req *req, const struct api_exec_extra *x);
-/* The guest socket of the request's sandbox (caller frees) after control's org/state checks;
- * with env non-NULL also the sandbox env ("K=V", strv_free). NULL and *err on failure. */
-struct moat_guest_ep *api_guest_sock(struct api_req *r, char ***env, moat_error **err);
-/* Replies to a failed process operation: ESRCH 404 process_not_found, ENOTTY 400 not_a_tty,
- * EEXIST 409 tag_in_use, others as api_reply_moat_error. Frees *err. */
-int api_reply_proc_error(struct api_req *r, moat_error **err);
 /* Streams (SSE, WebSocket) check this to end when moatd stops; threads that outlive their
  * request (WebSocket) hold the api while they run. */
 bool api_stopping(const struct moat_api *a);
@@ -398,54 +350,11 @@ bool api_client_gone(int fd);
  * returned; desc names the file in logs. */
 struct MHD_Response *api_file_response(struct moat_guest_reader *rd, uint64_t size, const char *desc);
 
-/* Time travel (api_timetravel.c, issue 4). */
-int api_h_pause(struct api_req *r, json_t *body);
-int api_h_resume(struct api_req *r, json_t *body);
-int api_h_hibernate(struct api_req *r, json_t *body);
-int api_h_wake(struct api_req *r, json_t *body);
-int api_h_snapshot_create(struct api_req *r, json_t *body);
-int api_h_fork(struct api_req *r, json_t *body);
-int api_h_explore(struct api_req *r, json_t *body);
-int api_h_rollback(struct api_req *r, json_t *body);
-int api_h_snapshots_list(struct api_req *r, json_t *body);
-/* issue 5 (api_network.c) */
-int api_h_network_get(struct api_req *r, json_t *body);
-int api_h_network_put(struct api_req *r, json_t *body);
-int api_h_network_log(struct api_req *r, json_t *body);
-int api_h_snapshot_get(struct api_req *r, json_t *body);
-int api_h_snapshot_delete(struct api_req *r, json_t *body);
-
-/* Exposed ports (ports/): the routes of ports/{P}, and ports/{P}/... proxied to the sandbox's server. */
-int api_h_ports_list(struct api_req *r, json_t *body);
-int api_h_port_get(struct api_req *r, json_t *body);
-int api_h_port_expose(struct api_req *r, json_t *body);
-int api_h_port_unexpose(struct api_req *r, json_t *body);
-void api_ports_routes(struct api_router *rt);
 /* "PORT-ID.DOMAIN[:P]" (a Host header) -> port (1..65535) and id; *domain (may be NULL) points at
  * DOMAIN[:P] in host. Pure; shared by the E2B front end and the proxy listener. */
 bool api_parse_port_host(const char *host, unsigned *port, char id[MOAT_ID_LEN + 1], const char **domain);
 
-/* MCP (mcp/): its routes; r->body / r->body_len hold the raw JSON-RPC body. */
-void api_mcp_routes(struct api_router *rt);
-/* The native v1 API (v1/routes.c). */
-void api_v1_routes(struct api_router *rt);
-
-/* The E2B front end (e2b/): it claims every request that is its own (its control-plane paths, or a
- * sandbox call routed by the E2b-Sandbox-Id header or a "PORT-ID.DOMAIN" Host) before routing. */
-extern const struct api_claimer api_e2b_claimer;
-
-/* Code contexts (api_contexts.c). */
-int api_h_ctx_create(struct api_req *r, json_t *body);
-int api_h_ctx_list(struct api_req *r, json_t *body);
-int api_h_ctx_delete(struct api_req *r, json_t *body);
-int api_h_ctx_restart(struct api_req *r, json_t *body);
-int api_h_ctx_run(struct api_req *r, json_t *body);
-
-/* Metrics (api_metrics.c). */
-int api_h_metrics(struct api_req *r, json_t *body);
-int api_h_sandbox_metrics(struct api_req *r, json_t *body);
-
-/* Sandbox JSON per CONTRACT.md (api_sandboxes.c). */
+/* Sandbox JSON per CONTRACT.md (json.c): v1 and MCP answer with it. */
 json_t *api_sandbox_json(const struct moat_sandbox_info *s);
 
 #endif
