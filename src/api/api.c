@@ -1,4 +1,4 @@
-/* api.c -- moatd's HTTP API put together: the transport (http/) serving every front end's routes */
+/* api.c -- moatd's HTTP API put together: the transport (http/) serving every front end */
 #include "api.h"
 
 #include "e2b/e2b.h"
@@ -7,18 +7,16 @@
 #include "ports/ports.h"
 #include "v1/v1.h"
 
-static const struct api_claimer *const claimers[] = {&api_e2b_claimer};
+/* E2B claims its requests before any route is tried; then v1's, MCP's and the ports' routes. */
+static const struct api_front *const fronts[] = {&api_front_e2b, &api_front_v1, &api_front_mcp, &api_front_ports};
 
-/* Every front end's routes, in the order moatd serves them (the first match wins). */
 void api_front_ends(struct api_router *rt) {
-  api_v1_routes(rt);
-  api_mcp_routes(rt);
-  api_ports_routes(rt);
+  for (size_t i = 0; i < ARRAY_SIZE(fronts); i++)
+    if (fronts[i]->routes)
+      fronts[i]->routes(rt);
 }
 
 int moat_api_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
                    moat_error **err) {
-  struct api_router *rt = api_router_new();
-  api_front_ends(rt);
-  return api_http_start(out, control, cfg, rt, claimers, sizeof(claimers) / sizeof(claimers[0]), err);
+  return api_http_start(out, control, cfg, fronts, ARRAY_SIZE(fronts), err);
 }

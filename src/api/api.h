@@ -37,6 +37,10 @@ struct moat_api_config {
                              * body or a client that reads nothing); 0 = 60 */
   const char *version;      /* reported by /healthz */
   const struct moat_api_limits *limits; /* NULL: all defaults */
+  /* 32 bytes that sign the sandbox access tokens the E2B front end hands out (moatd keeps them in
+   * DATA/e2b-secret so tokens survive a restart); NULL: random ones for this api's lifetime. */
+  const uint8_t *token_secret;
+  size_t token_secret_len;
 };
 
 /* Starts serving on cfg->listen with a thread per connection; returns 0 or -1 (EADDRINUSE, ...).

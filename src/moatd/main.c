@@ -20,6 +20,7 @@
 #include "common/util.h"
 #include "control/control.h"
 #include "host/net.h"
+#include "secret.h"
 
 #define MOAT_VERSION "0.1.0"
 
@@ -475,7 +476,15 @@ int main(int argc, char **argv) {
   if (moat_control_open(&control, &cc, &err) < 0)
     die("%s", moat_error_msg(err));
 
-  struct moat_api_config ac = {.listen = listen_addr, .version = MOAT_VERSION, .limits = &lim};
+  uint8_t token_secret[MOATD_SECRET_LEN];
+  _cleanup_free_ char *secret_path = xasprintf("%s/e2b-secret", data_dir);
+  if (moatd_secret_load(secret_path, token_secret, &err) < 0)
+    die("%s", moat_error_msg(err));
+  struct moat_api_config ac = {.listen = listen_addr,
+                               .version = MOAT_VERSION,
+                               .limits = &lim,
+                               .token_secret = token_secret,
+                               .token_secret_len = sizeof(token_secret)};
   struct moat_api *api = NULL;
   if (moat_api_start(&api, control, &ac, &err) < 0) {
     moat_control_close(control);

@@ -15,22 +15,15 @@
  *
  * The envd access token: "e2b1_" HEX(org) "_" HEX(HMAC-SHA256(secret, "envd\0" org "\0" id)). The
  * org is in the token because a sandbox call carries no API key and control needs the org; the
- * HMAC makes it unforgeable. secret is 32 random bytes in DATA/e2b-secret (mode 0600), created on
- * first use, so tokens survive a moatd restart. moatd does not tell the api its data dir: it is
- * found as the directory of moatd's lock file (DATA/lock, held open for moatd's lifetime) that also
- * holds moat.db. Without it (never under moatd) a per-process secret is used and logged.
+ * HMAC makes it unforgeable. The secret comes in the api's config (moatd keeps it in DATA/e2b-secret,
+ * so tokens survive a restart); without one, the front end makes a random one for its lifetime.
  */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <microhttpd.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../../common/log.h"
@@ -43,78 +36,6 @@
 #define E2B_LIST_MAX_LIMIT 100
 
 /* ---- secret and tokens ---- */
-
-static pthread_once_t secret_once = PTHREAD_ONCE_INIT;
-static uint8_t secret[32];
-
-/* DATA of the running moatd: the directory of an open ".../lock" that has a moat.db beside it. */
-static char *find_data_dir(void) {
-  DIR *d = opendir("/proc/self/fd");
-  if (!d)
-    return NULL;
-  char *found = NULL;
-  struct dirent *de;
-  while (!found && (de = readdir(d))) {
-    if (de->d_name[0] == '.')
-      continue;
-    char link[300], target[PATH_MAX];
-    snprintf(link, sizeof(link), "/proc/self/fd/%s", de->d_name);
-    ssize_t n = readlink(link, target, sizeof(target) - 1);
-    if (n <= 5)
-      continue;
-    target[n] = '\0';
-    if (strcmp(target + n - 5, "/lock") != 0)
-      continue;
-    target[n - 5] = '\0';
-    _cleanup_free_ char *db = xasprintf("%s/moat.db", target);
-    struct stat st;
-    if (target[0] == '/' && stat(db, &st) == 0)
-      found = xstrdup(target);
-  }
-  closedir(d);
-  return found;
-}
-
-static void secret_init(void) {
-  _cleanup_free_ char *dir = find_data_dir();
-  if (!dir) {
-    random_bytes(secret, sizeof(secret));
-    log_warn("e2b: data dir not found; E2B access tokens will not survive a restart");
-    return;
-  }
-  _cleanup_free_ char *path = xasprintf("%s/e2b-secret", dir);
-  for (int attempt = 0; attempt < 2; attempt++) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0) {
-      ssize_t n = read_all(fd, secret, sizeof(secret));
-      close(fd);
-      if (n == (ssize_t)sizeof(secret))
-        return;
-      log_warn("e2b: %s is short; using a per-process secret", path);
-      random_bytes(secret, sizeof(secret));
-      return;
-    }
-    if (errno != ENOENT)
-      break;
-    uint8_t fresh[32];
-    random_bytes(fresh, sizeof(fresh));
-    _cleanup_free_ char *tmp = xasprintf("%s.tmp-%d", path, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-      break;
-    bool ok = write_all(fd, fresh, sizeof(fresh)) == 0 && fsync(fd) == 0;
-    close(fd);
-    /* link() fails with EEXIST when another writer won: read theirs on the next attempt. */
-    if (ok && link(tmp, path) < 0 && errno != EEXIST)
-      ok = false;
-    unlink(tmp);
-    if (!ok)
-      break;
-  }
-  log_warn("e2b: cannot read or create %s (%s); E2B access tokens will not survive a restart", path,
-           strerror(errno));
-  random_bytes(secret, sizeof(secret));
-}
 
 static void hmac_sha256(const uint8_t *key, size_t klen, const void *msg, size_t mlen, uint8_t out[32]) {
   uint8_t k[64] = {0}, pad[64], inner[32];
@@ -147,8 +68,8 @@ static void hex_into(char *out, const uint8_t *p, size_t n) {
   out[2 * n] = '\0';
 }
 
-char *e2b_access_token(const char *org, const char *sandbox_id) {
-  pthread_once(&secret_once, secret_init);
+char *e2b_access_token(const struct api_req *r, const char *org, const char *sandbox_id) {
+  const struct e2b_state *st = e2b_state(r);
   size_t ol = strlen(org), il = strlen(sandbox_id);
   _cleanup_free_ char *msg = xmalloc(5 + ol + 1 + il);
   memcpy(msg, "envd\0", 5);
@@ -156,7 +77,7 @@ char *e2b_access_token(const char *org, const char *sandbox_id) {
   msg[5 + ol] = '\0';
   memcpy(msg + 6 + ol, sandbox_id, il);
   uint8_t mac[32];
-  hmac_sha256(secret, sizeof(secret), msg, 6 + ol + il, mac);
+  hmac_sha256(st->secret, sizeof(st->secret), msg, 6 + ol + il, mac);
   _cleanup_free_ char *oh = xmalloc(2 * ol + 1);
   hex_into(oh, (const uint8_t *)org, ol);
   char mh[65];
@@ -173,7 +94,7 @@ static int unhex(char c) {
 }
 
 /* The org a token was minted for when it is valid for sandbox_id, else NULL (caller frees). */
-static char *token_org(const char *token, const char *sandbox_id) {
+static char *token_org(const struct api_req *r, const char *token, const char *sandbox_id) {
   if (strncmp(token, "e2b1_", 5) != 0)
     return NULL;
   const char *oh = token + 5, *us = strchr(oh, '_');
@@ -190,7 +111,7 @@ static char *token_org(const char *token, const char *sandbox_id) {
     org[i] = (char)(a << 4 | b);
   }
   org[ol] = '\0';
-  _cleanup_free_ char *want = e2b_access_token(org, sandbox_id);
+  _cleanup_free_ char *want = e2b_access_token(r, org, sandbox_id);
   size_t wl = strlen(want), tl = strlen(token);
   unsigned diff = wl != tl;
   for (size_t i = 0; i < wl && i < tl; i++)
@@ -386,7 +307,7 @@ static bool sandbox_begin(struct api_req *r, struct e2b_req *e, const char *url,
   if (!tok || !*tok)
     tok = header(r, "E2B-Traffic-Access-Token");
   if (tok && *tok) {
-    e->org = token_org(tok, e->sandbox_id);
+    e->org = token_org(r, tok, e->sandbox_id);
   } else {
     const char *key = api_key_of(r);
     moat_error *err = NULL;
@@ -443,7 +364,7 @@ static bool is_e2b_running(enum moat_sandbox_state s) { return s == MOAT_SB_RUNN
 static bool is_e2b_paused(enum moat_sandbox_state s) { return s == MOAT_SB_PAUSED || s == MOAT_SB_HIBERNATED; }
 
 /* ListedSandbox / SandboxDetail; with_token adds envdAccessToken and domain. */
-static json_t *sandbox_json(const struct moat_sandbox_info *s, bool with_token) {
+static json_t *sandbox_json(const struct api_req *r, const struct moat_sandbox_info *s, bool with_token) {
   json_t *o = json_object();
   json_object_set_new(o, "sandboxID", json_string(s->id));
   json_object_set_new(o, "templateID", json_string(e2b_template_of(s->template_name)));
@@ -458,7 +379,7 @@ static json_t *sandbox_json(const struct moat_sandbox_info *s, bool with_token) 
   json_object_set_new(o, "envdVersion", json_string(E2B_ENVD_VERSION));
   json_object_set_new(o, "volumeMounts", json_array());
   if (with_token) {
-    char *tok = e2b_access_token(s->org ? s->org : "", s->id);
+    char *tok = e2b_access_token(r, s->org ? s->org : "", s->id);
     json_object_set_new(o, "envdAccessToken", json_string(tok));
     json_object_set_new(o, "trafficAccessToken", json_string(tok));
     free(tok);
@@ -469,8 +390,8 @@ static json_t *sandbox_json(const struct moat_sandbox_info *s, bool with_token) 
 }
 
 /* The create / connect answer (model "Sandbox"). */
-static json_t *sandbox_created_json(const char *org, const struct moat_sandbox_info *s) {
-  char *tok = e2b_access_token(org, s->id);
+static json_t *sandbox_created_json(const struct api_req *r, const struct moat_sandbox_info *s) {
+  char *tok = e2b_access_token(r, r->org, s->id);
   json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:n}", "sandboxID", s->id, "templateID",
                         e2b_template_of(s->template_name), "clientID", "moat", "envdVersion", E2B_ENVD_VERSION,
                         "envdAccessToken", tok, "trafficAccessToken", tok, "domain");
@@ -579,7 +500,7 @@ static int h_create(struct api_req *r) {
     }
     goto out;
   }
-  ret = api_reply_json(r, 201, sandbox_created_json(r->org, &info));
+  ret = api_reply_json(r, 201, sandbox_created_json(r, &info));
   moat_sandbox_info_clear(&info);
 out:
   json_decref(v1);
@@ -609,7 +530,7 @@ static int h_get(struct api_req *r, const char *id) {
   memset(&info, 0, sizeof(info));
   if (get_live(r, id, &info) < 0)
     return -1;
-  int ret = api_reply_json(r, 200, sandbox_json(&info, true));
+  int ret = api_reply_json(r, 200, sandbox_json(r, &info, true));
   moat_sandbox_info_clear(&info);
   return ret;
 }
@@ -716,7 +637,7 @@ static int h_connect(struct api_req *r, const char *id, bool legacy_resume) {
       goto out;
     }
   }
-  ret = api_reply_json(r, paused ? 201 : 200, sandbox_created_json(r->org, &info));
+  ret = api_reply_json(r, paused ? 201 : 200, sandbox_created_json(r, &info));
   moat_sandbox_info_clear(&info);
 out:
   json_decref(body);
@@ -914,7 +835,7 @@ static int h_fork(struct api_req *r, const char *id) {
       }
       moat_sandbox_info_clear(&upd);
     }
-    json_array_append_new(arr, json_pack("{s:o}", "sandbox", sandbox_created_json(r->org, &kids[i])));
+    json_array_append_new(arr, json_pack("{s:o}", "sandbox", sandbox_created_json(r, &kids[i])));
   }
   moat_sandbox_infos_free(kids, (size_t)count);
   ret = api_reply_json(r, 201, arr);
@@ -1071,7 +992,7 @@ static int h_list(struct api_req *r) {
       snprintf(next, sizeof(next), "%lld.%s", (long long)last->created_at_ms, last->id);
       break;
     }
-    json_array_append_new(arr, sandbox_json(s, false));
+    json_array_append_new(arr, sandbox_json(r, s, false));
     last = s;
   }
   moat_sandbox_infos_free(v, n);
@@ -1308,4 +1229,29 @@ static int e2b_finish(struct api_req *r) {
 
 static const struct api_route_hooks e2b_hooks = {
     .own_auth = true, .begin = e2b_begin, .body = e2b_body, .finish = e2b_finish};
-const struct api_claimer api_e2b_claimer = {.claims = e2b_claims, .hooks = &e2b_hooks};
+static const struct api_claimer e2b_claimer = {.claims = e2b_claims, .hooks = &e2b_hooks};
+
+static int e2b_open(struct moat_api *a, const struct moat_api_config *cfg, void **state, moat_error **err) {
+  struct e2b_state *st = xcalloc(1, sizeof(*st));
+  if (cfg->token_secret && cfg->token_secret_len == sizeof(st->secret)) {
+    memcpy(st->secret, cfg->token_secret, sizeof(st->secret));
+  } else {
+    random_bytes(st->secret, sizeof(st->secret));
+    log_warn("e2b: no token secret configured; E2B access tokens will not survive a restart");
+  }
+  st->fs = envd_fs_state_new();
+  *state = st;
+  return 0;
+}
+
+static void e2b_close(void *state) {
+  struct e2b_state *st = state;
+  envd_fs_state_free(st->fs);
+  explicit_bzero(st->secret, sizeof(st->secret));
+  free(st);
+}
+
+struct e2b_state *e2b_state(const struct api_req *r) { return api_front_state(r->api, &api_front_e2b); }
+
+const struct api_front api_front_e2b = {
+    .name = "e2b", .claimer = &e2b_claimer, .open = e2b_open, .close = e2b_close};

@@ -6,6 +6,6 @@
 
 /* The E2B front end (e2b/): it claims every request that is its own (its control-plane paths, or a
  * sandbox call routed by the E2b-Sandbox-Id header or a "PORT-ID.DOMAIN" Host) before routing. */
-extern const struct api_claimer api_e2b_claimer;
+extern const struct api_front api_front_e2b;
 
 #endif

@@ -27,9 +27,19 @@ struct e2b_req {
   void (*sub_free)(void *);
 };
 
+/* The front end's state (e2b.c makes it when the api starts). */
+struct envd_fs_state;
+struct e2b_state {
+  uint8_t secret[32];       /* signs the envd access tokens */
+  struct envd_fs_state *fs; /* envd_fs.c: users' names cached, polling watchers */
+};
+struct e2b_state *e2b_state(const struct api_req *r);
+struct envd_fs_state *envd_fs_state_new(void);
+void envd_fs_state_free(struct envd_fs_state *fs);
+
 /* The sandbox's envd access token (caller frees): what create/connect hand out and what
  * e2b.c checks on every sandbox call (X-Access-Token or E2B-Traffic-Access-Token). */
-char *e2b_access_token(const char *org, const char *sandbox_id);
+char *e2b_access_token(const struct api_req *r, const char *org, const char *sandbox_id);
 
 /* envd (envd.c): same contract as api_e2b_begin/body/dispatch, called by e2b.c once the
  * sandbox is resolved and the caller authenticated. */

@@ -65,7 +65,7 @@ struct moat_guest_ep *envd_guest(struct api_req *r, struct envd_req *q, char ***
       (*err)->status = ECONNREFUSED;
     return NULL;
   }
-  if (q->check_user && !envd_user_known(sock, q->user)) {
+  if (q->check_user && !envd_user_known(e2b_state(r)->fs, sock, q->user)) {
     moat_error_set(err, EKEYREJECTED, "invalid username: '%s'%s", q->user,
                    q->user == q->user_buf ? "" : " (E2B's default user: the template needs it)");
     free(sock);

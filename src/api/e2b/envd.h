@@ -106,7 +106,7 @@ struct envd_req {
 struct moat_guest_ep *envd_guest(struct api_req *r, struct envd_req *q, char ***env, moat_error **err);
 /* False when the sandbox's /etc/passwd (cached a few seconds) has no such user; true when it
  * does or cannot be read (the guest then decides). */
-bool envd_user_known(const struct moat_guest_ep *sock, const char *user);
+bool envd_user_known(struct envd_fs_state *fs, const struct moat_guest_ep *sock, const char *user);
 
 /* process.Process/<method> (envd_process.c): body is the parsed request message. */
 void envd_process(struct api_req *r, struct envd_req *q, json_t *body);

@@ -30,6 +30,7 @@ static int json_path(json_t *msg, const char *field, const char **out, moat_erro
 
 /* uid/gid -> name, read from the sandbox's /etc/passwd and /etc/group when first needed. */
 struct names {
+  struct envd_fs_state *fs;
   const struct moat_guest_ep *sock;
   const char *user;
   bool loaded[2];
@@ -69,43 +70,56 @@ static char *read_small(const struct moat_guest_ep *sock, const char *path, cons
  * for at most that long). */
 #define NAMES_CACHE 32
 #define NAMES_TTL_MS 5000
-static struct {
+struct names_entry {
   struct moat_guest_ep *sock;
   char *text;
   uint64_t at_ns;
-} names_cache[2][NAMES_CACHE];
-static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+};
 
-static char *names_text(const struct moat_guest_ep *sock, int which) {
+#define WATCHERS_MAX 1024
+struct watcher;
+
+/* What the filesystem service keeps between requests (the E2B front end's state owns it). Locks:
+ * names_lock and watchers_lock are never held together, nor across a guest call but a watcher's
+ * hang-up poll. */
+struct envd_fs_state {
+  pthread_mutex_t names_lock;
+  struct names_entry names[2][NAMES_CACHE]; /* passwd, group; names_lock */
+  pthread_mutex_t watchers_lock;
+  struct watcher *watchers[WATCHERS_MAX]; /* watchers_lock */
+};
+
+static char *names_text(struct envd_fs_state *fs, const struct moat_guest_ep *sock, int which) {
+  struct names_entry *cache = fs->names[which];
   uint64_t now = now_ns();
   size_t oldest = 0;
-  pthread_mutex_lock(&names_lock);
+  pthread_mutex_lock(&fs->names_lock);
   for (size_t i = 0; i < NAMES_CACHE; i++) {
-    if (names_cache[which][i].sock && moat_guest_ep_same(names_cache[which][i].sock, sock) &&
-        now - names_cache[which][i].at_ns < NAMES_TTL_MS * 1000000ULL) {
-      char *t = names_cache[which][i].text ? xstrdup(names_cache[which][i].text) : NULL;
-      pthread_mutex_unlock(&names_lock);
+    if (cache[i].sock && moat_guest_ep_same(cache[i].sock, sock) &&
+        now - cache[i].at_ns < NAMES_TTL_MS * 1000000ULL) {
+      char *t = cache[i].text ? xstrdup(cache[i].text) : NULL;
+      pthread_mutex_unlock(&fs->names_lock);
       return t;
     }
-    if (names_cache[which][i].at_ns < names_cache[which][oldest].at_ns)
+    if (cache[i].at_ns < cache[oldest].at_ns)
       oldest = i;
   }
-  pthread_mutex_unlock(&names_lock);
+  pthread_mutex_unlock(&fs->names_lock);
   char *t = read_small(sock, which == 0 ? "/etc/passwd" : "/etc/group", "root");
-  pthread_mutex_lock(&names_lock);
-  free(names_cache[which][oldest].sock);
-  free(names_cache[which][oldest].text);
-  names_cache[which][oldest].sock = xmemdup(sock, sizeof(*sock));
-  names_cache[which][oldest].text = t ? xstrdup(t) : NULL;
-  names_cache[which][oldest].at_ns = now;
-  pthread_mutex_unlock(&names_lock);
+  pthread_mutex_lock(&fs->names_lock);
+  free(cache[oldest].sock);
+  free(cache[oldest].text);
+  cache[oldest].sock = xmemdup(sock, sizeof(*sock));
+  cache[oldest].text = t ? xstrdup(t) : NULL;
+  cache[oldest].at_ns = now;
+  pthread_mutex_unlock(&fs->names_lock);
   return t;
 }
 
-bool envd_user_known(const struct moat_guest_ep *sock, const char *user) {
+bool envd_user_known(struct envd_fs_state *fs, const struct moat_guest_ep *sock, const char *user) {
   if (strcmp(user, "root") == 0)
     return true;
-  _cleanup_free_ char *pw = names_text(sock, 0);
+  _cleanup_free_ char *pw = names_text(fs, sock, 0);
   if (!pw)
     return true;
   size_t ul = strlen(user);
@@ -123,7 +137,7 @@ static json_t *name_of(struct names *n, int which, uint32_t id) {
     return json_string("root");
   if (!n->loaded[which]) {
     n->loaded[which] = true;
-    n->text[which] = names_text(n->sock, which);
+    n->text[which] = names_text(n->fs, n->sock, which);
   }
   for (const char *l = n->text[which]; l && *l;) {
     const char *end = strchr(l, '\n');
@@ -192,7 +206,7 @@ static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, cons
   memset(&e, 0, sizeof(e));
   if (moat_guest_stat(sock, path, user, &e, &err) < 0)
     return cx_reply_moat_error(r, &err);
-  struct names n = {.sock = sock, .user = user};
+  struct names n = {.fs = e2b_state(r)->fs, .sock = sock, .user = user};
   int ret = cx_reply(r, json_pack("{s:o}", "entry", entry_json(&n, &e)));
   names_clear(&n);
   moat_file_entry_clear(&e);
@@ -258,7 +272,7 @@ static int fs_list_dir(struct api_req *r, struct envd_req *q, const struct moat_
   size_t n = 0;
   if (moat_guest_list(sock, path, q->user, (uint32_t)depth, &v, &n, &err) < 0)
     return cx_reply_moat_error(r, &err);
-  struct names nm = {.sock = sock, .user = q->user};
+  struct names nm = {.fs = e2b_state(r)->fs, .sock = sock, .user = q->user};
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++)
     json_array_append_new(arr, entry_json(&nm, &v[i]));
@@ -297,6 +311,7 @@ static const char *event_type(const char *ev) {
 
 /* What a watch needs to turn guest events into E2B FilesystemEvents. */
 struct watch_src {
+  struct envd_fs_state *fs; /* borrowed: the front end's state outlives every stream */
   struct moat_watch *w;
   struct moat_guest_ep *sock;
   char *root; /* absolute path watched, for names relative to it */
@@ -332,7 +347,7 @@ static json_t *fs_event(const struct watch_src *ws, const char *type, const char
     memset(&e, 0, sizeof(e));
     moat_error *err = NULL;
     if (moat_guest_stat(ws->sock, path, ws->user, &e, &err) == 0) {
-      struct names nm = {.sock = ws->sock, .user = ws->user};
+      struct names nm = {.fs = ws->fs, .sock = ws->sock, .user = ws->user};
       json_object_set_new(j, "entry", entry_json(&nm, &e));
       names_clear(&nm);
       moat_file_entry_clear(&e);
@@ -372,7 +387,7 @@ static void fs_events(const struct watch_src *ws, const struct moat_watch_event 
 }
 
 /* Opens a watch on the request's path (must be a directory). 0, or -1 with *err. */
-static int watch_open(struct envd_req *q, const struct moat_guest_ep *sock, json_t *body, struct watch_src **out,
+static int watch_open(struct envd_fs_state *fs, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body, struct watch_src **out,
                       moat_error **err) {
   const char *path;
   json_t *rec = json_object_get(body, "recursive"), *inc = json_object_get(body, "includeEntry");
@@ -391,6 +406,7 @@ static int watch_open(struct envd_req *q, const struct moat_guest_ep *sock, json
   struct watch_src *ws = xcalloc(1, sizeof(*ws));
   ws->root = st.path ? xstrdup(st.path) : xstrdup(path);
   moat_file_entry_clear(&st);
+  ws->fs = fs;
   ws->sock = xmemdup(sock, sizeof(*sock));
   ws->user = xstrdup(q->user);
   ws->include_entry = json_is_true(inc);
@@ -429,7 +445,7 @@ static void watch_ctx_free(void *p) { watch_src_free(p); }
 static int fs_watch_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
   moat_error *err = NULL;
   struct watch_src *ws = NULL;
-  if (watch_open(q, sock, body, &ws, &err) < 0) {
+  if (watch_open(e2b_state(r)->fs, q, sock, body, &ws, &err) < 0) {
     const char *code = cx_errno_code(err ? err->status : 0);
     int ret = cx_stream_error(r, code, "%s", moat_error_msg(err));
     moat_error_free(&err);
@@ -448,7 +464,6 @@ static int fs_watch_dir(struct api_req *r, struct envd_req *q, const struct moat
  * connection; events wait in that connection until polled. A watcher not polled for
  * WATCHER_IDLE_S, or whose sandbox went away (its connection hung up), is freed by the next
  * watcher call (CreateWatcher, GetWatcherEvents or RemoveWatcher of any sandbox). */
-#define WATCHERS_MAX 1024
 #define WATCHERS_PER_SANDBOX 64
 #define WATCHER_IDLE_S 600
 #define WATCHER_MAX_EVENTS 4096 /* per GetWatcherEvents */
@@ -461,8 +476,7 @@ struct watcher {
   bool busy; /* a GetWatcherEvents is draining it */
 };
 
-static pthread_mutex_t watchers_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct watcher *watchers[WATCHERS_MAX];
+
 
 static bool watch_hung_up(struct watch_src *ws) {
   struct pollfd p = {.fd = moat_watch_fd(ws->w), .events = POLLRDHUP};
@@ -470,24 +484,25 @@ static bool watch_hung_up(struct watch_src *ws) {
 }
 
 /* Frees idle and dead watchers. Caller holds watchers_lock. */
-static void watchers_sweep(void) {
+static void watchers_sweep(struct envd_fs_state *fs) {
   uint64_t now = now_ns();
   for (size_t i = 0; i < WATCHERS_MAX; i++) {
-    struct watcher *w = watchers[i];
+    struct watcher *w = fs->watchers[i];
     if (!w || w->busy)
       continue;
     if (now - w->last_ns > WATCHER_IDLE_S * 1000000000ULL || watch_hung_up(w->ws)) {
       watch_src_free(w->ws);
       free(w);
-      watchers[i] = NULL;
+      fs->watchers[i] = NULL;
     }
   }
 }
 
 static int fs_create_watcher(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
+  struct envd_fs_state *fs = e2b_state(r)->fs;
   moat_error *err = NULL;
   struct watch_src *ws = NULL;
-  if (watch_open(q, sock, body, &ws, &err) < 0)
+  if (watch_open(e2b_state(r)->fs, q, sock, body, &ws, &err) < 0)
     return cx_reply_moat_error(r, &err);
   struct watcher *w = xcalloc(1, sizeof(*w));
   unsigned char rnd[16];
@@ -497,56 +512,58 @@ static int fs_create_watcher(struct api_req *r, struct envd_req *q, const struct
   snprintf(w->sandbox, sizeof(w->sandbox), "%s", q->e->sandbox_id);
   w->ws = ws;
   w->last_ns = now_ns();
-  pthread_mutex_lock(&watchers_lock);
-  watchers_sweep();
+  pthread_mutex_lock(&fs->watchers_lock);
+  watchers_sweep(fs);
   size_t same = 0, slot = WATCHERS_MAX;
   for (size_t i = 0; i < WATCHERS_MAX; i++) {
-    if (!watchers[i])
+    if (!fs->watchers[i])
       slot = slot == WATCHERS_MAX ? i : slot;
-    else if (strcmp(watchers[i]->sandbox, w->sandbox) == 0)
+    else if (strcmp(fs->watchers[i]->sandbox, w->sandbox) == 0)
       same++;
   }
   if (same >= WATCHERS_PER_SANDBOX || slot == WATCHERS_MAX) {
-    pthread_mutex_unlock(&watchers_lock);
+    pthread_mutex_unlock(&fs->watchers_lock);
     watch_src_free(ws);
     free(w);
     return cx_reply_error(r, "resource_exhausted", "too many watchers (at most %d per sandbox, %d in all)",
                           WATCHERS_PER_SANDBOX, WATCHERS_MAX);
   }
-  watchers[slot] = w;
-  pthread_mutex_unlock(&watchers_lock);
+  fs->watchers[slot] = w;
+  pthread_mutex_unlock(&fs->watchers_lock);
   return cx_reply(r, json_pack("{s:s}", "watcherId", w->id));
 }
 
 /* The watcher id of body in this sandbox, or -1 after replying. Caller holds watchers_lock. */
 static int find_watcher(struct api_req *r, struct envd_req *q, json_t *body) {
+  struct envd_fs_state *fs = e2b_state(r)->fs;
   moat_error *err = NULL;
   const char *id;
-  watchers_sweep();
+  watchers_sweep(fs);
   if (envd_json_str(body, "watcherId", &id, &err) < 0) {
-    pthread_mutex_unlock(&watchers_lock);
+    pthread_mutex_unlock(&fs->watchers_lock);
     return cx_reply_moat_error(r, &err), -1;
   }
   for (size_t i = 0; id && i < WATCHERS_MAX; i++)
-    if (watchers[i] && strcmp(watchers[i]->id, id) == 0 &&
-        strcmp(watchers[i]->sandbox, q->e->sandbox_id) == 0)
+    if (fs->watchers[i] && strcmp(fs->watchers[i]->id, id) == 0 &&
+        strcmp(fs->watchers[i]->sandbox, q->e->sandbox_id) == 0)
       return (int)i;
-  pthread_mutex_unlock(&watchers_lock);
+  pthread_mutex_unlock(&fs->watchers_lock);
   return cx_reply_error(r, "not_found", "watcher %.64s not found", id ? id : ""), -1;
 }
 
 static int fs_get_watcher_events(struct api_req *r, struct envd_req *q, json_t *body) {
-  pthread_mutex_lock(&watchers_lock);
+  struct envd_fs_state *fs = e2b_state(r)->fs;
+  pthread_mutex_lock(&fs->watchers_lock);
   int i = find_watcher(r, q, body);
   if (i < 0)
     return -1;
-  struct watcher *w = watchers[i];
+  struct watcher *w = fs->watchers[i];
   if (w->busy) {
-    pthread_mutex_unlock(&watchers_lock);
+    pthread_mutex_unlock(&fs->watchers_lock);
     return cx_reply_error(r, "aborted", "another GetWatcherEvents of this watcher is running");
   }
   w->busy = true;
-  pthread_mutex_unlock(&watchers_lock);
+  pthread_mutex_unlock(&fs->watchers_lock);
   json_t *arr = json_array();
   bool ended = false;
   moat_error *err = NULL;
@@ -564,15 +581,15 @@ static int fs_get_watcher_events(struct api_req *r, struct envd_req *q, json_t *
     }
     fs_events(w->ws, &ev, arr);
   }
-  pthread_mutex_lock(&watchers_lock);
+  pthread_mutex_lock(&fs->watchers_lock);
   w->busy = false;
   w->last_ns = now_ns();
   if (ended) {
-    watchers[i] = NULL;
+    fs->watchers[i] = NULL;
     watch_src_free(w->ws);
     free(w);
   }
-  pthread_mutex_unlock(&watchers_lock);
+  pthread_mutex_unlock(&fs->watchers_lock);
   if (ended && json_array_size(arr) == 0) {
     json_decref(arr);
     return cx_reply_error(r, "unavailable", "the watcher ended (the sandbox went away)");
@@ -581,17 +598,18 @@ static int fs_get_watcher_events(struct api_req *r, struct envd_req *q, json_t *
 }
 
 static int fs_remove_watcher(struct api_req *r, struct envd_req *q, json_t *body) {
-  pthread_mutex_lock(&watchers_lock);
+  struct envd_fs_state *fs = e2b_state(r)->fs;
+  pthread_mutex_lock(&fs->watchers_lock);
   int i = find_watcher(r, q, body);
   if (i < 0)
     return -1;
-  struct watcher *w = watchers[i];
+  struct watcher *w = fs->watchers[i];
   if (w->busy) {
-    pthread_mutex_unlock(&watchers_lock);
+    pthread_mutex_unlock(&fs->watchers_lock);
     return cx_reply_error(r, "aborted", "a GetWatcherEvents of this watcher is running");
   }
-  watchers[i] = NULL;
-  pthread_mutex_unlock(&watchers_lock);
+  fs->watchers[i] = NULL;
+  pthread_mutex_unlock(&fs->watchers_lock);
   watch_src_free(w->ws);
   free(w);
   return cx_reply(r, json_object());
@@ -632,4 +650,31 @@ void envd_filesystem(struct api_req *r, struct envd_req *q, json_t *body) {
     fs_create_watcher(r, q, sock, body);
   else
     cx_reply_error(r, "unimplemented", "filesystem.Filesystem/%.64s is not implemented", m);
+}
+
+/* ---- the state of envd's filesystem service ---- */
+
+struct envd_fs_state *envd_fs_state_new(void) {
+  struct envd_fs_state *fs = xcalloc(1, sizeof(*fs));
+  pthread_mutex_init(&fs->names_lock, NULL);
+  pthread_mutex_init(&fs->watchers_lock, NULL);
+  return fs;
+}
+
+void envd_fs_state_free(struct envd_fs_state *fs) {
+  if (!fs)
+    return;
+  for (int w = 0; w < 2; w++)
+    for (size_t i = 0; i < NAMES_CACHE; i++) {
+      free(fs->names[w][i].sock);
+      free(fs->names[w][i].text);
+    }
+  for (size_t i = 0; i < WATCHERS_MAX; i++)
+    if (fs->watchers[i]) {
+      watch_src_free(fs->watchers[i]->ws);
+      free(fs->watchers[i]);
+    }
+  pthread_mutex_destroy(&fs->names_lock);
+  pthread_mutex_destroy(&fs->watchers_lock);
+  free(fs);
 }

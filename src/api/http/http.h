@@ -246,12 +246,27 @@ int api_limits_apply(const struct moat_api_limits *lim, moat_error **err);
 /* ---- the transport (http/server.c) ---- */
 
 struct moat_api;
-struct api_claimer;
-/* Starts the listener of cfg serving router's routes (taken over) and the claiming front ends
- * (static, borrowed). 0 or -1. */
+
+/* A front end as the transport serves it (api.c lists them): its routes, the requests it claims
+ * before routing, and its state. open makes the state before the listener starts (a failure stops
+ * the start), close frees it after the listener stopped and every request ended; handlers reach it
+ * with api_front_state. Any member may be NULL. */
+struct api_front {
+  const char *name;
+  void (*routes)(struct api_router *rt);
+  const struct api_claimer *claimer;
+  int (*open)(struct moat_api *a, const struct moat_api_config *cfg, void **state, moat_error **err);
+  void (*close)(void *state);
+};
+/* The state f's open made for a (NULL when f has none or is not served by a). */
+void *api_front_state(const struct moat_api *a, const struct api_front *f);
+/* The control handle and the stop flag of a (for state that outlives a request). */
+struct moat_control *api_control_of(const struct moat_api *a);
+
+/* Starts the listener of cfg serving the front ends (static, borrowed; routes matched in their
+ * order). 0 or -1. */
 int api_http_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
-                   struct api_router *router, const struct api_claimer *const *claimers, size_t n_claimers,
-                   moat_error **err);
+                   const struct api_front *const *fronts, size_t n_fronts, moat_error **err);
 
 /* ---- requests (http/server.c) ---- */
 

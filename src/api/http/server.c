@@ -37,9 +37,10 @@
 struct moat_api {
   struct MHD_Daemon *daemon;
   struct moat_control *control;
-  const struct api_router *router;    /* every front end's routes (owned) */
-  const struct api_claimer *const *claimers; /* front ends that claim requests before routing */
-  size_t n_claimers;
+  struct api_router *router;          /* every front end's routes */
+  const struct api_front *const *fronts; /* in the order their routes and claims are tried */
+  void **states;                         /* fronts[i]'s state */
+  size_t n_fronts;
   char *version;
   unsigned port;
   int inflight; /* requests between their first access-handler call and completion (atomic) */
@@ -51,6 +52,14 @@ struct moat_api {
 
 struct moat_control *api_control(const struct api_req *r) {
   return r->api->control;
+}
+struct moat_control *api_control_of(const struct moat_api *a) { return a->control; }
+
+void *api_front_state(const struct moat_api *a, const struct api_front *f) {
+  for (size_t i = 0; a && i < a->n_fronts; i++)
+    if (a->fronts[i] == f)
+      return a->states[i];
+  return NULL;
 }
 const char *api_version(const struct api_req *r) { return r->api->version ? r->api->version : "dev"; }
 
@@ -392,9 +401,9 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
     return true;
   }
 
-  for (size_t i = 0; i < r->api->n_claimers; i++)
-    if (r->api->claimers[i]->claims(r)) {
-      r->hooks = r->api->claimers[i]->hooks;
+  for (size_t i = 0; i < r->api->n_fronts; i++)
+    if (r->api->fronts[i]->claimer && r->api->fronts[i]->claimer->claims(r)) {
+      r->hooks = r->api->fronts[i]->claimer->hooks;
       return r->hooks->begin ? r->hooks->begin(r) : false;
     }
 
@@ -586,24 +595,43 @@ int api_listen_socket(const char *listen_addr, unsigned *port, bool *ipv6, moat_
   return ret;
 }
 
+/* Frees what api_http_start made before (or after) the listener: every front end's state, in
+ * reverse order, the router and a. */
+static void api_free(struct moat_api *a) {
+  for (size_t i = a->n_fronts; i-- > 0;)
+    if (a->states[i] && a->fronts[i]->close)
+      a->fronts[i]->close(a->states[i]);
+  free(a->states);
+  api_router_free(a->router);
+  free(a->version);
+  free(a);
+}
+
 int api_http_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
-                   struct api_router *router, const struct api_claimer *const *claimers, size_t n_claimers,
-                   moat_error **err) {
+                   const struct api_front *const *fronts, size_t n_fronts, moat_error **err) {
   unsigned port;
   bool ipv6;
   _cleanup_close_ int fd = api_listen_socket(cfg->listen, &port, &ipv6, err);
-  if (fd < 0) {
-    api_router_free(router);
+  if (fd < 0)
     return -1;
-  }
 
   struct moat_api *a = xcalloc(1, sizeof(*a));
   a->control = control;
-  a->router = router;
-  a->claimers = claimers;
-  a->n_claimers = n_claimers;
+  a->router = api_router_new();
+  a->fronts = fronts;
+  a->states = xcalloc(n_fronts ? n_fronts : 1, sizeof(*a->states));
   a->version = xstrdup(cfg->version ? cfg->version : "dev");
   a->port = port;
+  for (size_t i = 0; i < n_fronts; i++) {
+    if (fronts[i]->routes)
+      fronts[i]->routes(a->router);
+    a->n_fronts = i + 1;
+    if (fronts[i]->open && fronts[i]->open(a, cfg, &a->states[i], err) < 0) {
+      a->n_fronts = i;
+      api_free(a);
+      return moat_error_wrap(err, "the %s front end", fronts[i]->name);
+    }
+  }
   unsigned flags =
       MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL |
       MHD_ALLOW_UPGRADE;
@@ -612,9 +640,7 @@ int api_http_start(struct moat_api **out, struct moat_control *control, const st
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
   struct moat_api_limits lim = moat_api_limits_resolve(cfg->limits);
   if (api_limits_apply(&lim, err) < 0) {
-    api_router_free(router);
-    free(a->version);
-    free(a);
+    api_free(a);
     return -1;
   }
   a->daemon =
@@ -627,9 +653,7 @@ int api_http_start(struct moat_api **out, struct moat_control *control, const st
                        MHD_OPTION_END);
   if (!a->daemon) {
     api_gate_stop();
-    api_router_free(router);
-    free(a->version);
-    free(a);
+    api_free(a);
     return moat_error_set(err, EIO, "listen on %s: libmicrohttpd failed to start", cfg->listen);
   }
   fd = -1; /* MHD owns the listening socket now */
@@ -662,9 +686,7 @@ void moat_api_stop(struct moat_api *a) {
     usleep(20000);
   MHD_stop_daemon(a->daemon);
   api_gate_stop();
-  api_router_free((struct api_router *)a->router);
-  free(a->version);
-  free(a);
+  api_free(a);
 }
 
 /* ---- limits ---- */

@@ -47,34 +47,48 @@ struct mcp_session {
   bool initialized; /* notifications/initialized seen */
 };
 
-static pthread_mutex_t sessions_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct mcp_session *sessions;
-static size_t n_sessions, cap_sessions;
+/* The MCP front end's state: its sessions. */
+struct mcp_sessions {
+  pthread_mutex_t mu; /* guards the rest */
+  struct mcp_session *v;
+  size_t n, cap;
+  uint64_t idle_limit_ns;
+};
 
-static void session_drop_locked(size_t i) {
-  free(sessions[i].org);
-  sessions[i] = sessions[--n_sessions];
+static void session_drop_locked(struct mcp_sessions *ss, size_t i) {
+  free(ss->v[i].org);
+  ss->v[i] = ss->v[--ss->n];
 }
 
-/* The idle limit: MCP_SESSION_IDLE_S, or $MOAT_MCP_SESSION_IDLE_S (1..86400 seconds) when set. */
-static uint64_t idle_limit_ns;
-static void idle_limit_init(void) {
-  uint64_t s = MCP_SESSION_IDLE_S, v;
+/* No sessions yet; they expire after MCP_SESSION_IDLE_S idle, or $MOAT_MCP_SESSION_IDLE_S (1..86400
+ * seconds) when set. */
+static int mcp_open(struct moat_api *a, const struct moat_api_config *cfg, void **state, moat_error **err) {
+  struct mcp_sessions *ss = xcalloc(1, sizeof(*ss));
+  pthread_mutex_init(&ss->mu, NULL);
+  uint64_t sec = MCP_SESSION_IDLE_S, v;
   const char *e = getenv("MOAT_MCP_SESSION_IDLE_S");
   if (e && parse_u64(e, &v) == 0 && v >= 1 && v <= 86400)
-    s = v;
+    sec = v;
   else if (e)
-    log_warn("MOAT_MCP_SESSION_IDLE_S='%s' is not 1..86400: sessions expire after %d s", e,
-             MCP_SESSION_IDLE_S);
-  idle_limit_ns = s * 1000000000ULL;
+    log_warn("MOAT_MCP_SESSION_IDLE_S='%s' is not 1..86400: sessions expire after %d s", e, MCP_SESSION_IDLE_S);
+  ss->idle_limit_ns = sec * 1000000000ULL;
+  *state = ss;
+  return 0;
 }
 
-static void sessions_expire_locked(uint64_t now) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, idle_limit_init);
-  for (size_t i = 0; i < n_sessions;) {
-    if (now - sessions[i].last_ns > idle_limit_ns)
-      session_drop_locked(i);
+static void mcp_close(void *state) {
+  struct mcp_sessions *ss = state;
+  while (ss->n > 0)
+    session_drop_locked(ss, 0);
+  free(ss->v);
+  pthread_mutex_destroy(&ss->mu);
+  free(ss);
+}
+
+static void sessions_expire_locked(struct mcp_sessions *ss, uint64_t now) {
+  for (size_t i = 0; i < ss->n;) {
+    if (now - ss->v[i].last_ns > ss->idle_limit_ns)
+      session_drop_locked(ss, i);
     else
       i++;
   }
@@ -82,56 +96,56 @@ static void sessions_expire_locked(uint64_t now) {
 
 /* Opens a session for org on sandbox (NULL: workspace) speaking version; writes its id into id.
  * 0, or -1 with EAGAIN when the server holds MCP_MAX_SESSIONS live sessions. */
-static int session_open(const char *org, const char *sandbox, const char *version,
+static int session_open(struct mcp_sessions *ss, const char *org, const char *sandbox, const char *version,
                         char id[MCP_SESSION_ID_BYTES * 2 + 1], moat_error **err) {
   unsigned char raw[MCP_SESSION_ID_BYTES];
   random_bytes(raw, sizeof(raw));
   for (size_t i = 0; i < sizeof(raw); i++)
     snprintf(id + 2 * i, 3, "%02x", raw[i]);
   uint64_t now = now_ns();
-  pthread_mutex_lock(&sessions_mu);
-  sessions_expire_locked(now);
+  pthread_mutex_lock(&ss->mu);
+  sessions_expire_locked(ss, now);
   size_t mine = 0, lru = SIZE_MAX;
-  for (size_t i = 0; i < n_sessions; i++) {
-    if (strcmp(sessions[i].org, org) != 0)
+  for (size_t i = 0; i < ss->n; i++) {
+    if (strcmp(ss->v[i].org, org) != 0)
       continue;
     mine++;
-    if (lru == SIZE_MAX || sessions[i].last_ns < sessions[lru].last_ns)
+    if (lru == SIZE_MAX || ss->v[i].last_ns < ss->v[lru].last_ns)
       lru = i;
   }
   if (mine >= MCP_MAX_SESSIONS_PER_ORG)
-    session_drop_locked(lru);
-  else if (n_sessions >= MCP_MAX_SESSIONS) {
-    pthread_mutex_unlock(&sessions_mu);
+    session_drop_locked(ss, lru);
+  else if (ss->n >= MCP_MAX_SESSIONS) {
+    pthread_mutex_unlock(&ss->mu);
     return moat_error_set(err, EAGAIN,
                           "too many MCP sessions on this server; end some (DELETE) or retry later");
   }
-  if (n_sessions == cap_sessions) {
-    cap_sessions = cap_sessions ? cap_sessions * 2 : 16;
-    sessions = xrealloc(sessions, cap_sessions * sizeof(*sessions));
+  if (ss->n == ss->cap) {
+    ss->cap = ss->cap ? ss->cap * 2 : 16;
+    ss->v = xrealloc(ss->v, ss->cap * sizeof(*ss->v));
   }
-  struct mcp_session *s = &sessions[n_sessions++];
+  struct mcp_session *s = &ss->v[ss->n++];
   memset(s, 0, sizeof(*s));
   memcpy(s->id, id, sizeof(s->id));
   s->org = xstrdup(org);
   snprintf(s->sandbox, sizeof(s->sandbox), "%s", sandbox ? sandbox : "");
   snprintf(s->version, sizeof(s->version), "%s", version);
   s->last_ns = now;
-  pthread_mutex_unlock(&sessions_mu);
+  pthread_mutex_unlock(&ss->mu);
   return 0;
 }
 
 /* Finds session id of org on sandbox (NULL: workspace), refreshes it and copies its protocol
  * version into version. With end, removes it. initialized: mark it initialized. 0 or -1 (not
  * found: unknown, expired, ended, another org's or another endpoint's). */
-static int session_use(const char *id, const char *org, const char *sandbox, char version[16], bool end,
+static int session_use(struct mcp_sessions *ss, const char *id, const char *org, const char *sandbox, char version[16], bool end,
                        bool initialized) {
   int ret = -1;
   uint64_t now = now_ns();
-  pthread_mutex_lock(&sessions_mu);
-  sessions_expire_locked(now);
-  for (size_t i = 0; i < n_sessions; i++) {
-    struct mcp_session *s = &sessions[i];
+  pthread_mutex_lock(&ss->mu);
+  sessions_expire_locked(ss, now);
+  for (size_t i = 0; i < ss->n; i++) {
+    struct mcp_session *s = &ss->v[i];
     if (strcmp(s->id, id) != 0)
       continue;
     if (strcmp(s->org, org) == 0 && strcmp(s->sandbox, sandbox ? sandbox : "") == 0) {
@@ -141,12 +155,12 @@ static int session_use(const char *id, const char *org, const char *sandbox, cha
       if (initialized)
         s->initialized = true;
       if (end)
-        session_drop_locked(i);
+        session_drop_locked(ss, i);
       ret = 0;
     }
     break;
   }
-  pthread_mutex_unlock(&sessions_mu);
+  pthread_mutex_unlock(&ss->mu);
   return ret;
 }
 
@@ -217,6 +231,7 @@ static json_t *rpc_result(json_t *id, json_t *result) {
 /* What the request is about, for the tools and for answers. */
 struct mcp_ctx {
   struct api_req *r;
+  struct mcp_sessions *ss;
   enum mcp_endpoint ep;
   const char *session_id;
   char version[16];
@@ -303,7 +318,7 @@ static json_t *do_message(const struct mcp_ctx *c, json_t *m, bool *request) {
   case MCP_MSG_NOTIFICATION: {
     const char *method = json_string_value(json_object_get(m, "method"));
     if (strcmp(method, "notifications/initialized") == 0)
-      session_use(c->session_id, c->r->org, sandbox_of(c), NULL, false, true);
+      session_use(c->ss, c->session_id, c->r->org, sandbox_of(c), NULL, false, true);
     /* notifications/cancelled and others are accepted and ignored: a tool call already running
      * (in another POST) is not interrupted; its command ends by itself or at its timeout_ms
      * (moat_control_exec offers no way to stop it early, and it keeps the sandbox marked busy). */
@@ -333,7 +348,7 @@ static int do_initialize(struct mcp_ctx *c, json_t *m, json_t *id) {
   snprintf(c->version, sizeof(c->version), "%s", mcp_version_supported(want) ? want : MCP_LATEST_VERSION);
   char sid[MCP_SESSION_ID_BYTES * 2 + 1];
   moat_error *err = NULL;
-  if (session_open(c->r->org, sandbox_of(c), c->version, sid, &err) < 0) {
+  if (session_open(c->ss, c->r->org, sandbox_of(c), c->version, sid, &err) < 0) {
     int ret = mcp_error(c->r, 503, "unavailable", "%s", moat_error_msg(err));
     moat_error_free(&err);
     return ret;
@@ -365,7 +380,7 @@ static int session_headers(struct mcp_ctx *c, bool end) {
                "2024-11-05)",
                pv),
            -1;
-  if (session_use(sid, c->r->org, sandbox_of(c), c->version, end, false) < 0)
+  if (session_use(c->ss, sid, c->r->org, sandbox_of(c), c->version, end, false) < 0)
     return mcp_error(c->r, 404, "session_not_found",
                      "no MCP session '%.64s' here (ended or expired): initialize a new one", sid),
            -1;
@@ -458,7 +473,7 @@ static int mcp_handle(struct api_req *r, enum mcp_endpoint ep) {
   if (!mcp_origin_matches(header(r, "Origin"), header(r, MHD_HTTP_HEADER_HOST)))
     return mcp_error(r, 403, "forbidden",
                      "the Origin header does not match the Host this request was sent to");
-  struct mcp_ctx c = {.r = r, .ep = ep};
+  struct mcp_ctx c = {.r = r, .ss = api_front_state(r->api, &api_front_mcp), .ep = ep};
   if (strcmp(r->method, "POST") == 0)
     return mcp_post(&c);
   if (strcmp(r->method, "DELETE") == 0) {
@@ -488,4 +503,7 @@ static const struct api_route_def mcp_routes[] = {
     {"DELETE", "/v1/mcp", "mcp.workspace", mcp_workspace, 0, NULL},
 };
 
-void api_mcp_routes(struct api_router *rt) { api_router_add(rt, mcp_routes, ARRAY_SIZE(mcp_routes)); }
+static void mcp_routes_add(struct api_router *rt) { api_router_add(rt, mcp_routes, ARRAY_SIZE(mcp_routes)); }
+
+const struct api_front api_front_mcp = {
+    .name = "mcp", .routes = mcp_routes_add, .open = mcp_open, .close = mcp_close};

@@ -57,6 +57,6 @@ json_t *mcp_tool_call(const struct mcp_call *c, const char *name, json_t *args, 
                       char **rpc_msg);
 
 /* MCP (mcp/): its routes; r->body / r->body_len hold the raw JSON-RPC body. */
-void api_mcp_routes(struct api_router *rt);
+extern const struct api_front api_front_mcp;
 
 #endif

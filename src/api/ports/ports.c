@@ -410,4 +410,6 @@ static const struct api_route_def ports_routes[] = {
     PROXIED("OPTIONS"),
 };
 
-void api_ports_routes(struct api_router *rt) { api_router_add(rt, ports_routes, ARRAY_SIZE(ports_routes)); }
+static void ports_routes_add(struct api_router *rt) { api_router_add(rt, ports_routes, ARRAY_SIZE(ports_routes)); }
+
+const struct api_front api_front_ports = {.name = "ports", .routes = ports_routes_add};

@@ -127,6 +127,6 @@ int api_h_ports_list(struct api_req *r, json_t *body);
 int api_h_port_get(struct api_req *r, json_t *body);
 int api_h_port_expose(struct api_req *r, json_t *body);
 int api_h_port_unexpose(struct api_req *r, json_t *body);
-void api_ports_routes(struct api_router *rt);
+extern const struct api_front api_front_ports;
 
 #endif

@@ -62,4 +62,6 @@ static const struct api_route_def v1_routes[] = {
     {"POST", "/v1/templates/{name}/build", "templates.build", api_h_template_build, 0, NULL},
 };
 
-void api_v1_routes(struct api_router *rt) { api_router_add(rt, v1_routes, ARRAY_SIZE(v1_routes)); }
+static void v1_routes_add(struct api_router *rt) { api_router_add(rt, v1_routes, ARRAY_SIZE(v1_routes)); }
+
+const struct api_front api_front_v1 = {.name = "v1", .routes = v1_routes_add};

@@ -68,7 +68,7 @@ int api_h_snapshot_get(struct api_req *r, json_t *body);
 int api_h_snapshot_delete(struct api_req *r, json_t *body);
 
 /* The native v1 API (v1/routes.c). */
-void api_v1_routes(struct api_router *rt);
+extern const struct api_front api_front_v1;
 
 /* Code contexts (contexts.c, over control/contexts.c). */
 int api_h_ctx_create(struct api_req *r, json_t *body);
