@@ -41,6 +41,10 @@ struct moat_api_config {
    * DATA/e2b-secret so tokens survive a restart); NULL: random ones for this api's lifetime. */
   const uint8_t *token_secret;
   size_t token_secret_len;
+  /* A second listener for exposed ports by host name ("Host: P-ID.DOMAIN"), or NULL; proxy_domain
+   * is its DOMAIN (NULL: any; the URLs handed out then say localhost). */
+  const char *proxy_listen;
+  const char *proxy_domain;
 };
 
 /* Starts serving on cfg->listen with a thread per connection; returns 0 or -1 (EADDRINUSE, ...).
@@ -48,8 +52,9 @@ struct moat_api_config {
 int moat_api_start(struct moat_api **out, struct moat_control *control, const struct moat_api_config *cfg,
                    moat_error **err);
 
-/* The port actually bound (useful with PORT 0). */
+/* The port actually bound (useful with PORT 0), and the proxy listener's (0: none). */
 unsigned moat_api_port(const struct moat_api *a);
+unsigned moat_api_proxy_port(const struct moat_api *a);
 
 /* Stops accepting, waits for in-flight requests, frees a. */
 void moat_api_stop(struct moat_api *a);

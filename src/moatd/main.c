@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "api/api.h"
-#include "api/ports/ports.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"
@@ -484,7 +483,9 @@ int main(int argc, char **argv) {
                                .version = MOAT_VERSION,
                                .limits = &lim,
                                .token_secret = token_secret,
-                               .token_secret_len = sizeof(token_secret)};
+                               .token_secret_len = sizeof(token_secret),
+                               .proxy_listen = proxy_listen,
+                               .proxy_domain = proxy_domain};
   struct moat_api *api = NULL;
   if (moat_api_start(&api, control, &ac, &err) < 0) {
     moat_control_close(control);
@@ -496,16 +497,9 @@ int main(int argc, char **argv) {
   fflush(stdout);
   log_info("moatd listening on http://%s:%u", host, moat_api_port(api));
 
-  struct moat_proxy *proxy = NULL;
   if (proxy_listen) {
-    struct moat_proxy_config pc = {.listen = proxy_listen, .domain = proxy_domain, .limits = &lim};
-    if (moat_proxy_start(&proxy, control, &pc, &err) < 0) {
-      moat_api_stop(api);
-      moat_control_close(control);
-      die("%s", moat_error_msg(err));
-    }
     printf("moatd port proxy on http://%.*s:%u\n", (int)(strrchr(proxy_listen, ':') - proxy_listen), proxy_listen,
-           moat_proxy_port(proxy));
+           moat_api_proxy_port(api));
     fflush(stdout);
   }
 
@@ -513,7 +507,6 @@ int main(int argc, char **argv) {
   while (sigwait(&set, &sig) != 0)
     ;
   log_info("%s: stopping (sandboxes keep running and are adopted on the next start)", strsignal(sig));
-  moat_proxy_stop(proxy);
   moat_api_stop(api);
   moat_control_close(control);
   log_info("stopped");

@@ -255,7 +255,7 @@ static bool user_port_begin(struct api_req *r, struct e2b_req *e) {
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
       .ticket = &r->ticket,
   };
-  struct port_fwd *f = port_fwd_open(api_control(r), e->org, e->sandbox_id, e->port, &fr, &err);
+  struct port_fwd *f = port_fwd_open(ports_pool_of(r->api), api_control(r), e->org, e->sandbox_id, e->port, &fr, &err);
   if (!f) {
     bool refused = err && err->status == ECONNREFUSED;
     if (refused) {

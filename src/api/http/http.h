@@ -239,8 +239,8 @@ int api_parse_listen(const char *listen, struct sockaddr_storage *ss, socklen_t 
  * ("HOST:PORT"). Returns the fd with *port (the port bound, for PORT 0) and *ipv6 set, or -1. */
 int api_listen_socket(const char *listen_addr, unsigned *port, bool *ipv6, moat_error **err);
 
-/* Sets the caps of fair.h and starts the gate (gate.h) for one more listener: 0 or -1. The
- * listener stops the gate (api_gate_stop) when it stops. */
+/* Starts the gate (gate.h) with lim's timeouts for one more listener: 0 or -1. The listener
+ * stops the gate (api_gate_stop) when it stops. */
 int api_limits_apply(const struct moat_api_limits *lim, moat_error **err);
 
 /* ---- the transport (http/server.c) ---- */
@@ -260,8 +260,9 @@ struct api_front {
 };
 /* The state f's open made for a (NULL when f has none or is not served by a). */
 void *api_front_state(const struct moat_api *a, const struct api_front *f);
-/* The control handle and the stop flag of a (for state that outlives a request). */
+/* What a front end's state may borrow from its api for as long as the api runs. */
 struct moat_control *api_control_of(const struct moat_api *a);
+struct api_fair *api_fair_of(const struct moat_api *a); /* the caps of fair.h */
 
 /* Starts the listener of cfg serving the front ends (static, borrowed; routes matched in their
  * order). 0 or -1. */

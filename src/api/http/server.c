@@ -40,6 +40,7 @@ struct moat_api {
   struct api_router *router;          /* every front end's routes */
   const struct api_front *const *fronts; /* in the order their routes and claims are tried */
   void **states;                         /* fronts[i]'s state */
+  struct api_fair *fair;                 /* the caps of fair.h, shared with the proxy listener */
   size_t n_fronts;
   char *version;
   unsigned port;
@@ -54,6 +55,7 @@ struct moat_control *api_control(const struct api_req *r) {
   return r->api->control;
 }
 struct moat_control *api_control_of(const struct moat_api *a) { return a->control; }
+struct api_fair *api_fair_of(const struct moat_api *a) { return a->fair; }
 
 void *api_front_state(const struct moat_api *a, const struct api_front *f) {
   for (size_t i = 0; a && i < a->n_fronts; i++)
@@ -360,7 +362,7 @@ static const char *api_key(struct MHD_Connection *c) {
 int api_req_admit(struct api_req *r, const char *org, const char *sandbox, bool stream, moat_error **err) {
   if (r->ticket)
     return stream ? api_req_stream(r, err) : 0;
-  r->ticket = api_fair_admit(org, sandbox, stream, err);
+  r->ticket = api_fair_admit(r->api->fair, org, sandbox, stream, err);
   if (!r->ticket)
     return -1;
   api_gate_attribute(r->conn, api_fair_org(r->ticket));
@@ -602,6 +604,7 @@ static void api_free(struct moat_api *a) {
     if (a->states[i] && a->fronts[i]->close)
       a->fronts[i]->close(a->states[i]);
   free(a->states);
+  api_fair_free(a->fair);
   api_router_free(a->router);
   free(a->version);
   free(a);
@@ -622,6 +625,14 @@ int api_http_start(struct moat_api **out, struct moat_control *control, const st
   a->states = xcalloc(n_fronts ? n_fronts : 1, sizeof(*a->states));
   a->version = xstrdup(cfg->version ? cfg->version : "dev");
   a->port = port;
+  struct moat_api_limits lim = moat_api_limits_resolve(cfg->limits);
+  struct api_fair_config fc = {
+      .requests_per_org = lim.requests_per_org,
+      .streams_per_org = lim.streams_per_org,
+      .requests_per_sandbox = lim.requests_per_sandbox,
+      .streams_per_sandbox = lim.streams_per_sandbox,
+  };
+  a->fair = api_fair_new(&fc);
   for (size_t i = 0; i < n_fronts; i++) {
     if (fronts[i]->routes)
       fronts[i]->routes(a->router);
@@ -638,7 +649,6 @@ int api_http_start(struct moat_api **out, struct moat_control *control, const st
   if (ipv6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
-  struct moat_api_limits lim = moat_api_limits_resolve(cfg->limits);
   if (api_limits_apply(&lim, err) < 0) {
     api_free(a);
     return -1;
@@ -709,13 +719,6 @@ struct moat_api_limits moat_api_limits_resolve(const struct moat_api_limits *lim
 }
 
 int api_limits_apply(const struct moat_api_limits *lim, moat_error **err) {
-  struct api_fair_config fc = {
-      .requests_per_org = lim->requests_per_org,
-      .streams_per_org = lim->streams_per_org,
-      .requests_per_sandbox = lim->requests_per_sandbox,
-      .streams_per_sandbox = lim->streams_per_sandbox,
-  };
-  api_fair_configure(&fc);
   struct api_gate_config gc = {
       .header_timeout_s = lim->header_timeout_s,
       .idle_timeout_s = lim->idle_timeout_s,
@@ -724,5 +727,4 @@ int api_limits_apply(const struct moat_api_limits *lim, moat_error **err) {
   return api_gate_start(&gc, err);
 }
 
-/* ---- /healthz ---- */
 

@@ -38,6 +38,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../common/buf.h"
@@ -56,6 +57,7 @@ enum framing { FR_NONE, FR_LENGTH, FR_CHUNKED, FR_CLOSE };
 enum chunk_state { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE };
 
 struct port_fwd {
+  struct port_pool *pool; /* borrowed */
   struct MHD_Connection *conn;
   struct port_env env;
   struct api_ticket **ticket; /* the request's slot (fair.h): an upgraded connection takes it */
@@ -95,28 +97,35 @@ struct idle {
   int fd;
   uint64_t since_ns;
 };
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct idle pool[POOL_MAX]; /* pool_lock */
-static size_t pool_n;              /* pool_lock: entries in use are pool[0..pool_n) */
 
-static void pool_drop_locked(size_t i) {
-  close(pool[i].fd);
-  pool[i] = pool[--pool_n];
+struct port_pool {
+  pthread_mutex_t lock;   /* guards the rest; a leaf (no call under it but close and poll(0)) */
+  struct idle v[POOL_MAX]; /* entries in use are v[0..n) */
+  size_t n;
+  bool stop;              /* the sweeper ends */
+  pthread_cond_t wake;    /* tells the sweeper to stop */
+  pthread_t sweeper;
+  bool sweeping;          /* the sweeper runs: without it, no connection is kept */
+};
+
+static void pool_drop_locked(struct port_pool *pl, size_t i) {
+  close(pl->v[i].fd);
+  pl->v[i] = pl->v[--pl->n];
 }
 
 /* An idle connection to (dev, ino, port) that the server has not closed, or -1. */
-static int pool_take(dev_t dev, ino_t ino, unsigned port) {
+static int pool_take(struct port_pool *pl, dev_t dev, ino_t ino, unsigned port) {
   uint64_t now = now_ns();
   int fd = -1;
-  pthread_mutex_lock(&pool_lock);
-  for (size_t i = 0; i < pool_n;) {
-    if (now - pool[i].since_ns > PORT_IDLE_MS * 1000000ULL) {
-      pool_drop_locked(i);
+  pthread_mutex_lock(&pl->lock);
+  for (size_t i = 0; i < pl->n;) {
+    if (now - pl->v[i].since_ns > PORT_IDLE_MS * 1000000ULL) {
+      pool_drop_locked(pl, i);
       continue;
     }
-    if (fd < 0 && pool[i].dev == dev && pool[i].ino == ino && pool[i].port == port) {
-      int cand = pool[i].fd;
-      pool[i] = pool[--pool_n];
+    if (fd < 0 && pl->v[i].dev == dev && pl->v[i].ino == ino && pl->v[i].port == port) {
+      int cand = pl->v[i].fd;
+      pl->v[i] = pl->v[--pl->n];
       struct pollfd p = {.fd = cand, .events = POLLIN};
       if (poll(&p, 1, 0) != 0) { /* closed by the server, or bytes nobody asked for */
         close(cand);
@@ -127,63 +136,86 @@ static int pool_take(dev_t dev, ino_t ino, unsigned port) {
     }
     i++;
   }
-  pthread_mutex_unlock(&pool_lock);
+  pthread_mutex_unlock(&pl->lock);
   return fd;
 }
 
-/* Closes idle connections older than PORT_IDLE_MS, every PORT_IDLE_MS / 4, for moatd's life. */
+/* Closes idle connections older than PORT_IDLE_MS, every PORT_IDLE_MS / 4, until the pool is freed. */
 static void *sweeper(void *arg) {
-  for (;;) {
-    usleep(PORT_IDLE_MS * 1000 / 4);
+  struct port_pool *pl = arg;
+  pthread_mutex_lock(&pl->lock);
+  while (!pl->stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += (long)PORT_IDLE_MS * 1000000L / 4;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&pl->wake, &pl->lock, &until);
     uint64_t now = now_ns();
-    pthread_mutex_lock(&pool_lock);
-    for (size_t i = 0; i < pool_n;) {
-      if (now - pool[i].since_ns > PORT_IDLE_MS * 1000000ULL)
-        pool_drop_locked(i);
+    for (size_t i = 0; i < pl->n;) {
+      if (now - pl->v[i].since_ns > PORT_IDLE_MS * 1000000ULL)
+        pool_drop_locked(pl, i);
       else
         i++;
     }
-    pthread_mutex_unlock(&pool_lock);
   }
+  pthread_mutex_unlock(&pl->lock);
   return NULL;
 }
 
-static pthread_once_t sweeper_once = PTHREAD_ONCE_INIT;
-static bool sweeper_ok;
-static void sweeper_start(void) {
-  pthread_t t;
-  pthread_attr_t at;
-  pthread_attr_init(&at);
-  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-  sweeper_ok = pthread_create(&t, &at, sweeper, NULL) == 0;
-  pthread_attr_destroy(&at);
-  if (!sweeper_ok)
+struct port_pool *port_pool_new(void) {
+  struct port_pool *pl = xcalloc(1, sizeof(*pl));
+  pthread_mutex_init(&pl->lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&pl->wake, &ca);
+  pthread_condattr_destroy(&ca);
+  pl->sweeping = pthread_create(&pl->sweeper, NULL, sweeper, pl) == 0;
+  if (!pl->sweeping)
     log_warn("ports: no sweeper thread: backend connections are not kept alive");
+  return pl;
 }
 
-static void pool_put(dev_t dev, ino_t ino, unsigned port, int fd) {
-  pthread_once(&sweeper_once, sweeper_start);
-  if (!sweeper_ok) {
+void port_pool_free(struct port_pool *pl) {
+  if (!pl)
+    return;
+  if (pl->sweeping) {
+    pthread_mutex_lock(&pl->lock);
+    pl->stop = true;
+    pthread_cond_signal(&pl->wake);
+    pthread_mutex_unlock(&pl->lock);
+    pthread_join(pl->sweeper, NULL);
+  }
+  while (pl->n > 0)
+    pool_drop_locked(pl, 0);
+  pthread_cond_destroy(&pl->wake);
+  pthread_mutex_destroy(&pl->lock);
+  free(pl);
+}
+
+static void pool_put(struct port_pool *pl, dev_t dev, ino_t ino, unsigned port, int fd) {
+  if (!pl->sweeping) {
     close(fd);
     return;
   }
-  pthread_mutex_lock(&pool_lock);
+  pthread_mutex_lock(&pl->lock);
   size_t same = 0, oldest = 0;
-  for (size_t i = 0; i < pool_n; i++) {
-    if (pool[i].dev == dev && pool[i].ino == ino && pool[i].port == port)
+  for (size_t i = 0; i < pl->n; i++) {
+    if (pl->v[i].dev == dev && pl->v[i].ino == ino && pl->v[i].port == port)
       same++;
-    if (pool[i].since_ns < pool[oldest].since_ns)
+    if (pl->v[i].since_ns < pl->v[oldest].since_ns)
       oldest = i;
   }
   if (same >= POOL_MAX_PER_KEY) {
-    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&pl->lock);
     close(fd);
     return;
   }
-  if (pool_n == POOL_MAX)
-    pool_drop_locked(oldest);
-  pool[pool_n++] = (struct idle){.dev = dev, .ino = ino, .port = port, .fd = fd, .since_ns = now_ns()};
-  pthread_mutex_unlock(&pool_lock);
+  if (pl->n == POOL_MAX)
+    pool_drop_locked(pl, oldest);
+  pl->v[pl->n++] = (struct idle){.dev = dev, .ino = ino, .port = port, .fd = fd, .since_ns = now_ns()};
+  pthread_mutex_unlock(&pl->lock);
 }
 
 /* ---- the sandbox's namespace ---- */
@@ -412,7 +444,7 @@ static int reconnect(struct port_fwd *f, const char *id, moat_error **err) {
   return f->fd < 0 ? -1 : 0;
 }
 
-struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const char *id, unsigned port,
+struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, const char *org, const char *id, unsigned port,
                                const struct port_fwd_req *req, moat_error **err) {
   struct MHD_Connection *conn = req->conn;
   const char *upgrade = client_header(conn, MHD_HTTP_HEADER_UPGRADE);
@@ -442,12 +474,13 @@ struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const ch
     moat_error_errno(err, "stat the network namespace of %s", id);
     return NULL;
   }
-  int fd = want_upgrade ? -1 : pool_take(st.st_dev, st.st_ino, port);
+  int fd = want_upgrade ? -1 : pool_take(pool, st.st_dev, st.st_ino, port);
   bool reused = fd >= 0;
   if (fd < 0 && (fd = connect_backend(ns, id, port, err)) < 0)
     return NULL;
 
   struct port_fwd *f = xcalloc(1, sizeof(*f));
+  f->pool = pool;
   f->conn = conn;
   f->env = req->env;
   f->ticket = req->ticket;
@@ -545,7 +578,7 @@ void port_fwd_free(void *p) {
   if (!f)
     return;
   if (reusable(f)) {
-    pool_put(f->ns_dev, f->ns_ino, f->port, f->fd);
+    pool_put(f->pool, f->ns_dev, f->ns_ino, f->port, f->fd);
     f->fd = -1;
   }
   if (f->fd >= 0)

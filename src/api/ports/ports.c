@@ -31,18 +31,15 @@ struct port_rule {
   struct port_rule *next;
 };
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct port_rule *g_rules; /* g_lock */
-static char *g_domain;            /* g_lock */
-static unsigned g_proxy_port;     /* g_lock */
-
-void ports_set_proxy(const char *domain, unsigned port) {
-  pthread_mutex_lock(&g_lock);
-  free(g_domain);
-  g_domain = domain ? xstrdup(domain) : NULL;
-  g_proxy_port = port;
-  pthread_mutex_unlock(&g_lock);
-}
+/* The ports front end's state. */
+struct ports_state {
+  pthread_mutex_t lock;     /* guards rules; a leaf */
+  struct port_rule *rules;
+  char *domain;             /* the proxy listener's hosts' DOMAIN ("localhost": any), or NULL */
+  unsigned proxy_port;      /* set at open, read-only after */
+  struct port_pool *pool;   /* idle connections to servers in sandboxes (forward.c) */
+  struct moat_proxy *proxy; /* the proxy listener, or NULL */
+};
 
 static bool token_eq(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
@@ -52,8 +49,8 @@ static bool token_eq(const char *a, const char *b) {
   return d == 0;
 }
 
-static struct port_rule **find_locked(const char *id, unsigned port) {
-  for (struct port_rule **p = &g_rules; *p; p = &(*p)->next)
+static struct port_rule **find_locked(struct ports_state *ps, const char *id, unsigned port) {
+  for (struct port_rule **p = &ps->rules; *p; p = &(*p)->next)
     if ((*p)->port == port && strcmp((*p)->id, id) == 0)
       return p;
   return NULL;
@@ -65,17 +62,17 @@ static void rule_free(struct port_rule *r) {
   free(r);
 }
 
-int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey,
+int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port, const char *xkey,
                     const char *bearer, const char *token, char **org, enum port_auth *how,
                     moat_error **err) {
   *how = PORT_AUTH_KEY;
-  pthread_mutex_lock(&g_lock);
-  struct port_rule **p = find_locked(id, port);
+  pthread_mutex_lock(&ps->lock);
+  struct port_rule **p = find_locked(ps, id, port);
   struct port_rule *r = p ? *p : NULL;
   bool pub = r && r->public_;
   char *rule_org = r ? xstrdup(r->org) : NULL;
   bool token_ok = token && r && r->token && token_eq(token, r->token);
-  pthread_mutex_unlock(&g_lock);
+  pthread_mutex_unlock(&ps->lock);
   int rc = 0;
   if (xkey && moat_control_auth(c, xkey, org, NULL) == 0) {
   } else if (bearer && moat_control_auth(c, bearer, org, NULL) == 0) {
@@ -147,13 +144,13 @@ char *ports_strip_token(const char *target) {
 
 /* ---- settings routes ---- */
 
-static json_t *rule_json(const char *id, unsigned port, const struct port_rule *r) {
+static json_t *rule_json(const struct ports_state *ps, const char *id, unsigned port, const struct port_rule *r) {
   json_t *url = json_null();
-  if (g_domain) {
+  if (ps->domain) {
     char hostport[16] = "";
-    if (g_proxy_port && g_proxy_port != 80)
-      snprintf(hostport, sizeof(hostport), ":%u", g_proxy_port);
-    url = json_sprintf("http://%u-%s.%s%s/", port, id, g_domain, hostport);
+    if (ps->proxy_port && ps->proxy_port != 80)
+      snprintf(hostport, sizeof(hostport), ":%u", ps->proxy_port);
+    url = json_sprintf("http://%u-%s.%s%s/", port, id, ps->domain, hostport);
   }
   return json_pack("{s:I, s:b, s:o, s:o, s:o}", "port", (json_int_t)port, "public", r && r->public_, "token",
                    r && r->token ? json_string(r->token) : json_null(), "url", url, "path",
@@ -182,26 +179,28 @@ static int bad_port(struct api_req *r) {
 }
 
 int api_h_ports_list(struct api_req *r, json_t *body) {
+  struct ports_state *ps = api_front_state(r->api, &api_front_ports);
   if (check_sandbox(r) < 0)
     return 0;
   json_t *arr = json_array();
-  pthread_mutex_lock(&g_lock);
-  for (struct port_rule *p = g_rules; p; p = p->next)
+  pthread_mutex_lock(&ps->lock);
+  for (struct port_rule *p = ps->rules; p; p = p->next)
     if (strcmp(p->id, r->route.id) == 0 && strcmp(p->org, r->org) == 0)
-      json_array_append_new(arr, rule_json(p->id, p->port, p));
-  pthread_mutex_unlock(&g_lock);
+      json_array_append_new(arr, rule_json(ps, p->id, p->port, p));
+  pthread_mutex_unlock(&ps->lock);
   return api_reply_json(r, 200, json_pack("{s:o}", "ports", arr));
 }
 
 int api_h_port_get(struct api_req *r, json_t *body) {
+  struct ports_state *ps = api_front_state(r->api, &api_front_ports);
   if (r->route.port == 0)
     return bad_port(r);
   if (check_sandbox(r) < 0)
     return 0;
-  pthread_mutex_lock(&g_lock);
-  struct port_rule **p = find_locked(r->route.id, r->route.port);
-  json_t *j = rule_json(r->route.id, r->route.port, p ? *p : NULL);
-  pthread_mutex_unlock(&g_lock);
+  pthread_mutex_lock(&ps->lock);
+  struct port_rule **p = find_locked(ps, r->route.id, r->route.port);
+  json_t *j = rule_json(ps, r->route.id, r->route.port, p ? *p : NULL);
+  pthread_mutex_unlock(&ps->lock);
   return api_reply_json(r, 200, j);
 }
 
@@ -219,6 +218,7 @@ static bool valid_token(const char *t) {
 }
 
 int api_h_port_expose(struct api_req *r, json_t *body) {
+  struct ports_state *ps = api_front_state(r->api, &api_front_ports);
   if (r->route.port == 0)
     return bad_port(r);
   const char *key;
@@ -256,23 +256,23 @@ int api_h_port_expose(struct api_req *r, json_t *body) {
       snprintf(gen + 4 + 2 * i, 3, "%02x", raw[i]);
     token = gen;
   }
-  pthread_mutex_lock(&g_lock);
-  struct port_rule **p = find_locked(r->route.id, r->route.port);
+  pthread_mutex_lock(&ps->lock);
+  struct port_rule **p = find_locked(ps, r->route.id, r->route.port);
   struct port_rule *rule = p ? *p : NULL;
   if (!rule) {
     size_t n = 0;
-    for (struct port_rule *q = g_rules; q; q = q->next)
+    for (struct port_rule *q = ps->rules; q; q = q->next)
       n += strcmp(q->id, r->route.id) == 0;
     if (n >= PORTS_MAX_PER_SANDBOX) {
-      pthread_mutex_unlock(&g_lock);
+      pthread_mutex_unlock(&ps->lock);
       return api_reply_error(r, 400, "invalid_request", "at most %d ports of a sandbox have access settings",
                              PORTS_MAX_PER_SANDBOX);
     }
     rule = xcalloc(1, sizeof(*rule));
     snprintf(rule->id, sizeof(rule->id), "%s", r->route.id);
     rule->port = r->route.port;
-    rule->next = g_rules;
-    g_rules = rule;
+    rule->next = ps->rules;
+    ps->rules = rule;
   }
   free(rule->org);
   rule->org = xstrdup(r->org);
@@ -280,25 +280,26 @@ int api_h_port_expose(struct api_req *r, json_t *body) {
   rule->token = token ? xstrdup(token) : NULL;
   rule->public_ = pub;
   rule->updated_ms = now_unix_ms();
-  json_t *j = rule_json(r->route.id, r->route.port, rule);
-  pthread_mutex_unlock(&g_lock);
+  json_t *j = rule_json(ps, r->route.id, r->route.port, rule);
+  pthread_mutex_unlock(&ps->lock);
   log_info("ports: %s port %u is %s", r->route.id, r->route.port, pub ? "public" : "token-protected");
   return api_reply_json(r, 200, j);
 }
 
 int api_h_port_unexpose(struct api_req *r, json_t *body) {
+  struct ports_state *ps = api_front_state(r->api, &api_front_ports);
   if (r->route.port == 0)
     return bad_port(r);
   if (check_sandbox(r) < 0)
     return 0;
-  pthread_mutex_lock(&g_lock);
-  struct port_rule **p = find_locked(r->route.id, r->route.port);
+  pthread_mutex_lock(&ps->lock);
+  struct port_rule **p = find_locked(ps, r->route.id, r->route.port);
   if (p) {
     struct port_rule *dead = *p;
     *p = dead->next;
     rule_free(dead);
   }
-  pthread_mutex_unlock(&g_lock);
+  pthread_mutex_unlock(&ps->lock);
   return api_reply_empty(r, 204);
 }
 
@@ -325,6 +326,7 @@ static bool proxy_error(struct api_req *r, moat_error **err) {
 }
 
 static bool port_proxy_begin(struct api_req *r) {
+  struct ports_state *ps = api_front_state(r->api, &api_front_ports);
   moat_error *err = NULL;
   if (r->route.port == 0) {
     bad_port(r);
@@ -347,7 +349,7 @@ static bool port_proxy_begin(struct api_req *r) {
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(r->conn, &from_query);
-  if (ports_authorize(api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &how, &err) <
+  if (ports_authorize(ps, api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &how, &err) <
       0)
     return proxy_error(r, &err);
   if (api_req_admit(r, r->org, r->route.id, hdr(r, MHD_HTTP_HEADER_UPGRADE) != NULL, &err) < 0)
@@ -366,7 +368,7 @@ static bool port_proxy_begin(struct api_req *r) {
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
       .ticket = &r->ticket,
   };
-  struct port_fwd *f = port_fwd_open(api_control(r), r->org, r->route.id, r->route.port, &fr, &err);
+  struct port_fwd *f = port_fwd_open(ps->pool, api_control(r), r->org, r->route.id, r->route.port, &fr, &err);
   if (!f)
     return proxy_error(r, &err);
   r->front = f;
@@ -412,4 +414,47 @@ static const struct api_route_def ports_routes[] = {
 
 static void ports_routes_add(struct api_router *rt) { api_router_add(rt, ports_routes, ARRAY_SIZE(ports_routes)); }
 
-const struct api_front api_front_ports = {.name = "ports", .routes = ports_routes_add};
+static void ports_close(void *state) {
+  struct ports_state *ps = state;
+  ports_proxy_stop(ps->proxy);
+  port_pool_free(ps->pool);
+  while (ps->rules) {
+    struct port_rule *r = ps->rules;
+    ps->rules = r->next;
+    rule_free(r);
+  }
+  free(ps->domain);
+  pthread_mutex_destroy(&ps->lock);
+  free(ps);
+}
+
+/* The proxy listener starts with the api when its config names one. */
+static int ports_open(struct moat_api *a, const struct moat_api_config *cfg, void **state, moat_error **err) {
+  struct ports_state *ps = xcalloc(1, sizeof(*ps));
+  pthread_mutex_init(&ps->lock, NULL);
+  ps->pool = port_pool_new();
+  if (cfg->proxy_listen) {
+    if (ports_proxy_start(&ps->proxy, a, ps, cfg, err) < 0) {
+      ports_close(ps);
+      return -1;
+    }
+    ps->domain = xstrdup(cfg->proxy_domain && *cfg->proxy_domain ? cfg->proxy_domain : "localhost");
+    ps->proxy_port = ports_proxy_port(ps->proxy);
+  }
+  *state = ps;
+  return 0;
+}
+
+struct port_pool *ports_pool(const struct ports_state *ps) { return ps->pool; }
+struct port_pool *ports_pool_of(const struct moat_api *a) {
+  struct ports_state *ps = api_front_state(a, &api_front_ports);
+  return ps ? ps->pool : NULL;
+}
+
+const struct api_front api_front_ports = {
+    .name = "ports", .routes = ports_routes_add, .open = ports_open, .close = ports_close};
+
+unsigned moat_api_proxy_port(const struct moat_api *a) {
+  struct ports_state *ps = api_front_state(a, &api_front_ports);
+  return ps && ps->proxy ? ps->proxy_port : 0;
+}

@@ -53,6 +53,11 @@ struct port_env {
 /* ---- forwarding (forward.c) ---- */
 
 struct port_fwd;
+/* Idle backend connections kept for reuse (briefly: an open connection keeps CRIU from
+ * checkpointing a sandbox), closed by a sweeper thread of the pool's own. */
+struct port_pool;
+struct port_pool *port_pool_new(void);
+void port_pool_free(struct port_pool *pl); /* every port_fwd of it freed first */
 
 struct port_fwd_req {
   struct MHD_Connection *conn; /* the client's request: method, headers, client address */
@@ -69,8 +74,8 @@ struct port_fwd_req {
 /* Connects to port inside sandbox id (org's; running: a hibernated one is woken) and sends the
  * request head. Returns the forwarder (free with port_fwd_free) or NULL with *err: ENOENT (no such
  * sandbox), MOAT_E_PAUSED, EBUSY, ECONNREFUSED (nothing listens on the port), ETIMEDOUT, others. */
-struct port_fwd *port_fwd_open(struct moat_control *c, const char *org, const char *id, unsigned port,
-                               const struct port_fwd_req *req, moat_error **err);
+struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, const char *org, const char *id,
+                               unsigned port, const struct port_fwd_req *req, moat_error **err);
 /* Forwards len bytes of the request body. 0 or -1 (*err: EPIPE when the server went away). */
 int port_fwd_body(struct port_fwd *f, const char *data, size_t len, moat_error **err);
 /* Ends the request body and waits for the server's response head. Returns an MHD response to
@@ -95,7 +100,8 @@ int port_reply_error(struct MHD_Connection *conn, moat_error **err);
  * that is not valid). Sets *org (caller frees) to the org that control then checks the sandbox
  * against, and *how to what let the request through. */
 enum port_auth { PORT_AUTH_KEY, PORT_AUTH_BEARER, PORT_AUTH_TOKEN, PORT_AUTH_PUBLIC };
-int ports_authorize(struct moat_control *c, const char *id, unsigned port, const char *xkey,
+struct ports_state;
+int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port, const char *xkey,
                     const char *bearer, const char *token, char **org, enum port_auth *how, moat_error **err);
 /* The port token a request presents: the X-Moat-Port-Token header, else ?moat_token= (*from_query
  * set), else the moat_port_token cookie; NULL when none. Borrowed from the connection. */
@@ -105,22 +111,19 @@ const char *ports_request_token(struct MHD_Connection *c, bool *from_query);
 char *ports_token_cookie(const char *token, const char *path);
 /* The request target without the moat_token query parameter (caller frees). */
 char *ports_strip_token(const char *target);
-/* The proxy listener's domain and port, for the URLs the API hands out (NULL: none). */
-void ports_set_proxy(const char *domain, unsigned port);
+/* The idle connections of the api's front end (e2b.c forwards through them too). */
+struct port_pool *ports_pool(const struct ports_state *ps);
+struct port_pool *ports_pool_of(const struct moat_api *a);
 
 /* ---- the proxy listener (proxy.c) ---- */
 
+/* Started by the ports front end when cfg->proxy_listen is set: serves cfg->proxy_listen with the
+ * api's caps and gate, deciding access with ps's settings. */
 struct moat_proxy;
-struct moat_proxy_config {
-  const char *listen;      /* "HOST:PORT" */
-  const char *domain;      /* the DOMAIN of "P-ID.DOMAIN"; NULL = any */
-  unsigned conn_timeout_s; /* inactivity of a connection busy with a request; 0 = 60 */
-  const struct moat_api_limits *limits; /* NULL: all defaults */
-};
-int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
-                     const struct moat_proxy_config *cfg, moat_error **err);
-unsigned moat_proxy_port(const struct moat_proxy *p);
-void moat_proxy_stop(struct moat_proxy *p);
+int ports_proxy_start(struct moat_proxy **out, struct moat_api *api, struct ports_state *ps,
+                      const struct moat_api_config *cfg, moat_error **err);
+unsigned ports_proxy_port(const struct moat_proxy *p);
+void ports_proxy_stop(struct moat_proxy *p); /* NULL: nothing */
 
 /* ---- routes (ports.c): ports/{P} settings, and ports/{P}/... proxied to the sandbox's server ---- */
 int api_h_ports_list(struct api_req *r, json_t *body);

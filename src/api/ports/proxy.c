@@ -27,7 +27,9 @@
 
 struct moat_proxy {
   struct MHD_Daemon *daemon;
-  struct moat_control *control;
+  struct moat_control *control; /* the api's */
+  struct api_fair *fair;        /* the api's caps */
+  struct ports_state *ps;       /* port settings and idle connections */
   char *domain; /* NULL = any */
   unsigned port;
   int inflight;  /* atomic */
@@ -118,11 +120,11 @@ static void begin(struct preq *q, struct MHD_Connection *c, const char *method) 
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(c, &from_query);
-  if (ports_authorize(q->p->control, id, port, xkey, bearer, token, &q->org, &how, &err) < 0) {
+  if (ports_authorize(q->p->ps, q->p->control, id, port, xkey, bearer, token, &q->org, &how, &err) < 0) {
     fail_err(q, c, &err);
     return;
   }
-  q->ticket = api_fair_admit(q->org, id, hdr(c, MHD_HTTP_HEADER_UPGRADE) != NULL, &err);
+  q->ticket = api_fair_admit(q->p->fair, q->org, id, hdr(c, MHD_HTTP_HEADER_UPGRADE) != NULL, &err);
   if (!q->ticket) {
     fail_err(q, c, &err);
     return;
@@ -139,7 +141,7 @@ static void begin(struct preq *q, struct MHD_Connection *c, const char *method) 
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = q->p},
       .ticket = &q->ticket,
   };
-  q->f = port_fwd_open(q->p->control, q->org, id, port, &fr, &err);
+  q->f = port_fwd_open(ports_pool(q->p->ps), q->p->control, q->org, id, port, &fr, &err);
   if (!q->f)
     fail_err(q, c, &err);
 }
@@ -221,16 +223,18 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   log_debug("proxy http: %s", msg);
 }
 
-int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
-                     const struct moat_proxy_config *cfg, moat_error **err) {
+int ports_proxy_start(struct moat_proxy **out, struct moat_api *api, struct ports_state *ps,
+                      const struct moat_api_config *cfg, moat_error **err) {
   unsigned port;
   bool ipv6;
-  _cleanup_close_ int fd = api_listen_socket(cfg->listen, &port, &ipv6, err);
+  _cleanup_close_ int fd = api_listen_socket(cfg->proxy_listen, &port, &ipv6, err);
   if (fd < 0)
     return moat_error_wrap(err, "--proxy-listen");
   struct moat_proxy *p = xcalloc(1, sizeof(*p));
-  p->control = control;
-  p->domain = cfg->domain && *cfg->domain ? xstrdup(cfg->domain) : NULL;
+  p->control = api_control_of(api);
+  p->fair = api_fair_of(api);
+  p->ps = ps;
+  p->domain = cfg->proxy_domain && *cfg->proxy_domain ? xstrdup(cfg->proxy_domain) : NULL;
   p->port = port;
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
                    MHD_USE_POLL | MHD_ALLOW_UPGRADE;
@@ -254,19 +258,18 @@ int moat_proxy_start(struct moat_proxy **out, struct moat_control *control,
     api_gate_stop();
     free(p->domain);
     free(p);
-    return moat_error_set(err, EIO, "proxy listen on %s: libmicrohttpd failed to start", cfg->listen);
+    return moat_error_set(err, EIO, "proxy listen on %s: libmicrohttpd failed to start", cfg->proxy_listen);
   }
   fd = -1;
-  ports_set_proxy(p->domain ? p->domain : "localhost", port);
-  log_info("port proxy listening on %s (port %u, hosts PORT-ID.%s)", cfg->listen, port,
+  log_info("port proxy listening on %s (port %u, hosts PORT-ID.%s)", cfg->proxy_listen, port,
            p->domain ? p->domain : "*");
   *out = p;
   return 0;
 }
 
-unsigned moat_proxy_port(const struct moat_proxy *p) { return p ? p->port : 0; }
+unsigned ports_proxy_port(const struct moat_proxy *p) { return p ? p->port : 0; }
 
-void moat_proxy_stop(struct moat_proxy *p) {
+void ports_proxy_stop(struct moat_proxy *p) {
   if (!p)
     return;
   __atomic_store_n(&p->stopping, true, __ATOMIC_SEQ_CST);
@@ -280,7 +283,6 @@ void moat_proxy_stop(struct moat_proxy *p) {
     usleep(20000);
   MHD_stop_daemon(p->daemon);
   api_gate_stop();
-  ports_set_proxy(NULL, 0);
   free(p->domain);
   free(p);
 }
