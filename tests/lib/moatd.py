@@ -422,8 +422,11 @@ class MoatDaemon:
     """A moatd under test. Use start() / stop(), or as a context manager."""
 
     def __init__(self, pool=2, data_dir=None, extra_args=(), template_dir=None, own_cgroup=True, env=None,
-                 disk_overcommit=True):
+                 disk_overcommit=True, ignore_signals=()):
         self.pool = pool
+        # Signals moatd starts with ignored (SIG_IGN survives exec), as a shell's `cmd &` leaves
+        # SIGINT and SIGQUIT for a background job.
+        self.ignore_signals = tuple(ignore_signals)
         # The shared build machines cannot back 10 GiB (the default disk_mb) for every sandbox the
         # suite runs at once: daemons overcommit unless a test (test_disk_full) asks otherwise.
         self.disk_overcommit = disk_overcommit
@@ -447,6 +450,7 @@ class MoatDaemon:
         if self.want_cgroup and not self.cgroups:
             self.cgroups = make_test_cgroup("moat-test-%d-%d" % (os.getpid(), self.port))
         cgs = list(self.cgroups)
+        ignore = self.ignore_signals
 
         def enter_cgroup():
             for d in cgs:
@@ -455,6 +459,8 @@ class MoatDaemon:
                         f.write(str(os.getpid()))
                 except OSError:
                     pass
+            for s in ignore:
+                signal.signal(s, signal.SIG_IGN)
 
         argv = [moatd_bin(), "--listen", "127.0.0.1:%d" % self.port, "--data-dir", self.data_dir,
                 "--template-dir", self.template_dir, "--pool", str(self.pool), "--guest", guest_bin(),

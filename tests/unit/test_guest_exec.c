@@ -1,4 +1,7 @@
 /* test_guest_exec.c -- moat-guest --listen driven over its socket: PING, EXEC, robustness, reaping */
+#include <stdint.h>
+#include <sys/syscall.h>
+
 #include "test_guest_util.h"
 
 static bool gone(pid_t pid, int ms) {
@@ -44,6 +47,58 @@ static void test_basic(void) {
   x_run(&(struct x_opts){.argv = ARGV("true")}, &r);
   CHECK(r.err_no == 0 && r.exit_code == 0 && r.out_len == 0 && r.err_len == 0, "true via PATH, no output");
   x_res_free(&r);
+}
+
+/* A command starts with every signal at its default and none blocked, whatever the guest inherited
+ * (main() starts it with SIGINT, SIGQUIT and glibc's reserved 33 ignored, SIGUSR1 blocked) or set for
+ * itself (SIGPIPE ignored, SIGCHLD and SIGUSR2 blocked). */
+static void test_signals_default(void) {
+  struct x_res r;
+  x_run(&(struct x_opts){.argv = ARGV("grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status")}, &r);
+  CHECK(r.err_no == 0 && r.exit_code == 0, "exec grep /proc/self/status (%s)", r.msg);
+  CHECK(strcmp(r.out, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n") == 0,
+        "nothing ignored or blocked: '%s'", r.out);
+  x_res_free(&r);
+  char st[4096] = "", path[64];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)g_pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, st, sizeof(st) - 1) : -1;
+  if (fd >= 0)
+    close(fd);
+  if (n > 0)
+    st[n] = 0;
+  const char *ign = strstr(st, "SigIgn:");
+  CHECK(ign && strtoull(ign + 7, NULL, 16) == ((1ull << (SIGINT - 1)) | (1ull << (SIGQUIT - 1)) |
+                                               (1ull << (SIGPIPE - 1)) | (1ull << 32)),
+        "the guest really ignores them (its SigIgn %.17s)", ign ? ign + 7 : "?");
+}
+
+/* The guest started between inherit_signals() and restore_signals() inherits SIGINT, SIGQUIT and
+ * signal 33 ignored and SIGUSR1 blocked (see test_signals_default); this process gets them back. */
+struct ksigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)(void);
+  uint64_t mask;
+};
+static struct ksigaction saved_act[3];
+static sigset_t saved_mask;
+static const int inherited_sigs[3] = {SIGINT, SIGQUIT, 33};
+
+static void inherit_signals(void) {
+  struct ksigaction ign = {.handler = SIG_IGN};
+  for (int i = 0; i < 3; i++)
+    syscall(SYS_rt_sigaction, inherited_sigs[i], &ign, &saved_act[i], sizeof(ign.mask));
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &usr1, &saved_mask);
+}
+
+static void restore_signals(void) {
+  for (int i = 0; i < 3; i++)
+    syscall(SYS_rt_sigaction, inherited_sigs[i], &saved_act[i], NULL, sizeof(saved_act[i].mask));
+  sigprocmask(SIG_SETMASK, &saved_mask, NULL);
 }
 
 static void test_env_cwd(void) {
@@ -368,9 +423,12 @@ static void test_latency(void) {
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
+  inherit_signals();
   g_start();
+  restore_signals();
   test_ping();
   test_basic();
+  test_signals_default();
   test_env_cwd();
   test_users();
   test_not_found();
