@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/assert.h"
 #include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/sha256.h"
@@ -96,6 +97,7 @@ struct live *live_get(struct moat_control *c, const char *id) {
 
 void live_put(struct moat_control *c, struct live *e) {
   pthread_mutex_lock(&c->lock);
+  moat_assert(e->refs > 0, "live_put of sandbox %s holding no reference", e->id);
   bool last = --e->refs == 0;
   pthread_mutex_unlock(&c->lock);
   if (last)
@@ -123,6 +125,7 @@ void live_remove(struct moat_control *c, struct live *e) {
     if (*pp)
       *pp = e->next;
     e->in_table = false;
+    moat_assert(e->refs > 1, "live_remove of sandbox %s by a caller holding no reference", e->id);
     e->refs--; /* never the last: the caller holds one */
   }
   pthread_mutex_unlock(&c->lock);
@@ -650,7 +653,8 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id,
   /* counted in inflight by acquire_running: the reaper does not expire a busy sandbox, and a
    * checkpoint waits for the call to end */
   int rc = moat_guest_exec(sock, &r, res, err);
-  __atomic_sub_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
+  int calls = __atomic_sub_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
+  moat_assert(calls >= 0, "sandbox %s: more guest calls ended than began", e->id);
   pthread_mutex_lock(&e->m);
   if (e->state == MOAT_SB_RUNNING)
     refresh_ttl(c, e);
