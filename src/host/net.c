@@ -376,6 +376,7 @@ int moat_net_attach_fd(struct moat_net *n, int netns_fd, moat_error **err) {
   int slot = take_slot(n, err);
   if (slot < 0)
     return moat_error_wrap(err, "network slot");
+  _cleanup_free_ char *path = xasprintf("%s/%d", n->state_dir, slot);
   char buf[NET_NLBUF];
   struct nlmsghdr *nlh = link_msg(buf, RTM_NEWLINK, 0, n->slots[slot].peer_ifindex);
   mnl_attr_put_u32(nlh, IFLA_NET_NS_FD, (uint32_t)netns_fd);
@@ -391,7 +392,6 @@ int moat_net_attach_fd(struct moat_net *n, int netns_fd, moat_error **err) {
       moat_error_errno(err, "sandbox side: %s", steps[x.err_step]);
     goto fail;
   }
-  _cleanup_free_ char *path = xasprintf("%s/%d", n->state_dir, slot);
   if (moat_net_put_file(path, "{}", err) < 0)
     goto fail;
   return slot;
