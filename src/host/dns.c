@@ -61,7 +61,8 @@ static unsigned bucket_of(int slot) {
 }
 
 /* Reads a (possibly compressed) name at *off into out (lower case, dotted, no trailing dot).
- * Advances *off past it. 0 or -1. */
+ * Advances *off past it. 0 or -1; -1 too for a label holding a NUL or a dot, which would make out
+ * read as another name than the one on the wire (the upstream resolves the wire's). */
 static int read_name(const uint8_t *m, size_t len, size_t *off, char *out, size_t outsz) {
   size_t o = *off, w = 0;
   bool jumped = false;
@@ -90,8 +91,11 @@ static int read_name(const uint8_t *m, size_t len, size_t *off, char *out, size_
       return -1;
     if (w)
       out[w++] = '.';
-    for (unsigned i = 0; i < l; i++)
+    for (unsigned i = 0; i < l; i++) {
+      if (m[o + 1 + i] == '\0' || m[o + 1 + i] == '.')
+        return -1;
       out[w++] = (char)tolower(m[o + 1 + i]);
+    }
     o += 1 + l;
   }
   out[w] = '\0';
