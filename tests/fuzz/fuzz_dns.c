@@ -10,8 +10,8 @@
  * Checks, beyond the sanitizers: every name read is lower case, at most 253 bytes, without empty
  * labels or a trailing dot, and the same name as the wire's labels (what the policy matches is what
  * the upstream resolves); an rcode reply copies the question and nothing more; answer_addrs finds
- * at most the room it has and a TTL within bounds; learned names stay NUL-terminated in the slot's
- * ring and the pending table's counts return to zero. */
+ * at most the room it has and a TTL within bounds; learned names stay NUL-terminated printable ASCII
+ * in the slot's ring and the pending table's counts return to zero. */
 #include "host/dns.c"
 
 #include <jansson.h>
@@ -171,9 +171,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct net_slot *s = &net.slots[SLOT];
   if (s->n_learned > NET_LEARN_MAX || s->learned_next >= NET_LEARN_MAX)
     abort();
-  for (unsigned i = 0; i < s->n_learned; i++)
+  for (unsigned i = 0; i < s->n_learned; i++) {
     if (!memchr(s->learned[i].name, '\0', sizeof(s->learned[i].name)))
       abort();
+    for (const char *c = s->learned[i].name; *c; c++)
+      if (*c < '!' || *c > '~')
+        abort(); /* the connection log writes learned names as JSON strings */
+  }
   /* the per-sandbox counts agree with the table: emptied, they are all zero */
   pthread_mutex_lock(&pend_lock);
   for (unsigned i = 0; i < PENDING; i++)
