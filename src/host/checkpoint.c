@@ -783,7 +783,7 @@ static int wait_guest(const struct moat_guest_ep *ep, moat_error **err) {
 
 /* MOAT_CRIU_TIMING=1: each restore prints where its time went to stderr (for benchmarks). */
 static void mark(const char *what, uint64_t *last) {
-  static int on = -1;
+  static _Atomic int on = -1; /* concurrent restores read it: all find the same value */
   if (on < 0)
     on = getenv("MOAT_CRIU_TIMING") != NULL;
   uint64_t now = now_ns();
