@@ -69,7 +69,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(O)/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all run test unit integration bench clean deps format check-format fuzz fuzzers
+.PHONY: all run test unit integration bench clean deps format check-format fuzz fuzzers units
 all: $(O)/moatd $(O)/moat build/moat-guest $(UNIT_BIN)
 
 $(O)/obj/%.o: src/%.c
@@ -121,6 +121,9 @@ $(O)/fuzz/%: tests/fuzz/%.c $(O)/libguestlib.a $(O)/libmoat.a
 	  $(LDFLAGS) -fsanitize=fuzzer $(DAEMON_LIBS)
 
 fuzzers: $(FUZZ_BIN)
+
+# The unit test binaries alone (what TSAN=1 needs).
+units: $(UNIT_BIN)
 
 deps:
 	@scripts/deps.sh

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test.sh -- what `make test` runs: build, unit tests, integration + attack tests; then all of it
-# again built with ASan+UBSan (build/san). Prints each step's wall time against the budget
+# again built with ASan+UBSan (build/san); then the unit tests built with ThreadSanitizer
+# (build/tsan), and every libFuzzer target for FUZZ_SECONDS (default 5) over its corpus
+# (scripts/fuzz.sh, build/fuzz). Prints each step's wall time against the budget
 # (MOAT_TEST_BUDGET_S, default 1800 s: the 30 minutes the suite must fit on 2 cores) and ends with
 # one line "N passed, N failed, N skipped" over everything; exits non-zero if any step failed. Going
 # over the budget is reported, not failed: the machine's load is not the code's fault.
@@ -67,6 +69,12 @@ suite() { # suite O MAKE-ARGS...
 
 suite build
 suite build/san SANITIZE=1
+# ThreadSanitizer: the unit tests (control, host and store with their threads); a report fails the
+# binary (unit.sh). test_control_moatd skips here: it runs build/tsan/moatd, which is not built.
+if build "build build/tsan" make -s -j2 TSAN=1 units; then
+  step "unit build/tsan" env TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" scripts/unit.sh build/tsan
+fi
+step "fuzz build/fuzz" scripts/fuzz.sh build/fuzz
 
 echo "==="
 for t in "${times[@]}"; do

@@ -2,7 +2,8 @@
 # unit.sh O -- runs every unit test binary O/tests/test_*, prints each one's TAP output and ends with
 # one line "N passed, N failed, N skipped" summing their "ok" / "not ok" / "ok N # SKIP" lines. A
 # binary that exits 77 counts as one skip; one that crashes or exits non-zero without a "not ok" line
-# counts as one failure. Exits 1 when anything failed.
+# counts as one failure, and so does a sanitizer's report in its output (a forked child's report does
+# not change the binary's exit status). Exits 1 when anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 O=${1:-build}
@@ -32,7 +33,12 @@ for b in "${bins[@]}"; do
   p=$(grep -E '^ok( |$)' "$out" | grep -cviE '^ok [0-9]* *# *skip' || true)
   s=$(grep -ciE '^ok [0-9]* *# *skip' "$out" || true)
   f=$(grep -cE '^not ok( |$)' "$out" || true)
+  reports=$(grep -cE '^(WARNING: ThreadSanitizer|==[0-9]+==ERROR: (Address|Leak)Sanitizer)|runtime error: ' "$out" || true)
   rm -f "$out"
+  if [ "$reports" -gt 0 ]; then
+    echo "not ok - $b: $reports sanitizer reports"
+    f=$((f + 1))
+  fi
   passed=$((passed + p))
   skipped=$((skipped + s))
   failed=$((failed + f))

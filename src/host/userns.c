@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "../common/sanitizer.h"
 
 static const struct {
   int resource;
@@ -74,7 +75,7 @@ pid_t moat_userns_clone3(struct clone_args *args, uid_t owner) {
     syscall(SYS_setfsuid, fsuid); /* setresuid moved it along with the euid */
     pid = (pid_t)syscall(SYS_clone3, args, sizeof(*args));
     if (pid == 0)
-      return 0;
+      return moat_sanitizer_clone_child(), 0;
     saved = errno;
   }
   /* A thread left with another euid would create files and processes as that uid: never go on. */

@@ -13,9 +13,12 @@
 #include "common/util.h"
 #include "tap.h"
 
-/* Under ASan, a failed malloc returns NULL (as it does without ASan) instead of ASan's own report. */
+/* Under ASan and TSan, a failed malloc returns NULL (as it does without them) instead of their own
+ * report. */
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) { return "allocator_may_return_null=1"; }
 
 /* Runs fn in a child with stderr captured; returns its wait status and its stderr in out. */
 static int in_child(void (*fn)(void), char *out, size_t size) {
