@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include "assert.h"
+#include "fault.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -37,21 +38,21 @@ void moat_strvfreep(char ***v) {
 }
 
 void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
+  void *p = moat_fault(MOAT_FAULT_ALLOC) ? NULL : malloc(n ? n : 1);
   if (!p)
     moat_oom("malloc", n, NULL, 0);
   return p;
 }
 
 void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
+  void *p = moat_fault(MOAT_FAULT_ALLOC) ? NULL : calloc(n ? n : 1, size ? size : 1);
   if (!p) /* n * size may overflow: calloc refuses that, and the product says how big */
     moat_oom("calloc", n > 0 && size > SIZE_MAX / n ? SIZE_MAX : n * size, NULL, 0);
   return p;
 }
 
 void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
+  p = moat_fault(MOAT_FAULT_ALLOC) ? NULL : realloc(p, n ? n : 1);
   if (!p)
     moat_oom("realloc", n, NULL, 0);
   return p;

@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../common/fault.h"
 #include "../common/log.h"
 #include "../common/util.h"
 
@@ -117,7 +118,7 @@ int net_slot_of_ip(const struct moat_net *n, uint32_t addr_be) {
 static int nl_talk(struct mnl_socket *nl, struct nlmsghdr *nlh, unsigned seq) {
   nlh->nlmsg_flags |= NLM_F_ACK;
   nlh->nlmsg_seq = seq;
-  if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+  if ((moat_fault(MOAT_FAULT_NETLINK) ? (errno = ENOBUFS, -1) : mnl_socket_sendto(nl, nlh, nlh->nlmsg_len)) < 0)
     return -1;
   char buf[NET_NLBUF];
   unsigned portid = mnl_socket_get_portid(nl);

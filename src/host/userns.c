@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../common/fault.h"
 #include "../common/log.h"
 #include "../common/sanitizer.h"
 
@@ -57,6 +58,8 @@ int moat_userns_drop_loginuid(void) {
 }
 
 pid_t moat_userns_clone3(struct clone_args *args, uid_t owner) {
+  if (moat_fault(MOAT_FAULT_CLONE))
+    return errno = EAGAIN, -1;
   moat_userns_drop_loginuid();
   uid_t ruid, euid, suid;
   if (syscall(SYS_getresuid, &ruid, &euid, &suid) < 0)
