@@ -208,8 +208,9 @@ void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
 /* Tears down e (its mutex held; state not killed), records it killed with reason and removes it
  * from the table. A teardown error is logged: the sandbox is recorded killed all the same, and
  * the next start's reconcile removes what is left of its slot. */
-void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
+int kill_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **out) {
   moat_error *err = NULL;
+  int ret = 0;
   if (e->slot >= 0 && moat_host_destroy(c->host, e->slot, &err) < 0) {
     log_error("kill %s: destroy slot %d: %s", e->id, e->slot, moat_error_msg(err));
     moat_error_free(&err);
@@ -220,12 +221,15 @@ void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
   ctl_net_forget(c, e->id);
   if (moat_store_sandbox_transition(c->store, e->id, NULL, "killed", reason, &err) < 0) {
     log_error("kill %s: record: %s", e->id, moat_error_msg(err));
+    ret = moat_error_set(out, err->status, "sandbox %s is gone, but recording it killed failed: %s", e->id,
+                         moat_error_msg(err));
     moat_error_free(&err);
   }
   log_info("sandbox %s killed (%s)", e->id, reason);
   e->state = MOAT_SB_KILLED;
   e->slot = -1;
   live_remove(c, e);
+  return ret;
 }
 
 /* The error for a sandbox of org that is not live: ENOENT, naming the kill reason if killed. */
@@ -276,7 +280,7 @@ int moat_control_kill(struct moat_control *c, const char *org, const char *id, c
   if (e->state == MOAT_SB_KILLED)
     ret = moat_error_set(err, ENOENT, "no sandbox %s (already killed)", id);
   else
-    kill_locked(c, e, reason ? reason : "api");
+    ret = kill_locked(c, e, reason ? reason : "api", err);
   pthread_mutex_unlock(&e->m);
   live_put(c, e);
   return ret;
@@ -403,7 +407,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
       moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
                                      err) < 0) {
     moat_error_wrap(err, "create sandbox");
-    kill_locked(c, e, "error");
+    kill_locked(c, e, "error", NULL);
     pthread_mutex_unlock(&e->m);
     live_put(c, e);
     return -1;
@@ -801,7 +805,7 @@ static void reap_once(struct moat_control *c) {
       if (e->state == MOAT_SB_RUNNING || e->state == MOAT_SB_PAUSED) {
         bool busy = __atomic_load_n(&e->inflight, __ATOMIC_SEQ_CST) > 0;
         if (!e->persistent && !busy && e->state == MOAT_SB_RUNNING && e->expires_at_ms <= now) {
-          kill_locked(c, e, "ttl");
+          kill_locked(c, e, "ttl", NULL);
         } else if (!moat_host_alive(c->host, e->slot)) {
           struct moat_usage u = {0};
           moat_error *err = NULL;
@@ -811,7 +815,7 @@ static void reap_once(struct moat_control *c) {
           moat_error_free(&err);
           log_warn("sandbox %s: its init (moat-guest, pid %d) died%s", e->id, (int)e->pid,
                    u.oom_kills ? " (out of memory)" : "");
-          kill_locked(c, e, reason);
+          kill_locked(c, e, reason, NULL);
         } else if (e->state == MOAT_SB_RUNNING && !busy && e->hibernate_after_s > 0) {
           tt_reap_idle(c, e, now);
         }
