@@ -6,6 +6,9 @@
  * second delete removes). An operation the fault did not stop (the failing call was one it
  * tolerates) is undone and checked the same way.
  *
+ * With `ip` (iproute2) the sandboxes have networking, uplinked to an empty network namespace of the
+ * test's own (nothing leaves the machine), and the Nth netlink request fails too: then no veth is
+ * left in moatd's routing namespace either (their count is back to the warm set's).
  * Needs root and a built base template (skips with 77 without); fork needs working CRIU (skipped
  * without). Background work is kept quiet (no warm pool, no reaper pass during the test): every
  * counted call is the operation's. An allocation failure aborts (xmalloc's contract:
@@ -24,6 +27,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"
+#include "host/net.h"
 #include "tap.h"
 
 #define MAX_STEPS 24     /* points tried per kind and operation (a stride beyond) */
@@ -31,6 +35,7 @@
 
 static char data_dir[] = "/var/tmp/moat-test-fault-XXXXXX";
 static char *real_dir, instance[17];
+static char uplink_ns[64]; /* /run/netns/NAME of the empty uplink, or "" without networking */
 
 static char *repo_path(const char *rel) {
   char buf[4096];
@@ -153,7 +158,33 @@ static char *snapshot(void) {
     closedir(d);
   cgroups(&b, "/sys/fs/cgroup", 0);
   walk(&b, real_dir);
+  if (uplink_ns[0]) { /* links of moatd's routing namespace */
+    _cleanup_free_ char *cmd = xasprintf("nsenter --net=/run/moat/net/%s ip -o link show 2>&1 | wc -l", instance);
+    FILE *p = popen(cmd, "r");
+    char cnt[32] = "?";
+    if (p && fgets(cnt, sizeof(cnt), p))
+      cnt[strcspn(cnt, "\n")] = '\0';
+    if (p)
+      pclose(p);
+    add_line(&b, "routing-ns links", cnt, "");
+  }
   return b.p;
+}
+
+/* A snapshot that stays the same for half a second (what a delete releases off its path has gone,
+ * the warm network slot is back), within SETTLE_MS. */
+static char *steady_snapshot(void) {
+  char *a = snapshot();
+  for (int i = 0; i < SETTLE_MS / 500; i++) {
+    usleep(500000);
+    char *b = snapshot();
+    bool same = strcmp(a, b) == 0;
+    free(a);
+    a = b;
+    if (same)
+      break;
+  }
+  return a;
 }
 
 /* NULL when the host is back to base within SETTLE_MS, else what differs (caller frees). */
@@ -270,12 +301,16 @@ static void sweep(const struct op *op, enum moat_fault_kind kind, const char *ba
     return;
   moat_fault_set(kind, MOAT_FAULT_COUNT);
   int rc = op->run(&err);
-  unsigned long total = moat_fault_count(kind);
-  moat_fault_set(kind, 0);
   if (rc < 0) {
     OK(false, "%s without a fault: %s", op->name, moat_error_msg(err));
     moat_error_free(&err);
   }
+  /* the delete's own calls go on off its path (the network slot's teardown waits a few seconds on
+   * the worker): counted once the host is back to base (a create's undoing is a delete, measured
+   * on its own) */
+  _cleanup_free_ char *steady = op->run == op_delete ? settle(base) : NULL;
+  unsigned long total = moat_fault_count(kind);
+  moat_fault_set(kind, 0);
   kill_all_but(parent);
   _cleanup_free_ char *d0 = settle(base);
   if (!OK(d0 == NULL, "%s and its undoing leave the host as it was%s%s", op->name, d0 ? ": " : "", d0 ? d0 : ""))
@@ -293,8 +328,7 @@ static void sweep(const struct op *op, enum moat_fault_kind kind, const char *ba
     moat_fault_set(kind, n);
     uint64_t t0 = now_ns();
     rc = op->run(&err);
-    unsigned long reached = moat_fault_count(kind);
-    moat_fault_set(kind, 0);
+    uint64_t took = now_ns() - t0;
     bool failed = rc < 0;
     bool said = !failed || (err && err->msg && err->msg[0]);
     char why[200];
@@ -308,9 +342,13 @@ static void sweep(const struct op *op, enum moat_fault_kind kind, const char *ba
     moat_error_free(&err);
     kill_all_but(parent);
     _cleanup_free_ char *d = settle(base);
-    OK(d == NULL && said && rows && reached >= n,
-       "%s, %s call %lu of %lu fails (%.0f ms): %s; %s%s%s", op->name, kn, n, total, (double)(now_ns() - t0) / 1e6,
-       why, d ? "left " : "nothing left", d ? d : "", rows ? "" : ", and it is listed");
+    /* counted after the settling: some calls are made off the operation's path (a delete's network
+     * teardown is the worker's) */
+    unsigned long reached = moat_fault_count(kind);
+    moat_fault_set(kind, 0);
+    OK(d == NULL && said && rows && reached >= n, "%s, %s call %lu of %lu fails (%.0f ms): %s; %s%s%s%s", op->name,
+       kn, n, total, (double)took / 1e6, why, d ? "left " : "nothing left", d ? d : "",
+       rows ? "" : ", and it is listed", reached >= n ? "" : ", and the call was never made");
   }
 }
 
@@ -328,6 +366,18 @@ int main(void) {
   real_dir = realpath(data_dir, NULL);
   instance_of(real_dir);
   _cleanup_free_ char *recipes = repo_path("templates"), *guest = repo_path("build/moat-guest");
+  struct moat_net_config net = {.warm = 1};
+  if (system("command -v ip >/dev/null && command -v nsenter >/dev/null") == 0) {
+    snprintf(uplink_ns, sizeof(uplink_ns), "moat-fault-%d", (int)getpid());
+    _cleanup_free_ char *add = xasprintf("ip netns add %s", uplink_ns);
+    if (system(add) == 0) {
+      net.uplink = xasprintf("netns:/run/netns/%s", uplink_ns);
+      net.dns_upstream = "192.0.2.53"; /* TEST-NET-1 inside the empty namespace: never answered */
+    } else
+      uplink_ns[0] = '\0';
+  }
+  if (!uplink_ns[0])
+    printf("# no networking (ip netns): netlink faults are not tried\n");
   struct moat_control_config cfg = {
       .data_dir = data_dir,
       .template_dir = tdir,
@@ -336,6 +386,7 @@ int main(void) {
       .pool_size = 0,
       .reap_interval_ms = 3600 * 1000,
       .disk_overcommit = true,
+      .net = net.uplink ? &net : NULL,
   };
   moat_error *err = NULL;
   if (!OK(moat_control_open(&ctl, &cfg, &err) == 0, "open control in %s: %s", data_dir, moat_error_msg(err)))
@@ -343,17 +394,15 @@ int main(void) {
   /* one create and delete first: the disk image cache (host/disks/golden-*) is made once, and kept */
   if (!OK(op_create(&err) == 0 && kill_all_but(NULL) == 0, "a first create and delete: %s", moat_error_msg(err)))
     return tap_done();
-  _cleanup_free_ char *base = NULL;
-  for (int i = 0; i < 100 && (!base || strstr(base, "/slots/")); i++) { /* teardown may go on off the path */
-    free(base);
-    usleep(50000);
-    base = snapshot();
-  }
+  _cleanup_free_ char *base = steady_snapshot();
 
   static const struct op create = {"create", NULL, op_create}, del = {"delete", prep_delete, op_delete},
                          fork = {"fork", NULL, op_fork};
-  static const enum moat_fault_kind kinds[] = {MOAT_FAULT_MOUNT, MOAT_FAULT_CLONE, MOAT_FAULT_STORE};
-  for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+  static const enum moat_fault_kind all[] = {MOAT_FAULT_MOUNT, MOAT_FAULT_CLONE, MOAT_FAULT_STORE,
+                                             MOAT_FAULT_NETLINK};
+  const enum moat_fault_kind *kinds = all;
+  size_t nkinds = ARRAY_SIZE(all) - (uplink_ns[0] ? 0 : 1);
+  for (size_t k = 0; k < nkinds; k++) {
     sweep(&create, kinds[k], base);
     sweep(&del, kinds[k], base);
   }
@@ -365,8 +414,8 @@ int main(void) {
            moat_error_msg(err))) {
       snprintf(parent, sizeof(parent), "%s", p.id);
       moat_sandbox_info_clear(&p);
-      _cleanup_free_ char *with_parent = snapshot();
-      for (size_t k = 0; k < ARRAY_SIZE(kinds); k++)
+      _cleanup_free_ char *with_parent = steady_snapshot();
+      for (size_t k = 0; k < nkinds; k++)
         sweep(&fork, kinds[k], with_parent);
       parent[0] = '\0';
     }
@@ -376,6 +425,14 @@ int main(void) {
   _cleanup_free_ char *d = settle(base);
   OK(d == NULL, "every sandbox deleted: the host is as it was%s%s", d ? ": " : "", d ? d : "");
   moat_control_close(ctl);
+  if (uplink_ns[0]) { /* the routing namespace outlives moatd (its sandboxes would): removed here */
+    _cleanup_free_ char *rm = xasprintf("umount -l /run/moat/net/%s; rm -f /run/moat/net/%s /run/moat/net/%s.owner;"
+                                        " ip netns del %s",
+                                        instance, instance, instance, uplink_ns);
+    if (system(rm) != 0)
+      printf("# cleanup of the network namespaces failed: %s\n", rm);
+    free((char *)net.uplink);
+  }
   rm_rf(data_dir, NULL);
   free(real_dir);
   return tap_done();
