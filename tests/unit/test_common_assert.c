@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/assert.h"
+#include "common/fault.h"
 #include "common/util.h"
 #include "tap.h"
 
@@ -71,6 +72,13 @@ static void null_strdup(void) {
   free(xstrdup(s));
 }
 
+/* The second allocation from now fails (fault injection): xmalloc aborts as on a real failure. */
+static void injected_alloc(void) {
+  moat_fault_set(MOAT_FAULT_ALLOC, 2);
+  free(xmalloc(10));
+  free(xmalloc(20));
+}
+
 static int line_said(const char *out) { return strncmp(out, "at ", 3) == 0 ? atoi(out + 3) : -1; }
 
 int main(void) {
@@ -96,6 +104,9 @@ int main(void) {
   snprintf(want, sizeof(want), "test_common_assert.c:%d: assertion `s != NULL' failed: xstrdup(NULL)",
            line_said(out));
   OK(aborted_saying(st, out, want), "xstrdup(NULL) aborts naming its caller: %s", out);
+  st = in_child(injected_alloc, out, sizeof(out));
+  OK(aborted_saying(st, out, "fault: alloc call 2 fails") && strstr(out, "out of memory: malloc of 20 bytes"),
+     "an injected allocation failure aborts at the call asked, naming its size: %s", out);
   char *e = xstrdup("");
   OK(e && e[0] == '\0', "xstrdup(\"\") is still an empty string");
   free(e);
