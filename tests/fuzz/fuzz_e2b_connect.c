@@ -1,5 +1,5 @@
 /* fuzz_e2b_connect.c -- libFuzzer target: the Connect protocol's envelopes for E2B's envd
- * (api e2b_connect.c): cx_unwrap reads the one enveloped JSON message a streaming request's body
+ * (api e2b/connect.c): cx_unwrap reads the one enveloped JSON message a streaming request's body
  * holds (bytes the client sends), cx_frame writes the envelopes moatd answers with.
  *
  * Checks: a body is accepted only when it is one uncompressed envelope whose length is the rest of
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/e2b_envd.h"
+#include "api/e2b/envd.h"
 #include "common/buf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
 /* fuzz_port_head.c -- libFuzzer target: the port proxy's reading of what a server inside a sandbox
- * answers (api ports_fwd.c): its response head, the body framing chosen from it, and chunk-size
+ * answers (api ports/forward.c): its response head, the body framing chosen from it, and chunk-size
  * lines. The server is the sandbox's: every byte is hostile.
  *
  * Input: u8 flags (bit 0: the request was a HEAD), then the head through its empty line, then
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "api/ports.h"
+#include "api/ports/ports.h"
 #include "common/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
