@@ -5,18 +5,39 @@
 #   make test       every test: unit (TAP), integration and attack, then again under ASan+UBSan
 #   make bench      benchmarks with side-by-side peers (see docs/benchmarks.md)
 #   make SANITIZE=1 build into build/san with -fsanitize=address,undefined
+#   make TSAN=1     build into build/tsan with -fsanitize=thread (the unit tests run there too)
+#   make FUZZ=1 fuzzers   the libFuzzer targets tests/fuzz/fuzz_*.c into build/fuzz/fuzz (clang)
+#   make fuzz       build the fuzz targets and run each for FUZZ_SECONDS (scripts/fuzz.sh)
 
 CC ?= cc
+CLANG ?= $(firstword $(shell command -v clang-14 clang 2>/dev/null) clang)
 SANITIZE ?= 0
+TSAN ?= 0
+FUZZ ?= 0
 ifeq ($(SANITIZE),1)
 O ?= build/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else ifeq ($(TSAN),1)
+O ?= build/tsan
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+else ifeq ($(FUZZ),1)
+# Everything is built with clang, instrumented for libFuzzer's coverage, ASan and UBSan; only the
+# targets link libFuzzer itself (-fsanitize=fuzzer).
+O ?= build/fuzz
+CC := $(CLANG)
+CFLAGS ?= -O1 -g
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 else
 O ?= build
 SANFLAGS :=
 endif
 
 WARN := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow -Wformat=2 -Wstrict-prototypes
+ifeq ($(FUZZ),1)
+# gcc's build checks these; clang's differ: it wants a format attribute on every va_list helper, and
+# counts a _cleanup_ variable that is only freed as unused.
+WARN += -Wno-format-nonliteral -Wno-unused-variable
+endif
 CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -MMD -MP -Isrc $(SANFLAGS)
 LDFLAGS += $(SANFLAGS)
@@ -46,8 +67,9 @@ GUEST_CFLAGS := -O2 -g -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(O)/tests/%,$(UNIT_SRC))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(O)/fuzz/%,$(FUZZ_SRC))
 
-.PHONY: all run test unit integration bench clean deps format check-format fuzz
+.PHONY: all run test unit integration bench clean deps format check-format fuzz fuzzers units
 all: $(O)/moatd $(O)/moat build/moat-guest $(UNIT_BIN)
 
 $(O)/obj/%.o: src/%.c
@@ -87,6 +109,22 @@ $(O)/tests/%: tests/unit/%.c $(O)/libmoat.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $(filter tests/unit/%.c %.a,$^) $(LDFLAGS) $(DAEMON_LIBS)
 
+# Fuzz targets (FUZZ=1): a target may #include the .c of a parser whose functions are static (its
+# own copy of that file's symbols is then the one linked: the archive member is never pulled).
+$(O)/libguestlib.a: $(call obj,$(GUEST_LIB_SRC))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(O)/fuzz/%: tests/fuzz/%.c $(O)/libguestlib.a $(O)/libmoat.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-unused-function -fsanitize=fuzzer -o $@ $< $(O)/libguestlib.a $(O)/libmoat.a \
+	  $(LDFLAGS) -fsanitize=fuzzer $(DAEMON_LIBS)
+
+fuzzers: $(FUZZ_BIN)
+
+# The unit test binaries alone (what TSAN=1 needs).
+units: $(UNIT_BIN)
+
 deps:
 	@scripts/deps.sh
 
@@ -106,7 +144,7 @@ bench: deps all
 	@scripts/bench.sh
 
 fuzz:
-	@scripts/fuzz.sh
+	@scripts/fuzz.sh build/fuzz
 
 format:
 	clang-format -i $$(find src tests -name '*.[ch]')

@@ -14,6 +14,8 @@ pkgs=(
   curl                              # scripts/run.sh checks moatd's /healthz with it
   bubblewrap                        # the benchmark's peer
   nodejs                            # E2B SDK, MCP client and TypeScript SDK tests (tests/node)
+  clang-14 libclang-rt-14-dev       # the libFuzzer targets (make FUZZ=1, scripts/fuzz.sh)
+  llvm-14                           # llvm-symbolizer: fuzz and sanitizer reports name their lines
 )
 # Development packages for every library the Makefile links (-lNAME).
 lib_pkg() {

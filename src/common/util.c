@@ -1,6 +1,9 @@
 /* util.c -- allocation, file and string helpers shared by moatd, moat-guest and the CLI */
 #include "util.h"
 
+#include "assert.h"
+#include "fault.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,30 +38,32 @@ void moat_strvfreep(char ***v) {
 }
 
 void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
+  void *p = moat_fault(MOAT_FAULT_ALLOC) ? NULL : malloc(n ? n : 1);
   if (!p)
-    abort();
+    moat_oom("malloc", n, NULL, 0);
   return p;
 }
 
 void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p)
-    abort();
+  void *p = moat_fault(MOAT_FAULT_ALLOC) ? NULL : calloc(n ? n : 1, size ? size : 1);
+  if (!p) /* n * size may overflow: calloc refuses that, and the product says how big */
+    moat_oom("calloc", n > 0 && size > SIZE_MAX / n ? SIZE_MAX : n * size, NULL, 0);
   return p;
 }
 
 void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
+  p = moat_fault(MOAT_FAULT_ALLOC) ? NULL : realloc(p, n ? n : 1);
   if (!p)
-    abort();
+    moat_oom("realloc", n, NULL, 0);
   return p;
 }
 
-char *xstrdup(const char *s) {
-  char *r = strdup(s ? s : "");
+char *moat_xstrdup(const char *s, const char *file, int line) {
+  if (!s)
+    moat_assert_fail(file, line, "s != NULL", "xstrdup(NULL): the caller must say what NULL means");
+  char *r = strdup(s);
   if (!r)
-    abort();
+    moat_oom("strdup", strlen(s) + 1, file, line);
   return r;
 }
 
@@ -71,17 +76,20 @@ void *xmemdup(const void *p, size_t n) {
 char *xstrndup(const char *s, size_t n) {
   char *r = strndup(s, n);
   if (!r)
-    abort();
+    moat_oom("strndup", n + 1, NULL, 0);
   return r;
 }
 
 char *xasprintf(const char *fmt, ...) {
-  va_list ap;
-  char *s = NULL;
+  va_list ap, ap2;
   va_start(ap, fmt);
-  if (vasprintf(&s, fmt, ap) < 0)
-    abort();
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
+  moat_assert(n >= 0, "xasprintf: bad format \"%s\"", fmt);
+  char *s = xmalloc((size_t)n + 1);
+  vsnprintf(s, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
   return s;
 }
 

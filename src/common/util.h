@@ -37,11 +37,14 @@ static inline int steal_fd(int *fd) {
   return r;
 }
 
-/* Abort on out-of-memory; never return NULL (xmalloc(0) returns a unique pointer). */
+/* Abort on out-of-memory with a message naming the size (moat_oom); never return NULL (xmalloc(0)
+ * returns a unique pointer). xstrdup(s) needs a string: NULL aborts naming the caller's file and line
+ * (a caller with an optional string says what NULL means: `s ? xstrdup(s) : NULL`). */
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
-char *xstrdup(const char *s);
+char *moat_xstrdup(const char *s, const char *file, int line);
+#define xstrdup(s) moat_xstrdup((s), __FILE__, __LINE__)
 char *xstrndup(const char *s, size_t n);
 void *xmemdup(const void *p, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

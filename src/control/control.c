@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/assert.h"
 #include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/sha256.h"
@@ -96,6 +97,7 @@ struct live *live_get(struct moat_control *c, const char *id) {
 
 void live_put(struct moat_control *c, struct live *e) {
   pthread_mutex_lock(&c->lock);
+  moat_assert(e->refs > 0, "live_put of sandbox %s holding no reference", e->id);
   bool last = --e->refs == 0;
   pthread_mutex_unlock(&c->lock);
   if (last)
@@ -123,6 +125,7 @@ void live_remove(struct moat_control *c, struct live *e) {
     if (*pp)
       *pp = e->next;
     e->in_table = false;
+    moat_assert(e->refs > 1, "live_remove of sandbox %s by a caller holding no reference", e->id);
     e->refs--; /* never the last: the caller holds one */
   }
   pthread_mutex_unlock(&c->lock);
@@ -205,8 +208,9 @@ void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
 /* Tears down e (its mutex held; state not killed), records it killed with reason and removes it
  * from the table. A teardown error is logged: the sandbox is recorded killed all the same, and
  * the next start's reconcile removes what is left of its slot. */
-void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
+int kill_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **out) {
   moat_error *err = NULL;
+  int ret = 0;
   if (e->slot >= 0 && moat_host_destroy(c->host, e->slot, &err) < 0) {
     log_error("kill %s: destroy slot %d: %s", e->id, e->slot, moat_error_msg(err));
     moat_error_free(&err);
@@ -217,12 +221,15 @@ void kill_locked(struct moat_control *c, struct live *e, const char *reason) {
   ctl_net_forget(c, e->id);
   if (moat_store_sandbox_transition(c->store, e->id, NULL, "killed", reason, &err) < 0) {
     log_error("kill %s: record: %s", e->id, moat_error_msg(err));
+    ret = moat_error_set(out, err->status, "sandbox %s is gone, but recording it killed failed: %s", e->id,
+                         moat_error_msg(err));
     moat_error_free(&err);
   }
   log_info("sandbox %s killed (%s)", e->id, reason);
   e->state = MOAT_SB_KILLED;
   e->slot = -1;
   live_remove(c, e);
+  return ret;
 }
 
 /* The error for a sandbox of org that is not live: ENOENT, naming the kill reason if killed. */
@@ -273,7 +280,7 @@ int moat_control_kill(struct moat_control *c, const char *org, const char *id, c
   if (e->state == MOAT_SB_KILLED)
     ret = moat_error_set(err, ENOENT, "no sandbox %s (already killed)", id);
   else
-    kill_locked(c, e, reason ? reason : "api");
+    ret = kill_locked(c, e, reason ? reason : "api", err);
   pthread_mutex_unlock(&e->m);
   live_put(c, e);
   return ret;
@@ -400,7 +407,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
       moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
                                      err) < 0) {
     moat_error_wrap(err, "create sandbox");
-    kill_locked(c, e, "error");
+    kill_locked(c, e, "error", NULL);
     pthread_mutex_unlock(&e->m);
     live_put(c, e);
     return -1;
@@ -650,7 +657,8 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id,
   /* counted in inflight by acquire_running: the reaper does not expire a busy sandbox, and a
    * checkpoint waits for the call to end */
   int rc = moat_guest_exec(sock, &r, res, err);
-  __atomic_sub_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
+  int calls = __atomic_sub_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
+  moat_assert(calls >= 0, "sandbox %s: more guest calls ended than began", e->id);
   pthread_mutex_lock(&e->m);
   if (e->state == MOAT_SB_RUNNING)
     refresh_ttl(c, e);
@@ -797,7 +805,7 @@ static void reap_once(struct moat_control *c) {
       if (e->state == MOAT_SB_RUNNING || e->state == MOAT_SB_PAUSED) {
         bool busy = __atomic_load_n(&e->inflight, __ATOMIC_SEQ_CST) > 0;
         if (!e->persistent && !busy && e->state == MOAT_SB_RUNNING && e->expires_at_ms <= now) {
-          kill_locked(c, e, "ttl");
+          kill_locked(c, e, "ttl", NULL);
         } else if (!moat_host_alive(c->host, e->slot)) {
           struct moat_usage u = {0};
           moat_error *err = NULL;
@@ -807,7 +815,7 @@ static void reap_once(struct moat_control *c) {
           moat_error_free(&err);
           log_warn("sandbox %s: its init (moat-guest, pid %d) died%s", e->id, (int)e->pid,
                    u.oom_kills ? " (out of memory)" : "");
-          kill_locked(c, e, reason);
+          kill_locked(c, e, reason, NULL);
         } else if (e->state == MOAT_SB_RUNNING && !busy && e->hibernate_after_s > 0) {
           tt_reap_idle(c, e, now);
         }

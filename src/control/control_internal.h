@@ -95,8 +95,11 @@ void ctl_set_guest(struct live *e, const struct moat_instance *inst);
 json_t *parse_object(const char *text); /* never NULL */
 char *dump_object(json_t *j);          /* "{}" for NULL */
 void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r, struct moat_sandbox_info *out);
-/* Tears e down (m held, not killed), records it killed with reason, removes it from the table. */
-void kill_locked(struct moat_control *c, struct live *e, const char *reason);
+/* Tears e down (m held, not killed), records it killed with reason, removes it from the table.
+ * Returns 0, or -1 with *err (may be NULL) when the record could not be written: the sandbox is gone
+ * all the same, its row still says otherwise until a kill of the row (moat_control_kill of a sandbox
+ * not live) or a restart's reconcile records it. */
+int kill_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err);
 int not_live_error(struct moat_control *c, const char *org, const char *id, moat_error **err);
 void refresh_ttl(struct moat_control *c, struct live *e); /* m held */
 

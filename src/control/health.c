@@ -31,7 +31,7 @@ static void *check_main(void *arg) {
     if (k->e->state == MOAT_SB_RUNNING && k->e->pid == k->ep.pid) {
       log_warn("sandbox %s: its guest (pid %d) does not answer (%s): killing it", k->e->id, (int)k->ep.pid,
                moat_error_msg(err));
-      kill_locked(k->c, k->e, "guest_unresponsive");
+      kill_locked(k->c, k->e, "guest_unresponsive", NULL);
     }
     pthread_mutex_unlock(&k->e->m);
   }

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/assert.h"
 #include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
@@ -61,6 +62,7 @@ static void remove_dir(const char *path);
 
 static void ref_put(struct moat_control *c, struct ckpt_ref *r) {
   pthread_mutex_lock(&c->explore_lock);
+  moat_assert(r->refs > 0, "checkpoint %s released more often than taken", r->dir);
   bool last = --r->refs == 0;
   pthread_mutex_unlock(&c->explore_lock);
   if (!last)

@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "../common/crashpoint.h"
+#include "../common/fault.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "cgroup.h"
@@ -355,7 +356,7 @@ static int reattach_disk(const char *slot_dir, const char *disks_dir, int slot, 
       fsconfig(fsfd, FSCONFIG_SET_FLAG, "nodelalloc", NULL, 0) < 0 ||
       fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
     return moat_error_errno(err, "mount %s again", loop);
-  fd = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
+  fd = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1) : fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
   if (fd < 0)
     return moat_error_errno(err, "fsmount %s", loop);
   return fd;
@@ -718,7 +719,7 @@ static int idmapped_lower(const char *rootfs, pid_t pid, moat_error **err) {
   _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
   if (userns < 0)
     return moat_error_errno(err, "open %s", path);
-  _cleanup_close_ int fd = open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  _cleanup_close_ int fd = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1) : open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
   if (fd < 0)
     return moat_error_errno(err, "open_tree %s", rootfs);
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV,
@@ -783,7 +784,7 @@ static int wait_guest(const struct moat_guest_ep *ep, moat_error **err) {
 
 /* MOAT_CRIU_TIMING=1: each restore prints where its time went to stderr (for benchmarks). */
 static void mark(const char *what, uint64_t *last) {
-  static int on = -1;
+  static _Atomic int on = -1; /* concurrent restores read it: all find the same value */
   if (on < 0)
     on = getenv("MOAT_CRIU_TIMING") != NULL;
   uint64_t now = now_ns();

@@ -61,7 +61,8 @@ static unsigned bucket_of(int slot) {
 }
 
 /* Reads a (possibly compressed) name at *off into out (lower case, dotted, no trailing dot).
- * Advances *off past it. 0 or -1. */
+ * Advances *off past it. 0 or -1; -1 too for a label holding a NUL or a dot, which would make out
+ * read as another name than the one on the wire (the upstream resolves the wire's). */
 static int read_name(const uint8_t *m, size_t len, size_t *off, char *out, size_t outsz) {
   size_t o = *off, w = 0;
   bool jumped = false;
@@ -90,12 +91,33 @@ static int read_name(const uint8_t *m, size_t len, size_t *off, char *out, size_
       return -1;
     if (w)
       out[w++] = '.';
-    for (unsigned i = 0; i < l; i++)
+    for (unsigned i = 0; i < l; i++) {
+      if (m[o + 1 + i] == '\0' || m[o + 1 + i] == '.')
+        return -1;
       out[w++] = (char)tolower(m[o + 1 + i]);
+    }
     o += 1 + l;
   }
   out[w] = '\0';
   return 0;
+}
+
+/* Copies name into out (size MOAT_NET_MAX_NAME + 1) as DNS presentation text: a byte outside
+ * '!'..'~', and '\\', becomes \\DDD (RFC 1035 5.1), so that what a sandbox put in a label is always
+ * printable ASCII (the connection log is JSON: a name that is not UTF-8 could not be written). Cut
+ * short, never inside an escape. */
+static void name_text(char *out, const char *name) {
+  size_t w = 0;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    bool plain = *p >= '!' && *p <= '~' && *p != '\\';
+    if (w + (plain ? 1 : 4) > MOAT_NET_MAX_NAME)
+      break;
+    if (plain)
+      out[w++] = (char)*p;
+    else
+      w += (size_t)snprintf(out + w, 5, "\\%03u", *p);
+  }
+  out[w] = '\0';
 }
 
 static void learn(struct moat_net *n, int slot, uint32_t addr, const char *name, bool denied, bool in_set) {
@@ -104,7 +126,7 @@ static void learn(struct moat_net *n, int slot, uint32_t addr, const char *name,
     return;
   for (unsigned i = 0; i < s->n_learned; i++)
     if (s->learned[i].addr == addr) {
-      snprintf(s->learned[i].name, sizeof(s->learned[i].name), "%s", name);
+      name_text(s->learned[i].name, name);
       s->learned[i].denied = denied;
       s->learned[i].in_set |= in_set;
       return;
@@ -116,7 +138,7 @@ static void learn(struct moat_net *n, int slot, uint32_t addr, const char *name,
   l->addr = addr;
   l->denied = denied;
   l->in_set = in_set;
-  snprintf(l->name, sizeof(l->name), "%s", name);
+  name_text(l->name, name);
 }
 
 void net_learned_name(struct net_slot *s, uint32_t addr, char *out) {

@@ -363,6 +363,8 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
   int ret = -1;
   static const char *sub[] = {"lower", "disk", "root"};
   _cleanup_free_ char *guest_target = xasprintf("%s/guest", dir);
+  _cleanup_free_ char *fs_dir = xasprintf("%s/fs", dir);
+  _cleanup_free_ char *chan_dir = chan_path(h, n);
   if (mkdir(dir, 0711) < 0 && errno != EEXIST) {
     moat_error_errno(err, "mkdir %s", dir);
     goto out;
@@ -381,8 +383,6 @@ static int build_shell(struct moat_host *h, const char *template_name, const str
       goto out;
     }
   }
-  _cleanup_free_ char *fs_dir = xasprintf("%s/fs", dir);
-  _cleanup_free_ char *chan_dir = chan_path(h, n);
   int img_fd = -1;
   int disk = h->prjquota ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
                          : moat_disk_create(img, limits->disk_mb, slot_uid_base(n),
@@ -654,6 +654,7 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   h->max_slots = cfg->max_slots ? cfg->max_slots : 16384;
   instance_name(h->data_dir, h->instance);
   h->chan_base = xasprintf(MOAT_CHAN_ROOT "/%s", h->instance);
+  _cleanup_free_ char *hostdir = xasprintf("%s/host", h->data_dir);
   int ret = -1;
   if (geteuid() != 0) {
     moat_error_set(err, EPERM, "the linux driver needs root");
@@ -678,7 +679,6 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   chmod(MOAT_CHAN_ROOT, 0711);
   chmod(h->chan_base, 0711);
   chmod(h->slots_dir, 0711);
-  _cleanup_free_ char *hostdir = xasprintf("%s/host", h->data_dir);
   chmod(hostdir, 0711);
   /* The sandbox's init enters its slot dir as the host's root, then drops to the range: the
    * data dir itself may stay 0700. */

@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../common/fault.h"
 #include "../common/log.h"
 #include "../common/util.h"
 
@@ -117,7 +118,7 @@ int net_slot_of_ip(const struct moat_net *n, uint32_t addr_be) {
 static int nl_talk(struct mnl_socket *nl, struct nlmsghdr *nlh, unsigned seq) {
   nlh->nlmsg_flags |= NLM_F_ACK;
   nlh->nlmsg_seq = seq;
-  if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+  if ((moat_fault(MOAT_FAULT_NETLINK) ? (errno = ENOBUFS, -1) : mnl_socket_sendto(nl, nlh, nlh->nlmsg_len)) < 0)
     return -1;
   char buf[NET_NLBUF];
   unsigned portid = mnl_socket_get_portid(nl);
@@ -376,6 +377,7 @@ int moat_net_attach_fd(struct moat_net *n, int netns_fd, moat_error **err) {
   int slot = take_slot(n, err);
   if (slot < 0)
     return moat_error_wrap(err, "network slot");
+  _cleanup_free_ char *path = xasprintf("%s/%d", n->state_dir, slot);
   char buf[NET_NLBUF];
   struct nlmsghdr *nlh = link_msg(buf, RTM_NEWLINK, 0, n->slots[slot].peer_ifindex);
   mnl_attr_put_u32(nlh, IFLA_NET_NS_FD, (uint32_t)netns_fd);
@@ -391,7 +393,6 @@ int moat_net_attach_fd(struct moat_net *n, int netns_fd, moat_error **err) {
       moat_error_errno(err, "sandbox side: %s", steps[x.err_step]);
     goto fail;
   }
-  _cleanup_free_ char *path = xasprintf("%s/%d", n->state_dir, slot);
   if (moat_net_put_file(path, "{}", err) < 0)
     goto fail;
   return slot;

@@ -12,7 +12,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../common/fault.h"
 #include "../common/log.h"
+#include "../common/sanitizer.h"
 
 static const struct {
   int resource;
@@ -56,6 +58,8 @@ int moat_userns_drop_loginuid(void) {
 }
 
 pid_t moat_userns_clone3(struct clone_args *args, uid_t owner) {
+  if (moat_fault(MOAT_FAULT_CLONE))
+    return errno = EAGAIN, -1;
   moat_userns_drop_loginuid();
   uid_t ruid, euid, suid;
   if (syscall(SYS_getresuid, &ruid, &euid, &suid) < 0)
@@ -74,7 +78,7 @@ pid_t moat_userns_clone3(struct clone_args *args, uid_t owner) {
     syscall(SYS_setfsuid, fsuid); /* setresuid moved it along with the euid */
     pid = (pid_t)syscall(SYS_clone3, args, sizeof(*args));
     if (pid == 0)
-      return 0;
+      return moat_sanitizer_clone_child(), 0;
     saved = errno;
   }
   /* A thread left with another euid would create files and processes as that uid: never go on. */

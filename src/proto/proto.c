@@ -10,6 +10,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../common/assert.h"
 #include "../common/util.h"
 
 static void put_le32(uint8_t *p, uint32_t v) {
@@ -51,6 +52,7 @@ static void reserve(struct moat_msg *m, size_t extra) {
 }
 
 void moat_msg_put(struct moat_msg *m, uint16_t tag, const void *data, size_t len) {
+  moat_assert(len <= UINT32_MAX - 6, "guest protocol field %u of %zu bytes", tag, len); /* le32 length */
   reserve(m, 6 + len);
   uint8_t *p = m->buf + m->len;
   p[0] = (uint8_t)tag;

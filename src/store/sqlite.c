@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/fault.h"
 #include "../common/util.h"
 
 /* Migration i brings user_version from i to i + 1. Append only; never edit a shipped one. */
@@ -162,7 +163,7 @@ static int exec_sql(struct moat_store *s, const char *sql, moat_error **err) {
 static int begin(struct moat_store *s, moat_error **err) { return exec_sql(s, "BEGIN IMMEDIATE", err); }
 
 static int commit(struct moat_store *s, moat_error **err) {
-  if (exec_sql(s, "COMMIT", err) < 0) {
+  if ((moat_fault(MOAT_FAULT_STORE) ? moat_error_set(err, EIO, "COMMIT: injected fault") : exec_sql(s, "COMMIT", err)) < 0) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return -1;
   }
@@ -283,6 +284,8 @@ int moat_store_schema_version(struct moat_store *s, int *version, moat_error **e
 
 /* Runs a statement that returns no rows. Lock held. */
 static int step_done(struct moat_store *s, sqlite3_stmt *st, moat_error **err, const char *what) {
+  if (moat_fault(MOAT_FAULT_STORE))
+    return sqlite3_reset(st), moat_error_set(err, EIO, "%s: injected fault", what);
   int rc = sqlite3_step(st);
   sqlite3_reset(st);
   if (rc != SQLITE_DONE)

@@ -104,3 +104,42 @@ class NetIsolationTest(NetDaemonTest):
         self.assertEqual(r["stdout"].strip(), "blocked", r)
         self.assertFalse(self.connects(sid, "198.51.100.13"))
         self.assertEqual(self.http_get(sid, "allowed.test"), "hello from 198.51.100.10\n")
+
+    def test_dns_label_with_nul_or_dot_is_refused(self):
+        """A name whose labels hold a NUL or a dot reads as another name to moatd's policy (a C
+        string) than to the upstream resolver: the labels allowed, test<NUL>, evil, test are
+        allowed.test up to the NUL, and a name under evil.test (whose owner answers what they like)
+        to the upstream. moatd answers FORMERR, forwards nothing, and opens no address for it."""
+        sid = self.sandbox(network={"egress": "deny", "allow": ["allowed.test"]})["id"]
+        q = ("import socket,struct,sys\n"
+             "ns=[l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]\n"
+             "def ask(labels):\n"
+             " s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3)\n"
+             " qn=b''.join(bytes([len(l)])+l for l in labels)+b'\\0'\n"
+             " s.sendto(struct.pack('!HHHHHH',7,256,1,0,0,0)+qn+b'\\0\\1\\0\\1',(ns,53))\n"
+             " r=s.recv(512);an=struct.unpack('!H',r[6:8])[0]\n"
+             " print(r[3]&15, socket.inet_ntoa(r[-4:]) if an else '-')\n"
+             "ask([b'allowed',b'test\\0',b'evil',b'test'])\n"
+             "ask([b'allowed.test'])\n"
+             "ask([b'allowed',b'test'])\n")
+        r = self.c.exec(sid, argv=["python3", "-c", q], timeout_ms=20000)
+        self.assertEqual(r["stdout"].split("\n")[:3], ["1 -", "1 -", "0 198.51.100.10"], r)
+        self.assertFalse(self.connects(sid, "198.51.100.13"), "an address answered for the NUL name was opened")
+
+    def test_connection_log_keeps_odd_names(self):
+        """A sandbox that resolves an address through a name holding bytes that are not UTF-8 (any
+        name under a domain its owner serves) and connects there is still in its connection log:
+        the name is logged escaped, not dropped with the entry."""
+        sid = self.sandbox()["id"]
+        q = ("import socket,struct\n"
+             "ns=[l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]\n"
+             "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3)\n"
+             "s.sendto(struct.pack('!HHHHHH',7,256,1,0,0,0)+b'\\1\\xff\\4evil\\4test\\0\\0\\1\\0\\1',(ns,53))\n"
+             "r=s.recv(512);print(r[3]&15, socket.inet_ntoa(r[-4:]))\n")
+        r = self.c.exec(sid, argv=["python3", "-c", q], timeout_ms=20000)
+        self.assertEqual(r["stdout"].strip(), "0 198.51.100.14", r)
+        self.assertTrue(self.connects(sid, "198.51.100.14"))
+        log = self.wait_log(sid, lambda e: e["destination"] == "198.51.100.14")
+        hits = [e for e in log if e["destination"] == "198.51.100.14"]
+        self.assertTrue(hits, "the connection is missing from the log: %r" % log)
+        self.assertEqual(hits[0]["name"], "\\255.evil.test")

@@ -1,7 +1,6 @@
 /* fuzz_json_body.c -- libFuzzer target over the API's body parsing and validators, UTF-8 repair and base64
  *
- * Build: clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isrc tests/fuzz/fuzz_json_body.c \
- *        src/api/api_json.c src/api/api_codec.c src/api/router.c src/common/{error,util,log}.c -ljansson
+ * Built by make FUZZ=1 fuzzers (scripts/fuzz.sh runs it).
  * The first input byte picks the validator; the rest is the request body.
  */
 #include <errno.h>

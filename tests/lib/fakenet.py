@@ -27,6 +27,11 @@ ZONE = {
     "wild.test": ["198.51.100.14"],
     "other.test": ["198.51.100.13"],
     "meta.test": ["169.254.169.254"],
+    # what a name server of the sandbox's owner answers for a name that reads as allowed.test up to
+    # a NUL byte in a label (test_net_isolation: moatd must not take it for allowed.test)
+    "allowed.test\x00.evil.test": ["198.51.100.13"],
+    # a name whose first label is the byte 0xff (the server reads it as U+FFFD)
+    "\ufffd.evil.test": ["198.51.100.14"],
 }
 _counter = itertools.count()
 

@@ -6,9 +6,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* Tests run so far, and how many passed (skips count as passed) and failed. Not thread-safe: call the
- * helpers from the main thread only. */
-static int tap_n, tap_pass, tap_fail;
+/* Tests run so far, and how many passed, failed and were skipped. Not thread-safe: call the helpers
+ * from the main thread only. */
+static int tap_n, tap_pass, tap_fail, tap_skipped;
 
 /* Prints "ok N - <message>" or "not ok N - <message>" and counts it; returns cond. */
 static bool tap_ok(bool cond, const char *fmt, ...) __attribute__((format(printf, 2, 3), unused));
@@ -36,7 +36,7 @@ static bool tap_ok(bool cond, const char *fmt, ...) {
   })
 #define CHECK(cond, ...) OK(cond, __VA_ARGS__)
 
-/* Prints "ok N # SKIP <reason>" and counts it as passed. */
+/* Prints "ok N # SKIP <reason>" and counts it as skipped (not as passed). */
 static void tap_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), unused));
 static void tap_skip(const char *fmt, ...) {
   va_list ap;
@@ -46,14 +46,14 @@ static void tap_skip(const char *fmt, ...) {
   printf("\n");
   va_end(ap);
   fflush(stdout);
-  tap_pass++;
+  tap_skipped++;
 }
 
-/* Prints the plan "1..N" and the summary "N passed, N failed"; returns the exit status for main
- * (1 when anything failed, else 0). */
+/* Prints the plan "1..N" and the summary "N passed, N failed, N skipped"; returns the exit status
+ * for main (1 when anything failed, else 0). */
 static int tap_done(void) __attribute__((unused));
 static int tap_done(void) {
-  printf("1..%d\n%d passed, %d failed\n", tap_n, tap_pass, tap_fail);
+  printf("1..%d\n%d passed, %d failed, %d skipped\n", tap_n, tap_pass, tap_fail, tap_skipped);
   fflush(stdout);
   return tap_fail ? 1 : 0;
 }

@@ -53,7 +53,6 @@
 #define POOL_MAX 256       /* idle backend connections kept, all ports together */
 #define POOL_MAX_PER_KEY 8 /* per (namespace, port) */
 
-enum framing { FR_NONE, FR_LENGTH, FR_CHUNKED, FR_CLOSE };
 enum chunk_state { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE };
 
 struct port_fwd {
@@ -69,8 +68,8 @@ struct port_fwd {
   bool body_ended;
   char *in; /* bytes from the server not used yet: in[pos, len) */
   size_t pos, len, cap;
-  enum framing framing;
-  uint64_t remaining; /* FR_LENGTH: body bytes left; FR_CHUNKED: of the current chunk */
+  enum port_framing framing;
+  uint64_t remaining; /* PORT_BODY_LENGTH: body bytes left; PORT_BODY_CHUNKED: of the current chunk */
   enum chunk_state ch;
   char desc[64];
   /* keep-alive */
@@ -561,13 +560,13 @@ static bool reusable(const struct port_fwd *f) {
   if (f->fd < 0 || !f->answered || !f->keep || !f->body_ended || f->pos != f->len)
     return false;
   switch (f->framing) {
-  case FR_NONE:
+  case PORT_BODY_NONE:
     return true;
-  case FR_LENGTH:
+  case PORT_BODY_LENGTH:
     return f->remaining == 0;
-  case FR_CHUNKED:
+  case PORT_BODY_CHUNKED:
     return f->ch == CH_DONE;
-  case FR_CLOSE:
+  case PORT_BODY_CLOSE:
     return false;
   }
   return false;
@@ -645,15 +644,7 @@ static ssize_t fill(struct port_fwd *f, int timeout_ms) {
 /* The position of the end of the line starting at f->pos ("\r\n" or "\n"), or NULL. */
 static char *line_end(struct port_fwd *f) { return memchr(f->in + f->pos, '\n', f->len - f->pos); }
 
-struct resp_head {
-  unsigned status;
-  bool http11;
-  size_t n;
-  char *name[128], *value[128];
-};
-
-/* Parses the head in f->in[f->pos, end) in place. 0 or -1. */
-static int parse_head(char *p, char *end, struct resp_head *h) {
+int port_head_parse(char *p, char *end, struct port_resp_head *h) {
   memset(h, 0, sizeof(*h));
   char *nl = memchr(p, '\n', (size_t)(end - p));
   if (!nl || end - p < 12 || strncmp(p, "HTTP/1.", 7) != 0 || p[8] != ' ')
@@ -699,7 +690,7 @@ static int parse_head(char *p, char *end, struct resp_head *h) {
   return 0;
 }
 
-static const char *head_get(const struct resp_head *h, const char *k) {
+static const char *head_get(const struct port_resp_head *h, const char *k) {
   for (size_t i = 0; i < h->n; i++)
     if (strcasecmp(h->name[i], k) == 0)
       return h->value[i];
@@ -707,7 +698,7 @@ static const char *head_get(const struct resp_head *h, const char *k) {
 }
 
 /* True when the head has field k more than once with values that differ. */
-static bool head_conflict(const struct resp_head *h, const char *k) {
+static bool head_conflict(const struct port_resp_head *h, const char *k) {
   const char *first = NULL;
   for (size_t i = 0; i < h->n; i++)
     if (strcasecmp(h->name[i], k) == 0) {
@@ -730,8 +721,7 @@ static bool te_final_chunked(const char *te) {
   return n == 7 && strncasecmp(last, "chunked", 7) == 0;
 }
 
-/* A chunk-size line: 1+ hex digits (below 2^63), then nothing, whitespace or ";" extensions. 0 or -1. */
-static int parse_chunk_size(const char *line, uint64_t *out) {
+int port_chunk_size_parse(const char *line, uint64_t *out) {
   uint64_t v = 0;
   const char *p = line;
   for (; *p; p++) {
@@ -752,7 +742,7 @@ static int parse_chunk_size(const char *line, uint64_t *out) {
 }
 
 /* Reads one response head; f->pos moves past it. 0 or -1 with *err. */
-static int read_head(struct port_fwd *f, struct resp_head *h, moat_error **err) {
+static int read_head(struct port_fwd *f, struct port_resp_head *h, moat_error **err) {
   uint64_t deadline = now_ns() + PORT_HEAD_TIMEOUT_S * 1000000000ULL;
   size_t scanned = f->pos;
   for (;;) {
@@ -772,7 +762,7 @@ static int read_head(struct port_fwd *f, struct resp_head *h, moat_error **err) 
     if (end) {
       char *start = f->in + f->pos;
       f->pos = (size_t)(end - f->in);
-      if (parse_head(start, end, h) < 0)
+      if (port_head_parse(start, end, h) < 0)
         return moat_error_set(err, EPROTO, "the server in the sandbox sent a malformed response head");
       return 0;
     }
@@ -847,9 +837,9 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   struct port_fwd *f = cls;
   (void)pos;
   switch (f->framing) {
-  case FR_NONE:
+  case PORT_BODY_NONE:
     return MHD_CONTENT_READER_END_OF_STREAM;
-  case FR_LENGTH: {
+  case PORT_BODY_LENGTH: {
     if (f->remaining == 0)
       return MHD_CONTENT_READER_END_OF_STREAM;
     ssize_t n = body_bytes(f, buf, max, f->remaining);
@@ -861,13 +851,13 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     f->remaining -= (uint64_t)n;
     return n;
   }
-  case FR_CLOSE: {
+  case PORT_BODY_CLOSE: {
     ssize_t n = body_bytes(f, buf, max, UINT64_MAX);
     if (n == 0)
       return MHD_CONTENT_READER_END_OF_STREAM;
     return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
   }
-  case FR_CHUNKED:
+  case PORT_BODY_CHUNKED:
     break;
   }
   char line[4100];
@@ -877,7 +867,7 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
       if (chunk_line(f, line, sizeof(line)) < 0)
         goto broken;
       uint64_t n;
-      if (parse_chunk_size(line, &n) < 0)
+      if (port_chunk_size_parse(line, &n) < 0)
         goto broken;
       f->remaining = n;
       f->ch = n ? CH_DATA : CH_TRAILER;
@@ -922,7 +912,7 @@ static bool skip_response_header(const char *k) {
   return false;
 }
 
-static void copy_headers(struct MHD_Response *resp, const struct resp_head *h) {
+static void copy_headers(struct MHD_Response *resp, const struct port_resp_head *h) {
   const char *conn = head_get(h, "Connection");
   for (size_t i = 0; i < h->n; i++) {
     if (skip_response_header(h->name[i]) || (conn && has_token(conn, h->name[i])))
@@ -1066,13 +1056,38 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, co
   pthread_attr_destroy(&at);
 }
 
+int port_head_framing(const struct port_resp_head *h, bool head_req, enum port_framing *framing, uint64_t *len,
+                      moat_error **err) {
+  const char *te = head_get(h, "Transfer-Encoding");
+  const char *cl = head_get(h, "Content-Length");
+  *len = 0;
+  /* Framing a client and moatd could read differently (RFC 9112 6.3): refused, never passed on. */
+  if (te && cl)
+    return moat_error_set(err, EPROTO, "the server in the sandbox sent both Content-Length and Transfer-Encoding");
+  if (head_conflict(h, "Content-Length") || head_conflict(h, "Transfer-Encoding"))
+    return moat_error_set(err, EPROTO, "the server in the sandbox sent conflicting framing headers");
+  if (head_req || h->status == 204 || h->status == 304)
+    *framing = PORT_BODY_NONE;
+  else if (te && te_final_chunked(te))
+    *framing = PORT_BODY_CHUNKED;
+  else if (te)
+    *framing = PORT_BODY_CLOSE;
+  else if (cl) {
+    if (parse_u64(cl, len) < 0)
+      return moat_error_set(err, EPROTO, "the server in the sandbox sent a bad Content-Length");
+    *framing = PORT_BODY_LENGTH;
+  } else
+    *framing = PORT_BODY_CLOSE;
+  return 0;
+}
+
 struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat_error **err) {
   if (!f->body_ended) {
     f->body_ended = true;
     if (f->chunked_out && send_all(f->fd, "0\r\n\r\n", 5, err) < 0)
       return NULL;
   }
-  struct resp_head h;
+  struct port_resp_head h;
   for (;;) {
     if (read_head(f, &h, err) < 0) {
       /* A reused connection the server closed as the request went out: a request without a body
@@ -1104,46 +1119,23 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
     *status = 101;
     return resp;
   }
-  const char *rconn = head_get(&h, "Connection");
-  f->keep = h.http11 && !f->upgrade && !(rconn && has_token(rconn, "close"));
+  if (port_head_framing(&h, f->head_req, &f->framing, &f->remaining, err) < 0)
+    return NULL;
+  uint64_t len = f->remaining;
   const char *te = head_get(&h, "Transfer-Encoding");
   const char *cl = head_get(&h, "Content-Length");
-  uint64_t len = 0;
-  /* Framing a client and moatd could read differently (RFC 9112 6.3): refused, never passed on. */
-  if (te && cl) {
-    moat_error_set(err, EPROTO, "the server in the sandbox sent both Content-Length and Transfer-Encoding");
-    return NULL;
-  }
-  if (head_conflict(&h, "Content-Length") || head_conflict(&h, "Transfer-Encoding")) {
-    moat_error_set(err, EPROTO, "the server in the sandbox sent conflicting framing headers");
-    return NULL;
-  }
-  if (te && !te_final_chunked(te))
-    f->keep = false; /* a body ended by the server's close */
-  if (f->head_req || h.status == 204 || h.status == 304)
-    f->framing = FR_NONE;
-  else if (te && te_final_chunked(te))
-    f->framing = FR_CHUNKED;
-  else if (te)
-    f->framing = FR_CLOSE;
-  else if (cl) {
-    if (parse_u64(cl, &len) < 0) {
-      moat_error_set(err, EPROTO, "the server in the sandbox sent a bad Content-Length");
-      return NULL;
-    }
-    f->framing = FR_LENGTH;
-    f->remaining = len;
-  } else
-    f->framing = FR_CLOSE;
+  const char *rconn = head_get(&h, "Connection");
+  f->keep = h.http11 && !f->upgrade && !(rconn && has_token(rconn, "close")) &&
+            !(te && !te_final_chunked(te)); /* else a body ended by the server's close */
   uint64_t head_len = 0;
   if (f->head_req && cl && !(te && has_token(te, "chunked")) && parse_u64(cl, &head_len) == 0)
     /* HEAD: no body, but the length a GET would have (MHD sends no body for HEAD, and never calls
-     * body_reader, which would end at once for FR_NONE) */
+     * body_reader, which would end at once for PORT_BODY_NONE) */
     resp = MHD_create_response_from_callback(head_len, COPY_BUF, body_reader, f, NULL);
-  else if (f->framing == FR_NONE)
+  else if (f->framing == PORT_BODY_NONE)
     resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
   else
-    resp = MHD_create_response_from_callback(f->framing == FR_LENGTH ? len : MHD_SIZE_UNKNOWN, COPY_BUF,
+    resp = MHD_create_response_from_callback(f->framing == PORT_BODY_LENGTH ? len : MHD_SIZE_UNKNOWN, COPY_BUF,
                                              body_reader, f, NULL);
   if (!resp)
     abort();

@@ -59,6 +59,29 @@ struct port_pool;
 struct port_pool *port_pool_new(void);
 void port_pool_free(struct port_pool *pl); /* every port_fwd of it freed first */
 
+/* The response head of the server in a sandbox, parsed in place: names and values point into the
+ * head (NUL-terminated there); fields past the 128th are not kept. */
+struct port_resp_head {
+  unsigned status;
+  bool http11;
+  size_t n;
+  char *name[128], *value[128];
+};
+/* How the body after a head is framed. */
+enum port_framing { PORT_BODY_NONE, PORT_BODY_LENGTH, PORT_BODY_CHUNKED, PORT_BODY_CLOSE };
+
+/* Parses the head in [p, end) (through its empty line) in place: status line "HTTP/1.x NNN"
+ * (100-599), then "name: value" fields (no obsolete line folding). 0 or -1 (malformed). */
+int port_head_parse(char *p, char *end, struct port_resp_head *h);
+/* The framing of the body after h, for a request that was a HEAD (head_req) or not: none (HEAD, 204,
+ * 304), chunked (Transfer-Encoding ending in chunked), Content-Length (*len) or until the server
+ * closes. -1 with *err EPROTO for framing a client and moatd could read differently (RFC 9112 6.3:
+ * both headers, a header twice with different values, a bad Content-Length). */
+int port_head_framing(const struct port_resp_head *h, bool head_req, enum port_framing *framing, uint64_t *len,
+                      moat_error **err);
+/* A chunk-size line: 1+ hex digits (below 2^63), then nothing, whitespace or ";" extensions. 0 or -1. */
+int port_chunk_size_parse(const char *line, uint64_t *out);
+
 struct port_fwd_req {
   struct MHD_Connection *conn; /* the client's request: method, headers, client address */
   const char *method;
