@@ -98,7 +98,7 @@ struct moat_control_config {
   unsigned guest_timeout_ms; /* 0 = MOAT_GUEST_TIMEOUT_MS_DEFAULT (guest_client.h) */
   unsigned pool_size;       /* warm shells of "base" */
   unsigned reap_interval_ms;
-  const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net.h) */
+  const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net/net.h) */
   bool disk_overcommit; /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
 };
 

@@ -27,8 +27,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 
 #define NET_MIN_TTL_S 60
 #define NET_MAX_TTL_S 86400

@@ -60,15 +60,15 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "../common/crashpoint.h"
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/crashpoint.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 #include "cgroup.h"
 #include "criu.h"
 #include "criu_images.h"
 #include "disk.h"
-#include "driver.h"
-#include "guest_client.h"
+#include "../driver.h"
+#include "../guest_client.h"
 #include "layer_copy.h"
 #include "shell.h"
 #include "slot_internal.h"

@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 #include "cgroup.h"
-#include "driver.h"
+#include "../driver.h"
 
 struct moat_slot_view {
   pid_t pid;       /* host pid of the sandbox's init (0 for a reserved slot) */

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
-#include "driver.h"
+#include "../../common/error.h"
+#include "../driver.h"
 
 struct moat_cgroups;
 

@@ -25,8 +25,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 
 #define NET_RUN_DIR "/run/moat/net"
 #define DEFAULT_POOL "10.200.0.0/16"

@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 struct moat_net_config {
   const char *uplink;       /* "IFNAME" or "netns:PATH"; NULL or "" = no networking (loopback only) */

@@ -5,7 +5,7 @@
  * MOAT_UID_BASE + N * 65536 on the host. Several moatd instances (each with its own data dir)
  * share the range space through claim files RANGES_DIR/N created with O_EXCL.
  */
-#include "driver.h"
+#include "../driver.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,11 +22,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 #include "cgroup.h"
 #include "disk.h"
-#include "net.h"
+#include "../net/net.h"
 #include "seccomp.h"
 #include "shell.h"
 #include "slot_internal.h"

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 
 enum { V1_MEMORY, V1_CPU, V1_PIDS, V1_CPUACCT, V1_COUNT };
 static const char *v1_names[V1_COUNT] = {"memory", "cpu", "pids", "cpuacct"};

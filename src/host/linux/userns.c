@@ -12,7 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../common/log.h"
+#include "../../common/log.h"
 
 static const struct {
   int resource;
