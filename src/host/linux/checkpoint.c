@@ -71,20 +71,20 @@
 #include "../guest_client.h"
 #include "layer_copy.h"
 #include "shell.h"
-#include "slot_internal.h"
+#include "linux_internal.h"
 #include "userns.h"
 
 #define META "moat-checkpoint"
 #define GUEST_READY_MS 10000
 
-const char *moat_host_criu_status(struct moat_host *h) {
+const char *moat_linux_checkpoint_status(struct moat_host *h) {
   (void)h;
   const char *s;
   moat_criu_available(&s);
   return s;
 }
 
-bool moat_host_can_checkpoint(struct moat_host *h) {
+bool moat_linux_can_checkpoint(struct moat_host *h) {
   (void)h;
   return moat_criu_available(NULL);
 }
@@ -222,9 +222,9 @@ static int outside_sockets(const char *cgdir) {
   return found;
 }
 
-int moat_host_guest_sessions(struct moat_host *h, int slot) {
+int moat_linux_guest_sessions(struct moat_host *h, int slot) {
   struct moat_slot_view v;
-  if (moat_host_slot_view(h, slot, &v, NULL) < 0)
+  if (moat_linux_slot_view(moat_linux_of(h), slot, &v, NULL) < 0)
     return -1;
   free(v.slot_dir);
   free(v.chan_dir);
@@ -432,14 +432,14 @@ static int dump_child(void *arg) {
   return moat_userns_become_owner(c->owner);
 }
 
-int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
-                         struct moat_checkpoint_info *info, moat_error **err) {
+int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
+                          struct moat_checkpoint_info *info, moat_error **err) {
   uint64_t t0 = now_ns();
   const char *why;
   if (!moat_criu_available(&why))
     return moat_error_set(err, ENOSYS, "%s", why);
   struct moat_slot_view v;
-  if (moat_host_slot_view(h, slot, &v, err) < 0)
+  if (moat_linux_slot_view(moat_linux_of(h), slot, &v, err) < 0)
     return moat_error_wrap(err, "checkpoint");
   _cleanup_free_ char *slot_dir = v.slot_dir;
   _cleanup_free_ char *chan_dir = v.chan_dir; /* the dump needs only the mount inside */
@@ -792,8 +792,9 @@ static void mark(const char *what, uint64_t *last) {
   *last = now;
 }
 
-int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
-                      const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
+int moat_linux_restore(struct moat_host *base, const char *dir, const char *template_name,
+                       const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   uint64_t t0 = now_ns(), tm = t0;
   const char *why;
   if (!moat_criu_available(&why))
@@ -815,7 +816,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                           template_name);
 
   struct moat_slot_view v;
-  int n = moat_host_slot_reserve(h, template_name, limits, &v, err);
+  int n = moat_linux_slot_reserve(h, template_name, limits, &v, err);
   if (n < 0)
     return moat_error_wrap(err, "restore");
   _cleanup_free_ char *slot_dir = v.slot_dir;
@@ -849,7 +850,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   if (cg_fd < 0 || moat_shell_chan_prepare(chan_dir, v.uid_base, err) < 0)
     goto fail;
   mark("slot, dirs, cgroups", &tm);
-  disk = moat_host_slot_disk(h, img, limits->disk_mb, v.uid_base, err);
+  disk = moat_linux_slot_disk(h, img, limits->disk_mb, v.uid_base, err);
   if (disk < 0)
     goto fail;
   mark("disk", &tm);
@@ -938,7 +939,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
       /* The sandbox had a veth to the host's network, whose far end CRIU cannot rebuild ("Unknown
        * peer net namespace"): restore into an empty net namespace, bring its lo up once CRIU made
        * it (before any socket is restored), and let the host give the new slot its own veth
-       * (moat_host_slot_commit). */
+       * (moat_linux_slot_commit). */
       size_t k = 0;
       while (argv[k])
         k++;
@@ -1001,8 +1002,8 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);
   }
-  moat_host_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk));
-  moat_host_fill_instance(h, n, out);
+  moat_linux_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk));
+  moat_linux_fill_instance(h, n, out);
   out->ready_ns = now_ns() - t0;
   out->from_pool = false;
   unlink(pidfile);
@@ -1017,6 +1018,6 @@ fail:
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);
   }
-  moat_host_slot_abort(h, n); /* kills what CRIU may have started in the slot's cgroups */
+  moat_linux_slot_abort(h, n); /* kills what CRIU may have started in the slot's cgroups */
   return moat_error_wrap(err, "restore %s", dir);
 }

@@ -1,5 +1,6 @@
-/* linux_driver.c -- the linux isolation driver: slots, uid-range claims, the warm pool, teardown,
- * adoption after a restart and reconcile of leftovers
+/* linux_driver.c -- the linux isolation driver (moat_linux_driver, driver.h's ops table): slots,
+ * uid-range claims, the warm pool, teardown, adoption after a restart and reconcile of leftovers;
+ * checkpoint.c adds checkpoint and restore
  *
  * A slot number is also the index of a host-wide uid range: root in slot N's sandbox is
  * MOAT_UID_BASE + N * 65536 on the host. Several moatd instances (each with its own data dir)
@@ -24,12 +25,13 @@
 
 #include "../../common/log.h"
 #include "../../common/util.h"
+#include "../drivers.h"
+#include "../net/net.h"
 #include "cgroup.h"
 #include "disk.h"
-#include "../net/net.h"
+#include "linux_internal.h"
 #include "seccomp.h"
 #include "shell.h"
-#include "slot_internal.h"
 #include "userns.h"
 
 #define MOAT_UID_BASE 0x40000000u
@@ -58,7 +60,8 @@ struct slot {
   struct slot *next_teardown;
 };
 
-struct moat_host {
+struct moat_linux {
+  struct moat_host base; /* first (driver.h) */
   char *data_dir, *slots_dir, *disks_dir, *template_dir, *guest_path, *pool_template;
   char *chan_base; /* MOAT_CHAN_ROOT/INSTANCE: the slots' guest channel dirs */
   char instance[17];
@@ -89,8 +92,8 @@ static const struct moat_limits default_limits = {
 
 static uid_t slot_uid_base(int index) { return MOAT_UID_BASE + (uid_t)index * MOAT_UID_RANGE; }
 
-static char *slot_path(struct moat_host *h, int index) { return xasprintf("%s/%d", h->slots_dir, index); }
-static char *chan_path(struct moat_host *h, int index) { return xasprintf("%s/%d", h->chan_base, index); }
+static char *slot_path(struct moat_linux *h, int index) { return xasprintf("%s/%d", h->slots_dir, index); }
+static char *chan_path(struct moat_linux *h, int index) { return xasprintf("%s/%d", h->chan_base, index); }
 
 /* FNV-1a of the data dir's real path names this instance's cgroups. */
 static void instance_name(const char *data_dir, char out[17]) {
@@ -103,7 +106,7 @@ static void instance_name(const char *data_dir, char out[17]) {
 }
 
 /* Claims a free host-wide range: RANGES_DIR/N holding our data dir. Returns N or -1. */
-static int claim_range(struct moat_host *h, moat_error **err) {
+static int claim_range(struct moat_linux *h, moat_error **err) {
   unsigned start;
   random_bytes(&start, sizeof(start));
   start %= MOAT_MAX_RANGES;
@@ -131,7 +134,7 @@ static int claim_range(struct moat_host *h, moat_error **err) {
 }
 
 /* True when RANGES_DIR/N names our data dir. */
-static bool range_is_ours(struct moat_host *h, int n) {
+static bool range_is_ours(struct moat_linux *h, int n) {
   char path[64];
   snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
   _cleanup_free_ char *s = NULL;
@@ -140,7 +143,7 @@ static bool range_is_ours(struct moat_host *h, int n) {
   return strcmp(s, h->data_dir) == 0;
 }
 
-static void release_range(struct moat_host *h, int n) {
+static void release_range(struct moat_linux *h, int n) {
   char path[64];
   snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
   if (range_is_ours(h, n))
@@ -148,7 +151,7 @@ static void release_range(struct moat_host *h, int n) {
 }
 
 /* Removes everything of slot n on the host: processes, cgroups, slot dir, range claim. */
-static int cleanup_slot(struct moat_host *h, int n, struct slot *s, moat_error **err) {
+static int cleanup_slot(struct moat_linux *h, int n, struct slot *s, moat_error **err) {
   int ret = 0;
   if (moat_cgroup_kill(h->cgroups, n, 5000, err) < 0)
     ret = -1;
@@ -206,7 +209,7 @@ static struct slot *slot_new(int index, enum slot_state state) {
  * admission compares with the free space only. */
 
 /* Admits disk_mb: adds it to disk_pending_mb (disk_settle takes it off). 0, or -1 with ENOSPC. */
-static int disk_admit(struct moat_host *h, uint64_t disk_mb, moat_error **err) {
+static int disk_admit(struct moat_linux *h, uint64_t disk_mb, moat_error **err) {
   if (h->disk_overcommit)
     return 0;
   struct statvfs sv;
@@ -227,7 +230,7 @@ static int disk_admit(struct moat_host *h, uint64_t disk_mb, moat_error **err) {
   return 0;
 }
 
-static void disk_settle(struct moat_host *h, uint64_t disk_mb) {
+static void disk_settle(struct moat_linux *h, uint64_t disk_mb) {
   if (h->disk_overcommit)
     return;
   pthread_mutex_lock(&h->lock);
@@ -236,7 +239,7 @@ static void disk_settle(struct moat_host *h, uint64_t disk_mb) {
 }
 
 /* Takes s off the reservation queue if it is on it (h->lock held); its pending amount goes. */
-static void reserve_unqueue_locked(struct moat_host *h, struct slot *s) {
+static void reserve_unqueue_locked(struct moat_linux *h, struct slot *s) {
   for (struct slot **pp = &h->reserve_head; *pp; pp = &(*pp)->next_reserve)
     if (*pp == s) {
       *pp = s->next_reserve;
@@ -248,7 +251,7 @@ static void reserve_unqueue_locked(struct moat_host *h, struct slot *s) {
 }
 
 /* The worker: allocates the queued images. */
-static void run_reserves(struct moat_host *h) {
+static void run_reserves(struct moat_linux *h) {
   for (;;) {
     pthread_mutex_lock(&h->lock);
     struct slot *s = h->reserve_head;
@@ -278,7 +281,7 @@ static void run_reserves(struct moat_host *h) {
   }
 }
 
-int moat_host_slot_disk(struct moat_host *h, const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err) {
+int moat_linux_slot_disk(struct moat_linux *h, const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err) {
   if (disk_admit(h, size_mb, err) < 0)
     return -1;
   int img = -1;
@@ -294,7 +297,7 @@ int moat_host_slot_disk(struct moat_host *h, const char *img_path, uint64_t size
 }
 
 /* Gives the sandbox in slot s (init pid) a network slot and records it in SLOT/net for adoption. */
-static int attach_net(struct moat_host *h, struct slot *s, pid_t pid, bool fresh, moat_error **err) {
+static int attach_net(struct moat_linux *h, struct slot *s, pid_t pid, bool fresh, moat_error **err) {
   if (!h->net)
     return 0;
   int ns = moat_net_attach(h->net, pid, fresh, slot_uid_base(s->index), err);
@@ -309,7 +312,7 @@ static int attach_net(struct moat_host *h, struct slot *s, pid_t pid, bool fresh
 
 /* Claims a uid range and records a new slot in state BUILDING for template_name and limits.
  * Returns the slot, or NULL (EAGAIN when the host is full). Takes h->lock. */
-static struct slot *reserve_slot(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+static struct slot *reserve_slot(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                                  moat_error **err) {
   pthread_mutex_lock(&h->lock);
   if (h->live >= h->max_slots) {
@@ -333,7 +336,7 @@ static struct slot *reserve_slot(struct moat_host *h, const char *template_name,
 }
 
 /* Builds a running shell in a freshly claimed slot. Called without h->lock. */
-static int build_shell(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+static int build_shell(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                        enum slot_state final_state, struct slot **out, moat_error **err) {
   _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", h->template_dir, template_name);
   _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, template_name);
@@ -446,7 +449,7 @@ out:
   return 0;
 }
 
-static void fill_instance(struct moat_host *h, struct slot *s, struct moat_instance *out) {
+static void fill_instance(struct moat_linux *h, struct slot *s, struct moat_instance *out) {
   memset(out, 0, sizeof(*out));
   out->slot = s->index;
   out->pid = s->pid;
@@ -460,8 +463,11 @@ static bool limits_equal(const struct moat_limits *a, const struct moat_limits *
   return a->cpu == b->cpu && a->memory_mb == b->memory_mb && a->pids == b->pids;
 }
 
-int moat_host_create(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+static int linux_destroy(struct moat_host *base, int slot, moat_error **err);
+
+static int linux_create(struct moat_host *base, const char *template_name, const struct moat_limits *limits,
                      struct moat_instance *out, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   uint64_t t0 = now_ns();
   struct slot *s = NULL;
   pthread_mutex_lock(&h->lock);
@@ -482,7 +488,7 @@ int moat_host_create(struct moat_host *h, const char *template_name, const struc
     /* A pooled shell may have died (OOM, killed by hand) while it waited: then build one. */
     struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
     if (poll(&p, 1, 0) != 0) {
-      moat_host_destroy(h, s->index, NULL);
+      linux_destroy(&h->base, s->index, NULL);
       s = NULL;
     }
   }
@@ -508,7 +514,7 @@ int moat_host_create(struct moat_host *h, const char *template_name, const struc
   }
   if (s && !limits_equal(&s->limits, limits)) {
     if (moat_cgroup_set_limits(h->cgroups, s->index, limits, err) < 0) {
-      moat_host_destroy(h, s->index, NULL);
+      linux_destroy(&h->base, s->index, NULL);
       return moat_error_wrap(err, "create sandbox");
     }
     s->limits = *limits;
@@ -523,7 +529,8 @@ int moat_host_create(struct moat_host *h, const char *template_name, const struc
 }
 
 /* Detaches slot n for teardown by the worker thread. */
-int moat_host_destroy(struct moat_host *h, int slot, moat_error **err) {
+static int linux_destroy(struct moat_host *base, int slot, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
   pthread_mutex_lock(&h->lock);
@@ -548,7 +555,7 @@ int moat_host_destroy(struct moat_host *h, int slot, moat_error **err) {
 }
 
 /* Tears down the first queued slot. False when none was queued. */
-static bool teardown_one(struct moat_host *h) {
+static bool teardown_one(struct moat_linux *h) {
   pthread_mutex_lock(&h->lock);
   struct slot *s = h->teardown_head;
   if (s) {
@@ -571,19 +578,19 @@ static bool teardown_one(struct moat_host *h) {
   return true;
 }
 
-static void run_teardowns(struct moat_host *h) {
+static void run_teardowns(struct moat_linux *h) {
   while (teardown_one(h))
     ;
 }
 
-static bool template_ready(struct moat_host *h, const char *name) {
+static bool template_ready(struct moat_linux *h, const char *name) {
   _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, name);
   return access(ready, F_OK) == 0;
 }
 
 /* Runs queued reservations and teardowns off the request path. */
 static void *teardown_main(void *arg) {
-  struct moat_host *h = arg;
+  struct moat_linux *h = arg;
   pthread_mutex_lock(&h->lock);
   while (!h->stopping) {
     if (h->reserve_head) {
@@ -606,7 +613,7 @@ static void *teardown_main(void *arg) {
 
 /* Keeps pool_size warm shells of pool_template. */
 static void *filler_main(void *arg) {
-  struct moat_host *h = arg;
+  struct moat_linux *h = arg;
   unsigned failures = 0;
   pthread_mutex_lock(&h->lock);
   while (!h->stopping) {
@@ -636,8 +643,10 @@ static void *filler_main(void *arg) {
   return NULL;
 }
 
-int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err) {
-  struct moat_host *h = xcalloc(1, sizeof(*h));
+static void linux_free(struct moat_linux *h);
+
+static int linux_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err) {
+  struct moat_linux *h = xcalloc(1, sizeof(*h));
   pthread_mutex_init(&h->lock, NULL);
   pthread_cond_init(&h->wake, NULL);
   pthread_cond_init(&h->build_slot, NULL);
@@ -692,15 +701,15 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   h->prjquota = moat_disk_prjquota_available(h->slots_dir);
   log_info("writable layers: %s, %s", h->prjquota ? "directories under XFS project quotas" : "ext4 images on loop devices",
            h->disk_overcommit ? "overcommitted (sparse)" : "backed by the data dir (admitted by free space, allocated)");
-  *out = h;
+  *out = &h->base;
   return 0;
 out:
   moat_error_wrap(err, "init linux driver");
-  moat_host_shutdown(h);
+  linux_free(h);
   return ret;
 }
 
-static void start_threads(struct moat_host *h) {
+static void start_threads(struct moat_linux *h) {
   if (h->threads_started)
     return;
   if (pthread_create(&h->filler, NULL, filler_main, h) != 0)
@@ -717,9 +726,8 @@ static void start_threads(struct moat_host *h) {
   h->threads_started = true;
 }
 
-void moat_host_shutdown(struct moat_host *h) {
-  if (!h)
-    return;
+/* Stops the threads, tears down warm shells, frees h (running sandboxes stay: driver.h). */
+static void linux_free(struct moat_linux *h) {
   pthread_mutex_lock(&h->lock);
   h->stopping = true;
   pthread_cond_broadcast(&h->wake);
@@ -769,8 +777,9 @@ void moat_host_shutdown(struct moat_host *h) {
   free(h);
 }
 
-int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
+static int linux_adopt(struct moat_host *base, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
                     moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
   pthread_mutex_lock(&h->lock);
@@ -825,7 +834,8 @@ int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_tim
   return 1;
 }
 
-int moat_host_reconcile(struct moat_host *h, moat_error **err) {
+static int linux_reconcile(struct moat_host *base, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   int cleaned = 0;
   _cleanup_free_ int *cg_slots = NULL;
   size_t n_cg = 0;
@@ -914,7 +924,8 @@ int moat_host_reconcile(struct moat_host *h, moat_error **err) {
   return cleaned;
 }
 
-bool moat_host_alive(struct moat_host *h, int slot) {
+static bool linux_alive(struct moat_host *base, int slot) {
+  struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return false;
   pthread_mutex_lock(&h->lock);
@@ -929,7 +940,8 @@ bool moat_host_alive(struct moat_host *h, int slot) {
   return alive;
 }
 
-int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err) {
+static int linux_usage(struct moat_host *base, int slot, struct moat_usage *out, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   return moat_cgroup_usage(h->cgroups, slot, out, err);
 }
 
@@ -937,7 +949,7 @@ int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_
 
 #define FREEZE_TIMEOUT_MS 5000
 
-static int freeze_slot(struct moat_host *h, int slot, bool frozen, moat_error **err) {
+static int freeze_slot(struct moat_linux *h, int slot, bool frozen, moat_error **err) {
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
   pthread_mutex_lock(&h->lock);
@@ -948,15 +960,18 @@ static int freeze_slot(struct moat_host *h, int slot, bool frozen, moat_error **
   return moat_cgroup_freeze(h->cgroups, slot, frozen, FREEZE_TIMEOUT_MS, err);
 }
 
-int moat_host_pause(struct moat_host *h, int slot, moat_error **err) { return freeze_slot(h, slot, true, err); }
+static int linux_pause(struct moat_host *h, int slot, moat_error **err) {
+  return freeze_slot(moat_linux_of(h), slot, true, err);
+}
 
-int moat_host_resume(struct moat_host *h, int slot, moat_error **err) {
+static int linux_resume(struct moat_host *base, int slot, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   return freeze_slot(h, slot, false, err);
 }
 
-/* ---- slot internals for checkpoint.c (slot_internal.h) ---- */
+/* ---- slot internals for checkpoint.c (linux_internal.h) ---- */
 
-int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *out, moat_error **err) {
+int moat_linux_slot_view(struct moat_linux *h, int slot, struct moat_slot_view *out, moat_error **err) {
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
   memset(out, 0, sizeof(*out));
@@ -980,7 +995,7 @@ int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *ou
   return 0;
 }
 
-int moat_host_slot_reserve(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                            struct moat_slot_view *out, moat_error **err) {
   struct slot *s = reserve_slot(h, template_name, limits, err);
   if (!s)
@@ -1000,7 +1015,7 @@ int moat_host_slot_reserve(struct moat_host *h, const char *template_name, const
   return n;
 }
 
-void moat_host_slot_commit(struct moat_host *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd) {
+void moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd) {
   pthread_mutex_lock(&h->lock);
   struct slot *s = h->slots[slot];
   s->pid = pid;
@@ -1018,7 +1033,7 @@ void moat_host_slot_commit(struct moat_host *h, int slot, pid_t pid, int pidfd, 
   }
 }
 
-void moat_host_slot_abort(struct moat_host *h, int slot) {
+void moat_linux_slot_abort(struct moat_linux *h, int slot) {
   pthread_mutex_lock(&h->lock);
   struct slot *s = h->slots[slot];
   h->slots[slot] = NULL;
@@ -1032,9 +1047,10 @@ void moat_host_slot_abort(struct moat_host *h, int slot) {
   free(s);
 }
 
-struct moat_net *moat_host_net(struct moat_host *h) { return h->net; }
+static struct moat_net *linux_net(struct moat_host *h) { return moat_linux_of(h)->net; }
 
-int moat_host_net_slot(struct moat_host *h, int slot) {
+static int linux_net_slot(struct moat_host *base, int slot) {
+  struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return -1;
   pthread_mutex_lock(&h->lock);
@@ -1043,10 +1059,33 @@ int moat_host_net_slot(struct moat_host *h, int slot) {
   return ns;
 }
 
-void moat_host_fill_instance(struct moat_host *h, int slot, struct moat_instance *out) {
+void moat_linux_fill_instance(struct moat_linux *h, int slot, struct moat_instance *out) {
   pthread_mutex_lock(&h->lock);
   struct slot *s = h->slots[slot];
   if (s)
     fill_instance(h, s, out);
   pthread_mutex_unlock(&h->lock);
 }
+
+static void linux_shutdown(struct moat_host *h) { linux_free(moat_linux_of(h)); }
+
+const struct moat_driver_ops moat_linux_driver = {
+    .name = "linux",
+    .init = linux_init,
+    .shutdown = linux_shutdown,
+    .create = linux_create,
+    .destroy = linux_destroy,
+    .adopt = linux_adopt,
+    .reconcile = linux_reconcile,
+    .alive = linux_alive,
+    .usage = linux_usage,
+    .pause = linux_pause,
+    .resume = linux_resume,
+    .checkpoint = moat_linux_checkpoint,
+    .restore = moat_linux_restore,
+    .checkpoint_status = moat_linux_checkpoint_status,
+    .can_checkpoint = moat_linux_can_checkpoint,
+    .guest_sessions = moat_linux_guest_sessions,
+    .net = linux_net,
+    .net_slot = linux_net_slot,
+};
