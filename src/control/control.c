@@ -621,13 +621,30 @@ int moat_control_netns(struct moat_control *c, const char *org, const char *id, 
   if (!e)
     return -1;
   int fd = -1;
-  pthread_mutex_lock(&e->m); /* a kill waits for m: the pid stays the sandbox's init meanwhile */
-  if (e->state == MOAT_SB_RUNNING && e->pid > 0) {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)e->pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+  pthread_mutex_lock(&e->m); /* a kill waits for m: the slot stays the sandbox's meanwhile */
+  if (e->state == MOAT_SB_RUNNING && e->slot >= 0)
+    fd = moat_host_netns(c->host, e->slot, err);
+  else
+    moat_error_set(err, EBUSY, "sandbox %s is %s", id, moat_sandbox_state_name(e->state));
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  return fd;
+}
+
+int moat_control_port_connect(struct moat_control *c, const char *org, const char *id, unsigned port, int timeout_ms,
+                              moat_error **err) {
+  struct live *e = acquire_running(c, org, id, NULL, NULL, false, err);
+  if (!e)
+    return -1;
+  int fd = -1;
+  /* m held: a kill waits, so the slot stays the sandbox's until the connection is made (at most
+   * timeout_ms; a loopback connect is refused or accepted at once unless the listener's backlog
+   * is full) */
+  pthread_mutex_lock(&e->m);
+  if (e->state == MOAT_SB_RUNNING && e->slot >= 0) {
+    fd = moat_host_port_connect(c->host, e->slot, port, timeout_ms, err);
     if (fd < 0)
-      moat_error_errno(err, "open %s", path);
+      moat_error_wrap(err, "sandbox %s", id);
   } else {
     moat_error_set(err, EBUSY, "sandbox %s is %s", id, moat_sandbox_state_name(e->state));
   }

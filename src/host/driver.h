@@ -105,6 +105,29 @@ struct moat_usage {
 };
 int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
 
+/* The writable layer of the running sandbox in slot, as its root file system reports it. */
+struct moat_disk_usage {
+  uint64_t total_bytes;
+  uint64_t used_bytes;
+};
+/* Fills out for the running (or paused) sandbox in slot. 0, or -1 (ENOENT when the slot holds no
+ * running sandbox). */
+int moat_host_disk_usage(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err);
+
+/* ---- reaching a sandbox's network ---- */
+
+/* A TCP connection to port on the loopback of the sandbox in slot (127.0.0.1, else ::1), made
+ * inside the sandbox's own network: nothing outside the sandbox is reached through it, whatever
+ * listens on the host's loopback. timeout_ms (> 0) bounds the connect. Returns the connected fd
+ * (blocking, close-on-exec; the caller owns it), or -1: ECONNREFUSED when nothing listens there,
+ * ETIMEDOUT, ENOENT when the slot holds no running sandbox. */
+int moat_host_port_connect(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err);
+
+/* An fd of the network namespace of the sandbox in slot (the caller closes it), for a caller that
+ * makes its own sockets there; prefer moat_host_port_connect, which needs no namespace. -1: ENOENT
+ * when the slot holds no running sandbox, ENOSYS for a driver whose sandboxes have none. */
+int moat_host_netns(struct moat_host *h, int slot, moat_error **err);
+
 /* ---- time travel: pause, checkpoint, restore ---- */
 
 /* Freezes every process of the sandbox in slot (cgroup freezer; returns once the cgroup reports
@@ -185,6 +208,10 @@ struct moat_driver_ops {
   int (*reconcile)(struct moat_host *h, moat_error **err);
   bool (*alive)(struct moat_host *h, int slot);
   int (*usage)(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
+  int (*disk_usage)(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err);
+  int (*port_connect)(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err);
+  /* optional: a driver whose sandboxes have no network namespace of the host's has none */
+  int (*netns)(struct moat_host *h, int slot, moat_error **err);
   /* optional: time travel */
   int (*pause)(struct moat_host *h, int slot, moat_error **err);
   int (*resume)(struct moat_host *h, int slot, moat_error **err);

@@ -52,8 +52,20 @@ int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_
   return h->ops->usage(h, slot, out, err);
 }
 
+int moat_host_disk_usage(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err) {
+  return h->ops->disk_usage(h, slot, out, err);
+}
+
+int moat_host_port_connect(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err) {
+  return h->ops->port_connect(h, slot, port, timeout_ms, err);
+}
+
 static int unsupported(struct moat_host *h, const char *what, moat_error **err) {
   return moat_error_set(err, ENOSYS, "the %s driver cannot %s", h->ops->name, what);
+}
+
+int moat_host_netns(struct moat_host *h, int slot, moat_error **err) {
+  return h->ops->netns ? h->ops->netns(h, slot, err) : unsupported(h, "hand out a network namespace", err);
 }
 
 int moat_host_pause(struct moat_host *h, int slot, moat_error **err) {

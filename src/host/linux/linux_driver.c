@@ -945,6 +945,74 @@ static int linux_usage(struct moat_host *base, int slot, struct moat_usage *out,
   return moat_cgroup_usage(h->cgroups, slot, out, err);
 }
 
+/* ---- reaching into a running sandbox: its root's file system, its network namespace ---- */
+
+/* The init of the running sandbox in slot: its pid and an owned dup of its pidfd, to check once
+ * done with the pid that it still named that init (init_lived). 0, or -1 (ENOENT). */
+static int slot_init(struct moat_linux *h, int slot, pid_t *pid, int *pidfd, moat_error **err) {
+  *pidfd = -1;
+  if (slot >= 0 && slot < MOAT_MAX_RANGES) {
+    pthread_mutex_lock(&h->lock);
+    struct slot *s = h->slots[slot];
+    if (s && s->state == SLOT_ASSIGNED && s->pid > 0 && s->pidfd >= 0) {
+      *pid = s->pid;
+      *pidfd = fcntl(s->pidfd, F_DUPFD_CLOEXEC, 3);
+    }
+    pthread_mutex_unlock(&h->lock);
+  }
+  return *pidfd >= 0 ? 0 : moat_error_set(err, ENOENT, "slot %d holds no running sandbox", slot);
+}
+
+/* True when the init of pidfd has not exited yet: then its pid named it all along since
+ * slot_init (a pid is reused only once its process is gone). */
+static bool init_lived(int pidfd) {
+  struct pollfd p = {.fd = pidfd, .events = POLLIN};
+  return poll(&p, 1, 0) == 0;
+}
+
+/* The sandbox's root is an overlay whose statfs is its writable layer's (a filesystem of
+ * limits.disk_mb). A frozen sandbox's mount namespace stays readable. */
+static int linux_disk_usage(struct moat_host *base, int slot, struct moat_disk_usage *out, moat_error **err) {
+  pid_t pid;
+  _cleanup_close_ int pidfd = -1;
+  if (slot_init(moat_linux_of(base), slot, &pid, &pidfd, err) < 0)
+    return -1;
+  char path[64];
+  struct statvfs sv;
+  snprintf(path, sizeof(path), "/proc/%d/root/", (int)pid);
+  if (statvfs(path, &sv) < 0)
+    return moat_error_errno(err, "statvfs %s", path);
+  if (!init_lived(pidfd))
+    return moat_error_set(err, ENOENT, "the sandbox in slot %d has exited", slot);
+  if (sv.f_blocks < sv.f_bfree)
+    return moat_error_set(err, EIO, "statvfs %s: more blocks free than there are", path);
+  out->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
+  out->used_bytes = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+  return 0;
+}
+
+static int linux_netns(struct moat_host *base, int slot, moat_error **err) {
+  pid_t pid;
+  _cleanup_close_ int pidfd = -1;
+  if (slot_init(moat_linux_of(base), slot, &pid, &pidfd, err) < 0)
+    return -1;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return moat_error_errno(err, "open %s", path);
+  if (!init_lived(pidfd))
+    return moat_error_set(err, ENOENT, "the sandbox in slot %d has exited", slot);
+  return steal_fd(&fd);
+}
+
+static int linux_port_connect(struct moat_host *base, int slot, unsigned port, int timeout_ms, moat_error **err) {
+  _cleanup_close_ int ns = linux_netns(base, slot, err);
+  if (ns < 0)
+    return -1;
+  return moat_net_connect_port(ns, port, timeout_ms, err);
+}
+
 /* ---- pause / resume (issue 4): the slot's v2 cgroup.freeze ---- */
 
 #define FREEZE_TIMEOUT_MS 5000
@@ -1079,6 +1147,9 @@ const struct moat_driver_ops moat_linux_driver = {
     .reconcile = linux_reconcile,
     .alive = linux_alive,
     .usage = linux_usage,
+    .disk_usage = linux_disk_usage,
+    .port_connect = linux_port_connect,
+    .netns = linux_netns,
     .pause = linux_pause,
     .resume = linux_resume,
     .checkpoint = moat_linux_checkpoint,

@@ -67,6 +67,14 @@ int moat_net_adopt(struct moat_net *n, int slot, moat_error **err);
  * re-applies adopted slots' policies. Returns the number of slots removed. */
 int moat_net_reconcile(struct moat_net *n, moat_error **err);
 
+/* A TCP connection to port on the loopback of the network namespace netns_fd (127.0.0.1, else
+ * ::1), made inside it: this thread enters the namespace for the socket call only, the socket
+ * keeps the namespace, and nothing outside it is reached. timeout_ms (> 0) bounds the connect.
+ * Needs no struct moat_net (a sandbox without an uplink still has its loopback). Returns the
+ * connected fd (blocking, close-on-exec, no send timeout left; the caller owns it), or -1:
+ * ECONNREFUSED when nothing listens there, ETIMEDOUT, EINVAL for a port out of 1..65535. */
+int moat_net_connect_port(int netns_fd, unsigned port, int timeout_ms, moat_error **err);
+
 /* ---- policy ---- */
 
 #define MOAT_NET_MAX_RULES 1024  /* entries in allow + deny */
