@@ -715,36 +715,23 @@ static int register_key(struct moat_store *s, const char *org, const char *key, 
 static int ensure_api_key(struct moat_control *c, moat_error **err) {
   _cleanup_free_ char *path = xasprintf("%s/%s", c->data_dir, API_KEY_FILE);
   _cleanup_free_ char *key = NULL;
-  if (access(path, F_OK) == 0) {
-    if (read_file(path, &key, NULL, err) < 0)
-      return -1;
+  moat_error *e = NULL;
+  if (read_file(path, &key, NULL, &e) == 0) {
     trim(key);
     if (strlen(key) < 16)
       return moat_error_set(err, EINVAL, "%s: not an API key; remove it to have a new one made", path);
+  } else if (e->status != ENOENT) {
+    if (err && !*err)
+      *err = e;
+    else
+      moat_error_free(&e);
+    return -1;
   } else {
-    /* Written beside, then linked into place: a crash never leaves an empty or partial key file,
-     * and link() fails with EEXIST like O_EXCL if another process made one meanwhile. */
+    moat_error_free(&e);
     key = new_key();
-    _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
-    unlink(tmp);
-    _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-      return moat_error_errno(err, "create %s", tmp);
     _cleanup_free_ char *line = xasprintf("%s\n", key);
-    if (write_all(fd, line, strlen(line)) < 0 || fsync(fd) < 0) {
-      moat_error_errno(err, "write %s", tmp);
-      unlink(tmp);
+    if (write_file_once(path, line, 0600, err) < 0)
       return -1;
-    }
-    int lr = link(tmp, path);
-    int saved = errno;
-    unlink(tmp);
-    errno = saved;
-    if (lr < 0)
-      return moat_error_errno(err, "create %s", path);
-    _cleanup_close_ int dfd = open(c->data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0)
-      fsync(dfd);
     log_info("wrote a new API key to %s", path);
   }
   if (register_key(c->store, DEFAULT_ORG, key, err) < 0)
