@@ -420,12 +420,25 @@ static bool absorb_answer(struct moat_net *n, int slot, const char *name, const 
   struct net_slot *s = &n->slots[slot];
   bool ok = s->state == NS_LEASED;
   bool need_set = ok && s->bound && !deny && s->pol.egress_deny;
+  bool policy_locked = false;
+  if (ok && na && (need_set || deny)) {
+    /* Elements go into nft under policy_lock, the slot checked leased under it: its teardown
+     * (which forgets what the slot learned) or a new bind never misses one. */
+    pthread_mutex_unlock(&n->lock);
+    pthread_mutex_lock(&n->policy_lock);
+    policy_locked = true;
+    pthread_mutex_lock(&n->lock);
+    ok = s->state == NS_LEASED;
+    need_set = ok && s->bound && !deny && s->pol.egress_deny;
+  }
   if (ok)
     for (size_t i = 0; i < na; i++)
       learn(n, slot, addrs[i], name, deny, need_set || deny);
   pthread_mutex_unlock(&n->lock);
   if (ok && (need_set || deny))
     add_elements(n, slot, addrs, na, ttl, deny);
+  if (policy_locked)
+    pthread_mutex_unlock(&n->policy_lock);
   return ok;
 }
 
