@@ -105,32 +105,22 @@ static void instance_name(const char *data_dir, char out[17]) {
   snprintf(out, 17, "%016llx", (unsigned long long)x);
 }
 
-/* Claims a free host-wide range: RANGES_DIR/N holding our data dir. Returns N or -1. */
-static int claim_range(struct moat_linux *h, moat_error **err) {
-  unsigned start;
-  random_bytes(&start, sizeof(start));
-  start %= MOAT_MAX_RANGES;
-  for (unsigned i = 0; i < MOAT_MAX_RANGES; i++) {
-    int n = (int)((start + i) % MOAT_MAX_RANGES);
-    if (h->slots[n])
-      continue;
-    char path[64];
-    snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      if (errno == EEXIST)
-        continue;
-      return moat_error_errno(err, "claim uid range %s", path);
-    }
-    int w = write_all(fd, h->data_dir, strlen(h->data_dir));
-    close(fd);
-    if (w < 0) {
-      unlink(path);
-      return moat_error_errno(err, "write %s", path);
-    }
-    return n;
+/* Claims host-wide range n: creates RANGES_DIR/N (O_EXCL) holding our data dir. 1 when claimed,
+ * 0 when another moatd holds it, -1 on error. Makes syscalls: call without h->lock. */
+static int claim_range(struct moat_linux *h, int n, moat_error **err) {
+  char path[64];
+  snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return errno == EEXIST ? 0 : moat_error_errno(err, "claim uid range %s", path);
+  int w = write_all(fd, h->data_dir, strlen(h->data_dir));
+  close(fd);
+  if (w < 0) {
+    moat_error_errno(err, "write %s", path);
+    unlink(path);
+    return -1;
   }
-  return moat_error_set(err, EAGAIN, "no free uid range on this host");
+  return 1;
 }
 
 /* True when RANGES_DIR/N names our data dir. */
@@ -311,7 +301,10 @@ static int attach_net(struct moat_linux *h, struct slot *s, pid_t pid, bool fres
 }
 
 /* Claims a uid range and records a new slot in state BUILDING for template_name and limits.
- * Returns the slot, or NULL (EAGAIN when the host is full). Takes h->lock. */
+ * Returns the slot, or NULL (EAGAIN when the host is full). Each candidate index is taken in the
+ * slot table under h->lock (no other thread tries it), then claimed host-wide without the lock
+ * (an open per index another moatd holds, up to MOAT_MAX_RANGES of them), and given back to the
+ * table when the claim fails. */
 static struct slot *reserve_slot(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                                  moat_error **err) {
   pthread_mutex_lock(&h->lock);
@@ -320,19 +313,41 @@ static struct slot *reserve_slot(struct moat_linux *h, const char *template_name
     moat_error_set(err, EAGAIN, "host is full: %u sandboxes", h->max_slots);
     return NULL;
   }
-  int n = claim_range(h, err);
-  if (n < 0) {
-    pthread_mutex_unlock(&h->lock);
-    return NULL;
-  }
-  struct slot *s = slot_new(n, SLOT_BUILDING);
+  h->live++;
+  pthread_mutex_unlock(&h->lock);
+  struct slot *s = slot_new(-1, SLOT_BUILDING);
   snprintf(s->template_name, sizeof(s->template_name), "%s", template_name);
   s->disk_mb = limits->disk_mb;
   s->limits = *limits;
-  h->slots[n] = s;
-  h->live++;
+  unsigned start;
+  random_bytes(&start, sizeof(start));
+  start %= MOAT_MAX_RANGES;
+  int r = 0;
+  for (unsigned i = 0; i < MOAT_MAX_RANGES && r == 0; i++) {
+    int n = (int)((start + i) % MOAT_MAX_RANGES);
+    pthread_mutex_lock(&h->lock);
+    bool taken = h->slots[n] != NULL;
+    if (!taken) {
+      s->index = n;
+      h->slots[n] = s;
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (taken)
+      continue;
+    r = claim_range(h, n, err);
+    if (r == 1)
+      return s;
+    pthread_mutex_lock(&h->lock);
+    h->slots[n] = NULL;
+    pthread_mutex_unlock(&h->lock);
+  }
+  pthread_mutex_lock(&h->lock);
+  h->live--;
   pthread_mutex_unlock(&h->lock);
-  return s;
+  free(s);
+  if (r == 0)
+    moat_error_set(err, EAGAIN, "no free uid range on this host");
+  return NULL;
 }
 
 /* Builds a running shell in a freshly claimed slot. Called without h->lock. */
