@@ -728,32 +728,6 @@ static int idmapped_lower(const char *rootfs, pid_t pid, moat_error **err) {
   return steal_fd(&fd);
 }
 
-/* At most one CRIU restore per CPU runs at once: a fork of 8 on 2 CPUs then has its first child
- * ready after about one restore's time instead of after all eight, interleaved, and the last no
- * later. */
-static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t run_cond = PTHREAD_COND_INITIALIZER;
-static int running, run_max;
-
-static void restore_slot_take(void) {
-  pthread_mutex_lock(&run_lock);
-  if (!run_max) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    run_max = n < 2 ? 2 : (int)n;
-  }
-  while (running >= run_max)
-    pthread_cond_wait(&run_cond, &run_lock);
-  running++;
-  pthread_mutex_unlock(&run_lock);
-}
-
-static void restore_slot_give(void) {
-  pthread_mutex_lock(&run_lock);
-  running--;
-  pthread_cond_signal(&run_cond);
-  pthread_mutex_unlock(&run_lock);
-}
-
 /* CRIU's action script for a restore into an empty net namespace: lo up at setup-namespaces. */
 static int write_script(const char *path, moat_error **err) {
   static const char text[] = "#!/bin/sh\n"
@@ -965,9 +939,9 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                               .ovl_opts = ovl,
                               .cgroups = v.cgroups,
                               .slot = n};
-    restore_slot_take();
+    moat_linux_restore_begin(h);
     int rr = moat_criu_run(argv, restore_parent, restore_child, &ctx, log, err);
-    restore_slot_give();
+    moat_linux_restore_end(h);
     if (rr < 0)
       goto fail;
     mark("criu restore", &tm);

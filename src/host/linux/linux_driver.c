@@ -74,17 +74,26 @@ struct moat_linux {
   struct sock_fprog seccomp;
   struct moat_net *net; /* NULL: loopback only */
 
+  /* lock guards slots[] and every struct slot's state and fields, live, pooled, building,
+   * disk_pending_mb, the reservation and teardown queues and stopping. It is a leaf: nothing else
+   * (net's locks, restore_lock) is taken while it is held, and it is held for memory only (a
+   * poll or fd dup at most), never across a file-system, cgroup, netlink or process round trip:
+   * those run on a slot the lock has marked (building, teardown) or reserved for the caller. */
   pthread_mutex_t lock;
   struct slot **slots; /* by index, MOAT_MAX_RANGES entries */
   unsigned live;       /* slots in any state */
   unsigned pooled;
   bool stopping;
-  pthread_cond_t wake;       /* pool filler and teardown worker */
+  pthread_cond_t wake;       /* with lock: the pool filler and teardown worker wait for work */
   unsigned building;         /* shell builds in progress */
-  pthread_cond_t build_slot; /* signalled when a build finishes */
+  pthread_cond_t build_slot; /* with lock: signalled when a build finishes */
   struct slot *teardown_head;
   pthread_t filler, reaper; /* pool filler, teardown worker */
   bool threads_started;
+
+  pthread_mutex_t restore_lock; /* restoring (a leaf: nothing is taken inside) */
+  pthread_cond_t restore_turn;
+  int restoring, restore_max; /* CRIU restores running, and at most (one per CPU, at least 2) */
 };
 
 static const struct moat_limits default_limits = {
@@ -665,6 +674,10 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
   pthread_mutex_init(&h->lock, NULL);
   pthread_cond_init(&h->wake, NULL);
   pthread_cond_init(&h->build_slot, NULL);
+  pthread_mutex_init(&h->restore_lock, NULL);
+  pthread_cond_init(&h->restore_turn, NULL);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  h->restore_max = cpus < 2 ? 2 : (int)cpus;
   h->slots = xcalloc(MOAT_MAX_RANGES, sizeof(struct slot *));
   char *real = realpath(cfg->data_dir, NULL);
   h->data_dir = real ? real : xstrdup(cfg->data_dir);
@@ -789,6 +802,8 @@ static void linux_free(struct moat_linux *h) {
   pthread_mutex_destroy(&h->lock);
   pthread_cond_destroy(&h->wake);
   pthread_cond_destroy(&h->build_slot);
+  pthread_mutex_destroy(&h->restore_lock);
+  pthread_cond_destroy(&h->restore_turn);
   free(h);
 }
 
@@ -1128,6 +1143,21 @@ void moat_linux_slot_abort(struct moat_linux *h, int slot) {
     moat_error_free(&e);
   }
   free(s);
+}
+
+void moat_linux_restore_begin(struct moat_linux *h) {
+  pthread_mutex_lock(&h->restore_lock);
+  while (h->restoring >= h->restore_max)
+    pthread_cond_wait(&h->restore_turn, &h->restore_lock);
+  h->restoring++;
+  pthread_mutex_unlock(&h->restore_lock);
+}
+
+void moat_linux_restore_end(struct moat_linux *h) {
+  pthread_mutex_lock(&h->restore_lock);
+  h->restoring--;
+  pthread_cond_signal(&h->restore_turn);
+  pthread_mutex_unlock(&h->restore_lock);
 }
 
 static struct moat_net *linux_net(struct moat_host *h) { return moat_linux_of(h)->net; }

@@ -60,6 +60,12 @@ int moat_linux_slot_disk(struct moat_linux *h, const char *img_path, uint64_t si
 /* Fills out for an assigned slot as create does. */
 void moat_linux_fill_instance(struct moat_linux *h, int slot, struct moat_instance *out);
 
+/* At most one CRIU restore per CPU runs at once: a fork of 8 on 2 CPUs then has its first child
+ * ready after about one restore's time instead of after all eight, interleaved, and the last no
+ * later. begin waits for a turn; end gives it back. */
+void moat_linux_restore_begin(struct moat_linux *h);
+void moat_linux_restore_end(struct moat_linux *h);
+
 /* ---- checkpoint.c: the driver's time-travel ops (driver.h has their contracts) ---- */
 int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
                           struct moat_checkpoint_info *info, moat_error **err);

@@ -102,8 +102,8 @@ struct moat_net {
    *   policy_lock  ->  nl_lock, nft_lock (one round trip each, lock never held meanwhile)
    * lock is held for memory only (slots[], the counters and queues below), never across a
    * syscall round trip: the DNS thread, the log thread and every API read take it. nl_lock and
-   * nft_lock are leaves, each held for one round trip on its socket or context. dns.c's pend_lock
-   * and tcp_lock are leaves too. */
+   * nft_lock are leaves, each held for one round trip on its socket or context. dns.c's
+   * struct net_dns has two leaf locks of its own. */
   pthread_mutex_t policy_lock; /* serializes changes of a slot's nft elements (bind, teardown, DNS
                                   answers that add elements, reconcile): held across the nft and
                                   netlink round trips and the state-file writes of one change, so
@@ -127,6 +127,7 @@ struct moat_net {
   struct nft_ctx *nft_self; /* bound to moatd's ns (interface uplink only) */
 
   /* dns.c */
+  struct net_dns *dns; /* its pending queries and TCP connections (dns_start .. dns_stop) */
   int dns_fd;      /* UDP in the routing ns */
   int dns_tcp_fd;  /* TCP listener in the routing ns */
   int up_fd;       /* UDP towards the upstream, in the uplink namespace */
