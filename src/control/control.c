@@ -254,8 +254,8 @@ int moat_control_kill(struct moat_control *c, const char *org, const char *id, c
     return moat_error_set(err, ENOENT, "no sandbox %s", id);
   }
   if (!e) {
-    /* Not live: killed already (ENOENT), or a row no host process backs (e.g. hibernated in a
-     * later issue): record it killed. */
+    /* Not live: killed already (ENOENT), or a row this moatd holds no live entry for: it is
+     * recorded killed, and a hibernated image it may have left is removed. */
     struct moat_store_sandbox r = {0};
     if (moat_store_sandbox_get(c->store, org, id, &r, err) < 0)
       return -1;

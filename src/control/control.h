@@ -61,7 +61,7 @@ struct moat_sandbox_spec {
                                       snapshot's template is used and template_name must be NULL
                                       or the same; zero limits default to the snapshot's */
   int64_t hibernate_after_seconds; /* persistent only: hibernate after this long idle; 0 = never */
-  json_t *network; /* network policy (net.h) or NULL for the default; borrowed */
+  json_t *network; /* network policy (host/net/net.h) or NULL for the default; borrowed */
 };
 
 struct moat_sandbox_info {

@@ -36,7 +36,7 @@ struct moat_host_config {
   unsigned pool_size;        /* warm, never-used shells kept ready per pooled template; 0 = none */
   const char *pool_template; /* template the pool prepares ("base") */
   unsigned max_slots;        /* highest slot count (uid ranges) this host hands out */
-  const struct moat_net_config *net; /* sandbox networking (net.h); NULL or no uplink = loopback only */
+  const struct moat_net_config *net; /* sandbox networking (net/net.h); NULL or no uplink = loopback only */
   bool disk_overcommit; /* false: every sandbox's disk_mb is backed by the data dir (else ENOSPC) */
 };
 
@@ -180,7 +180,7 @@ bool moat_host_can_checkpoint(struct moat_host *h);
 
 /* The host's sandbox network, or NULL when moatd runs without an uplink (loopback only). */
 struct moat_net *moat_host_net(struct moat_host *h);
-/* The network slot (net.h) of the sandbox in slot, or -1 when it has none. */
+/* The network slot (net/net.h) of the sandbox in slot, or -1 when it has none. */
 int moat_host_net_slot(struct moat_host *h, int slot);
 
 /* ---- the ops table ----

@@ -23,8 +23,6 @@ struct moat_cgroups {
   char *v1[V1_COUNT]; /* OWN/moat-INSTANCE in each v1 hierarchy (hybrid only; NULL if absent) */
 };
 
-bool moat_cgroups_hybrid(const struct moat_cgroups *cg) { return cg->hybrid; }
-
 /* Finds the mount point of the v2 tree and of each v1 controller from mountinfo. */
 static int find_mounts(char **v2_mnt, char *v1_mnt[V1_COUNT], moat_error **err) {
   _cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");

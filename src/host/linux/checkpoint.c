@@ -1,4 +1,4 @@
-/* checkpoint.c -- checkpoint and restore of a running sandbox with CRIU (issue 4)
+/* checkpoint.c -- checkpoint and restore of a running sandbox with CRIU
  *
  * A checkpoint dir holds:
  *   images/          CRIU's images of the sandbox's process tree (dump.log beside them), 0644:
@@ -531,12 +531,12 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
   if (!was_frozen && (ret < 0 || leave_running)) {
     moat_error *e = NULL;
     if (moat_cgroup_freeze(v.cgroups, slot, false, 5000, &e) < 0) {
-      if (ret == 0) {
+      if (ret == 0 && err && !*err) {
         *err = e;
-        ret = -1;
-      } else {
-        moat_error_free(&e);
+        e = NULL;
       }
+      ret = -1;
+      moat_error_free(&e);
     }
   }
   unlink(marker);
@@ -746,7 +746,11 @@ static int wait_guest(const struct moat_guest_ep *ep, moat_error **err) {
     if (moat_guest_ping(ep, 2000, &e) == 0)
       return 0;
     if (now_ns() >= deadline) {
-      *err = e;
+      if (err && !*err) {
+        *err = e;
+        e = NULL;
+      }
+      moat_error_free(&e);
       return moat_error_wrap(err, "restored guest does not answer");
     }
     moat_error_free(&e);
@@ -976,7 +980,8 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);
   }
-  moat_linux_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk));
+  if (moat_linux_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk), err) < 0)
+    goto fail;
   moat_linux_fill_instance(h, n, out);
   out->ready_ns = now_ns() - t0;
   out->from_pool = false;

@@ -737,21 +737,29 @@ out:
   return ret;
 }
 
-static void start_threads(struct moat_linux *h) {
+/* Starts the pool filler and the teardown worker, once. 0, or -1 when either could not start
+ * (then neither runs). */
+static int start_threads(struct moat_linux *h, moat_error **err) {
   if (h->threads_started)
-    return;
-  if (pthread_create(&h->filler, NULL, filler_main, h) != 0)
-    return;
-  if (pthread_create(&h->reaper, NULL, teardown_main, h) != 0) {
+    return 0;
+  int e = pthread_create(&h->filler, NULL, filler_main, h);
+  if (e != 0) {
+    errno = e;
+    return moat_error_errno(err, "start the pool filler thread");
+  }
+  e = pthread_create(&h->reaper, NULL, teardown_main, h);
+  if (e != 0) {
     pthread_mutex_lock(&h->lock);
     h->stopping = true;
     pthread_cond_broadcast(&h->wake);
     pthread_mutex_unlock(&h->lock);
     pthread_join(h->filler, NULL);
     h->stopping = false;
-    return;
+    errno = e;
+    return moat_error_errno(err, "start the teardown thread");
   }
   h->threads_started = true;
+  return 0;
 }
 
 /* Stops the threads, tears down warm shells, frees h (running sandboxes stay: driver.h). */
@@ -942,16 +950,12 @@ static int linux_reconcile(struct moat_host *base, moat_error **err) {
   }
   if (cleaned)
     log_info("reconcile: removed the leftovers of %d sandbox(es)", cleaned);
-  if (h->net) {
-    moat_error *e = NULL;
-    if (moat_net_reconcile(h->net, &e) < 0) {
-      log_warn("reconcile: network: %s", moat_error_msg(e));
-      moat_error_free(&e);
-    }
-  }
-  start_threads(h);
-  (void)err;
-  return cleaned;
+  int ret = cleaned;
+  if (h->net && moat_net_reconcile(h->net, err) < 0)
+    ret = moat_error_wrap(err, "reconcile network");
+  if (start_threads(h, err) < 0) /* also after a network error: destroyed slots must go */
+    ret = moat_error_wrap(err, "host");
+  return ret;
 }
 
 static bool linux_alive(struct moat_host *base, int slot) {
@@ -1043,7 +1047,7 @@ static int linux_port_connect(struct moat_host *base, int slot, unsigned port, i
   return moat_net_connect_port(ns, port, timeout_ms, err);
 }
 
-/* ---- pause / resume (issue 4): the slot's v2 cgroup.freeze ---- */
+/* ---- pause / resume: the slot's v2 cgroup.freeze ---- */
 
 #define FREEZE_TIMEOUT_MS 5000
 
@@ -1113,30 +1117,56 @@ int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, con
   return n;
 }
 
-void moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd) {
+/* The slot reserved (moat_linux_slot_reserve) and still building, or NULL (h->lock held). */
+static struct slot *reserved_locked(struct moat_linux *h, int slot) {
+  struct slot *s = slot >= 0 && slot < MOAT_MAX_RANGES ? h->slots[slot] : NULL;
+  return s && s->state == SLOT_BUILDING && s->pidfd < 0 ? s : NULL;
+}
+
+int moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd,
+                           moat_error **err) {
   pthread_mutex_lock(&h->lock);
-  struct slot *s = h->slots[slot];
-  s->pid = pid;
-  s->pidfd = pidfd;
-  s->start_time = start_time;
-  s->disk_fd = disk_fd;
-  s->own_child = false; /* CRIU's restored init is not our child */
-  s->state = SLOT_ASSIGNED;
+  struct slot *s = reserved_locked(h, slot);
+  if (s) {
+    s->pid = pid;
+    s->pidfd = pidfd;
+    s->start_time = start_time;
+    s->disk_fd = disk_fd;
+    s->own_child = false; /* CRIU's restored init is not our child */
+  }
   pthread_mutex_unlock(&h->lock);
-  /* A fresh network slot for the restored namespace (the checkpoint's was not kept). */
+  if (!s) {
+    if (pidfd >= 0)
+      close(pidfd);
+    if (disk_fd >= 0)
+      close(disk_fd);
+    return moat_error_set(err, EINVAL, "slot %d is not a slot reserved for a restore", slot);
+  }
+  /* A fresh network slot for the restored namespace (the checkpoint's was not kept), while the
+   * slot is still building: nothing else acts on it meanwhile. */
   moat_error *e = NULL;
   if (attach_net(h, s, pid, false, &e) < 0) {
     log_warn("slot %d: restored sandbox has no network: %s", slot, moat_error_msg(e));
     moat_error_free(&e);
   }
+  pthread_mutex_lock(&h->lock);
+  s->state = SLOT_ASSIGNED;
+  pthread_mutex_unlock(&h->lock);
+  return 0;
 }
 
 void moat_linux_slot_abort(struct moat_linux *h, int slot) {
   pthread_mutex_lock(&h->lock);
-  struct slot *s = h->slots[slot];
-  h->slots[slot] = NULL;
-  h->live--;
+  struct slot *s = reserved_locked(h, slot);
+  if (s) {
+    h->slots[slot] = NULL;
+    h->live--;
+  }
   pthread_mutex_unlock(&h->lock);
+  if (!s) {
+    log_error("slot %d: abort of a restore into a slot not reserved for one: left alone", slot);
+    return;
+  }
   moat_error *e = NULL;
   if (cleanup_slot(h, slot, s, &e) < 0) {
     log_warn("slot %d: cleanup after a failed restore: %s", slot, moat_error_msg(e));

@@ -40,12 +40,16 @@ int moat_linux_slot_view(struct moat_linux *h, int slot, struct moat_slot_view *
 int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                             struct moat_slot_view *out, moat_error **err);
 
-/* The restore into slot succeeded: its init is pid (not moatd's child); pidfd and disk_fd are
- * taken over. The slot is then an assigned sandbox like any created one. */
-void moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd);
+/* The restore into slot (reserved by moat_linux_slot_reserve, still building) succeeded: its init
+ * is pid (not moatd's child); pidfd and disk_fd are taken over (closed on failure too). The slot
+ * gets a network slot and is then an assigned sandbox like any created one. 0, or -1 (EINVAL)
+ * when slot is not a reserved slot still building: then nothing else changes. */
+int moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd,
+                           moat_error **err);
 
-/* The restore into slot failed: kills whatever runs in its cgroups, removes cgroups, slot dir and
- * range claim, frees the slot. */
+/* The restore into slot (reserved, still building) failed: kills whatever runs in its cgroups,
+ * removes cgroups, slot dir and range claim, frees the slot. A slot that is not a reserved slot
+ * still building is left alone (and the call logged). */
 void moat_linux_slot_abort(struct moat_linux *h, int slot);
 
 /* (checkpoint.c) At adopt: when a checkpoint of the slot was interrupted by moatd's death, waits

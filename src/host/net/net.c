@@ -338,7 +338,6 @@ static int take_slot(struct moat_net *n, moat_error **err) {
   } else {
     n->slots[free_idx].state = NS_LEASED;
     n->leased++;
-    n->built++;
   }
   pthread_mutex_unlock(&n->lock);
   return r < 0 ? -1 : free_idx;
@@ -354,7 +353,6 @@ static void slot_reset(struct net_slot *s) {
   s->n_learned = s->learned_next = 0;
   s->log_seq = 0;
   s->connections = 0;
-  s->base_rx = s->base_tx = 0;
   s->link_down = false;
 }
 
@@ -676,8 +674,10 @@ json_t *moat_net_describe(struct moat_net *n, int slot, moat_error **err) {
   inet_ntop(AF_INET, &a, addr, sizeof(addr));
   inet_ntop(AF_INET, &d, dns, sizeof(dns));
   json_t *pol = s->policy_json ? json_incref(s->policy_json) : moat_net_policy_default();
-  uint64_t out_b = have == 0 && rx >= s->base_rx ? rx - s->base_rx : 0;
-  uint64_t in_b = have == 0 && tx >= s->base_tx ? tx - s->base_tx : 0;
+  /* the veth was made for this sandbox (a slot is never handed to a second one): its counters
+   * are the sandbox's own */
+  uint64_t out_b = have == 0 ? rx : 0;
+  uint64_t in_b = have == 0 ? tx : 0;
   json_t *j = json_pack("{s:s, s:s, s:o, s:I, s:I, s:I}", "address", addr, "dns", dns, "policy", pol, "bytes_out",
                         (json_int_t)out_b, "bytes_in", (json_int_t)in_b, "connections", (json_int_t)s->connections);
   pthread_mutex_unlock(&n->lock);
@@ -715,16 +715,6 @@ json_t *moat_net_log(struct moat_net *n, int slot, uint64_t since, unsigned limi
   }
   pthread_mutex_unlock(&n->lock);
   return arr;
-}
-
-void moat_net_stats(struct moat_net *n, struct moat_net_stats *out) {
-  pthread_mutex_lock(&n->lock);
-  out->prepared = n->prepared;
-  out->leased = n->leased;
-  out->tearing_down = n->tearing;
-  out->built = n->built;
-  out->torn_down = n->torn_down;
-  pthread_mutex_unlock(&n->lock);
 }
 
 /* ---- worker: warm set and teardown ---- */
@@ -767,7 +757,6 @@ static int teardown_one(struct moat_net *n, struct net_slot *s, bool force) {
   pthread_mutex_lock(&n->lock);
   s->state = NS_FREE;
   n->tearing--;
-  n->torn_down++;
   pthread_mutex_unlock(&n->lock);
   return 0;
 }
@@ -833,7 +822,6 @@ static void *worker_main(void *arg) {
         } else {
           n->slots[pick].state = NS_PREPARED;
           n->prepared++;
-          n->built++;
           failures = 0;
         }
         continue;
@@ -971,14 +959,20 @@ int moat_net_reconcile(struct moat_net *n, moat_error **err) {
   pthread_mutex_unlock(&n->policy_lock);
   free(script);
   if (r < 0)
-    return moat_error_wrap(err, "reconcile nft sets");
-  pthread_mutex_lock(&n->lock);
-  if (!n->worker_started && pthread_create(&n->worker, NULL, worker_main, n) == 0)
-    n->worker_started = true;
-  pthread_mutex_unlock(&n->lock);
+    moat_error_wrap(err, "reconcile nft sets");
+  /* The worker starts whatever the sets' fate: without it no slot is prepared or torn down. */
+  if (!n->worker_started) {
+    int e = pthread_create(&n->worker, NULL, worker_main, n);
+    if (e != 0) {
+      errno = e;
+      r = moat_error_errno(err, "start the network worker");
+    } else {
+      n->worker_started = true;
+    }
+  }
   if (removed)
     log_info("network reconcile: removed %d veth(s) of no live sandbox", removed);
-  return removed;
+  return r < 0 ? -1 : removed;
 }
 
 /* ---- open / close ---- */
@@ -1173,7 +1167,7 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
   snprintf(n->outside_link, sizeof(n->outside_link), "mu%.12s", instance);
   unsigned plen;
   if (parse_cidr(cfg->pool ? cfg->pool : DEFAULT_POOL, &n->pool, &plen) < 0) {
-    moat_error_set(err, EINVAL, "network pool %s: expected an IPv4 CIDR from /8 to /26",
+    moat_error_set(err, EINVAL, "network pool %s: expected an IPv4 CIDR from /8 to /28",
                    cfg->pool ? cfg->pool : DEFAULT_POOL);
     goto fail;
   }

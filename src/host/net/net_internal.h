@@ -70,7 +70,6 @@ struct net_slot {
   char org[128];
   json_t *policy_json; /* the bound policy (defaults filled), or NULL */
   struct net_policy pol;
-  uint64_t base_rx, base_tx; /* counters of mvN at bind */
   struct net_learned *learned; /* NET_LEARN_MAX ring */
   unsigned n_learned, learned_next;
   struct net_log_entry *log; /* NET_LOG_RING ring */
@@ -112,7 +111,6 @@ struct moat_net {
   pthread_cond_t wake;  /* with lock: the worker waits for work */
   struct net_slot *slots; /* pool_size entries */
   unsigned prepared, leased, tearing;
-  uint64_t built, torn_down;
   struct net_slot *teardown_head;
   bool stopping;
   pthread_t worker;
