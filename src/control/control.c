@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -957,30 +956,6 @@ static int recover(struct moat_control *c, moat_error **err) {
   return 0;
 }
 
-static uint64_t host_memory_mb(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || size <= 0)
-    return MOAT_MAX_MEMORY_MB;
-  return (uint64_t)pages * (uint64_t)size / (1024 * 1024);
-}
-
-/* A number in /proc/sys (the first field), or dflt when unreadable. */
-static uint64_t proc_sys_u64(const char *path, uint64_t dflt) {
-  _cleanup_free_ char *s = NULL;
-  uint64_t v;
-  if (read_file(path, &s, NULL, NULL) < 0)
-    return dflt;
-  s[strcspn(s, " \t\n")] = '\0';
-  return parse_u64(s, &v) == 0 ? v : dflt;
-}
-
-static uint64_t fs_size_mb(const char *path) {
-  struct statvfs sv;
-  if (statvfs(path, &sv) < 0)
-    return MOAT_MAX_DISK_MB;
-  return (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize / (1024 * 1024);
-}
-
 int moat_control_open(struct moat_control **out, const struct moat_control_config *cfg, moat_error **err) {
   struct moat_control *c = xcalloc(1, sizeof(*c));
   pthread_mutex_init(&c->lock, NULL);
@@ -1009,10 +984,6 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     moat_error_wrap(err, "templates");
     goto fail;
   }
-  c->bounds.host_memory_mb = host_memory_mb();
-  c->bounds.disk_fs_mb = fs_size_mb(c->data_dir);
-  c->bounds.host_pids = moat_spec_host_pids(proc_sys_u64("/proc/sys/kernel/pid_max", 32768),
-                                            proc_sys_u64("/proc/sys/kernel/threads-max", 32768));
   struct moat_host_config hc = {
       .data_dir = c->data_dir,
       .template_dir = template_dir,
@@ -1027,6 +998,12 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     moat_error_wrap(err, "host");
     goto fail;
   }
+  struct moat_host_capacity cap;
+  moat_host_capacity(c->host, &cap);
+  c->bounds.host_memory_mb = cap.memory_mb ? cap.memory_mb : MOAT_MAX_MEMORY_MB;
+  c->bounds.disk_fs_mb = cap.disk_mb ? cap.disk_mb : MOAT_MAX_DISK_MB;
+  c->bounds.host_pids =
+      moat_spec_host_pids(cap.pid_max ? cap.pid_max : 32768, cap.threads_max ? cap.threads_max : 32768);
   if (tt_open(c, err) < 0)
     goto fail;
   if (recover(c, err) < 0)

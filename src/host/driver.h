@@ -96,6 +96,16 @@ int moat_host_reconcile(struct moat_host *h, moat_error **err);
 /* Returns true while the sandbox's init is alive. */
 bool moat_host_alive(struct moat_host *h, int slot);
 
+/* What this host has to give sandboxes, for the bounds of what a create may ask; 0 where it
+ * cannot tell. */
+struct moat_host_capacity {
+  uint64_t memory_mb;   /* physical memory */
+  uint64_t disk_mb;     /* size of the file system holding the data dir (the writable layers) */
+  uint64_t pid_max;     /* the kernel's highest pid + 1 (linux: kernel.pid_max) */
+  uint64_t threads_max; /* the kernel's limit on threads (linux: kernel.threads-max) */
+};
+void moat_host_capacity(struct moat_host *h, struct moat_host_capacity *out);
+
 /* Resource use of a running sandbox, from its cgroups. */
 struct moat_usage {
   uint64_t memory_bytes;
@@ -207,6 +217,7 @@ struct moat_driver_ops {
                moat_error **err);
   int (*reconcile)(struct moat_host *h, moat_error **err);
   bool (*alive)(struct moat_host *h, int slot);
+  void (*capacity)(struct moat_host *h, struct moat_host_capacity *out);
   int (*usage)(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
   int (*disk_usage)(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err);
   int (*port_connect)(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err);

@@ -48,6 +48,11 @@ int moat_host_reconcile(struct moat_host *h, moat_error **err) { return h->ops->
 
 bool moat_host_alive(struct moat_host *h, int slot) { return h->ops->alive(h, slot); }
 
+void moat_host_capacity(struct moat_host *h, struct moat_host_capacity *out) {
+  memset(out, 0, sizeof(*out));
+  h->ops->capacity(h, out);
+}
+
 int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err) {
   return h->ops->usage(h, slot, out, err);
 }

@@ -974,6 +974,28 @@ static bool linux_alive(struct moat_host *base, int slot) {
   return alive;
 }
 
+/* A number in /proc/sys (its first field), or 0 when unreadable. */
+static uint64_t proc_sys_u64(const char *path) {
+  _cleanup_free_ char *s = NULL;
+  uint64_t v;
+  if (read_file(path, &s, NULL, NULL) < 0)
+    return 0;
+  s[strcspn(s, " \t\n")] = '\0';
+  return parse_u64(s, &v) == 0 ? v : 0;
+}
+
+static void linux_capacity(struct moat_host *base, struct moat_host_capacity *out) {
+  struct moat_linux *h = moat_linux_of(base);
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && size > 0)
+    out->memory_mb = (uint64_t)pages * (uint64_t)size / (1024 * 1024);
+  struct statvfs sv;
+  if (statvfs(h->data_dir, &sv) == 0)
+    out->disk_mb = (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize / (1024 * 1024);
+  out->pid_max = proc_sys_u64("/proc/sys/kernel/pid_max");
+  out->threads_max = proc_sys_u64("/proc/sys/kernel/threads-max");
+}
+
 static int linux_usage(struct moat_host *base, int slot, struct moat_usage *out, moat_error **err) {
   struct moat_linux *h = moat_linux_of(base);
   return moat_cgroup_usage(h->cgroups, slot, out, err);
@@ -1221,6 +1243,7 @@ const struct moat_driver_ops moat_linux_driver = {
     .adopt = linux_adopt,
     .reconcile = linux_reconcile,
     .alive = linux_alive,
+    .capacity = linux_capacity,
     .usage = linux_usage,
     .disk_usage = linux_disk_usage,
     .port_connect = linux_port_connect,
