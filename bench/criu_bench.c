@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
-#include "host/criu.h"
+#include "host/linux/criu.h"
 #include "host/driver.h"
 #include "host/guest_client.h"
 

@@ -3,7 +3,7 @@
 
 Offers (import it, or run it):
   sandbox_pid(slot_dir)                  host pid of a sandbox's init: SLOT_DIR/guest.sock links to
-                                         /proc/PID/root/run/moat/guest.sock (src/host/shell.c)
+                                         /proc/PID/root/run/moat/guest.sock (src/host/linux/shell.c)
   dump(pid, images_dir) -> ms            `criu dump -t PID --leave-running` of the sandbox, plainly:
                                          tasks stopped by ptrace (no cgroup freeze, no copy of the
                                          writable layer), net namespace dumped, no kernel-feature cache

@@ -171,6 +171,31 @@ int write_file(const char *path, const char *content, moat_error **err) {
   return write_file_at(AT_FDCWD, path, content, err);
 }
 
+int write_file_once(const char *path, const char *content, mode_t mode, moat_error **err) {
+  _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
+  unlink(tmp);
+  _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0)
+    return moat_error_errno(err, "create %s", tmp);
+  if (write_all(fd, content, strlen(content)) < 0 || fsync(fd) < 0) {
+    moat_error_errno(err, "write %s", tmp);
+    unlink(tmp);
+    return -1;
+  }
+  int lr = link(tmp, path);
+  int saved = errno;
+  unlink(tmp);
+  errno = saved;
+  if (lr < 0)
+    return moat_error_errno(err, "create %s", path);
+  const char *slash = strrchr(path, '/');
+  _cleanup_free_ char *dir = slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
+  _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0)
+    fsync(dfd);
+  return 0;
+}
+
 int read_file(const char *path, char **out, size_t *len, moat_error **err) {
   _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)

@@ -64,6 +64,11 @@ ssize_t read_all(int fd, void *buf, size_t len);
 /* Writes a short string to a file (O_WRONLY|O_CLOEXEC, no O_CREAT unless create). */
 int write_file(const char *path, const char *content, moat_error **err);
 int write_file_at(int dirfd, const char *path, const char *content, moat_error **err);
+/* Creates path holding content, whole and durably, never replacing a file that is there:
+ * content goes to PATH.tmp (made afresh, mode), is fsynced and hard-linked to path, and path's
+ * directory is fsynced; a crash never leaves path empty or partial, and link() fails with EEXIST
+ * (as O_EXCL would) when another process made path meanwhile. 0 or -1. */
+int write_file_once(const char *path, const char *content, mode_t mode, moat_error **err);
 /* Reads a whole (small, < 16 MiB) file into a NUL-terminated buffer the caller frees. */
 int read_file(const char *path, char **out, size_t *len, moat_error **err);
 

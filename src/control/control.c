@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -261,8 +260,8 @@ int moat_control_kill(struct moat_control *c, const char *org, const char *id, c
     return moat_error_set(err, ENOENT, "no sandbox %s", id);
   }
   if (!e) {
-    /* Not live: killed already (ENOENT), or a row no host process backs (e.g. hibernated in a
-     * later issue): record it killed. */
+    /* Not live: killed already (ENOENT), or a row this moatd holds no live entry for: it is
+     * recorded killed, and a hibernated image it may have left is removed. */
     struct moat_store_sandbox r = {0};
     if (moat_store_sandbox_get(c->store, org, id, &r, err) < 0)
       return -1;
@@ -628,13 +627,30 @@ int moat_control_netns(struct moat_control *c, const char *org, const char *id, 
   if (!e)
     return -1;
   int fd = -1;
-  pthread_mutex_lock(&e->m); /* a kill waits for m: the pid stays the sandbox's init meanwhile */
-  if (e->state == MOAT_SB_RUNNING && e->pid > 0) {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)e->pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+  pthread_mutex_lock(&e->m); /* a kill waits for m: the slot stays the sandbox's meanwhile */
+  if (e->state == MOAT_SB_RUNNING && e->slot >= 0)
+    fd = moat_host_netns(c->host, e->slot, err);
+  else
+    moat_error_set(err, EBUSY, "sandbox %s is %s", id, moat_sandbox_state_name(e->state));
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  return fd;
+}
+
+int moat_control_port_connect(struct moat_control *c, const char *org, const char *id, unsigned port, int timeout_ms,
+                              moat_error **err) {
+  struct live *e = acquire_running(c, org, id, NULL, NULL, false, err);
+  if (!e)
+    return -1;
+  int fd = -1;
+  /* m held: a kill waits, so the slot stays the sandbox's until the connection is made (at most
+   * timeout_ms; a loopback connect is refused or accepted at once unless the listener's backlog
+   * is full) */
+  pthread_mutex_lock(&e->m);
+  if (e->state == MOAT_SB_RUNNING && e->slot >= 0) {
+    fd = moat_host_port_connect(c->host, e->slot, port, timeout_ms, err);
     if (fd < 0)
-      moat_error_errno(err, "open %s", path);
+      moat_error_wrap(err, "sandbox %s", id);
   } else {
     moat_error_set(err, EBUSY, "sandbox %s is %s", id, moat_sandbox_state_name(e->state));
   }
@@ -706,36 +722,23 @@ static int register_key(struct moat_store *s, const char *org, const char *key, 
 static int ensure_api_key(struct moat_control *c, moat_error **err) {
   _cleanup_free_ char *path = xasprintf("%s/%s", c->data_dir, API_KEY_FILE);
   _cleanup_free_ char *key = NULL;
-  if (access(path, F_OK) == 0) {
-    if (read_file(path, &key, NULL, err) < 0)
-      return -1;
+  moat_error *e = NULL;
+  if (read_file(path, &key, NULL, &e) == 0) {
     trim(key);
     if (strlen(key) < 16)
       return moat_error_set(err, EINVAL, "%s: not an API key; remove it to have a new one made", path);
+  } else if (e->status != ENOENT) {
+    if (err && !*err)
+      *err = e;
+    else
+      moat_error_free(&e);
+    return -1;
   } else {
-    /* Written beside, then linked into place: a crash never leaves an empty or partial key file,
-     * and link() fails with EEXIST like O_EXCL if another process made one meanwhile. */
+    moat_error_free(&e);
     key = new_key();
-    _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
-    unlink(tmp);
-    _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-      return moat_error_errno(err, "create %s", tmp);
     _cleanup_free_ char *line = xasprintf("%s\n", key);
-    if (write_all(fd, line, strlen(line)) < 0 || fsync(fd) < 0) {
-      moat_error_errno(err, "write %s", tmp);
-      unlink(tmp);
+    if (write_file_once(path, line, 0600, err) < 0)
       return -1;
-    }
-    int lr = link(tmp, path);
-    int saved = errno;
-    unlink(tmp);
-    errno = saved;
-    if (lr < 0)
-      return moat_error_errno(err, "create %s", path);
-    _cleanup_close_ int dfd = open(c->data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0)
-      fsync(dfd);
     log_info("wrote a new API key to %s", path);
   }
   if (register_key(c->store, DEFAULT_ORG, key, err) < 0)
@@ -961,30 +964,6 @@ static int recover(struct moat_control *c, moat_error **err) {
   return 0;
 }
 
-static uint64_t host_memory_mb(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || size <= 0)
-    return MOAT_MAX_MEMORY_MB;
-  return (uint64_t)pages * (uint64_t)size / (1024 * 1024);
-}
-
-/* A number in /proc/sys (the first field), or dflt when unreadable. */
-static uint64_t proc_sys_u64(const char *path, uint64_t dflt) {
-  _cleanup_free_ char *s = NULL;
-  uint64_t v;
-  if (read_file(path, &s, NULL, NULL) < 0)
-    return dflt;
-  s[strcspn(s, " \t\n")] = '\0';
-  return parse_u64(s, &v) == 0 ? v : dflt;
-}
-
-static uint64_t fs_size_mb(const char *path) {
-  struct statvfs sv;
-  if (statvfs(path, &sv) < 0)
-    return MOAT_MAX_DISK_MB;
-  return (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize / (1024 * 1024);
-}
-
 int moat_control_open(struct moat_control **out, const struct moat_control_config *cfg, moat_error **err) {
   struct moat_control *c = xcalloc(1, sizeof(*c));
   pthread_mutex_init(&c->lock, NULL);
@@ -1013,10 +992,6 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     moat_error_wrap(err, "templates");
     goto fail;
   }
-  c->bounds.host_memory_mb = host_memory_mb();
-  c->bounds.disk_fs_mb = fs_size_mb(c->data_dir);
-  c->bounds.host_pids = moat_spec_host_pids(proc_sys_u64("/proc/sys/kernel/pid_max", 32768),
-                                            proc_sys_u64("/proc/sys/kernel/threads-max", 32768));
   struct moat_host_config hc = {
       .data_dir = c->data_dir,
       .template_dir = template_dir,
@@ -1031,6 +1006,12 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     moat_error_wrap(err, "host");
     goto fail;
   }
+  struct moat_host_capacity cap;
+  moat_host_capacity(c->host, &cap);
+  c->bounds.host_memory_mb = cap.memory_mb ? cap.memory_mb : MOAT_MAX_MEMORY_MB;
+  c->bounds.disk_fs_mb = cap.disk_mb ? cap.disk_mb : MOAT_MAX_DISK_MB;
+  c->bounds.host_pids =
+      moat_spec_host_pids(cap.pid_max ? cap.pid_max : 32768, cap.threads_max ? cap.threads_max : 32768);
   if (tt_open(c, err) < 0)
     goto fail;
   if (recover(c, err) < 0)

@@ -61,7 +61,7 @@ struct moat_sandbox_spec {
                                       snapshot's template is used and template_name must be NULL
                                       or the same; zero limits default to the snapshot's */
   int64_t hibernate_after_seconds; /* persistent only: hibernate after this long idle; 0 = never */
-  json_t *network; /* network policy (net.h) or NULL for the default; borrowed */
+  json_t *network; /* network policy (host/net/net.h) or NULL for the default; borrowed */
 };
 
 struct moat_sandbox_info {
@@ -98,7 +98,7 @@ struct moat_control_config {
   unsigned guest_timeout_ms; /* 0 = MOAT_GUEST_TIMEOUT_MS_DEFAULT (guest_client.h) */
   unsigned pool_size;       /* warm shells of "base" */
   unsigned reap_interval_ms;
-  const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net.h) */
+  const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net/net.h) */
   bool disk_overcommit; /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
 };
 
@@ -143,9 +143,16 @@ int moat_control_guest(struct moat_control *c, const char *org, const char *id, 
                        char ***env, moat_error **err);
 
 /* For exposed ports: the same checks as moat_control_guest (a hibernated sandbox is woken, a paused
- * one is MOAT_E_PAUSED), then an open fd of the sandbox's network namespace (/proc/INIT/ns/net;
+ * one is MOAT_E_PAUSED), then an open fd of the sandbox's network namespace (moat_host_netns;
  * caller closes), or -1. */
 int moat_control_netns(struct moat_control *c, const char *org, const char *id, moat_error **err);
+
+/* For exposed ports: the same checks as moat_control_netns, then a TCP connection to port on the
+ * sandbox's own loopback (moat_host_port_connect: 127.0.0.1, else ::1; never the host's), its
+ * connect bounded by timeout_ms. The connected fd (caller closes), or -1: ECONNREFUSED when nothing
+ * listens there, ETIMEDOUT. */
+int moat_control_port_connect(struct moat_control *c, const char *org, const char *id, unsigned port, int timeout_ms,
+                              moat_error **err);
 
 /* Runs a command: moat_control_guest + moat_guest_exec; req->env is merged over the sandbox env. */
 int moat_control_exec(struct moat_control *c, const char *org, const char *id, const struct moat_exec_req *req,

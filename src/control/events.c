@@ -2,7 +2,7 @@
 #include <errno.h>
 
 #include "../common/util.h"
-#include "../host/net.h"
+#include "../host/net/net.h"
 #include "control_internal.h"
 
 void moat_control_set_conn_hook(struct moat_control *c, void (*fn)(const char *id, json_t *entry)) {

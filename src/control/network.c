@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "../common/util.h"
-#include "../host/net.h"
+#include "../host/net/net.h"
 #include "control_internal.h"
 
 static bool wants_internet(json_t *policy) {

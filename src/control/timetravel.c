@@ -921,8 +921,10 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
     if (jobs[i].rc < 0 && ret == 0) {
       ret = -1;
       moat_error_wrap(&jobs[i].err, "%s child %u of %u", why, i + 1, count);
-      *err = jobs[i].err;
-      jobs[i].err = NULL;
+      if (err && !*err) {
+        *err = jobs[i].err;
+        jobs[i].err = NULL;
+      }
     }
     if (jobs[i].rc == 0) {
       if (!first || jobs[i].ready_ns < first)

@@ -2,7 +2,6 @@
  * for the metrics routes (v1/metrics.c). Reads only: no state changes, no TTL refresh. */
 #include <errno.h>
 #include <string.h>
-#include <sys/statvfs.h>
 
 #include "../common/util.h"
 #include "../store/store.h"
@@ -22,17 +21,11 @@ static void sample_live(struct moat_control *c, struct live *e, struct moat_sand
     if (moat_host_usage(c->host, e->slot, &out->u, &err) == 0)
       out->sampled = true;
     moat_error_free(&err);
-    /* The sandbox's root is an overlay whose statfs is its writable layer's (a filesystem of
-     * limits.disk_mb). A frozen sandbox's mount namespace stays readable. */
-    if (e->pid > 0) {
-      char path[64];
-      struct statvfs sv;
-      snprintf(path, sizeof(path), "/proc/%d/root/", (int)e->pid);
-      if (statvfs(path, &sv) == 0 && sv.f_blocks >= sv.f_bfree) {
-        out->disk_total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
-        out->disk_used_bytes = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
-        out->has_disk = true;
-      }
+    struct moat_disk_usage du;
+    if (moat_host_disk_usage(c->host, e->slot, &du, NULL) == 0) {
+      out->disk_total_bytes = du.total_bytes;
+      out->disk_used_bytes = du.used_bytes;
+      out->has_disk = true;
     }
   }
   pthread_mutex_unlock(&e->m);

@@ -1,9 +1,15 @@
-/* driver.h -- the isolation driver interface: what control/ may ask of a host
+/* driver.h -- the isolation driver interface: what control/ may ask of a host, and the ops table
+ * a driver implements to answer it
  *
  * A host owns a pool of slots. A slot is everything one sandbox needs on this host: a uid range,
  * a cgroup directory, a writable-layer disk, a guest channel. A running sandbox occupies one slot;
  * control/ remembers (sandbox id -> slot, init pid, generation) in the store and hands them back
- * to adopt or destroy after a restart. Nothing above host/ knows which driver runs.
+ * to adopt or destroy after a restart.
+ *
+ * The moat_host_* functions below are the stable API control/ calls. Each one dispatches through
+ * the ops table (struct moat_driver_ops, at the end) of the driver moat_host_init chose by name
+ * (host.c); the linux driver (host/linux/) is the default. A driver lives in a folder of its own
+ * beneath host/ and adds one line to host.c's table. Nothing above host/ knows which driver runs.
  *
  * Thread safety: every function may be called from any thread concurrently, except init and
  * shutdown.
@@ -23,13 +29,14 @@ struct moat_net;
 struct moat_net_config;
 
 struct moat_host_config {
+  const char *driver;        /* driver name ("linux"); NULL or "" = the first built in (linux) */
   const char *data_dir;      /* moatd's data dir; the host keeps slots/ and disks/ under it */
   const char *template_dir;  /* where built templates live: TEMPLATE_DIR/NAME/rootfs */
   const char *guest_path;    /* host path of the static moat-guest binary */
   unsigned pool_size;        /* warm, never-used shells kept ready per pooled template; 0 = none */
   const char *pool_template; /* template the pool prepares ("base") */
   unsigned max_slots;        /* highest slot count (uid ranges) this host hands out */
-  const struct moat_net_config *net; /* sandbox networking (net.h); NULL or no uplink = loopback only */
+  const struct moat_net_config *net; /* sandbox networking (net/net.h); NULL or no uplink = loopback only */
   bool disk_overcommit; /* false: every sandbox's disk_mb is backed by the data dir (else ENOSPC) */
 };
 
@@ -51,8 +58,10 @@ struct moat_instance {
   bool from_pool;       /* a warm shell was used */
 };
 
-/* Sets up the host: finds or creates moat's cgroup subtree beneath the cgroups moatd runs in,
- * opens the slot table and starts the pool filler. Returns 0 or -1. */
+/* Sets up the host with the driver cfg->driver names: for the linux driver, finds or creates
+ * moat's cgroup subtree beneath the cgroups moatd runs in and opens the slot table (the pool
+ * filler and teardown worker start at moat_host_reconcile). Returns 0, or -1 (ENOENT: no driver
+ * of that name). */
 int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err);
 
 /* Stops the pool filler and destroys warm, unassigned shells. Running sandboxes are left alone
@@ -77,12 +86,25 @@ int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_tim
                     moat_error **err);
 
 /* After adopting: removes cgroups, disks, slot dirs and processes of every slot that was neither
- * adopted nor is pooled. Call once, after all moat_host_adopt calls. Returns the number of slots
- * cleaned, or -1. */
+ * adopted nor is pooled, then starts the host's worker threads (pool filler, teardown). Call once,
+ * after all moat_host_adopt calls. A leftover that cannot be removed now is logged and left for
+ * the next start. Returns the number of slots cleaned, or -1 when the host cannot run as it
+ * should: a worker thread did not start (then destroyed slots are never torn down), or the
+ * network could not be reconciled. */
 int moat_host_reconcile(struct moat_host *h, moat_error **err);
 
 /* Returns true while the sandbox's init is alive. */
 bool moat_host_alive(struct moat_host *h, int slot);
+
+/* What this host has to give sandboxes, for the bounds of what a create may ask; 0 where it
+ * cannot tell. */
+struct moat_host_capacity {
+  uint64_t memory_mb;   /* physical memory */
+  uint64_t disk_mb;     /* size of the file system holding the data dir (the writable layers) */
+  uint64_t pid_max;     /* the kernel's highest pid + 1 (linux: kernel.pid_max) */
+  uint64_t threads_max; /* the kernel's limit on threads (linux: kernel.threads-max) */
+};
+void moat_host_capacity(struct moat_host *h, struct moat_host_capacity *out);
 
 /* Resource use of a running sandbox, from its cgroups. */
 struct moat_usage {
@@ -93,7 +115,30 @@ struct moat_usage {
 };
 int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
 
-/* ---- time travel (issue 4) ---- */
+/* The writable layer of the running sandbox in slot, as its root file system reports it. */
+struct moat_disk_usage {
+  uint64_t total_bytes;
+  uint64_t used_bytes;
+};
+/* Fills out for the running (or paused) sandbox in slot. 0, or -1 (ENOENT when the slot holds no
+ * running sandbox). */
+int moat_host_disk_usage(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err);
+
+/* ---- reaching a sandbox's network ---- */
+
+/* A TCP connection to port on the loopback of the sandbox in slot (127.0.0.1, else ::1), made
+ * inside the sandbox's own network: nothing outside the sandbox is reached through it, whatever
+ * listens on the host's loopback. timeout_ms (> 0) bounds the connect. Returns the connected fd
+ * (blocking, close-on-exec; the caller owns it), or -1: ECONNREFUSED when nothing listens there,
+ * ETIMEDOUT, ENOENT when the slot holds no running sandbox. */
+int moat_host_port_connect(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err);
+
+/* An fd of the network namespace of the sandbox in slot (the caller closes it), for a caller that
+ * makes its own sockets there; prefer moat_host_port_connect, which needs no namespace. -1: ENOENT
+ * when the slot holds no running sandbox, ENOSYS for a driver whose sandboxes have none. */
+int moat_host_netns(struct moat_host *h, int slot, moat_error **err);
+
+/* ---- time travel: pause, checkpoint, restore ---- */
 
 /* Freezes every process of the sandbox in slot (cgroup freezer; returns once the cgroup reports
  * frozen) / thaws it. Both idempotent. A frozen sandbox uses no CPU and keeps its memory; its
@@ -133,18 +178,65 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
  * traffic on them makes no API call, so the idle reaper asks. -1 when it cannot tell. */
 int moat_host_guest_sessions(struct moat_host *h, int slot);
 
-/* A line saying which CRIU this host uses and why ("criu 4.1.1 from /var/lib/moat/criu (the
- * system's 3.17 fails criu check on this kernel)"), or why checkpoints are unavailable; static
- * storage. Checkpoint and restore fail with ENOSYS when unavailable. */
+/* A line saying how this host checkpoints (the linux driver: which CRIU and why, "criu 4.1.1 from
+ * /var/lib/moat/criu (the system's 3.17 fails criu check on this kernel)"), or why checkpoints
+ * are unavailable; static storage. Checkpoint and restore fail with ENOSYS when unavailable. */
 const char *moat_host_criu_status(struct moat_host *h);
-/* True when checkpoint and restore work on this host (a CRIU that passed its check was found). */
+/* True when checkpoint and restore work on this host (linux: a CRIU that passed its check was
+ * found). */
 bool moat_host_can_checkpoint(struct moat_host *h);
 
-/* ---- network (issue 5; net.h) ---- */
+/* ---- network (net/net.h) ---- */
 
 /* The host's sandbox network, or NULL when moatd runs without an uplink (loopback only). */
 struct moat_net *moat_host_net(struct moat_host *h);
-/* The network slot (net.h) of the sandbox in slot, or -1 when it has none. */
+/* The network slot (net/net.h) of the sandbox in slot, or -1 when it has none. */
 int moat_host_net_slot(struct moat_host *h, int slot);
+
+/* ---- the ops table ----
+ * What a driver implements. Each op has the contract of the moat_host_* function of the same
+ * name above, for the driver's own handle. A driver's handle is a struct of its own whose first
+ * member is struct moat_host: init allocates it and returns &its->base; every other op gets that
+ * pointer back and converts it to the driver's type. Ops marked optional may be NULL: the
+ * moat_host_* function then fails with ENOSYS (or says "none", as its contract tells).
+ *
+ * The guest channel: create, adopt and restore hand it out in moat_instance.guest (the endpoint
+ * guest_client.c connects to); a driver makes its guest listen where that endpoint says. */
+struct moat_host {
+  const struct moat_driver_ops *ops; /* set by moat_host_init */
+};
+
+struct moat_driver_ops {
+  const char *name; /* moat_host_config.driver */
+  int (*init)(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err);
+  void (*shutdown)(struct moat_host *h);
+  int (*create)(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+                struct moat_instance *out, moat_error **err);
+  int (*destroy)(struct moat_host *h, int slot, moat_error **err);
+  int (*adopt)(struct moat_host *h, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
+               moat_error **err);
+  int (*reconcile)(struct moat_host *h, moat_error **err);
+  bool (*alive)(struct moat_host *h, int slot);
+  void (*capacity)(struct moat_host *h, struct moat_host_capacity *out);
+  int (*usage)(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
+  int (*disk_usage)(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err);
+  int (*port_connect)(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err);
+  /* optional: a driver whose sandboxes have no network namespace of the host's has none */
+  int (*netns)(struct moat_host *h, int slot, moat_error **err);
+  /* optional: time travel */
+  int (*pause)(struct moat_host *h, int slot, moat_error **err);
+  int (*resume)(struct moat_host *h, int slot, moat_error **err);
+  int (*checkpoint)(struct moat_host *h, int slot, const char *dir, bool leave_running,
+                    struct moat_checkpoint_info *info, moat_error **err);
+  int (*restore)(struct moat_host *h, const char *dir, const char *template_name, const struct moat_limits *limits,
+                 struct moat_instance *out, moat_error **err);
+  const char *(*checkpoint_status)(struct moat_host *h); /* moat_host_criu_status */
+  bool (*can_checkpoint)(struct moat_host *h);
+  /* optional: the guest's sessions (NULL: -1, cannot tell) */
+  int (*guest_sessions)(struct moat_host *h, int slot);
+  /* optional: network hooks (NULL: no network, no network slot) */
+  struct moat_net *(*net)(struct moat_host *h);
+  int (*net_slot)(struct moat_host *h, int slot);
+};
 
 #endif

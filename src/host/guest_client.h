@@ -61,7 +61,7 @@ struct moat_exec_req {
   size_t stdin_len;
 };
 
-/* Options of a streamed or background exec (issue 3); zero = defaults. */
+/* Options of a streamed or background exec; zero = defaults. */
 struct moat_exec_opts {
   bool background;          /* reply with the pid at once; the process runs on */
   const char *tag;          /* NULL or [A-Za-z0-9_.-]{1,64} */

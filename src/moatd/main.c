@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"
-#include "host/net.h"
+#include "host/net/net.h"
 #include "secret.h"
 
 #define MOAT_VERSION "0.1.0"

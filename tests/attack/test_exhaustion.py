@@ -24,7 +24,7 @@ from moattest import DaemonTest  # noqa: E402
 
 HOLD_S = 120
 NS_GET_OWNER_UID = 0xB704
-# What each sandbox gets for itself (docs/CONTRACT.md, src/host/userns.h)
+# What each sandbox gets for itself (docs/CONTRACT.md, src/host/linux/userns.h)
 SANDBOX_PTYS = 64  # devpts max=
 SANDBOX_SIGPENDING = 16384
 SANDBOX_MSGQUEUE = 819200  # bytes

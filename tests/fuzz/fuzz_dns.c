@@ -12,7 +12,7 @@
  * the upstream resolves); an rcode reply copies the question and nothing more; answer_addrs finds
  * at most the room it has and a TTL within bounds; learned names stay NUL-terminated printable ASCII
  * in the slot's ring and the pending table's counts return to zero. */
-#include "host/dns.c"
+#include "host/net/dns.c"
 
 #include <jansson.h>
 
@@ -44,8 +44,13 @@ static void setup(void) {
   if (!pol || net_policy_parse(pol, &s->pol, &err) < 0)
     abort();
   json_decref(pol);
-  n_buckets = net.pool_size + 1;
-  pend_count = xcalloc(n_buckets, sizeof(*pend_count));
+  struct net_dns *d = xcalloc(1, sizeof(*d));
+  pthread_mutex_init(&d->pend_lock, NULL);
+  pthread_mutex_init(&d->tcp_lock, NULL);
+  d->n_buckets = net.pool_size + 1;
+  d->pend_count = xcalloc(d->n_buckets, sizeof(*d->pend_count));
+  d->tcp_count = xcalloc(d->n_buckets, sizeof(*d->tcp_count));
+  net.dns = d;
 }
 
 static void check_name(const char *name) {
@@ -157,15 +162,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
 
   if (al >= 12) {
-    pthread_mutex_lock(&pend_lock);
-    struct pending *p = pending_new(SLOT);
+    pthread_mutex_lock(&net.dns->pend_lock);
+    struct pending *p = pending_new(net.dns, SLOT);
     if (p) {
       p->kind = (a[2] & 0x40) ? P_LEARN_DENY : P_CLIENT;
       snprintf(p->name, sizeof(p->name), "%s", rc == 0 ? name : "x.test");
       a[0] = (uint8_t)(p->our_id >> 8);
       a[1] = (uint8_t)p->our_id;
     }
-    pthread_mutex_unlock(&pend_lock);
+    pthread_mutex_unlock(&net.dns->pend_lock);
     on_answer(&net, a, al);
   }
   struct net_slot *s = &net.slots[SLOT];
@@ -179,14 +184,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort(); /* the connection log writes learned names as JSON strings */
   }
   /* the per-sandbox counts agree with the table: emptied, they are all zero */
-  pthread_mutex_lock(&pend_lock);
+  struct net_dns *d = net.dns;
+  pthread_mutex_lock(&d->pend_lock);
   for (unsigned i = 0; i < PENDING; i++)
-    if (pend[i].kind != P_FREE)
-      pending_drop(&pend[i]);
-  for (unsigned b = 0; b < n_buckets; b++)
-    if (pend_count[b] != 0)
+    if (d->pend[i].kind != P_FREE)
+      pending_drop(d, &d->pend[i]);
+  for (unsigned b = 0; b < d->n_buckets; b++)
+    if (d->pend_count[b] != 0)
       abort();
-  pthread_mutex_unlock(&pend_lock);
+  pthread_mutex_unlock(&d->pend_lock);
   free(q);
   free(a);
   return 0;

@@ -11,7 +11,7 @@
  * range). Checks: entries land only in the sending sandbox's ring, in sequence; an entry's reason
  * and name stay NUL-terminated; every entry becomes JSON (the log hook and GET .../network/log read
  * it that way: an entry that cannot is one the sandbox hid from its log). */
-#include "host/netlog.c"
+#include "host/net/netlog.c"
 
 #include <jansson.h>
 

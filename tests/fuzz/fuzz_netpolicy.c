@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "host/net_internal.h"
+#include "host/net/net_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -27,7 +27,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"
-#include "host/net.h"
+#include "host/net/net.h"
 #include "tap.h"
 
 #define MAX_STEPS 24     /* points tried per kind and operation (a stride beyond) */

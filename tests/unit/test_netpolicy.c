@@ -1,10 +1,10 @@
-/* test_netpolicy.c -- network policy parsing, bounds and name matching (src/host/netpolicy.c) */
+/* test_netpolicy.c -- network policy parsing, bounds and name matching (src/host/net/netpolicy.c) */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../../src/common/util.h"
-#include "../../src/host/net_internal.h"
+#include "../../src/host/net/net_internal.h"
 
 static int passed, failed, n;
 #define OK(cond, name)                                                                                       \

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/util.h"
+#include "../../common/util.h"
 
 /* CRIU images: magic (4 bytes for inventory.img, 8 for the others), a u32 length, one protobuf
  * message. TaskKobjIdsEntry.user_ns_id is field 10; InventoryEntry.root_ids is field 3. */

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 /* Makes a sparse image of size_mb at img_path (a copy of the data extents of a golden image
  * formatted once per size, DIR/golden-SIZE.img, ext4 without journal), attaches it to a

@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 /* Where scripts/criu.sh installs the chosen CRIU (a link to the system's or to the private
  * trixie build) and its CHOICE line; MOAT_CRIU overrides the binary. */

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common/util.h"
+#include "../../common/util.h"
 
 /* Denied with EPERM whatever their arguments. */
 static const char *const denied[] = {

@@ -12,9 +12,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../common/fault.h"
-#include "../common/log.h"
-#include "../common/sanitizer.h"
+#include "../../common/fault.h"
+#include "../../common/log.h"
+#include "../../common/sanitizer.h"
 
 static const struct {
   int resource;

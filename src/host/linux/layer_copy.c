@@ -19,7 +19,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "../common/util.h"
+#include "../../common/util.h"
 
 #define RANGE 65536u
 

@@ -1,4 +1,4 @@
-/* checkpoint.c -- checkpoint and restore of a running sandbox with CRIU (issue 4)
+/* checkpoint.c -- checkpoint and restore of a running sandbox with CRIU
  *
  * A checkpoint dir holds:
  *   images/          CRIU's images of the sandbox's process tree (dump.log beside them), 0644:
@@ -60,32 +60,32 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "../common/crashpoint.h"
-#include "../common/fault.h"
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/crashpoint.h"
+#include "../../common/fault.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 #include "cgroup.h"
 #include "criu.h"
 #include "criu_images.h"
 #include "disk.h"
-#include "driver.h"
-#include "guest_client.h"
+#include "../driver.h"
+#include "../guest_client.h"
 #include "layer_copy.h"
 #include "shell.h"
-#include "slot_internal.h"
+#include "linux_internal.h"
 #include "userns.h"
 
 #define META "moat-checkpoint"
 #define GUEST_READY_MS 10000
 
-const char *moat_host_criu_status(struct moat_host *h) {
+const char *moat_linux_checkpoint_status(struct moat_host *h) {
   (void)h;
   const char *s;
   moat_criu_available(&s);
   return s;
 }
 
-bool moat_host_can_checkpoint(struct moat_host *h) {
+bool moat_linux_can_checkpoint(struct moat_host *h) {
   (void)h;
   return moat_criu_available(NULL);
 }
@@ -223,9 +223,9 @@ static int outside_sockets(const char *cgdir) {
   return found;
 }
 
-int moat_host_guest_sessions(struct moat_host *h, int slot) {
+int moat_linux_guest_sessions(struct moat_host *h, int slot) {
   struct moat_slot_view v;
-  if (moat_host_slot_view(h, slot, &v, NULL) < 0)
+  if (moat_linux_slot_view(moat_linux_of(h), slot, &v, NULL) < 0)
     return -1;
   free(v.slot_dir);
   free(v.chan_dir);
@@ -433,14 +433,14 @@ static int dump_child(void *arg) {
   return moat_userns_become_owner(c->owner);
 }
 
-int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
-                         struct moat_checkpoint_info *info, moat_error **err) {
+int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
+                          struct moat_checkpoint_info *info, moat_error **err) {
   uint64_t t0 = now_ns();
   const char *why;
   if (!moat_criu_available(&why))
     return moat_error_set(err, ENOSYS, "%s", why);
   struct moat_slot_view v;
-  if (moat_host_slot_view(h, slot, &v, err) < 0)
+  if (moat_linux_slot_view(moat_linux_of(h), slot, &v, err) < 0)
     return moat_error_wrap(err, "checkpoint");
   _cleanup_free_ char *slot_dir = v.slot_dir;
   _cleanup_free_ char *chan_dir = v.chan_dir; /* the dump needs only the mount inside */
@@ -532,12 +532,12 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
   if (!was_frozen && (ret < 0 || leave_running)) {
     moat_error *e = NULL;
     if (moat_cgroup_freeze(v.cgroups, slot, false, 5000, &e) < 0) {
-      if (ret == 0) {
+      if (ret == 0 && err && !*err) {
         *err = e;
-        ret = -1;
-      } else {
-        moat_error_free(&e);
+        e = NULL;
       }
+      ret = -1;
+      moat_error_free(&e);
     }
   }
   unlink(marker);
@@ -729,32 +729,6 @@ static int idmapped_lower(const char *rootfs, pid_t pid, moat_error **err) {
   return steal_fd(&fd);
 }
 
-/* At most one CRIU restore per CPU runs at once: a fork of 8 on 2 CPUs then has its first child
- * ready after about one restore's time instead of after all eight, interleaved, and the last no
- * later. */
-static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t run_cond = PTHREAD_COND_INITIALIZER;
-static int running, run_max;
-
-static void restore_slot_take(void) {
-  pthread_mutex_lock(&run_lock);
-  if (!run_max) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    run_max = n < 2 ? 2 : (int)n;
-  }
-  while (running >= run_max)
-    pthread_cond_wait(&run_cond, &run_lock);
-  running++;
-  pthread_mutex_unlock(&run_lock);
-}
-
-static void restore_slot_give(void) {
-  pthread_mutex_lock(&run_lock);
-  running--;
-  pthread_cond_signal(&run_cond);
-  pthread_mutex_unlock(&run_lock);
-}
-
 /* CRIU's action script for a restore into an empty net namespace: lo up at setup-namespaces. */
 static int write_script(const char *path, moat_error **err) {
   static const char text[] = "#!/bin/sh\n"
@@ -773,7 +747,11 @@ static int wait_guest(const struct moat_guest_ep *ep, moat_error **err) {
     if (moat_guest_ping(ep, 2000, &e) == 0)
       return 0;
     if (now_ns() >= deadline) {
-      *err = e;
+      if (err && !*err) {
+        *err = e;
+        e = NULL;
+      }
+      moat_error_free(&e);
       return moat_error_wrap(err, "restored guest does not answer");
     }
     moat_error_free(&e);
@@ -793,8 +771,9 @@ static void mark(const char *what, uint64_t *last) {
   *last = now;
 }
 
-int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
-                      const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
+int moat_linux_restore(struct moat_host *base, const char *dir, const char *template_name,
+                       const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   uint64_t t0 = now_ns(), tm = t0;
   const char *why;
   if (!moat_criu_available(&why))
@@ -816,7 +795,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                           template_name);
 
   struct moat_slot_view v;
-  int n = moat_host_slot_reserve(h, template_name, limits, &v, err);
+  int n = moat_linux_slot_reserve(h, template_name, limits, &v, err);
   if (n < 0)
     return moat_error_wrap(err, "restore");
   _cleanup_free_ char *slot_dir = v.slot_dir;
@@ -850,7 +829,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
   if (cg_fd < 0 || moat_shell_chan_prepare(chan_dir, v.uid_base, err) < 0)
     goto fail;
   mark("slot, dirs, cgroups", &tm);
-  disk = moat_host_slot_disk(h, img, limits->disk_mb, v.uid_base, err);
+  disk = moat_linux_slot_disk(h, img, limits->disk_mb, v.uid_base, err);
   if (disk < 0)
     goto fail;
   mark("disk", &tm);
@@ -939,7 +918,7 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
       /* The sandbox had a veth to the host's network, whose far end CRIU cannot rebuild ("Unknown
        * peer net namespace"): restore into an empty net namespace, bring its lo up once CRIU made
        * it (before any socket is restored), and let the host give the new slot its own veth
-       * (moat_host_slot_commit). */
+       * (moat_linux_slot_commit). */
       size_t k = 0;
       while (argv[k])
         k++;
@@ -965,9 +944,9 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
                               .ovl_opts = ovl,
                               .cgroups = v.cgroups,
                               .slot = n};
-    restore_slot_take();
+    moat_linux_restore_begin(h);
     int rr = moat_criu_run(argv, restore_parent, restore_child, &ctx, log, err);
-    restore_slot_give();
+    moat_linux_restore_end(h);
     if (rr < 0)
       goto fail;
     mark("criu restore", &tm);
@@ -1002,8 +981,9 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);
   }
-  moat_host_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk));
-  moat_host_fill_instance(h, n, out);
+  if (moat_linux_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk), err) < 0)
+    goto fail;
+  moat_linux_fill_instance(h, n, out);
   out->ready_ns = now_ns() - t0;
   out->from_pool = false;
   unlink(pidfile);
@@ -1018,6 +998,6 @@ fail:
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);
   }
-  moat_host_slot_abort(h, n); /* kills what CRIU may have started in the slot's cgroups */
+  moat_linux_slot_abort(h, n); /* kills what CRIU may have started in the slot's cgroups */
   return moat_error_wrap(err, "restore %s", dir);
 }

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/util.h"
+#include "../../common/util.h"
 
 json_t *moat_net_policy_default(void) {
   return json_pack("{s:b, s:s, s:[], s:[]}", "internet", 1, "egress", "allow", "allow", "deny");

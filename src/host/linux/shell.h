@@ -6,10 +6,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 #include "cgroup.h"
-#include "driver.h"
-#include "guest_client.h"
+#include "../driver.h"
+#include "../guest_client.h"
 
 #define MOAT_UID_RANGE 65536u
 /* The guest channel. A host directory of the slot's, MOAT_CHAN_ROOT/INSTANCE/SLOT (every

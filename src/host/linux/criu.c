@@ -19,9 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/crashpoint.h"
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/crashpoint.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 
 /* The first probe runs once, on the first call; while CRIU fails it, a thread probes again after
  * 1, 2, 4 ... s (at most RETRY_MAX_S apart) until it passes. Once available it stays so. The status

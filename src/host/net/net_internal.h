@@ -70,7 +70,6 @@ struct net_slot {
   char org[128];
   json_t *policy_json; /* the bound policy (defaults filled), or NULL */
   struct net_policy pol;
-  uint64_t base_rx, base_tx; /* counters of mvN at bind */
   struct net_learned *learned; /* NET_LEARN_MAX ring */
   unsigned n_learned, learned_next;
   struct net_log_entry *log; /* NET_LOG_RING ring */
@@ -97,25 +96,36 @@ struct moat_net {
   char *block_ports;
   struct sockaddr_in upstream;
 
-  pthread_mutex_t lock; /* slots, queues */
-  pthread_cond_t wake;
+  /* Locks, each taken only in this order (never one while holding a later one):
+   *   policy_lock  ->  lock
+   *   policy_lock  ->  nl_lock, nft_lock (one round trip each, lock never held meanwhile)
+   * lock is held for memory only (slots[], the counters and queues below), never across a
+   * syscall round trip: the DNS thread, the log thread and every API read take it. nl_lock and
+   * nft_lock are leaves, each held for one round trip on its socket or context. dns.c's
+   * struct net_dns has two leaf locks of its own. */
+  pthread_mutex_t policy_lock; /* serializes changes of a slot's nft elements (bind, teardown, DNS
+                                  answers that add elements, reconcile): held across the nft and
+                                  netlink round trips and the state-file writes of one change, so
+                                  that what is in nft always matches slots[i].pol */
+  pthread_mutex_t lock; /* slots[], prepared/leased/tearing, teardown_head, stopping, worker_started */
+  pthread_cond_t wake;  /* with lock: the worker waits for work */
   struct net_slot *slots; /* pool_size entries */
   unsigned prepared, leased, tearing;
-  uint64_t built, torn_down;
   struct net_slot *teardown_head;
   bool stopping;
   pthread_t worker;
   bool worker_started;
 
-  pthread_mutex_t nl_lock; /* the routing ns netlink socket */
+  pthread_mutex_t nl_lock; /* nl and nl_seq: one request and its answer at a time */
   struct mnl_socket *nl;
   unsigned nl_seq;
 
-  pthread_mutex_t nft_lock;
+  pthread_mutex_t nft_lock; /* nft and nft_self (libnftables contexts are not thread-safe) */
   struct nft_ctx *nft;      /* bound to the routing ns */
   struct nft_ctx *nft_self; /* bound to moatd's ns (interface uplink only) */
 
   /* dns.c */
+  struct net_dns *dns; /* its pending queries and TCP connections (dns_start .. dns_stop) */
   int dns_fd;      /* UDP in the routing ns */
   int dns_tcp_fd;  /* TCP listener in the routing ns */
   int up_fd;       /* UDP towards the upstream, in the uplink namespace */
@@ -167,7 +177,7 @@ void dns_stop(struct moat_net *n);
 /* Name of addr as last learned by slot's DNS, copied into out (size MOAT_NET_MAX_NAME + 1): "" if none.
  * Call with n->lock held. */
 void net_learned_name(struct net_slot *s, uint32_t addr, char *out);
-/* Removes slot's learned addresses from the nft sets (n->lock not held). */
+/* Removes slot's learned addresses from the nft sets (n->policy_lock held, n->lock not). */
 void net_forget_learned(struct moat_net *n, int slot);
 
 /* ---- netlog.c ---- */

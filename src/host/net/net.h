@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 struct moat_net_config {
   const char *uplink;       /* "IFNAME" or "netns:PATH"; NULL or "" = no networking (loopback only) */
@@ -63,9 +63,19 @@ void moat_net_release(struct moat_net *n, int slot);
 
 /* After a restart: takes back slot of an adopted sandbox (its veth and state file). 0 or -1. */
 int moat_net_adopt(struct moat_net *n, int slot, moat_error **err);
-/* After every adopt: removes veths, state files and nft elements of slots nobody took back,
- * re-applies adopted slots' policies. Returns the number of slots removed. */
+/* After every adopt, once: removes veths, state files and nft elements of slots nobody took back,
+ * re-applies adopted slots' policies and starts the worker (warm slots, teardown). Returns the
+ * number of slots removed, or -1 when the sets could not be rebuilt or the worker did not start
+ * (it is started in either case when it can be). */
 int moat_net_reconcile(struct moat_net *n, moat_error **err);
+
+/* A TCP connection to port on the loopback of the network namespace netns_fd (127.0.0.1, else
+ * ::1), made inside it: this thread enters the namespace for the socket call only, the socket
+ * keeps the namespace, and nothing outside it is reached. timeout_ms (> 0) bounds the connect.
+ * Needs no struct moat_net (a sandbox without an uplink still has its loopback). Returns the
+ * connected fd (blocking, close-on-exec, no send timeout left; the caller owns it), or -1:
+ * ECONNREFUSED when nothing listens there, ETIMEDOUT, EINVAL for a port out of 1..65535. */
+int moat_net_connect_port(int netns_fd, unsigned port, int timeout_ms, moat_error **err);
 
 /* ---- policy ---- */
 
@@ -104,12 +114,5 @@ typedef void (*moat_net_log_hook)(const char *sandbox_id, json_t *entry);
 void moat_net_set_log_hook(struct moat_net *n, moat_net_log_hook fn);
 /* Creates or replaces path (mode 0600) with content. 0 or -1. */
 int moat_net_put_file(const char *path, const char *content, moat_error **err);
-
-/* Used by the benchmark and tests: counters of the worker. */
-struct moat_net_stats {
-  unsigned prepared, leased, tearing_down;
-  uint64_t built, torn_down;
-};
-void moat_net_stats(struct moat_net *n, struct moat_net_stats *out);
 
 #endif

@@ -4,7 +4,7 @@
 
 #include <linux/filter.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 /* Builds the filter (libseccomp) and exports it as a classic BPF program; prog->filter is owned
  * by the caller (free). 0 or -1. */

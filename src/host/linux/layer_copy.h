@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 /* Copies the tree src_dir/name to dst_dir/name (which must not exist): directories,
  * regular files (reflinked when the file system can, else copied; holes kept), symlinks,

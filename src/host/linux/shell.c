@@ -30,7 +30,7 @@
 #include <grp.h>
 #include <unistd.h>
 
-#include "../common/util.h"
+#include "../../common/util.h"
 #include "seccomp.h"
 #include "userns.h"
 

@@ -4,7 +4,7 @@
 
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 /* Makes dst_dir (new, 0711, owned by owner) CRIU's images dir for one restore run by CRIU inside
  * the sandbox's new user namespace (whose root is owner on the host): hard links to every image

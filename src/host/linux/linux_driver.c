@@ -1,11 +1,12 @@
-/* linux_driver.c -- the linux isolation driver: slots, uid-range claims, the warm pool, teardown,
- * adoption after a restart and reconcile of leftovers
+/* linux_driver.c -- the linux isolation driver (moat_linux_driver, driver.h's ops table): slots,
+ * uid-range claims, the warm pool, teardown, adoption after a restart and reconcile of leftovers;
+ * checkpoint.c adds checkpoint and restore
  *
  * A slot number is also the index of a host-wide uid range: root in slot N's sandbox is
  * MOAT_UID_BASE + N * 65536 on the host. Several moatd instances (each with its own data dir)
  * share the range space through claim files RANGES_DIR/N created with O_EXCL.
  */
-#include "driver.h"
+#include "../driver.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,14 +23,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
+#include "../drivers.h"
+#include "../net/net.h"
 #include "cgroup.h"
 #include "disk.h"
-#include "net.h"
+#include "linux_internal.h"
 #include "seccomp.h"
 #include "shell.h"
-#include "slot_internal.h"
 #include "userns.h"
 
 #define MOAT_UID_BASE 0x40000000u
@@ -58,7 +60,8 @@ struct slot {
   struct slot *next_teardown;
 };
 
-struct moat_host {
+struct moat_linux {
+  struct moat_host base; /* first (driver.h) */
   char *data_dir, *slots_dir, *disks_dir, *template_dir, *guest_path, *pool_template;
   char *chan_base; /* MOAT_CHAN_ROOT/INSTANCE: the slots' guest channel dirs */
   char instance[17];
@@ -71,17 +74,26 @@ struct moat_host {
   struct sock_fprog seccomp;
   struct moat_net *net; /* NULL: loopback only */
 
+  /* lock guards slots[] and every struct slot's state and fields, live, pooled, building,
+   * disk_pending_mb, the reservation and teardown queues and stopping. It is a leaf: nothing else
+   * (net's locks, restore_lock) is taken while it is held, and it is held for memory only (a
+   * poll or fd dup at most), never across a file-system, cgroup, netlink or process round trip:
+   * those run on a slot the lock has marked (building, teardown) or reserved for the caller. */
   pthread_mutex_t lock;
   struct slot **slots; /* by index, MOAT_MAX_RANGES entries */
   unsigned live;       /* slots in any state */
   unsigned pooled;
   bool stopping;
-  pthread_cond_t wake;       /* pool filler and teardown worker */
+  pthread_cond_t wake;       /* with lock: the pool filler and teardown worker wait for work */
   unsigned building;         /* shell builds in progress */
-  pthread_cond_t build_slot; /* signalled when a build finishes */
+  pthread_cond_t build_slot; /* with lock: signalled when a build finishes */
   struct slot *teardown_head;
   pthread_t filler, reaper; /* pool filler, teardown worker */
   bool threads_started;
+
+  pthread_mutex_t restore_lock; /* restoring (a leaf: nothing is taken inside) */
+  pthread_cond_t restore_turn;
+  int restoring, restore_max; /* CRIU restores running, and at most (one per CPU, at least 2) */
 };
 
 static const struct moat_limits default_limits = {
@@ -89,8 +101,8 @@ static const struct moat_limits default_limits = {
 
 static uid_t slot_uid_base(int index) { return MOAT_UID_BASE + (uid_t)index * MOAT_UID_RANGE; }
 
-static char *slot_path(struct moat_host *h, int index) { return xasprintf("%s/%d", h->slots_dir, index); }
-static char *chan_path(struct moat_host *h, int index) { return xasprintf("%s/%d", h->chan_base, index); }
+static char *slot_path(struct moat_linux *h, int index) { return xasprintf("%s/%d", h->slots_dir, index); }
+static char *chan_path(struct moat_linux *h, int index) { return xasprintf("%s/%d", h->chan_base, index); }
 
 /* FNV-1a of the data dir's real path names this instance's cgroups. */
 static void instance_name(const char *data_dir, char out[17]) {
@@ -102,36 +114,26 @@ static void instance_name(const char *data_dir, char out[17]) {
   snprintf(out, 17, "%016llx", (unsigned long long)x);
 }
 
-/* Claims a free host-wide range: RANGES_DIR/N holding our data dir. Returns N or -1. */
-static int claim_range(struct moat_host *h, moat_error **err) {
-  unsigned start;
-  random_bytes(&start, sizeof(start));
-  start %= MOAT_MAX_RANGES;
-  for (unsigned i = 0; i < MOAT_MAX_RANGES; i++) {
-    int n = (int)((start + i) % MOAT_MAX_RANGES);
-    if (h->slots[n])
-      continue;
-    char path[64];
-    snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      if (errno == EEXIST)
-        continue;
-      return moat_error_errno(err, "claim uid range %s", path);
-    }
-    int w = write_all(fd, h->data_dir, strlen(h->data_dir));
-    close(fd);
-    if (w < 0) {
-      unlink(path);
-      return moat_error_errno(err, "write %s", path);
-    }
-    return n;
+/* Claims host-wide range n: creates RANGES_DIR/N (O_EXCL) holding our data dir. 1 when claimed,
+ * 0 when another moatd holds it, -1 on error. Makes syscalls: call without h->lock. */
+static int claim_range(struct moat_linux *h, int n, moat_error **err) {
+  char path[64];
+  snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return errno == EEXIST ? 0 : moat_error_errno(err, "claim uid range %s", path);
+  int w = write_all(fd, h->data_dir, strlen(h->data_dir));
+  close(fd);
+  if (w < 0) {
+    moat_error_errno(err, "write %s", path);
+    unlink(path);
+    return -1;
   }
-  return moat_error_set(err, EAGAIN, "no free uid range on this host");
+  return 1;
 }
 
 /* True when RANGES_DIR/N names our data dir. */
-static bool range_is_ours(struct moat_host *h, int n) {
+static bool range_is_ours(struct moat_linux *h, int n) {
   char path[64];
   snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
   _cleanup_free_ char *s = NULL;
@@ -140,7 +142,7 @@ static bool range_is_ours(struct moat_host *h, int n) {
   return strcmp(s, h->data_dir) == 0;
 }
 
-static void release_range(struct moat_host *h, int n) {
+static void release_range(struct moat_linux *h, int n) {
   char path[64];
   snprintf(path, sizeof(path), RANGES_DIR "/%d", n);
   if (range_is_ours(h, n))
@@ -148,7 +150,7 @@ static void release_range(struct moat_host *h, int n) {
 }
 
 /* Removes everything of slot n on the host: processes, cgroups, slot dir, range claim. */
-static int cleanup_slot(struct moat_host *h, int n, struct slot *s, moat_error **err) {
+static int cleanup_slot(struct moat_linux *h, int n, struct slot *s, moat_error **err) {
   int ret = 0;
   if (moat_cgroup_kill(h->cgroups, n, 5000, err) < 0)
     ret = -1;
@@ -206,7 +208,7 @@ static struct slot *slot_new(int index, enum slot_state state) {
  * admission compares with the free space only. */
 
 /* Admits disk_mb: adds it to disk_pending_mb (disk_settle takes it off). 0, or -1 with ENOSPC. */
-static int disk_admit(struct moat_host *h, uint64_t disk_mb, moat_error **err) {
+static int disk_admit(struct moat_linux *h, uint64_t disk_mb, moat_error **err) {
   if (h->disk_overcommit)
     return 0;
   struct statvfs sv;
@@ -227,7 +229,7 @@ static int disk_admit(struct moat_host *h, uint64_t disk_mb, moat_error **err) {
   return 0;
 }
 
-static void disk_settle(struct moat_host *h, uint64_t disk_mb) {
+static void disk_settle(struct moat_linux *h, uint64_t disk_mb) {
   if (h->disk_overcommit)
     return;
   pthread_mutex_lock(&h->lock);
@@ -236,7 +238,7 @@ static void disk_settle(struct moat_host *h, uint64_t disk_mb) {
 }
 
 /* Takes s off the reservation queue if it is on it (h->lock held); its pending amount goes. */
-static void reserve_unqueue_locked(struct moat_host *h, struct slot *s) {
+static void reserve_unqueue_locked(struct moat_linux *h, struct slot *s) {
   for (struct slot **pp = &h->reserve_head; *pp; pp = &(*pp)->next_reserve)
     if (*pp == s) {
       *pp = s->next_reserve;
@@ -248,7 +250,7 @@ static void reserve_unqueue_locked(struct moat_host *h, struct slot *s) {
 }
 
 /* The worker: allocates the queued images. */
-static void run_reserves(struct moat_host *h) {
+static void run_reserves(struct moat_linux *h) {
   for (;;) {
     pthread_mutex_lock(&h->lock);
     struct slot *s = h->reserve_head;
@@ -278,7 +280,7 @@ static void run_reserves(struct moat_host *h) {
   }
 }
 
-int moat_host_slot_disk(struct moat_host *h, const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err) {
+int moat_linux_slot_disk(struct moat_linux *h, const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err) {
   if (disk_admit(h, size_mb, err) < 0)
     return -1;
   int img = -1;
@@ -294,7 +296,7 @@ int moat_host_slot_disk(struct moat_host *h, const char *img_path, uint64_t size
 }
 
 /* Gives the sandbox in slot s (init pid) a network slot and records it in SLOT/net for adoption. */
-static int attach_net(struct moat_host *h, struct slot *s, pid_t pid, bool fresh, moat_error **err) {
+static int attach_net(struct moat_linux *h, struct slot *s, pid_t pid, bool fresh, moat_error **err) {
   if (!h->net)
     return 0;
   int ns = moat_net_attach(h->net, pid, fresh, slot_uid_base(s->index), err);
@@ -308,8 +310,11 @@ static int attach_net(struct moat_host *h, struct slot *s, pid_t pid, bool fresh
 }
 
 /* Claims a uid range and records a new slot in state BUILDING for template_name and limits.
- * Returns the slot, or NULL (EAGAIN when the host is full). Takes h->lock. */
-static struct slot *reserve_slot(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+ * Returns the slot, or NULL (EAGAIN when the host is full). Each candidate index is taken in the
+ * slot table under h->lock (no other thread tries it), then claimed host-wide without the lock
+ * (an open per index another moatd holds, up to MOAT_MAX_RANGES of them), and given back to the
+ * table when the claim fails. */
+static struct slot *reserve_slot(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                                  moat_error **err) {
   pthread_mutex_lock(&h->lock);
   if (h->live >= h->max_slots) {
@@ -317,23 +322,45 @@ static struct slot *reserve_slot(struct moat_host *h, const char *template_name,
     moat_error_set(err, EAGAIN, "host is full: %u sandboxes", h->max_slots);
     return NULL;
   }
-  int n = claim_range(h, err);
-  if (n < 0) {
-    pthread_mutex_unlock(&h->lock);
-    return NULL;
-  }
-  struct slot *s = slot_new(n, SLOT_BUILDING);
+  h->live++;
+  pthread_mutex_unlock(&h->lock);
+  struct slot *s = slot_new(-1, SLOT_BUILDING);
   snprintf(s->template_name, sizeof(s->template_name), "%s", template_name);
   s->disk_mb = limits->disk_mb;
   s->limits = *limits;
-  h->slots[n] = s;
-  h->live++;
+  unsigned start;
+  random_bytes(&start, sizeof(start));
+  start %= MOAT_MAX_RANGES;
+  int r = 0;
+  for (unsigned i = 0; i < MOAT_MAX_RANGES && r == 0; i++) {
+    int n = (int)((start + i) % MOAT_MAX_RANGES);
+    pthread_mutex_lock(&h->lock);
+    bool taken = h->slots[n] != NULL;
+    if (!taken) {
+      s->index = n;
+      h->slots[n] = s;
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (taken)
+      continue;
+    r = claim_range(h, n, err);
+    if (r == 1)
+      return s;
+    pthread_mutex_lock(&h->lock);
+    h->slots[n] = NULL;
+    pthread_mutex_unlock(&h->lock);
+  }
+  pthread_mutex_lock(&h->lock);
+  h->live--;
   pthread_mutex_unlock(&h->lock);
-  return s;
+  free(s);
+  if (r == 0)
+    moat_error_set(err, EAGAIN, "no free uid range on this host");
+  return NULL;
 }
 
 /* Builds a running shell in a freshly claimed slot. Called without h->lock. */
-static int build_shell(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+static int build_shell(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                        enum slot_state final_state, struct slot **out, moat_error **err) {
   _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", h->template_dir, template_name);
   _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, template_name);
@@ -446,7 +473,7 @@ out:
   return 0;
 }
 
-static void fill_instance(struct moat_host *h, struct slot *s, struct moat_instance *out) {
+static void fill_instance(struct moat_linux *h, struct slot *s, struct moat_instance *out) {
   memset(out, 0, sizeof(*out));
   out->slot = s->index;
   out->pid = s->pid;
@@ -460,8 +487,11 @@ static bool limits_equal(const struct moat_limits *a, const struct moat_limits *
   return a->cpu == b->cpu && a->memory_mb == b->memory_mb && a->pids == b->pids;
 }
 
-int moat_host_create(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+static int linux_destroy(struct moat_host *base, int slot, moat_error **err);
+
+static int linux_create(struct moat_host *base, const char *template_name, const struct moat_limits *limits,
                      struct moat_instance *out, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   uint64_t t0 = now_ns();
   struct slot *s = NULL;
   pthread_mutex_lock(&h->lock);
@@ -482,7 +512,7 @@ int moat_host_create(struct moat_host *h, const char *template_name, const struc
     /* A pooled shell may have died (OOM, killed by hand) while it waited: then build one. */
     struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
     if (poll(&p, 1, 0) != 0) {
-      moat_host_destroy(h, s->index, NULL);
+      linux_destroy(&h->base, s->index, NULL);
       s = NULL;
     }
   }
@@ -508,7 +538,7 @@ int moat_host_create(struct moat_host *h, const char *template_name, const struc
   }
   if (s && !limits_equal(&s->limits, limits)) {
     if (moat_cgroup_set_limits(h->cgroups, s->index, limits, err) < 0) {
-      moat_host_destroy(h, s->index, NULL);
+      linux_destroy(&h->base, s->index, NULL);
       return moat_error_wrap(err, "create sandbox");
     }
     s->limits = *limits;
@@ -523,7 +553,8 @@ int moat_host_create(struct moat_host *h, const char *template_name, const struc
 }
 
 /* Detaches slot n for teardown by the worker thread. */
-int moat_host_destroy(struct moat_host *h, int slot, moat_error **err) {
+static int linux_destroy(struct moat_host *base, int slot, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
   pthread_mutex_lock(&h->lock);
@@ -548,7 +579,7 @@ int moat_host_destroy(struct moat_host *h, int slot, moat_error **err) {
 }
 
 /* Tears down the first queued slot. False when none was queued. */
-static bool teardown_one(struct moat_host *h) {
+static bool teardown_one(struct moat_linux *h) {
   pthread_mutex_lock(&h->lock);
   struct slot *s = h->teardown_head;
   if (s) {
@@ -571,19 +602,19 @@ static bool teardown_one(struct moat_host *h) {
   return true;
 }
 
-static void run_teardowns(struct moat_host *h) {
+static void run_teardowns(struct moat_linux *h) {
   while (teardown_one(h))
     ;
 }
 
-static bool template_ready(struct moat_host *h, const char *name) {
+static bool template_ready(struct moat_linux *h, const char *name) {
   _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, name);
   return access(ready, F_OK) == 0;
 }
 
 /* Runs queued reservations and teardowns off the request path. */
 static void *teardown_main(void *arg) {
-  struct moat_host *h = arg;
+  struct moat_linux *h = arg;
   pthread_mutex_lock(&h->lock);
   while (!h->stopping) {
     if (h->reserve_head) {
@@ -606,7 +637,7 @@ static void *teardown_main(void *arg) {
 
 /* Keeps pool_size warm shells of pool_template. */
 static void *filler_main(void *arg) {
-  struct moat_host *h = arg;
+  struct moat_linux *h = arg;
   unsigned failures = 0;
   pthread_mutex_lock(&h->lock);
   while (!h->stopping) {
@@ -636,11 +667,17 @@ static void *filler_main(void *arg) {
   return NULL;
 }
 
-int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err) {
-  struct moat_host *h = xcalloc(1, sizeof(*h));
+static void linux_free(struct moat_linux *h);
+
+static int linux_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err) {
+  struct moat_linux *h = xcalloc(1, sizeof(*h));
   pthread_mutex_init(&h->lock, NULL);
   pthread_cond_init(&h->wake, NULL);
   pthread_cond_init(&h->build_slot, NULL);
+  pthread_mutex_init(&h->restore_lock, NULL);
+  pthread_cond_init(&h->restore_turn, NULL);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  h->restore_max = cpus < 2 ? 2 : (int)cpus;
   h->slots = xcalloc(MOAT_MAX_RANGES, sizeof(struct slot *));
   char *real = realpath(cfg->data_dir, NULL);
   h->data_dir = real ? real : xstrdup(cfg->data_dir);
@@ -692,34 +729,41 @@ int moat_host_init(struct moat_host **out, const struct moat_host_config *cfg, m
   h->prjquota = moat_disk_prjquota_available(h->slots_dir);
   log_info("writable layers: %s, %s", h->prjquota ? "directories under XFS project quotas" : "ext4 images on loop devices",
            h->disk_overcommit ? "overcommitted (sparse)" : "backed by the data dir (admitted by free space, allocated)");
-  *out = h;
+  *out = &h->base;
   return 0;
 out:
   moat_error_wrap(err, "init linux driver");
-  moat_host_shutdown(h);
+  linux_free(h);
   return ret;
 }
 
-static void start_threads(struct moat_host *h) {
+/* Starts the pool filler and the teardown worker, once. 0, or -1 when either could not start
+ * (then neither runs). */
+static int start_threads(struct moat_linux *h, moat_error **err) {
   if (h->threads_started)
-    return;
-  if (pthread_create(&h->filler, NULL, filler_main, h) != 0)
-    return;
-  if (pthread_create(&h->reaper, NULL, teardown_main, h) != 0) {
+    return 0;
+  int e = pthread_create(&h->filler, NULL, filler_main, h);
+  if (e != 0) {
+    errno = e;
+    return moat_error_errno(err, "start the pool filler thread");
+  }
+  e = pthread_create(&h->reaper, NULL, teardown_main, h);
+  if (e != 0) {
     pthread_mutex_lock(&h->lock);
     h->stopping = true;
     pthread_cond_broadcast(&h->wake);
     pthread_mutex_unlock(&h->lock);
     pthread_join(h->filler, NULL);
     h->stopping = false;
-    return;
+    errno = e;
+    return moat_error_errno(err, "start the teardown thread");
   }
   h->threads_started = true;
+  return 0;
 }
 
-void moat_host_shutdown(struct moat_host *h) {
-  if (!h)
-    return;
+/* Stops the threads, tears down warm shells, frees h (running sandboxes stay: driver.h). */
+static void linux_free(struct moat_linux *h) {
   pthread_mutex_lock(&h->lock);
   h->stopping = true;
   pthread_cond_broadcast(&h->wake);
@@ -766,11 +810,14 @@ void moat_host_shutdown(struct moat_host *h) {
   pthread_mutex_destroy(&h->lock);
   pthread_cond_destroy(&h->wake);
   pthread_cond_destroy(&h->build_slot);
+  pthread_mutex_destroy(&h->restore_lock);
+  pthread_cond_destroy(&h->restore_turn);
   free(h);
 }
 
-int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
+static int linux_adopt(struct moat_host *base, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
                     moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
   pthread_mutex_lock(&h->lock);
@@ -825,7 +872,8 @@ int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_tim
   return 1;
 }
 
-int moat_host_reconcile(struct moat_host *h, moat_error **err) {
+static int linux_reconcile(struct moat_host *base, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   int cleaned = 0;
   _cleanup_free_ int *cg_slots = NULL;
   size_t n_cg = 0;
@@ -902,19 +950,16 @@ int moat_host_reconcile(struct moat_host *h, moat_error **err) {
   }
   if (cleaned)
     log_info("reconcile: removed the leftovers of %d sandbox(es)", cleaned);
-  if (h->net) {
-    moat_error *e = NULL;
-    if (moat_net_reconcile(h->net, &e) < 0) {
-      log_warn("reconcile: network: %s", moat_error_msg(e));
-      moat_error_free(&e);
-    }
-  }
-  start_threads(h);
-  (void)err;
-  return cleaned;
+  int ret = cleaned;
+  if (h->net && moat_net_reconcile(h->net, err) < 0)
+    ret = moat_error_wrap(err, "reconcile network");
+  if (start_threads(h, err) < 0) /* also after a network error: destroyed slots must go */
+    ret = moat_error_wrap(err, "host");
+  return ret;
 }
 
-bool moat_host_alive(struct moat_host *h, int slot) {
+static bool linux_alive(struct moat_host *base, int slot) {
+  struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return false;
   pthread_mutex_lock(&h->lock);
@@ -929,15 +974,106 @@ bool moat_host_alive(struct moat_host *h, int slot) {
   return alive;
 }
 
-int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err) {
+/* A number in /proc/sys (its first field), or 0 when unreadable. */
+static uint64_t proc_sys_u64(const char *path) {
+  _cleanup_free_ char *s = NULL;
+  uint64_t v;
+  if (read_file(path, &s, NULL, NULL) < 0)
+    return 0;
+  s[strcspn(s, " \t\n")] = '\0';
+  return parse_u64(s, &v) == 0 ? v : 0;
+}
+
+static void linux_capacity(struct moat_host *base, struct moat_host_capacity *out) {
+  struct moat_linux *h = moat_linux_of(base);
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && size > 0)
+    out->memory_mb = (uint64_t)pages * (uint64_t)size / (1024 * 1024);
+  struct statvfs sv;
+  if (statvfs(h->data_dir, &sv) == 0)
+    out->disk_mb = (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize / (1024 * 1024);
+  out->pid_max = proc_sys_u64("/proc/sys/kernel/pid_max");
+  out->threads_max = proc_sys_u64("/proc/sys/kernel/threads-max");
+}
+
+static int linux_usage(struct moat_host *base, int slot, struct moat_usage *out, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   return moat_cgroup_usage(h->cgroups, slot, out, err);
 }
 
-/* ---- pause / resume (issue 4): the slot's v2 cgroup.freeze ---- */
+/* ---- reaching into a running sandbox: its root's file system, its network namespace ---- */
+
+/* The init of the running sandbox in slot: its pid and an owned dup of its pidfd, to check once
+ * done with the pid that it still named that init (init_lived). 0, or -1 (ENOENT). */
+static int slot_init(struct moat_linux *h, int slot, pid_t *pid, int *pidfd, moat_error **err) {
+  *pidfd = -1;
+  if (slot >= 0 && slot < MOAT_MAX_RANGES) {
+    pthread_mutex_lock(&h->lock);
+    struct slot *s = h->slots[slot];
+    if (s && s->state == SLOT_ASSIGNED && s->pid > 0 && s->pidfd >= 0) {
+      *pid = s->pid;
+      *pidfd = fcntl(s->pidfd, F_DUPFD_CLOEXEC, 3);
+    }
+    pthread_mutex_unlock(&h->lock);
+  }
+  return *pidfd >= 0 ? 0 : moat_error_set(err, ENOENT, "slot %d holds no running sandbox", slot);
+}
+
+/* True when the init of pidfd has not exited yet: then its pid named it all along since
+ * slot_init (a pid is reused only once its process is gone). */
+static bool init_lived(int pidfd) {
+  struct pollfd p = {.fd = pidfd, .events = POLLIN};
+  return poll(&p, 1, 0) == 0;
+}
+
+/* The sandbox's root is an overlay whose statfs is its writable layer's (a filesystem of
+ * limits.disk_mb). A frozen sandbox's mount namespace stays readable. */
+static int linux_disk_usage(struct moat_host *base, int slot, struct moat_disk_usage *out, moat_error **err) {
+  pid_t pid;
+  _cleanup_close_ int pidfd = -1;
+  if (slot_init(moat_linux_of(base), slot, &pid, &pidfd, err) < 0)
+    return -1;
+  char path[64];
+  struct statvfs sv;
+  snprintf(path, sizeof(path), "/proc/%d/root/", (int)pid);
+  if (statvfs(path, &sv) < 0)
+    return moat_error_errno(err, "statvfs %s", path);
+  if (!init_lived(pidfd))
+    return moat_error_set(err, ENOENT, "the sandbox in slot %d has exited", slot);
+  if (sv.f_blocks < sv.f_bfree)
+    return moat_error_set(err, EIO, "statvfs %s: more blocks free than there are", path);
+  out->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
+  out->used_bytes = (uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize;
+  return 0;
+}
+
+static int linux_netns(struct moat_host *base, int slot, moat_error **err) {
+  pid_t pid;
+  _cleanup_close_ int pidfd = -1;
+  if (slot_init(moat_linux_of(base), slot, &pid, &pidfd, err) < 0)
+    return -1;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+  _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return moat_error_errno(err, "open %s", path);
+  if (!init_lived(pidfd))
+    return moat_error_set(err, ENOENT, "the sandbox in slot %d has exited", slot);
+  return steal_fd(&fd);
+}
+
+static int linux_port_connect(struct moat_host *base, int slot, unsigned port, int timeout_ms, moat_error **err) {
+  _cleanup_close_ int ns = linux_netns(base, slot, err);
+  if (ns < 0)
+    return -1;
+  return moat_net_connect_port(ns, port, timeout_ms, err);
+}
+
+/* ---- pause / resume: the slot's v2 cgroup.freeze ---- */
 
 #define FREEZE_TIMEOUT_MS 5000
 
-static int freeze_slot(struct moat_host *h, int slot, bool frozen, moat_error **err) {
+static int freeze_slot(struct moat_linux *h, int slot, bool frozen, moat_error **err) {
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
   pthread_mutex_lock(&h->lock);
@@ -948,15 +1084,18 @@ static int freeze_slot(struct moat_host *h, int slot, bool frozen, moat_error **
   return moat_cgroup_freeze(h->cgroups, slot, frozen, FREEZE_TIMEOUT_MS, err);
 }
 
-int moat_host_pause(struct moat_host *h, int slot, moat_error **err) { return freeze_slot(h, slot, true, err); }
+static int linux_pause(struct moat_host *h, int slot, moat_error **err) {
+  return freeze_slot(moat_linux_of(h), slot, true, err);
+}
 
-int moat_host_resume(struct moat_host *h, int slot, moat_error **err) {
+static int linux_resume(struct moat_host *base, int slot, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
   return freeze_slot(h, slot, false, err);
 }
 
-/* ---- slot internals for checkpoint.c (slot_internal.h) ---- */
+/* ---- slot internals for checkpoint.c (linux_internal.h) ---- */
 
-int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *out, moat_error **err) {
+int moat_linux_slot_view(struct moat_linux *h, int slot, struct moat_slot_view *out, moat_error **err) {
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
   memset(out, 0, sizeof(*out));
@@ -980,7 +1119,7 @@ int moat_host_slot_view(struct moat_host *h, int slot, struct moat_slot_view *ou
   return 0;
 }
 
-int moat_host_slot_reserve(struct moat_host *h, const char *template_name, const struct moat_limits *limits,
+int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                            struct moat_slot_view *out, moat_error **err) {
   struct slot *s = reserve_slot(h, template_name, limits, err);
   if (!s)
@@ -1000,30 +1139,56 @@ int moat_host_slot_reserve(struct moat_host *h, const char *template_name, const
   return n;
 }
 
-void moat_host_slot_commit(struct moat_host *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd) {
+/* The slot reserved (moat_linux_slot_reserve) and still building, or NULL (h->lock held). */
+static struct slot *reserved_locked(struct moat_linux *h, int slot) {
+  struct slot *s = slot >= 0 && slot < MOAT_MAX_RANGES ? h->slots[slot] : NULL;
+  return s && s->state == SLOT_BUILDING && s->pidfd < 0 ? s : NULL;
+}
+
+int moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd,
+                           moat_error **err) {
   pthread_mutex_lock(&h->lock);
-  struct slot *s = h->slots[slot];
-  s->pid = pid;
-  s->pidfd = pidfd;
-  s->start_time = start_time;
-  s->disk_fd = disk_fd;
-  s->own_child = false; /* CRIU's restored init is not our child */
-  s->state = SLOT_ASSIGNED;
+  struct slot *s = reserved_locked(h, slot);
+  if (s) {
+    s->pid = pid;
+    s->pidfd = pidfd;
+    s->start_time = start_time;
+    s->disk_fd = disk_fd;
+    s->own_child = false; /* CRIU's restored init is not our child */
+  }
   pthread_mutex_unlock(&h->lock);
-  /* A fresh network slot for the restored namespace (the checkpoint's was not kept). */
+  if (!s) {
+    if (pidfd >= 0)
+      close(pidfd);
+    if (disk_fd >= 0)
+      close(disk_fd);
+    return moat_error_set(err, EINVAL, "slot %d is not a slot reserved for a restore", slot);
+  }
+  /* A fresh network slot for the restored namespace (the checkpoint's was not kept), while the
+   * slot is still building: nothing else acts on it meanwhile. */
   moat_error *e = NULL;
   if (attach_net(h, s, pid, false, &e) < 0) {
     log_warn("slot %d: restored sandbox has no network: %s", slot, moat_error_msg(e));
     moat_error_free(&e);
   }
+  pthread_mutex_lock(&h->lock);
+  s->state = SLOT_ASSIGNED;
+  pthread_mutex_unlock(&h->lock);
+  return 0;
 }
 
-void moat_host_slot_abort(struct moat_host *h, int slot) {
+void moat_linux_slot_abort(struct moat_linux *h, int slot) {
   pthread_mutex_lock(&h->lock);
-  struct slot *s = h->slots[slot];
-  h->slots[slot] = NULL;
-  h->live--;
+  struct slot *s = reserved_locked(h, slot);
+  if (s) {
+    h->slots[slot] = NULL;
+    h->live--;
+  }
   pthread_mutex_unlock(&h->lock);
+  if (!s) {
+    log_error("slot %d: abort of a restore into a slot not reserved for one: left alone", slot);
+    return;
+  }
   moat_error *e = NULL;
   if (cleanup_slot(h, slot, s, &e) < 0) {
     log_warn("slot %d: cleanup after a failed restore: %s", slot, moat_error_msg(e));
@@ -1032,9 +1197,25 @@ void moat_host_slot_abort(struct moat_host *h, int slot) {
   free(s);
 }
 
-struct moat_net *moat_host_net(struct moat_host *h) { return h->net; }
+void moat_linux_restore_begin(struct moat_linux *h) {
+  pthread_mutex_lock(&h->restore_lock);
+  while (h->restoring >= h->restore_max)
+    pthread_cond_wait(&h->restore_turn, &h->restore_lock);
+  h->restoring++;
+  pthread_mutex_unlock(&h->restore_lock);
+}
 
-int moat_host_net_slot(struct moat_host *h, int slot) {
+void moat_linux_restore_end(struct moat_linux *h) {
+  pthread_mutex_lock(&h->restore_lock);
+  h->restoring--;
+  pthread_cond_signal(&h->restore_turn);
+  pthread_mutex_unlock(&h->restore_lock);
+}
+
+static struct moat_net *linux_net(struct moat_host *h) { return moat_linux_of(h)->net; }
+
+static int linux_net_slot(struct moat_host *base, int slot) {
+  struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return -1;
   pthread_mutex_lock(&h->lock);
@@ -1043,10 +1224,37 @@ int moat_host_net_slot(struct moat_host *h, int slot) {
   return ns;
 }
 
-void moat_host_fill_instance(struct moat_host *h, int slot, struct moat_instance *out) {
+void moat_linux_fill_instance(struct moat_linux *h, int slot, struct moat_instance *out) {
   pthread_mutex_lock(&h->lock);
   struct slot *s = h->slots[slot];
   if (s)
     fill_instance(h, s, out);
   pthread_mutex_unlock(&h->lock);
 }
+
+static void linux_shutdown(struct moat_host *h) { linux_free(moat_linux_of(h)); }
+
+const struct moat_driver_ops moat_linux_driver = {
+    .name = "linux",
+    .init = linux_init,
+    .shutdown = linux_shutdown,
+    .create = linux_create,
+    .destroy = linux_destroy,
+    .adopt = linux_adopt,
+    .reconcile = linux_reconcile,
+    .alive = linux_alive,
+    .capacity = linux_capacity,
+    .usage = linux_usage,
+    .disk_usage = linux_disk_usage,
+    .port_connect = linux_port_connect,
+    .netns = linux_netns,
+    .pause = linux_pause,
+    .resume = linux_resume,
+    .checkpoint = moat_linux_checkpoint,
+    .restore = moat_linux_restore,
+    .checkpoint_status = moat_linux_checkpoint_status,
+    .can_checkpoint = moat_linux_can_checkpoint,
+    .guest_sessions = moat_linux_guest_sessions,
+    .net = linux_net,
+    .net_slot = linux_net_slot,
+};

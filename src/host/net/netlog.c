@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 
 struct mnl_open_args {
   struct mnl_socket *nl;

@@ -25,9 +25,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../common/fault.h"
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/fault.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 
 #define NET_RUN_DIR "/run/moat/net"
 #define DEFAULT_POOL "10.200.0.0/16"
@@ -339,7 +339,6 @@ static int take_slot(struct moat_net *n, moat_error **err) {
   } else {
     n->slots[free_idx].state = NS_LEASED;
     n->leased++;
-    n->built++;
   }
   pthread_mutex_unlock(&n->lock);
   return r < 0 ? -1 : free_idx;
@@ -355,7 +354,6 @@ static void slot_reset(struct net_slot *s) {
   s->n_learned = s->learned_next = 0;
   s->log_seq = 0;
   s->connections = 0;
-  s->base_rx = s->base_tx = 0;
   s->link_down = false;
 }
 
@@ -484,8 +482,6 @@ void moat_net_forget(struct moat_net *n, const char *id) {
   unlink(path);
 }
 
-static int link_counters(struct moat_net *n, int slot, uint64_t *rx, uint64_t *tx);
-
 int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org, json_t *policy,
                   moat_error **err) {
   if (slot < FIRST_SLOT || (unsigned)slot >= n->pool_size)
@@ -504,10 +500,15 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
   if (!json_object_get(pj, "deny"))
     json_object_set_new(pj, "deny", json_array());
 
+  /* policy_lock across the whole change: the slot's nft elements, its link state and its state
+   * file always match s->pol (a second bind, a teardown or a DNS answer waits); n->lock only
+   * while the slot's memory is read or written, never across a round trip. */
+  pthread_mutex_lock(&n->policy_lock);
   pthread_mutex_lock(&n->lock);
   struct net_slot *s = &n->slots[slot];
   if (s->state != NS_LEASED) {
     pthread_mutex_unlock(&n->lock);
+    pthread_mutex_unlock(&n->policy_lock);
     net_policy_clear(&p);
     json_decref(pj);
     return moat_error_set(err, ENOENT, "network slot %d is not leased", slot);
@@ -516,20 +517,22 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     s->log = xcalloc(NET_LOG_RING, sizeof(*s->log));
   if (!s->learned)
     s->learned = xcalloc(NET_LEARN_MAX, sizeof(*s->learned));
-  struct net_policy old = s->pol;
   bool had = s->bound;
+  const struct net_policy *old = &s->pol; /* stays as it is while policy_lock is held */
   bool is_default = p.internet && !p.egress_deny && !p.n_allow && !p.n_deny;
-  bool old_custom = had && !(old.internet && !old.egress_deny && !old.n_allow && !old.n_deny);
+  bool old_custom = had && !(old->internet && !old->egress_deny && !old->n_allow && !old->n_deny);
+  bool link_change = p.internet == s->link_down;
   /* The nft transaction: old policy's elements out, new ones in, atomically. */
   char *script = NULL;
   size_t len = 0;
   if (had)
-    nft_policy_elements(n, slot, &old, "delete", &script, &len);
+    nft_policy_elements(n, slot, old, "delete", &script, &len);
   nft_policy_elements(n, slot, &p, "add", &script, &len);
+  pthread_mutex_unlock(&n->lock);
   int r = nft_run(n, script, err);
   free(script);
   if (r < 0) {
-    pthread_mutex_unlock(&n->lock);
+    pthread_mutex_unlock(&n->policy_lock);
     net_policy_clear(&p);
     json_decref(pj);
     return moat_error_wrap(err, "apply network policy");
@@ -537,7 +540,8 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
   /* internet: false: the router side goes down, the sandbox's eth0 loses its carrier. Only a
    * change is sent: RTM_NEWLINK takes the rtnl lock, which a veth deletion elsewhere may hold
    * for tens of milliseconds. */
-  if (p.internet == s->link_down) {
+  bool link_set = false;
+  if (link_change) {
     char lb[NET_NLBUF], nm[IFNAMSIZ];
     snprintf(nm, sizeof(nm), "mv%d", slot);
     struct nlmsghdr *nlh = link_msg(lb, RTM_NEWLINK, 0, 0);
@@ -548,11 +552,16 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     if (router_talk(n, nlh) < 0)
       log_warn("network slot %d: set %s %s: %s", slot, nm, p.internet ? "up" : "down", strerror(errno));
     else
-      s->link_down = !p.internet;
+      link_set = true;
   }
+  /* The slot may have been released meanwhile (its teardown waits for policy_lock): it is
+   * updated all the same, so that the teardown removes what is in nft now. */
+  pthread_mutex_lock(&n->lock);
+  if (link_set)
+    s->link_down = !p.internet;
   bool same_sandbox = had && strcmp(s->id, id) == 0;
+  net_policy_clear(&s->pol);
   s->pol = p;
-  net_policy_clear(&old);
   if (s->policy_json)
     json_decref(s->policy_json);
   s->policy_json = pj;
@@ -595,6 +604,7 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     log_warn("network slot %d: %s", slot, moat_error_msg(e2));
     moat_error_free(&e2);
   }
+  pthread_mutex_unlock(&n->policy_lock);
   return 0;
 }
 
@@ -665,8 +675,10 @@ json_t *moat_net_describe(struct moat_net *n, int slot, moat_error **err) {
   inet_ntop(AF_INET, &a, addr, sizeof(addr));
   inet_ntop(AF_INET, &d, dns, sizeof(dns));
   json_t *pol = s->policy_json ? json_incref(s->policy_json) : moat_net_policy_default();
-  uint64_t out_b = have == 0 && rx >= s->base_rx ? rx - s->base_rx : 0;
-  uint64_t in_b = have == 0 && tx >= s->base_tx ? tx - s->base_tx : 0;
+  /* the veth was made for this sandbox (a slot is never handed to a second one): its counters
+   * are the sandbox's own */
+  uint64_t out_b = have == 0 ? rx : 0;
+  uint64_t in_b = have == 0 ? tx : 0;
   json_t *j = json_pack("{s:s, s:s, s:o, s:I, s:I, s:I}", "address", addr, "dns", dns, "policy", pol, "bytes_out",
                         (json_int_t)out_b, "bytes_in", (json_int_t)in_b, "connections", (json_int_t)s->connections);
   pthread_mutex_unlock(&n->lock);
@@ -706,16 +718,6 @@ json_t *moat_net_log(struct moat_net *n, int slot, uint64_t since, unsigned limi
   return arr;
 }
 
-void moat_net_stats(struct moat_net *n, struct moat_net_stats *out) {
-  pthread_mutex_lock(&n->lock);
-  out->prepared = n->prepared;
-  out->leased = n->leased;
-  out->tearing_down = n->tearing;
-  out->built = n->built;
-  out->torn_down = n->torn_down;
-  pthread_mutex_unlock(&n->lock);
-}
-
 /* ---- worker: warm set and teardown ---- */
 
 #define TEARDOWN_WAIT_NS (3ull * 1000000000ull)
@@ -733,27 +735,29 @@ static int teardown_one(struct moat_net *n, struct net_slot *s, bool force) {
     if (router_dellink(n, name) < 0)
       log_warn("network slot %d: delete %s: %s", slot, name, strerror(errno));
   }
+  /* policy_lock: a bind or DNS answer still running for this slot finishes first, and none
+   * starts (the slot is no longer leased), so what is deleted here is all the slot has in nft. */
+  pthread_mutex_lock(&n->policy_lock);
   net_forget_learned(n, slot);
+  char *script = NULL;
+  size_t len = 0;
   pthread_mutex_lock(&n->lock);
-  if (s->bound) {
-    char *script = NULL;
-    size_t len = 0;
+  if (s->bound)
     nft_policy_elements(n, slot, &s->pol, "delete", &script, &len);
-    moat_error *e = NULL;
-    if (script && script[0] && nft_run(n, script, &e) < 0) {
-      log_warn("network slot %d: remove policy elements: %s", slot, moat_error_msg(e));
-      moat_error_free(&e);
-    }
-    free(script);
-  }
   slot_reset(s);
   pthread_mutex_unlock(&n->lock);
+  moat_error *e = NULL;
+  if (script && script[0] && nft_run(n, script, &e) < 0) {
+    log_warn("network slot %d: remove policy elements: %s", slot, moat_error_msg(e));
+    moat_error_free(&e);
+  }
+  free(script);
   _cleanup_free_ char *path = xasprintf("%s/%d", n->state_dir, slot);
   unlink(path);
+  pthread_mutex_unlock(&n->policy_lock);
   pthread_mutex_lock(&n->lock);
   s->state = NS_FREE;
   n->tearing--;
-  n->torn_down++;
   pthread_mutex_unlock(&n->lock);
   return 0;
 }
@@ -819,7 +823,6 @@ static void *worker_main(void *arg) {
         } else {
           n->slots[pick].state = NS_PREPARED;
           n->prepared++;
-          n->built++;
           failures = 0;
         }
         continue;
@@ -947,22 +950,30 @@ int moat_net_reconcile(struct moat_net *n, moat_error **err) {
   net_sappend(&script, &len, "flush set inet moat offline\nflush set inet moat egress_deny\nflush set inet moat allow_net\n"
              "flush set inet moat deny_net\nflush set inet moat allow_dns\nflush set inet moat deny_dns\n"
                                "flush set inet moat policied\n");
+  pthread_mutex_lock(&n->policy_lock); /* no bind changes a slot's elements meanwhile */
   pthread_mutex_lock(&n->lock);
   for (unsigned i = FIRST_SLOT; i < n->pool_size; i++)
     if (n->slots[i].state == NS_LEASED && n->slots[i].bound)
       nft_policy_elements(n, (int)i, &n->slots[i].pol, "add", &script, &len);
-  int r = nft_run(n, script, err);
   pthread_mutex_unlock(&n->lock);
+  int r = nft_run(n, script, err);
+  pthread_mutex_unlock(&n->policy_lock);
   free(script);
   if (r < 0)
-    return moat_error_wrap(err, "reconcile nft sets");
-  pthread_mutex_lock(&n->lock);
-  if (!n->worker_started && pthread_create(&n->worker, NULL, worker_main, n) == 0)
-    n->worker_started = true;
-  pthread_mutex_unlock(&n->lock);
+    moat_error_wrap(err, "reconcile nft sets");
+  /* The worker starts whatever the sets' fate: without it no slot is prepared or torn down. */
+  if (!n->worker_started) {
+    int e = pthread_create(&n->worker, NULL, worker_main, n);
+    if (e != 0) {
+      errno = e;
+      r = moat_error_errno(err, "start the network worker");
+    } else {
+      n->worker_started = true;
+    }
+  }
   if (removed)
     log_info("network reconcile: removed %d veth(s) of no live sandbox", removed);
-  return removed;
+  return r < 0 ? -1 : removed;
 }
 
 /* ---- open / close ---- */
@@ -1144,6 +1155,7 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
   pthread_mutex_init(&n->lock, NULL);
   pthread_mutex_init(&n->nl_lock, NULL);
   pthread_mutex_init(&n->nft_lock, NULL);
+  pthread_mutex_init(&n->policy_lock, NULL);
   pthread_cond_init(&n->wake, NULL);
   n->router_fd = n->outside_fd = n->self_fd = n->dns_fd = n->dns_tcp_fd = n->up_fd = n->router_ioctl = -1;
   n->stop_pipe[0] = n->stop_pipe[1] = -1;
@@ -1156,7 +1168,7 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
   snprintf(n->outside_link, sizeof(n->outside_link), "mu%.12s", instance);
   unsigned plen;
   if (parse_cidr(cfg->pool ? cfg->pool : DEFAULT_POOL, &n->pool, &plen) < 0) {
-    moat_error_set(err, EINVAL, "network pool %s: expected an IPv4 CIDR from /8 to /26",
+    moat_error_set(err, EINVAL, "network pool %s: expected an IPv4 CIDR from /8 to /28",
                    cfg->pool ? cfg->pool : DEFAULT_POOL);
     goto fail;
   }
@@ -1294,6 +1306,7 @@ void moat_net_close(struct moat_net *n) {
   pthread_mutex_destroy(&n->lock);
   pthread_mutex_destroy(&n->nl_lock);
   pthread_mutex_destroy(&n->nft_lock);
+  pthread_mutex_destroy(&n->policy_lock);
   pthread_cond_destroy(&n->wake);
   free(n);
 }

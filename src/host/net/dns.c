@@ -13,6 +13,10 @@
  * connections (TCP_MAX_CONNS) is full, a sandbox holding fewer entries than the largest holder
  * takes one of the largest holder's (its oldest query is forgotten, its oldest connection shut
  * down): however many sandboxes flood, each one still gets about an equal share.
+ *
+ * State: struct net_dns, one per struct moat_net (n->dns), made by dns_start and freed by
+ * dns_stop. Its two locks are leaves (nothing is taken while one is held): pend_lock guards the
+ * pending queries, tcp_lock the table of TCP connections.
  */
 #include "net_internal.h"
 
@@ -27,8 +31,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 
 #define NET_MIN_TTL_S 60
 #define NET_MAX_TTL_S 86400
@@ -48,16 +52,39 @@ struct pending {
   char name[MOAT_NET_MAX_NAME + 1];
 };
 
-static struct pending pend[PENDING];
-static uint16_t next_id;
-/* pend, next_id, pend_count: the UDP thread and the TCP threads (learn_denied) share them */
-static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Entries per sandbox: one bucket per slot of the pool, and a last one for addresses of none. */
-static unsigned *pend_count, n_buckets;
-static int64_t last_sweep_ms;
+#define TCP_MAX_CONNS 64
+#define TCP_PER_SANDBOX 4
+#define TCP_TIMEOUT_S 5
 
-static unsigned bucket_of(int slot) {
-  return slot >= 0 && (unsigned)slot < n_buckets - 1 ? (unsigned)slot : n_buckets - 1;
+struct tcp_job {
+  struct moat_net *n;
+  int fd;
+  struct sockaddr_in peer;
+  unsigned bucket;
+  int index; /* in tcp_table, or -1 once shut down to make room */
+  uint64_t since_ns;
+};
+
+struct net_dns {
+  /* Entries per sandbox: one bucket per slot of the pool, and a last one for addresses of none. */
+  unsigned n_buckets;
+  /* pend_lock: pend, next_id, pend_count, last_sweep_ms (the UDP thread and the TCP threads,
+   * through learn_denied, share them) */
+  pthread_mutex_t pend_lock;
+  struct pending pend[PENDING];
+  uint16_t next_id;
+  unsigned *pend_count; /* n_buckets */
+  int64_t last_sweep_ms;
+  /* tcp_lock: tcp_table and tcp_count, the connections served (TCP_MAX_CONNS, TCP_PER_SANDBOX
+   * each) */
+  pthread_mutex_t tcp_lock;
+  struct tcp_job *tcp_table[TCP_MAX_CONNS];
+  unsigned *tcp_count; /* n_buckets */
+  int tcp_conns;       /* atomic: connection threads alive */
+};
+
+static unsigned bucket_of(const struct net_dns *d, int slot) {
+  return slot >= 0 && (unsigned)slot < d->n_buckets - 1 ? (unsigned)slot : d->n_buckets - 1;
 }
 
 /* Reads a (possibly compressed) name at *off into out (lower case, dotted, no trailing dot).
@@ -263,69 +290,69 @@ static void reply_rcode(int fd, const uint8_t *q, size_t qend, const struct sock
 }
 
 /* Frees p (pend_lock held). */
-static void pending_drop(struct pending *p) {
+static void pending_drop(struct net_dns *d, struct pending *p) {
   if (p->kind != P_FREE)
-    pend_count[bucket_of(p->slot)]--;
+    d->pend_count[bucket_of(d, p->slot)]--;
   p->kind = P_FREE;
 }
 
 /* Frees the entries past their deadline (pend_lock held): the upstream never answered them. */
-static void pending_sweep(int64_t now) {
-  if (now - last_sweep_ms < SWEEP_MS)
+static void pending_sweep(struct net_dns *d, int64_t now) {
+  if (now - d->last_sweep_ms < SWEEP_MS)
     return;
-  last_sweep_ms = now;
+  d->last_sweep_ms = now;
   for (unsigned i = 0; i < PENDING; i++)
-    if (pend[i].kind != P_FREE && pend[i].deadline_ms <= now)
-      pending_drop(&pend[i]);
+    if (d->pend[i].kind != P_FREE && d->pend[i].deadline_ms <= now)
+      pending_drop(d, &d->pend[i]);
 }
 
 /* The oldest entry of the bucket holding the most entries, if it holds more than mine (pend_lock
  * held), or NULL. */
-static struct pending *pending_victim(unsigned mine) {
+static struct pending *pending_victim(struct net_dns *d, unsigned mine) {
   unsigned top = mine;
-  for (unsigned b = 0; b < n_buckets; b++)
-    if (pend_count[b] > pend_count[top])
+  for (unsigned b = 0; b < d->n_buckets; b++)
+    if (d->pend_count[b] > d->pend_count[top])
       top = b;
   if (top == mine)
     return NULL;
   struct pending *v = NULL;
   for (unsigned i = 0; i < PENDING; i++)
-    if (pend[i].kind != P_FREE && bucket_of(pend[i].slot) == top &&
-        (!v || pend[i].deadline_ms < v->deadline_ms))
-      v = &pend[i];
+    if (d->pend[i].kind != P_FREE && bucket_of(d, d->pend[i].slot) == top &&
+        (!v || d->pend[i].deadline_ms < v->deadline_ms))
+      v = &d->pend[i];
   return v;
 }
 
 /* A new entry for a query of slot (pend_lock held), counted against its share; NULL when slot
  * holds PENDING_PER_SANDBOX already, or the table is full of entries of sandboxes that hold no
  * more than it. */
-static struct pending *pending_new(int slot) {
+static struct pending *pending_new(struct net_dns *d, int slot) {
   int64_t now = now_unix_ms();
-  pending_sweep(now);
-  unsigned b = bucket_of(slot);
-  if (pend_count[b] >= PENDING_PER_SANDBOX)
+  pending_sweep(d, now);
+  unsigned b = bucket_of(d, slot);
+  if (d->pend_count[b] >= PENDING_PER_SANDBOX)
     return NULL;
   struct pending *p = NULL;
   uint16_t id = 0;
   for (unsigned k = 0; k < PENDING && !p; k++) {
-    id = next_id++;
-    struct pending *q = &pend[id % PENDING];
+    id = d->next_id++;
+    struct pending *q = &d->pend[id % PENDING];
     if (q->kind == P_FREE || q->deadline_ms <= now)
       p = q;
   }
   if (!p) {
-    p = pending_victim(b);
+    p = pending_victim(d, b);
     if (!p)
       return NULL;
     id = (uint16_t)(p->our_id + PENDING); /* same entry; a late answer to the victim is ignored */
   }
-  pending_drop(p);
+  pending_drop(d, p);
   memset(p, 0, sizeof(*p));
   p->our_id = id;
   p->deadline_ms = now + PENDING_TIMEOUT_MS;
   p->slot = slot;
   p->kind = P_CLIENT; /* the caller may say P_LEARN_DENY */
-  pend_count[b]++;
+  d->pend_count[b]++;
   return p;
 }
 
@@ -337,15 +364,15 @@ static void send_upstream(struct moat_net *n, struct pending *p, const uint8_t *
   b[0] = (uint8_t)(p->our_id >> 8);
   b[1] = (uint8_t)p->our_id;
   if (sendto(n->up_fd, b, len, MSG_DONTWAIT, (struct sockaddr *)&n->upstream, sizeof(n->upstream)) < 0)
-    pending_drop(p);
+    pending_drop(n->dns, p);
 }
 
 /* A learn-only query for name's A records (for deny_dns). */
 static void learn_denied(struct moat_net *n, int slot, const char *name) {
-  pthread_mutex_lock(&pend_lock);
-  struct pending *p = pending_new(slot);
+  pthread_mutex_lock(&n->dns->pend_lock);
+  struct pending *p = pending_new(n->dns, slot);
   if (!p) {
-    pthread_mutex_unlock(&pend_lock);
+    pthread_mutex_unlock(&n->dns->pend_lock);
     return;
   }
   p->kind = P_LEARN_DENY;
@@ -360,8 +387,8 @@ static void learn_denied(struct moat_net *n, int slot, const char *name) {
     const char *dot = strchr(s, '.');
     size_t l = dot ? (size_t)(dot - s) : strlen(s);
     if (l == 0 || l > 63 || o + l + 6 > sizeof(q)) {
-      pending_drop(p);
-      pthread_mutex_unlock(&pend_lock);
+      pending_drop(n->dns, p);
+      pthread_mutex_unlock(&n->dns->pend_lock);
       return;
     }
     q[o++] = (uint8_t)l;
@@ -373,7 +400,7 @@ static void learn_denied(struct moat_net *n, int slot, const char *name) {
   q[o++] = 0, q[o++] = 1; /* A */
   q[o++] = 0, q[o++] = 1; /* IN */
   send_upstream(n, p, q, o);
-  pthread_mutex_unlock(&pend_lock);
+  pthread_mutex_unlock(&n->dns->pend_lock);
 }
 
 /* What to do with query q from a sandbox address: 0 forward (slot, name filled), or an rcode to
@@ -418,10 +445,10 @@ static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct so
       reply_rcode(n->dns_fd, q, qend <= len ? qend : 12, from, rc);
     return;
   }
-  pthread_mutex_lock(&pend_lock);
-  struct pending *p = pending_new(slot);
+  pthread_mutex_lock(&n->dns->pend_lock);
+  struct pending *p = pending_new(n->dns, slot);
   if (!p) {
-    pthread_mutex_unlock(&pend_lock);
+    pthread_mutex_unlock(&n->dns->pend_lock);
     reply_rcode(n->dns_fd, q, qend, from, 2 /* SERVFAIL */);
     return;
   }
@@ -429,7 +456,7 @@ static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct so
   p->client = *from;
   snprintf(p->name, sizeof(p->name), "%.253s", name);
   send_upstream(n, p, q, len);
-  pthread_mutex_unlock(&pend_lock);
+  pthread_mutex_unlock(&n->dns->pend_lock);
 }
 
 /* An upstream answer for slot's query of name: addresses learned (and, when the sandbox's default
@@ -442,12 +469,25 @@ static bool absorb_answer(struct moat_net *n, int slot, const char *name, const 
   struct net_slot *s = &n->slots[slot];
   bool ok = s->state == NS_LEASED;
   bool need_set = ok && s->bound && !deny && s->pol.egress_deny;
+  bool policy_locked = false;
+  if (ok && na && (need_set || deny)) {
+    /* Elements go into nft under policy_lock, the slot checked leased under it: its teardown
+     * (which forgets what the slot learned) or a new bind never misses one. */
+    pthread_mutex_unlock(&n->lock);
+    pthread_mutex_lock(&n->policy_lock);
+    policy_locked = true;
+    pthread_mutex_lock(&n->lock);
+    ok = s->state == NS_LEASED;
+    need_set = ok && s->bound && !deny && s->pol.egress_deny;
+  }
   if (ok)
     for (size_t i = 0; i < na; i++)
       learn(n, slot, addrs[i], name, deny, need_set || deny);
   pthread_mutex_unlock(&n->lock);
   if (ok && (need_set || deny))
     add_elements(n, slot, addrs, na, ttl, deny);
+  if (policy_locked)
+    pthread_mutex_unlock(&n->policy_lock);
   return ok;
 }
 
@@ -455,15 +495,15 @@ static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
   if (len < 12)
     return;
   uint16_t id = (uint16_t)(m[0] << 8 | m[1]);
-  pthread_mutex_lock(&pend_lock);
-  struct pending *p = &pend[id % PENDING];
+  pthread_mutex_lock(&n->dns->pend_lock);
+  struct pending *p = &n->dns->pend[id % PENDING];
   if (p->kind == P_FREE || p->our_id != id) {
-    pthread_mutex_unlock(&pend_lock);
+    pthread_mutex_unlock(&n->dns->pend_lock);
     return;
   }
   struct pending cp = *p;
-  pending_drop(p);
-  pthread_mutex_unlock(&pend_lock);
+  pending_drop(n->dns, p);
+  pthread_mutex_unlock(&n->dns->pend_lock);
   if (!absorb_answer(n, cp.slot, cp.name, m, len, cp.kind == P_LEARN_DENY))
     return;
   if (cp.kind == P_CLIENT) {
@@ -474,25 +514,6 @@ static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
 }
 
 /* ---- DNS over TCP (answers too big for UDP are retried over TCP by resolvers) ---- */
-
-#define TCP_MAX_CONNS 64
-#define TCP_PER_SANDBOX 4
-#define TCP_TIMEOUT_S 5
-static int tcp_conns; /* atomic: connection threads alive */
-
-struct tcp_job {
-  struct moat_net *n;
-  int fd;
-  struct sockaddr_in peer;
-  unsigned bucket;
-  int index; /* in tcp_table, or -1 once shut down to make room */
-  uint64_t since_ns;
-};
-
-/* The connections served (tcp_lock): TCP_MAX_CONNS, TCP_PER_SANDBOX each (tcp_count). */
-static pthread_mutex_t tcp_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct tcp_job *tcp_table[TCP_MAX_CONNS];
-static unsigned *tcp_count;
 
 static int read_msg(int fd, uint8_t *buf, size_t cap, size_t *len) {
   uint8_t l2[2];
@@ -554,41 +575,41 @@ static void *tcp_main(void *arg) {
   }
   free(q);
   free(ans);
-  pthread_mutex_lock(&tcp_lock);
+  pthread_mutex_lock(&n->dns->tcp_lock);
   if (j->index >= 0) {
-    tcp_table[j->index] = NULL;
-    tcp_count[j->bucket]--;
+    n->dns->tcp_table[j->index] = NULL;
+    n->dns->tcp_count[j->bucket]--;
   }
-  pthread_mutex_unlock(&tcp_lock);
+  pthread_mutex_unlock(&n->dns->tcp_lock);
   close(j->fd);
   free(j);
-  __atomic_fetch_sub(&tcp_conns, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_sub(&n->dns->tcp_conns, 1, __ATOMIC_RELAXED);
   return NULL;
 }
 
 /* A place in tcp_table for a connection of bucket b (tcp_lock held): a free one, else one the
  * largest holder gives up when it holds more than b (its oldest connection is shut down; its
  * thread ends on its own). -1 when b holds its share already or no one holds more. */
-static int tcp_place(unsigned b) {
-  if (tcp_count[b] >= TCP_PER_SANDBOX)
+static int tcp_place(struct net_dns *d, unsigned b) {
+  if (d->tcp_count[b] >= TCP_PER_SANDBOX)
     return -1;
   for (int i = 0; i < TCP_MAX_CONNS; i++)
-    if (!tcp_table[i])
+    if (!d->tcp_table[i])
       return i;
   unsigned top = b;
-  for (unsigned k = 0; k < n_buckets; k++)
-    if (tcp_count[k] > tcp_count[top])
+  for (unsigned k = 0; k < d->n_buckets; k++)
+    if (d->tcp_count[k] > d->tcp_count[top])
       top = k;
   if (top == b)
     return -1;
   int v = -1;
   for (int i = 0; i < TCP_MAX_CONNS; i++)
-    if (tcp_table[i]->bucket == top && (v < 0 || tcp_table[i]->since_ns < tcp_table[v]->since_ns))
+    if (d->tcp_table[i]->bucket == top && (v < 0 || d->tcp_table[i]->since_ns < d->tcp_table[v]->since_ns))
       v = i;
-  shutdown(tcp_table[v]->fd, SHUT_RDWR);
-  tcp_table[v]->index = -1;
-  tcp_table[v] = NULL;
-  tcp_count[top]--;
+  shutdown(d->tcp_table[v]->fd, SHUT_RDWR);
+  d->tcp_table[v]->index = -1;
+  d->tcp_table[v] = NULL;
+  d->tcp_count[top]--;
   return v;
 }
 
@@ -602,35 +623,35 @@ static void on_tcp_accept(struct moat_net *n) {
   j->n = n;
   j->fd = fd;
   j->peer = peer;
-  j->bucket = bucket_of(net_slot_of_ip(n, peer.sin_addr.s_addr));
+  j->bucket = bucket_of(n->dns, net_slot_of_ip(n, peer.sin_addr.s_addr));
   j->since_ns = now_ns();
-  pthread_mutex_lock(&tcp_lock);
-  j->index = tcp_place(j->bucket);
+  pthread_mutex_lock(&n->dns->tcp_lock);
+  j->index = tcp_place(n->dns, j->bucket);
   if (j->index >= 0) {
-    tcp_table[j->index] = j;
-    tcp_count[j->bucket]++;
+    n->dns->tcp_table[j->index] = j;
+    n->dns->tcp_count[j->bucket]++;
   }
-  pthread_mutex_unlock(&tcp_lock);
+  pthread_mutex_unlock(&n->dns->tcp_lock);
   if (j->index < 0) {
     close(fd);
     free(j);
     return;
   }
-  __atomic_add_fetch(&tcp_conns, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&n->dns->tcp_conns, 1, __ATOMIC_RELAXED);
   pthread_t t;
   pthread_attr_t at;
   pthread_attr_init(&at);
   pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
   if (pthread_create(&t, &at, tcp_main, j) != 0) {
-    pthread_mutex_lock(&tcp_lock);
+    pthread_mutex_lock(&n->dns->tcp_lock);
     if (j->index >= 0) {
-      tcp_table[j->index] = NULL;
-      tcp_count[j->bucket]--;
+      n->dns->tcp_table[j->index] = NULL;
+      n->dns->tcp_count[j->bucket]--;
     }
-    pthread_mutex_unlock(&tcp_lock);
+    pthread_mutex_unlock(&n->dns->tcp_lock);
     close(fd);
     free(j);
-    __atomic_fetch_sub(&tcp_conns, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&n->dns->tcp_conns, 1, __ATOMIC_RELAXED);
   }
   pthread_attr_destroy(&at);
 }
@@ -668,9 +689,14 @@ static void *dns_main(void *arg) {
 }
 
 int dns_start(struct moat_net *n, moat_error **err) {
-  n_buckets = n->pool_size + 1;
-  pend_count = xcalloc(n_buckets, sizeof(*pend_count));
-  tcp_count = xcalloc(n_buckets, sizeof(*tcp_count));
+  struct net_dns *d = xcalloc(1, sizeof(*d));
+  pthread_mutex_init(&d->pend_lock, NULL);
+  pthread_mutex_init(&d->tcp_lock, NULL);
+  d->n_buckets = n->pool_size + 1;
+  d->pend_count = xcalloc(d->n_buckets, sizeof(*d->pend_count));
+  d->tcp_count = xcalloc(d->n_buckets, sizeof(*d->tcp_count));
+  d->next_id = (uint16_t)(now_ns() & 0xffff);
+  n->dns = d;
   n->dns_fd = net_socket_in(n->router_fd, AF_INET, SOCK_DGRAM, 0, err);
   if (n->dns_fd < 0)
     return -1;
@@ -689,7 +715,6 @@ int dns_start(struct moat_net *n, moat_error **err) {
     return -1;
   if (pipe2(n->stop_pipe, O_CLOEXEC) < 0)
     return moat_error_errno(err, "pipe");
-  next_id = (uint16_t)(now_ns() & 0xffff);
   if (pthread_create(&n->dns_thread, NULL, dns_main, n) != 0)
     return moat_error_set(err, EAGAIN, "start the DNS thread");
   n->dns_started = true;
@@ -705,21 +730,29 @@ void dns_stop(struct moat_net *n) {
     n->dns_started = false;
   }
   /* The stop pipe stays readable (nobody reads the byte) for netlog's thread; net.c closes it. */
-  /* TCP connections in flight end within TCP_TIMEOUT_S (their sockets time out). */
-  for (int i = 0; i < (TCP_TIMEOUT_S * 2 + 1) * 20 && __atomic_load_n(&tcp_conns, __ATOMIC_RELAXED) > 0; i++)
-    usleep(50000);
+  struct net_dns *d = n->dns;
+  if (d) {
+    /* TCP connections in flight end at once (their sockets shut down) or, asking the upstream,
+     * within its timeouts. */
+    pthread_mutex_lock(&d->tcp_lock);
+    for (int i = 0; i < TCP_MAX_CONNS; i++)
+      if (d->tcp_table[i])
+        shutdown(d->tcp_table[i]->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&d->tcp_lock);
+    for (int i = 0; i < (TCP_TIMEOUT_S * 2 + 1) * 20 && __atomic_load_n(&d->tcp_conns, __ATOMIC_RELAXED) > 0; i++)
+      usleep(50000);
+  }
   int fds[] = {n->dns_fd, n->up_fd, n->dns_tcp_fd};
   for (size_t i = 0; i < ARRAY_SIZE(fds); i++)
     if (fds[i] >= 0)
       close(fds[i]);
   n->dns_fd = n->up_fd = n->dns_tcp_fd = -1;
-  if (__atomic_load_n(&tcp_conns, __ATOMIC_RELAXED) == 0) { /* else threads may still count */
-    pthread_mutex_lock(&pend_lock);
-    memset(pend, 0, sizeof(pend));
-    free(pend_count);
-    pend_count = NULL;
-    pthread_mutex_unlock(&pend_lock);
-    free(tcp_count);
-    tcp_count = NULL;
+  if (d && __atomic_load_n(&d->tcp_conns, __ATOMIC_RELAXED) == 0) { /* else threads may still use it */
+    pthread_mutex_destroy(&d->pend_lock);
+    pthread_mutex_destroy(&d->tcp_lock);
+    free(d->pend_count);
+    free(d->tcp_count);
+    free(d);
+    n->dns = NULL;
   }
 }

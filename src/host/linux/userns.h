@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
 /* The kernel counts per-user resources (ucounts: inotify instances and watches, pending signals,
  * POSIX message queue bytes, SHM_LOCK'ed memory, processes, namespaces) at every level of the

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
 
 enum { V1_MEMORY, V1_CPU, V1_PIDS, V1_CPUACCT, V1_COUNT };
 static const char *v1_names[V1_COUNT] = {"memory", "cpu", "pids", "cpuacct"};
@@ -22,8 +22,6 @@ struct moat_cgroups {
   char *v2;           /* OWN/moat-INSTANCE in the v2 tree */
   char *v1[V1_COUNT]; /* OWN/moat-INSTANCE in each v1 hierarchy (hybrid only; NULL if absent) */
 };
-
-bool moat_cgroups_hybrid(const struct moat_cgroups *cg) { return cg->hybrid; }
 
 /* Finds the mount point of the v2 tree and of each v1 controller from mountinfo. */
 static int find_mounts(char **v2_mnt, char *v1_mnt[V1_COUNT], moat_error **err) {

@@ -21,8 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/fault.h"
-#include "../common/util.h"
+#include "../../common/fault.h"
+#include "../../common/util.h"
 
 extern char **environ;
 

@@ -12,15 +12,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
-#include "driver.h"
+#include "../../common/error.h"
+#include "../driver.h"
 
 struct moat_cgroups;
 
 /* Finds the hierarchies and creates OWN/moat-INSTANCE in each. 0 or -1. */
 int moat_cgroups_open(struct moat_cgroups **out, const char *instance, moat_error **err);
 void moat_cgroups_close(struct moat_cgroups *cg);
-bool moat_cgroups_hybrid(const struct moat_cgroups *cg);
 
 /* Creates slot-N everywhere and writes limits. Returns an O_DIRECTORY fd of the v2 dir (for
  * clone3's CLONE_INTO_CGROUP; the caller closes it) or -1. */
