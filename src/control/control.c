@@ -622,19 +622,12 @@ int moat_control_guest(struct moat_control *c, const char *org, const char *id, 
   return 0;
 }
 
-int moat_control_netns(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+int moat_control_running(struct moat_control *c, const char *org, const char *id, moat_error **err) {
   struct live *e = acquire_running(c, org, id, NULL, NULL, false, err);
   if (!e)
     return -1;
-  int fd = -1;
-  pthread_mutex_lock(&e->m); /* a kill waits for m: the slot stays the sandbox's meanwhile */
-  if (e->state == MOAT_SB_RUNNING && e->slot >= 0)
-    fd = moat_host_netns(c->host, e->slot, err);
-  else
-    moat_error_set(err, EBUSY, "sandbox %s is %s", id, moat_sandbox_state_name(e->state));
-  pthread_mutex_unlock(&e->m);
   live_put(c, e);
-  return fd;
+  return 0;
 }
 
 int moat_control_port_connect(struct moat_control *c, const char *org, const char *id, unsigned port, int timeout_ms,

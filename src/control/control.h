@@ -143,11 +143,10 @@ int moat_control_guest(struct moat_control *c, const char *org, const char *id, 
                        char ***env, moat_error **err);
 
 /* For exposed ports: the same checks as moat_control_guest (a hibernated sandbox is woken, a paused
- * one is MOAT_E_PAUSED), then an open fd of the sandbox's network namespace (moat_host_netns;
- * caller closes), or -1. */
-int moat_control_netns(struct moat_control *c, const char *org, const char *id, moat_error **err);
+ * one is MOAT_E_PAUSED): 0 when org's sandbox id runs, else -1. */
+int moat_control_running(struct moat_control *c, const char *org, const char *id, moat_error **err);
 
-/* For exposed ports: the same checks as moat_control_netns, then a TCP connection to port on the
+/* For exposed ports: the same checks as moat_control_running, then a TCP connection to port on the
  * sandbox's own loopback (moat_host_port_connect: 127.0.0.1, else ::1; never the host's), its
  * connect bounded by timeout_ms. The connected fd (caller closes), or -1: ECONNREFUSED when nothing
  * listens there, ETIMEDOUT. */

@@ -133,11 +133,6 @@ int moat_host_disk_usage(struct moat_host *h, int slot, struct moat_disk_usage *
  * ETIMEDOUT, ENOENT when the slot holds no running sandbox. */
 int moat_host_port_connect(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err);
 
-/* An fd of the network namespace of the sandbox in slot (the caller closes it), for a caller that
- * makes its own sockets there; prefer moat_host_port_connect, which needs no namespace. -1: ENOENT
- * when the slot holds no running sandbox, ENOSYS for a driver whose sandboxes have none. */
-int moat_host_netns(struct moat_host *h, int slot, moat_error **err);
-
 /* ---- time travel: pause, checkpoint, restore ---- */
 
 /* Freezes every process of the sandbox in slot (cgroup freezer; returns once the cgroup reports
@@ -221,8 +216,6 @@ struct moat_driver_ops {
   int (*usage)(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
   int (*disk_usage)(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err);
   int (*port_connect)(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err);
-  /* optional: a driver whose sandboxes have no network namespace of the host's has none */
-  int (*netns)(struct moat_host *h, int slot, moat_error **err);
   /* optional: time travel */
   int (*pause)(struct moat_host *h, int slot, moat_error **err);
   int (*resume)(struct moat_host *h, int slot, moat_error **err);

@@ -69,9 +69,6 @@ static int unsupported(struct moat_host *h, const char *what, moat_error **err) 
   return moat_error_set(err, ENOSYS, "the %s driver cannot %s", h->ops->name, what);
 }
 
-int moat_host_netns(struct moat_host *h, int slot, moat_error **err) {
-  return h->ops->netns ? h->ops->netns(h, slot, err) : unsupported(h, "hand out a network namespace", err);
-}
 
 int moat_host_pause(struct moat_host *h, int slot, moat_error **err) {
   return h->ops->pause ? h->ops->pause(h, slot, err) : unsupported(h, "pause", err);

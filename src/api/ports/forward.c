@@ -1,13 +1,11 @@
 /* forward.c -- forwards one HTTP request (or a WebSocket) to a server inside a sandbox
  *
- * The backend socket is made inside the sandbox's network namespace: the calling thread setns()es
- * into it (/proc/INIT/ns/net from control), creates the sockets and returns to moatd's own
- * namespace at once; a socket keeps the namespace it was made in. It connects to 127.0.0.1:P,
- * else [::1]:P.
+ * The backend connection comes from control (moat_control_port_connect): made inside the
+ * sandbox's own network, to its 127.0.0.1:P, else [::1]:P, never to anything of the host's.
  *
  * Backend connections are kept alive: one whose response ended cleanly (framed by Content-Length
  * or chunked, HTTP/1.1, no "Connection: close", the whole request body sent) goes to an idle pool
- * keyed by (network namespace inode, port) and is reused by the next request for that port within
+ * keyed by (sandbox id, port) and is reused by the next request for that port within
  * PORT_IDLE_MS (a sweeper thread closes older ones: CRIU refuses to checkpoint a sandbox with an
  * established TCP connection, so idle ones must not linger); one that the server closed meanwhile
  * is noticed (readable at reuse) and dropped. A request without a body that fails on a reused
@@ -29,7 +27,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,9 +70,9 @@ struct port_fwd {
   enum chunk_state ch;
   char desc[64];
   /* keep-alive */
-  int ns; /* the sandbox's network namespace, for a retry */
-  dev_t ns_dev;
-  ino_t ns_ino;
+  struct moat_control *control;
+  char id[MOAT_ID_LEN + 1];
+  char *org;
   unsigned port;
   bool reused;      /* fd came from the idle pool */
   bool has_body;    /* the request has a body */
@@ -90,8 +87,7 @@ struct port_fwd {
 /* ---- idle backend connections ---- */
 
 struct idle {
-  dev_t dev;
-  ino_t ino;
+  char id[MOAT_ID_LEN + 1];
   unsigned port;
   int fd;
   uint64_t since_ns;
@@ -112,8 +108,8 @@ static void pool_drop_locked(struct port_pool *pl, size_t i) {
   pl->v[i] = pl->v[--pl->n];
 }
 
-/* An idle connection to (dev, ino, port) that the server has not closed, or -1. */
-static int pool_take(struct port_pool *pl, dev_t dev, ino_t ino, unsigned port) {
+/* An idle connection to port of sandbox id that the server has not closed, or -1. */
+static int pool_take(struct port_pool *pl, const char *id, unsigned port) {
   uint64_t now = now_ns();
   int fd = -1;
   pthread_mutex_lock(&pl->lock);
@@ -122,7 +118,7 @@ static int pool_take(struct port_pool *pl, dev_t dev, ino_t ino, unsigned port) 
       pool_drop_locked(pl, i);
       continue;
     }
-    if (fd < 0 && pl->v[i].dev == dev && pl->v[i].ino == ino && pl->v[i].port == port) {
+    if (fd < 0 && pl->v[i].port == port && strcmp(pl->v[i].id, id) == 0) {
       int cand = pl->v[i].fd;
       pl->v[i] = pl->v[--pl->n];
       struct pollfd p = {.fd = cand, .events = POLLIN};
@@ -193,7 +189,7 @@ void port_pool_free(struct port_pool *pl) {
   free(pl);
 }
 
-static void pool_put(struct port_pool *pl, dev_t dev, ino_t ino, unsigned port, int fd) {
+static void pool_put(struct port_pool *pl, const char *id, unsigned port, int fd) {
   if (!pl->sweeping) {
     close(fd);
     return;
@@ -201,7 +197,7 @@ static void pool_put(struct port_pool *pl, dev_t dev, ino_t ino, unsigned port, 
   pthread_mutex_lock(&pl->lock);
   size_t same = 0, oldest = 0;
   for (size_t i = 0; i < pl->n; i++) {
-    if (pl->v[i].dev == dev && pl->v[i].ino == ino && pl->v[i].port == port)
+    if (pl->v[i].port == port && strcmp(pl->v[i].id, id) == 0)
       same++;
     if (pl->v[i].since_ns < pl->v[oldest].since_ns)
       oldest = i;
@@ -213,84 +209,26 @@ static void pool_put(struct port_pool *pl, dev_t dev, ino_t ino, unsigned port, 
   }
   if (pl->n == POOL_MAX)
     pool_drop_locked(pl, oldest);
-  pl->v[pl->n++] = (struct idle){.dev = dev, .ino = ino, .port = port, .fd = fd, .since_ns = now_ns()};
+  struct idle *e = &pl->v[pl->n++];
+  snprintf(e->id, sizeof(e->id), "%s", id);
+  e->port = port;
+  e->fd = fd;
+  e->since_ns = now_ns();
   pthread_mutex_unlock(&pl->lock);
 }
 
-/* ---- the sandbox's namespace ---- */
+/* ---- the backend connection ---- */
 
-static int self_netns = -1;
-static pthread_once_t self_once = PTHREAD_ONCE_INIT;
-static void self_open(void) { self_netns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC); }
-
-/* Makes a TCP socket of family inside the namespace nsfd. -1 with *err. */
-static int socket_in(int nsfd, int family, moat_error **err) {
-  pthread_once(&self_once, self_open);
-  if (self_netns < 0)
-    return moat_error_errno(err, "open moatd's network namespace");
-  if (setns(nsfd, CLONE_NEWNET) < 0)
-    return moat_error_errno(err, "enter the sandbox's network namespace");
-  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int saved = errno;
-  if (setns(self_netns, CLONE_NEWNET) < 0) {
-    /* This thread would go on serving in the sandbox's namespace: never. */
-    log_error("ports: cannot return to moatd's network namespace: %s", strerror(errno));
-    abort();
-  }
-  if (fd < 0) {
-    errno = saved;
-    return moat_error_errno(err, "socket in the sandbox");
-  }
+/* A new connection to port of org's sandbox id, for sending requests on. */
+static int connect_backend(struct moat_control *c, const char *org, const char *id, unsigned port, moat_error **err) {
+  int fd = moat_control_port_connect(c, org, id, port, PORT_CONNECT_TIMEOUT_S * 1000, err);
+  if (fd < 0)
+    return -1;
+  struct timeval tv = {.tv_sec = PORT_SEND_TIMEOUT_S};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
-}
-
-/* A new connection to port in the namespace ns (of sandbox id). */
-static int connect_backend(int ns, const char *id, unsigned port, moat_error **err) {
-  int last = ECONNREFUSED;
-  for (int i = 0; i < 2; i++) {
-    int family = i == 0 ? AF_INET : AF_INET6;
-    _cleanup_close_ int fd = socket_in(ns, family, err);
-    if (fd < 0)
-      return -1;
-    struct timeval tv = {.tv_sec = PORT_CONNECT_TIMEOUT_S};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    struct sockaddr_storage ss = {0};
-    socklen_t sl;
-    if (family == AF_INET) {
-      struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-      a->sin_family = AF_INET;
-      a->sin_port = htons((uint16_t)port);
-      a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      sl = sizeof(*a);
-    } else {
-      struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-      a->sin6_family = AF_INET6;
-      a->sin6_port = htons((uint16_t)port);
-      a->sin6_addr = in6addr_loopback;
-      sl = sizeof(*a);
-    }
-    int rc;
-    do
-      rc = connect(fd, (struct sockaddr *)&ss, sl);
-    while (rc < 0 && errno == EINTR);
-    if (rc == 0) {
-      tv.tv_sec = PORT_SEND_TIMEOUT_S;
-      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      return steal_fd(&fd);
-    }
-    if (errno == EINPROGRESS || errno == EAGAIN || errno == ETIMEDOUT)
-      return moat_error_set(err, ETIMEDOUT, "connecting to port %u in sandbox %s timed out", port, id);
-    last = errno;
-    if (errno != ECONNREFUSED && errno != EADDRNOTAVAIL && errno != ENETUNREACH && errno != EAFNOSUPPORT)
-      break;
-  }
-  if (last == ECONNREFUSED || last == EADDRNOTAVAIL || last == ENETUNREACH || last == EAFNOSUPPORT)
-    return moat_error_set(err, ECONNREFUSED, "nothing listens on port %u in sandbox %s (127.0.0.1 or ::1)",
-                          port, id);
-  errno = last;
-  return moat_error_errno(err, "connect to port %u in sandbox %s", port, id);
 }
 
 /* ---- the request ---- */
@@ -433,13 +371,13 @@ static void client_ip(struct MHD_Connection *c, char *out, size_t size) {
     inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)size);
 }
 
-/* Replaces f's connection with a new one (same namespace and port). 0 or -1. */
-static int reconnect(struct port_fwd *f, const char *id, moat_error **err) {
+/* Replaces f's connection with a new one (same sandbox and port). 0 or -1. */
+static int reconnect(struct port_fwd *f, moat_error **err) {
   close(f->fd);
   f->fd = -1;
   f->reused = false;
   f->pos = f->len = 0;
-  f->fd = connect_backend(f->ns, id, f->port, err);
+  f->fd = connect_backend(f->control, f->org, f->id, f->port, err);
   return f->fd < 0 ? -1 : 0;
 }
 
@@ -465,17 +403,16 @@ struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, c
       return NULL;
     }
   }
-  _cleanup_close_ int ns = moat_control_netns(c, org, id, err);
-  if (ns < 0)
-    return NULL;
-  struct stat st;
-  if (fstat(ns, &st) < 0) {
-    moat_error_errno(err, "stat the network namespace of %s", id);
-    return NULL;
+  /* A pooled connection is used only once control said org's sandbox runs (it wakes a hibernated
+   * one): the same checks as a new connection's. */
+  _cleanup_close_ int fd = -1;
+  if (!want_upgrade) {
+    if (moat_control_running(c, org, id, err) < 0)
+      return NULL;
+    fd = pool_take(pool, id, port);
   }
-  int fd = want_upgrade ? -1 : pool_take(pool, st.st_dev, st.st_ino, port);
   bool reused = fd >= 0;
-  if (fd < 0 && (fd = connect_backend(ns, id, port, err)) < 0)
+  if (fd < 0 && (fd = connect_backend(c, org, id, port, err)) < 0)
     return NULL;
 
   struct port_fwd *f = xcalloc(1, sizeof(*f));
@@ -483,10 +420,10 @@ struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, c
   f->conn = conn;
   f->env = req->env;
   f->ticket = req->ticket;
-  f->fd = fd;
-  f->ns = steal_fd(&ns);
-  f->ns_dev = st.st_dev;
-  f->ns_ino = st.st_ino;
+  f->fd = steal_fd(&fd);
+  f->control = c;
+  snprintf(f->id, sizeof(f->id), "%s", id);
+  f->org = xstrdup(org);
   f->port = port;
   f->reused = reused;
   f->head_req = strcmp(req->method, "HEAD") == 0;
@@ -527,7 +464,7 @@ struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, c
   int rc = send_all(f->fd, f->head, f->head_len, err);
   if (rc < 0 && f->reused) { /* the server closed the idle connection just now: once more, anew */
     moat_error_free(err);
-    rc = reconnect(f, id, err);
+    rc = reconnect(f, err);
     if (rc == 0)
       rc = send_all(f->fd, f->head, f->head_len, err);
   }
@@ -577,13 +514,12 @@ void port_fwd_free(void *p) {
   if (!f)
     return;
   if (reusable(f)) {
-    pool_put(f->pool, f->ns_dev, f->ns_ino, f->port, f->fd);
+    pool_put(f->pool, f->id, f->port, f->fd);
     f->fd = -1;
   }
   if (f->fd >= 0)
     close(f->fd);
-  if (f->ns >= 0)
-    close(f->ns);
+  free(f->org);
   free(f->head);
   free(f->set_cookie);
   free(f->in);
@@ -1095,7 +1031,7 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
       if (!f->reused || f->got_any || !f->head || !*err || (*err)->status != ECONNRESET)
         return NULL;
       moat_error_free(err);
-      if (reconnect(f, f->desc, err) < 0 || send_all(f->fd, f->head, f->head_len, err) < 0)
+      if (reconnect(f, err) < 0 || send_all(f->fd, f->head, f->head_len, err) < 0)
         return NULL;
       continue;
     }

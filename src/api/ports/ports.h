@@ -5,9 +5,9 @@
  *   - by path on moatd's API listener: ANY /v1/sandboxes/ID/ports/P/REST -> "ANY /REST" (ports.c)
  *   - by host name on moatd's proxy listener (moatd --proxy-listen, --proxy-domain): a request with
  *     "Host: P-ID.DOMAIN" -> the same request line (proxy.c)
- * moatd opens the backend connection inside the sandbox's own network namespace (setns on a
- * thread, the socket keeps its namespace) to 127.0.0.1:P, then [::1]:P; so it needs no route into
- * the sandbox and works for loopback-only sandboxes.
+ * The backend connection comes from control (moat_control_port_connect), made inside the sandbox's
+ * own network to its 127.0.0.1:P, then [::1]:P; so it needs no route into the sandbox and works for
+ * loopback-only sandboxes.
  *
  * Access (ports.c): a proxied request needs the org's API key (Authorization: Bearer / X-API-Key),
  * or the port's access token (X-Moat-Port-Token header or ?moat_token= query parameter), or the

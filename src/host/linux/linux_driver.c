@@ -1247,7 +1247,6 @@ const struct moat_driver_ops moat_linux_driver = {
     .usage = linux_usage,
     .disk_usage = linux_disk_usage,
     .port_connect = linux_port_connect,
-    .netns = linux_netns,
     .pause = linux_pause,
     .resume = linux_resume,
     .checkpoint = moat_linux_checkpoint,
