@@ -47,7 +47,9 @@ CLI_LIBS := -lcurl -lwslay -ljansson
 
 # Every .c beneath a layer's folder (layers may have folders of their own: api/v1, host/linux, ...).
 srcs = $(sort $(shell find $(1) -name '*.c' 2>/dev/null))
-COMMON_SRC := $(call srcs,src/common) $(call srcs,src/proto)
+# proto/ is the guest protocol's wire format, both ends link it; proto/client is the host's end.
+COMMON_SRC := $(call srcs,src/common) $(wildcard src/proto/*.c)
+CLIENT_SRC := $(call srcs,src/proto/client)
 HOST_SRC := $(call srcs,src/host)
 STORE_SRC := $(call srcs,src/store)
 CONTROL_SRC := $(call srcs,src/control)
@@ -58,7 +60,7 @@ CLI_SRC := $(wildcard src/cli/*.c)
 
 obj = $(patsubst src/%.c,$(O)/obj/%.o,$(1))
 
-LIBMOAT_OBJ := $(call obj,$(COMMON_SRC) $(HOST_SRC) $(STORE_SRC) $(CONTROL_SRC) $(API_SRC))
+LIBMOAT_OBJ := $(call obj,$(COMMON_SRC) $(CLIENT_SRC) $(HOST_SRC) $(STORE_SRC) $(CONTROL_SRC) $(API_SRC))
 # The guest is static and never sanitized (ASan does not link statically): its own objects.
 GUEST_O := build/guest
 GUEST_OBJ := $(patsubst src/%.c,$(GUEST_O)/%.o,$(COMMON_SRC) $(GUEST_LIB_SRC) src/guest/main.c)

@@ -32,7 +32,7 @@
 #include "common/util.h"
 #include "host/linux/criu.h"
 #include "host/driver.h"
-#include "host/guest_client.h"
+#include "proto/client/guest_client.h"
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

@@ -16,7 +16,7 @@
 
 #include "../common/error.h"
 #include "../host/driver.h"
-#include "../host/guest_client.h"
+#include "../proto/client/guest_client.h"
 #include "../host/template.h"
 
 #define MOAT_ID_LEN 20 /* "sb-" + 17 base-36 chars; buffers are MOAT_ID_LEN + 1 */

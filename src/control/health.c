@@ -1,6 +1,6 @@
 /* health.c -- a sandbox whose guest stopped answering: checked once more, then killed and reported
  *
- * guest_client.c calls on_unreachable whenever a call gives up on a guest (EHOSTUNREACH). One
+ * The guest channel calls on_unreachable whenever a call gives up on a guest (EHOSTUNREACH). One
  * check per sandbox runs at a time, on a thread of its own: a request served by PID 1 itself (a
  * spare worker may still answer for a PID 1 that hangs) must answer within HEALTH_CHECK_MS. If it
  * does not, and the sandbox is still running with the same init, it is killed with reason
@@ -71,13 +71,12 @@ static void on_unreachable(const struct moat_guest_ep *ep, void *arg) {
 }
 
 void ctl_health_open(struct moat_control *c, unsigned guest_timeout_ms) {
-  if (guest_timeout_ms)
-    moat_guest_set_timeout_ms(guest_timeout_ms);
-  moat_guest_set_unreachable_hook(on_unreachable, c);
+  moat_guest_channel_configure(moat_host_guest_channel(c->host), guest_timeout_ms, on_unreachable, c);
 }
 
 void ctl_health_close(struct moat_control *c) {
-  moat_guest_set_unreachable_hook(NULL, NULL);
+  struct moat_guest_channel *ch = moat_host_guest_channel(c->host);
+  moat_guest_channel_configure(ch, ch->timeout_ms, NULL, NULL);
   /* running checks end within HEALTH_CHECK_MS (the guest timeout bounds their connect) */
   for (int i = 0; i < 2000 && __atomic_load_n(&c->health_checks, __ATOMIC_SEQ_CST) > 0; i++) {
     struct timespec ts = {0, 10 * 1000 * 1000};

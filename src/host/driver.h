@@ -22,7 +22,7 @@
 #include <sys/types.h>
 
 #include "../common/error.h"
-#include "guest_client.h"
+#include "../proto/client/guest_client.h"
 
 struct moat_host;
 struct moat_net;
@@ -172,6 +172,9 @@ int moat_host_restore(struct moat_host *h, const char *dir, const char *template
 /* Connections from moatd the sandbox in slot holds open now (an attached exec stream, PTY, watch):
  * traffic on them makes no API call, so the idle reaper asks. -1 when it cannot tell. */
 int moat_host_guest_sessions(struct moat_host *h, int slot);
+/* The channel every guest endpoint of h names (its timeout and unreachable hook are the caller's
+ * to set, before guests are reached). */
+struct moat_guest_channel *moat_host_guest_channel(struct moat_host *h);
 
 /* A line saying how this host checkpoints (the linux driver: which CRIU and why, "criu 4.1.1 from
  * /var/lib/moat/criu (the system's 3.17 fails criu check on this kernel)"), or why checkpoints
@@ -199,6 +202,9 @@ int moat_host_net_slot(struct moat_host *h, int slot);
  * guest_client.c connects to); a driver makes its guest listen where that endpoint says. */
 struct moat_host {
   const struct moat_driver_ops *ops; /* set by moat_host_init */
+  /* how the driver reaches its guests: the driver sets ops at init, every endpoint it hands out
+   * names it; moat_host_guest_channel lets its user set the timeout and hook */
+  struct moat_guest_channel guest_channel;
 };
 
 struct moat_driver_ops {

@@ -98,6 +98,8 @@ bool moat_host_can_checkpoint(struct moat_host *h) {
   return h->ops->can_checkpoint && h->ops->checkpoint && h->ops->restore && h->ops->can_checkpoint(h);
 }
 
+struct moat_guest_channel *moat_host_guest_channel(struct moat_host *h) { return &h->guest_channel; }
+
 int moat_host_guest_sessions(struct moat_host *h, int slot) {
   return h->ops->guest_sessions ? h->ops->guest_sessions(h, slot) : -1;
 }

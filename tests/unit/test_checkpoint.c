@@ -18,7 +18,7 @@
 
 #include "common/util.h"
 #include "host/driver.h"
-#include "host/guest_client.h"
+#include "proto/client/guest_client.h"
 
 #include "tap.h"
 
@@ -430,13 +430,14 @@ int main(void) {
     ok(r == 0, "host re-init", moat_error_msg(err));
     if (r < 0)
       return 1;
-    struct moat_instance x;
+    struct moat_instance x[4];
     int adopted = 0;
     const struct moat_instance *all[] = {&a, &jb.inst, &jd.inst, &je.inst};
     for (size_t i = 0; i < ARRAY_SIZE(all); i++)
-      adopted += moat_host_adopt(h, all[i]->slot, all[i]->pid, all[i]->start_time, &x, NULL) == 1;
+      adopted += moat_host_adopt(h, all[i]->slot, all[i]->pid, all[i]->start_time, &x[i], NULL) == 1;
     ok(adopted == 4, "the four running sandboxes are adopted", NULL);
     moat_host_reconcile(h, NULL);
+    a = x[0]; /* the endpoints of the host that adopted them (the old host's are gone with it) */
     ok(moat_guest_ping(&a.guest, 2000, &err) == 0 && access(marker, F_OK) < 0,
        "A, frozen by an interrupted checkpoint, runs again after adopt", moat_error_msg(err));
     moat_error_free(&err);

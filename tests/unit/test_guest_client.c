@@ -7,12 +7,18 @@
 
 /* test_guest_* link only the guest's library: the client is compiled in here. */
 #define feed_stdin client_feed_stdin /* test_guest_util.h has its own */
-#include "host/guest_client.c"
+#include "proto/client/guest_client.c"
 #undef feed_stdin
+#include "host/linux/guest_channel.c"
+
+/* The linux driver's channel, as a host hands it out. */
+static struct moat_guest_channel g_channel = {.ops = &moat_linux_guest_channel_ops,
+                                              .timeout_ms = MOAT_GUEST_TIMEOUT_MS_DEFAULT};
 
 /* The guest started with --listen binds and listens itself: it is the socket's peer. */
 static const struct moat_guest_ep *sock(void) {
   static struct moat_guest_ep ep;
+  ep.ch = &g_channel;
   snprintf(ep.path, sizeof(ep.path), "%s", g_sock);
   ep.pid = g_pid;
   ep.uid = geteuid();

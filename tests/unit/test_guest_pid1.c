@@ -7,8 +7,13 @@
 #include "test_guest_util.h"
 
 #define feed_stdin client_feed_stdin /* test_guest_util.h has its own */
-#include "host/guest_client.c"
+#include "proto/client/guest_client.c"
 #undef feed_stdin
+#include "host/linux/guest_channel.c"
+
+/* The linux driver's channel, as a host hands it out. */
+static struct moat_guest_channel g_channel = {.ops = &moat_linux_guest_channel_ops,
+                                              .timeout_ms = MOAT_GUEST_TIMEOUT_MS_DEFAULT};
 
 /* A background process and a pty process owned by PID 1 inside the namespace. */
 static struct moat_guest_ep g_ep;
@@ -90,6 +95,7 @@ int main(void) {
   if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 64) < 0)
     return 1;
   /* listen() ran here: this process is the socket's peer for the client's check */
+  g_ep.ch = &g_channel;
   snprintf(g_ep.path, sizeof(g_ep.path), "%s", g_sock);
   g_ep.pid = getpid();
   g_ep.uid = geteuid();

@@ -16,7 +16,7 @@
 
 #include "common/util.h"
 #include "host/driver.h"
-#include "host/guest_client.h"
+#include "proto/client/guest_client.h"
 
 #include "tap.h"
 

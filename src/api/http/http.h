@@ -20,7 +20,7 @@
 #include "../../common/error.h"
 #include "../../common/util.h"
 #include "../../control/control.h"
-#include "../../host/guest_client.h"
+#include "../../proto/client/guest_client.h"
 #include "../api.h"
 
 #define API_MAX_BODY (1024 * 1024)  /* JSON bodies; larger -> 413 */

@@ -69,7 +69,7 @@
 #include "criu_images.h"
 #include "disk.h"
 #include "../driver.h"
-#include "../guest_client.h"
+#include "../../proto/client/guest_client.h"
 #include "layer_copy.h"
 #include "shell.h"
 #include "linux_internal.h"
@@ -972,7 +972,7 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   {
     struct moat_guest_ep ep;
     _cleanup_free_ char *events = moat_cgroup_events_path(v.cgroups, n);
-    moat_shell_chan_ep(chan_dir, pid, v.uid_base, events, &ep);
+    moat_shell_chan_ep(&moat_linux_base(h)->guest_channel, chan_dir, pid, v.uid_base, events, &ep);
     if (moat_shell_chan_lock(chan_dir, err) < 0 || wait_guest(&ep, err) < 0 || moat_guest_renew(&ep, err) < 0)
       goto fail;
   }

@@ -480,7 +480,7 @@ static void fill_instance(struct moat_linux *h, struct slot *s, struct moat_inst
   out->start_time = s->start_time;
   _cleanup_free_ char *dir = chan_path(h, s->index);
   _cleanup_free_ char *events = moat_cgroup_events_path(h->cgroups, s->index);
-  moat_shell_chan_ep(dir, s->pid, slot_uid_base(s->index), events, &out->guest);
+  moat_shell_chan_ep(&h->base.guest_channel, dir, s->pid, slot_uid_base(s->index), events, &out->guest);
 }
 
 static bool limits_equal(const struct moat_limits *a, const struct moat_limits *b) {
@@ -671,6 +671,8 @@ static void linux_free(struct moat_linux *h);
 
 static int linux_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err) {
   struct moat_linux *h = xcalloc(1, sizeof(*h));
+  h->base.guest_channel.ops = &moat_linux_guest_channel_ops;
+  moat_guest_channel_configure(&h->base.guest_channel, 0, NULL, NULL);
   pthread_mutex_init(&h->lock, NULL);
   pthread_cond_init(&h->wake, NULL);
   pthread_cond_init(&h->build_slot, NULL);

@@ -16,6 +16,7 @@ struct moat_linux;
 
 /* The linux driver's handle of a host handle it made. */
 static inline struct moat_linux *moat_linux_of(struct moat_host *h) { return (struct moat_linux *)h; }
+static inline struct moat_host *moat_linux_base(struct moat_linux *h) { return (struct moat_host *)h; }
 
 struct moat_slot_view {
   pid_t pid;       /* host pid of the sandbox's init (0 for a reserved slot) */

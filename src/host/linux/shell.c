@@ -441,9 +441,10 @@ int moat_shell_chan_lock(const char *dir, moat_error **err) {
   return 0;
 }
 
-void moat_shell_chan_ep(const char *chan_dir, pid_t pid, uid_t uid_base, const char *frozen_path,
-                        struct moat_guest_ep *out) {
+void moat_shell_chan_ep(const struct moat_guest_channel *ch, const char *chan_dir, pid_t pid, uid_t uid_base,
+                        const char *frozen_path, struct moat_guest_ep *out) {
   memset(out, 0, sizeof(*out));
+  out->ch = ch;
   snprintf(out->path, sizeof(out->path), "%s/guest.sock", chan_dir);
   out->pid = pid;
   out->uid = uid_base;

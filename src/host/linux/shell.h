@@ -9,7 +9,7 @@
 #include "../../common/error.h"
 #include "cgroup.h"
 #include "../driver.h"
-#include "../guest_client.h"
+#include "../../proto/client/guest_client.h"
 
 #define MOAT_UID_RANGE 65536u
 /* The guest channel. A host directory of the slot's, MOAT_CHAN_ROOT/INSTANCE/SLOT (every
@@ -60,9 +60,12 @@ int moat_shell_chan_prepare(const char *chan_dir, uid_t uid_base, moat_error **e
  * after a restore. 0 or -1. */
 int moat_shell_chan_lock(const char *chan_dir, moat_error **err);
 
-/* The endpoint of the guest whose init is pid, listening in chan_dir. */
-void moat_shell_chan_ep(const char *chan_dir, pid_t pid, uid_t uid_base, const char *frozen_path,
-                        struct moat_guest_ep *out);
+/* The endpoint (on channel ch) of the guest whose init is pid, listening in chan_dir. */
+void moat_shell_chan_ep(const struct moat_guest_channel *ch, const char *chan_dir, pid_t pid, uid_t uid_base,
+                        const char *frozen_path, struct moat_guest_ep *out);
+/* The channel's ops (guest_channel.c): connect to CHAN_DIR/guest.sock proven by SO_PEERCRED, frozen
+ * from the cgroup's events file. */
+extern const struct moat_guest_channel_ops moat_linux_guest_channel_ops;
 
 /* A detached, read-only (nosuid, nodev) bind mount of the guest binary, for
  * move_mount onto SLOT/guest. Returns its fd (the caller closes it), or -1. */

@@ -8,38 +8,33 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include "../common/buf.h"
-#include "../common/log.h"
-#include "../common/util.h"
-#include "../proto/proto.h"
+#include "../../common/buf.h"
+#include "../../common/log.h"
+#include "../../common/util.h"
+#include "../proto.h"
 
 #define DEFAULT_MAX_OUTPUT (16ull << 20)
 
-static unsigned g_timeout_ms = MOAT_GUEST_TIMEOUT_MS_DEFAULT;
-static void (*g_hook)(const struct moat_guest_ep *, void *);
-static void *g_hook_arg;
-
-void moat_guest_set_timeout_ms(unsigned ms) {
-  g_timeout_ms = ms < 3 * MOAT_PROTO_HEARTBEAT_MS ? 3 * MOAT_PROTO_HEARTBEAT_MS : ms;
+void moat_guest_channel_configure(struct moat_guest_channel *ch, unsigned timeout_ms,
+                                  void (*unreachable)(const struct moat_guest_ep *ep, void *arg), void *arg) {
+  if (timeout_ms == 0)
+    timeout_ms = MOAT_GUEST_TIMEOUT_MS_DEFAULT;
+  ch->timeout_ms = timeout_ms < 3 * MOAT_PROTO_HEARTBEAT_MS ? 3 * MOAT_PROTO_HEARTBEAT_MS : timeout_ms;
+  ch->unreachable = unreachable;
+  ch->unreachable_arg = arg;
 }
-unsigned moat_guest_timeout_ms(void) { return g_timeout_ms; }
 
 bool moat_guest_ep_same(const struct moat_guest_ep *a, const struct moat_guest_ep *b) {
-  return a->pid == b->pid && a->uid == b->uid && strncmp(a->path, b->path, sizeof(a->path)) == 0;
-}
-
-void moat_guest_set_unreachable_hook(void (*fn)(const struct moat_guest_ep *, void *), void *arg) {
-  g_hook = fn;
-  g_hook_arg = arg;
+  return a->ch == b->ch && a->pid == b->pid && a->uid == b->uid && strncmp(a->path, b->path, sizeof(a->path)) == 0;
 }
 
 /* One connection to a guest: its socket, whom it belongs to and when the guest last spoke. */
 struct gconn {
   int fd;
   struct moat_guest_ep ep;
+  unsigned timeout_ms; /* the channel's */
   uint64_t last_rx_ns; /* atomic: the last frame from the guest (or the connect) */
 };
 
@@ -54,65 +49,30 @@ static int pass_error(moat_error **err, moat_error *e) {
 
 static uint64_t ms_ns(uint64_t ms) { return ms * 1000000ull; }
 
-/* True when the sandbox's cgroup reports frozen: paused or being checkpointed on purpose. */
-static bool ep_frozen(const struct moat_guest_ep *ep) {
-  if (!ep->frozen_path[0])
-    return false;
-  char buf[256];
-  _cleanup_close_ int fd = open(ep->frozen_path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return false;
-  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-  if (n <= 0)
-    return false;
-  buf[n] = '\0';
-  return strstr(buf, "frozen 1") != NULL;
-}
+static bool ep_frozen(const struct moat_guest_ep *ep) { return ep->ch && ep->ch->ops->frozen && ep->ch->ops->frozen(ep); }
 
 static int unreachable(const struct gconn *g, const char *what, moat_error **err) {
-  if (g_hook)
-    g_hook(&g->ep, g_hook_arg);
-  return moat_error_set(err, EHOSTUNREACH, "sandbox guest did not answer for %u ms (%s)", g_timeout_ms, what);
+  if (g->ep.ch && g->ep.ch->unreachable)
+    g->ep.ch->unreachable(&g->ep, g->ep.ch->unreachable_arg);
+  return moat_error_set(err, EHOSTUNREACH, "sandbox guest did not answer for %u ms (%s)", g->timeout_ms, what);
 }
 
-/* Connects to ep and checks that the listener is the sandbox's init (SO_PEERCRED). The socket
- * stays blocking (sends use MSG_DONTWAIT); SO_RCVTIMEO bounds a frame that stops half-way. */
+/* Connects to ep through its channel. */
 static int gc_open(struct gconn *g, const struct moat_guest_ep *ep, moat_error **err) {
   g->fd = -1;
   g->ep = *ep;
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  size_t len = strnlen(ep->path, sizeof(ep->path));
-  if (len == 0 || len >= sizeof(sa.sun_path))
-    return moat_error_set(err, ECONNREFUSED, "sandbox guest: no socket path");
-  memcpy(sa.sun_path, ep->path, len + 1);
-  _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return moat_error_errno(err, "socket");
-  /* a full backlog makes connect wait: at most the guest timeout */
-  struct timeval tv = {.tv_sec = g_timeout_ms / 1000, .tv_usec = (g_timeout_ms % 1000) * 1000};
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-    if (errno == EINTR)
-      continue;
-    if (errno == EAGAIN || errno == EINPROGRESS) {
-      g->last_rx_ns = 0;
-      return unreachable(g, "its socket's backlog stayed full", err);
-    }
-    int e = errno;
-    return moat_error_set(err, ECONNREFUSED, "connect to sandbox guest: %s", strerror(e));
-  }
-  struct ucred cred;
-  socklen_t cl = sizeof(cred);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
-    return moat_error_errno(err, "sandbox guest: SO_PEERCRED");
-  if (cred.pid != ep->pid || cred.uid != ep->uid) {
-    log_warn("guest socket %s: peer is pid %d uid %u, not the sandbox's init (pid %d uid %u): refused", ep->path,
-             (int)cred.pid, (unsigned)cred.uid, (int)ep->pid, (unsigned)ep->uid);
-    return moat_error_set(err, EPROTO, "sandbox guest: the socket's peer is not the sandbox's init");
+  g->timeout_ms = ep->ch && ep->ch->timeout_ms ? ep->ch->timeout_ms : MOAT_GUEST_TIMEOUT_MS_DEFAULT;
+  if (!ep->ch)
+    return moat_error_set(err, ECONNREFUSED, "sandbox guest: no channel");
+  moat_error *e = NULL;
+  int fd = ep->ch->ops->connect(ep, g->timeout_ms, &e);
+  if (fd < 0) {
+    if (e && e->status == EHOSTUNREACH && ep->ch->unreachable)
+      ep->ch->unreachable(ep, ep->ch->unreachable_arg);
+    return pass_error(err, e);
   }
   g->last_rx_ns = now_ns();
-  g->fd = steal_fd(&fd);
+  g->fd = fd;
   return 0;
 }
 
@@ -122,7 +82,7 @@ static int gc_wait_readable(struct gconn *g, int timeout_ms, moat_error **err) {
   uint64_t cend = timeout_ms >= 0 ? now_ns() + ms_ns((uint64_t)timeout_ms) : 0;
   for (;;) {
     uint64_t now = now_ns();
-    uint64_t dead = __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED) + ms_ns(g_timeout_ms);
+    uint64_t dead = __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED) + ms_ns(g->timeout_ms);
     uint64_t until = timeout_ms >= 0 && cend < dead ? cend : dead;
     int wait = until > now ? (int)((until - now + 999999) / 1000000) : 0;
     struct pollfd p = {.fd = g->fd, .events = POLLIN};
@@ -137,7 +97,7 @@ static int gc_wait_readable(struct gconn *g, int timeout_ms, moat_error **err) {
     /* nothing to read: the guest's silence is checked first, so that callers that only poll
      * (timeout 0) learn of a hung guest too */
     now = now_ns();
-    if (now >= __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED) + ms_ns(g_timeout_ms)) {
+    if (now >= __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED) + ms_ns(g->timeout_ms)) {
       if (!ep_frozen(&g->ep))
         return unreachable(g, "waiting for its answer", err);
       __atomic_store_n(&g->last_rx_ns, now, __ATOMIC_RELAXED);
@@ -194,10 +154,10 @@ static int gc_send_wait(void *arg) {
       return -1;
     uint64_t now = now_ns(), last = __atomic_load_n(&g->last_rx_ns, __ATOMIC_RELAXED);
     uint64_t from = last > start ? last : start;
-    if (now >= from + ms_ns(g_timeout_ms)) {
+    if (now >= from + ms_ns(g->timeout_ms)) {
       if (!ep_frozen(&g->ep)) {
-        if (g_hook)
-          g_hook(&g->ep, g_hook_arg);
+        if (g->ep.ch->unreachable)
+          g->ep.ch->unreachable(&g->ep, g->ep.ch->unreachable_arg);
         errno = EHOSTUNREACH;
         return -1;
       }
@@ -1073,7 +1033,7 @@ int moat_guest_write_open(const struct moat_guest_ep *ep, const char *path, cons
  * that stopped taking the data (EHOSTUNREACH from the send) is reported as such. */
 static int writer_failure(struct moat_guest_writer *w, moat_error **err) {
   if (errno == EHOSTUNREACH)
-    return moat_error_set(err, EHOSTUNREACH, "sandbox guest took no upload data for %u ms", g_timeout_ms);
+    return moat_error_set(err, EHOSTUNREACH, "sandbox guest took no upload data for %u ms", w->g.timeout_ms);
   struct moat_msg m;
   moat_msg_init(&m, 0);
   moat_error *e = NULL;

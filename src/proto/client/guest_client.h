@@ -1,14 +1,14 @@
 /* guest_client.h -- the host side of the guest protocol (see proto/proto.h)
  *
- * Every call opens its own connection to the sandbox's guest socket, so calls on one sandbox run
+ * Every call opens its own connection to the sandbox's guest through its driver's channel, so calls on one sandbox run
  * concurrently. Errors carry the guest's errno in err->status (ENOENT, EEXIST, ENOTDIR, EISDIR,
  * EACCES, ENOSPC, EINVAL, ...) so the API can choose an HTTP status. A guest that cannot be
  * reached gives ECONNREFUSED (nothing listens: it died), EPIPE / ECONNRESET / EPROTO (it closed or
  * broke the protocol, or its socket's peer is not the sandbox's init) or EHOSTUNREACH (it stopped
- * answering: no frame for moat_guest_timeout_ms() while the sandbox was not frozen).
+ * answering: no frame for the channel's timeout while the sandbox was not frozen).
  *
  * Deadlines: every wait on the guest -- connect, each frame of an answer, each send that the
- * guest does not drain -- ends after moat_guest_timeout_ms() without progress. The guest sends
+ * guest does not drain -- ends after the channel's timeout without progress. The guest sends
  * REP_ALIVE on open streams and during long operations (proto.h), so a command that runs quietly
  * for hours keeps its stream; a guest that is frozen on purpose (pause, checkpoint: its cgroup
  * reports frozen) is waited for.
@@ -21,34 +21,54 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/error.h"
+#include "../../common/error.h"
 
-/* The host's end of one sandbox's guest channel: a unix socket in a directory the host owns (the
- * sandbox's init binds it when the sandbox is made; the sandbox can neither move, remove nor
- * replace it) and the process that must be its peer. Every connection checks SO_PEERCRED against
- * pid and uid, so a listener of anyone else (another sandbox, a host process) is refused. Plain
- * data: copy it freely. */
-struct moat_guest_ep {
-  char path[108];        /* host path of the socket */
-  pid_t pid;             /* host pid of the sandbox's init */
-  uid_t uid;             /* host uid of the sandbox's root */
-  char frozen_path[256]; /* the sandbox's v2 cgroup.events ("frozen 1" = paused on purpose), or "" */
-  char id[32];           /* sandbox id for the unreachable hook, or "" */
+struct moat_guest_ep;
+
+/* How a driver reaches its guests (the linux driver: a unix socket the sandbox's init listens on,
+ * checked with SO_PEERCRED; a VM driver: vsock). */
+struct moat_guest_channel_ops {
+  /* A connected, blocking stream to ep's guest, proven to be the sandbox's own (a listener of
+   * anyone else is refused), its connect bounded by timeout_ms. The fd, or -1: ECONNREFUSED
+   * (nothing listens), EPROTO (not the sandbox's), EHOSTUNREACH (the guest did not take it). */
+  int (*connect)(const struct moat_guest_ep *ep, unsigned timeout_ms, moat_error **err);
+  /* True while the sandbox is frozen on purpose (paused, checkpointed): its silence is no hang. */
+  bool (*frozen)(const struct moat_guest_ep *ep);
 };
 
-/* True when a and b name the same guest: the same socket and the same init (a slot's path is
- * reused by the sandbox that gets the slot next). */
-bool moat_guest_ep_same(const struct moat_guest_ep *a, const struct moat_guest_ep *b);
+/* One driver's channel (a host owns it; it outlives every endpoint that names it). timeout_ms and
+ * the unreachable hook are set before any guest is reached (moat_guest_channel_configure). */
+struct moat_guest_channel {
+  const struct moat_guest_channel_ops *ops;
+  unsigned timeout_ms; /* how long any wait on a guest may last without progress */
+  /* called (on the caller's thread; it must not block) each time a call gives up on a guest with
+   * EHOSTUNREACH; NULL: none */
+  void (*unreachable)(const struct moat_guest_ep *ep, void *arg);
+  void *unreachable_arg;
+};
 
 #define MOAT_GUEST_TIMEOUT_MS_DEFAULT 15000
 
-/* How long any wait on a guest may last without progress (default MOAT_GUEST_TIMEOUT_MS_DEFAULT;
- * at least 3 heartbeats). Set once at start-up. */
-void moat_guest_set_timeout_ms(unsigned ms);
-unsigned moat_guest_timeout_ms(void);
-/* fn(ep, arg) is called (on the caller's thread; it must not block) each time a call gives up on
- * a guest with EHOSTUNREACH. Set once at start-up. */
-void moat_guest_set_unreachable_hook(void (*fn)(const struct moat_guest_ep *ep, void *arg), void *arg);
+/* Sets ch's timeout (0: MOAT_GUEST_TIMEOUT_MS_DEFAULT; at least 3 heartbeats) and hook. */
+void moat_guest_channel_configure(struct moat_guest_channel *ch, unsigned timeout_ms,
+                                  void (*unreachable)(const struct moat_guest_ep *ep, void *arg), void *arg);
+
+/* The host's end of one sandbox's guest: the channel that reaches it and what that channel needs
+ * to find and prove it. The linux driver's: a unix socket in a directory the host owns (the
+ * sandbox's init binds it when the sandbox is made; the sandbox can neither move, remove nor
+ * replace it) and the process that must be its peer (pid, uid). Plain data: copy it freely. */
+struct moat_guest_ep {
+  const struct moat_guest_channel *ch;
+  char path[108];        /* the channel's address of the guest (linux: host path of the socket) */
+  pid_t pid;             /* host pid of the sandbox's init */
+  uid_t uid;             /* host uid of the sandbox's root */
+  char frozen_path[256]; /* linux: the sandbox's v2 cgroup.events ("frozen 1" = paused on purpose), or "" */
+  char id[32];           /* sandbox id for the unreachable hook, or "" */
+};
+
+/* True when a and b name the same guest: the same channel, address and init (a slot's address is
+ * reused by the sandbox that gets the slot next). */
+bool moat_guest_ep_same(const struct moat_guest_ep *a, const struct moat_guest_ep *b);
 
 struct moat_exec_req {
   char **argv;            /* argv[0] is looked up in PATH inside the sandbox; NULL-terminated */
