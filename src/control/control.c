@@ -963,6 +963,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   pthread_mutex_init(&c->reap_lock, NULL);
   pthread_mutex_init(&c->explore_lock, NULL);
   pthread_mutex_init(&c->ctx_lock, NULL);
+  pthread_mutex_init(&c->conn_lock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -999,6 +1000,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     moat_error_wrap(err, "host");
     goto fail;
   }
+  ctl_events_open(c);
   struct moat_host_capacity cap;
   moat_host_capacity(c->host, &cap);
   c->bounds.host_memory_mb = cap.memory_mb ? cap.memory_mb : MOAT_MAX_MEMORY_MB;
@@ -1057,6 +1059,7 @@ void moat_control_close(struct moat_control *c) {
   pthread_mutex_destroy(&c->explore_lock);
   ctl_ctx_close(c);
   pthread_mutex_destroy(&c->ctx_lock);
+  pthread_mutex_destroy(&c->conn_lock); /* every subscription was closed: the api stopped first */
   ctl_cpu_free(c->cpu);
   free(c->snap_dir);
   free(c->hib_dir);

@@ -288,17 +288,33 @@ json_t *moat_control_network_set(struct moat_control *c, const char *org, const 
 json_t *moat_control_network_log(struct moat_control *c, const char *org, const char *id, uint64_t since,
                                  unsigned limit, moat_error **err);
 
-/* The recorded lifecycle events of a sandbox (also a killed one), oldest first: struct
- * moat_store_event of store/store.h, freed with moat_store_events_free. ENOENT for an unknown
- * sandbox or another org's. forked_from (may be NULL): set to the parent's id for a fork's child,
- * else NULL (caller frees). */
-struct moat_store_event;
+/* One recorded transition of a sandbox's state. */
+struct moat_sandbox_event {
+  int64_t at_ms;
+  char *from_state; /* NULL for its creation */
+  char *to_state;
+  char *reason; /* may be NULL */
+};
+void moat_sandbox_events_free(struct moat_sandbox_event *v, size_t n);
+/* The recorded lifecycle events of a sandbox (also a killed one), oldest first. ENOENT for an
+ * unknown sandbox or another org's. forked_from (may be NULL): set to the parent's id for a fork's
+ * child, else NULL (caller frees). */
 int moat_control_sandbox_events(struct moat_control *c, const char *org, const char *id,
-                                struct moat_store_event **out, size_t *n, char **forked_from, moat_error **err);
-/* Sets fn to be called (on the network log thread; it must not block) with the sandbox id and the
- * entry (borrowed; as moat_control_network_log writes them) for every new connection-log entry of
- * any sandbox. Nothing happens without networking. */
-void moat_control_set_conn_hook(struct moat_control *c, void (*fn)(const char *id, json_t *entry));
+                                struct moat_sandbox_event **out, size_t *n, char **forked_from, moat_error **err);
+
+/* A subscription to the new connection-log entries of one sandbox (as moat_control_network_log
+ * writes them), queued as the network log thread sees them: none is lost when the sandbox's
+ * network goes away (hibernate, kill) before the subscriber reads. At most MOAT_CONN_QUEUE_MAX
+ * wait; later ones are counted as dropped. Nothing arrives without networking. */
+#define MOAT_CONN_QUEUE_MAX 1024
+struct moat_conn_sub;
+/* ENOENT for an unknown sandbox or another org's. */
+struct moat_conn_sub *moat_control_conn_subscribe(struct moat_control *c, const char *org, const char *id,
+                                                  moat_error **err);
+/* The entries queued since the last call (a new array, oldest first); *dropped: how many did not
+ * fit meanwhile. */
+json_t *moat_conn_sub_take(struct moat_conn_sub *s, uint64_t *dropped);
+void moat_conn_sub_close(struct moat_conn_sub *s); /* NULL: nothing */
 
 /* Templates. */
 struct moat_templates *moat_control_templates(struct moat_control *c);

@@ -80,6 +80,9 @@ struct moat_control {
   pthread_mutex_t explore_lock;
   struct explore *explores; /* keep-best explores awaiting a choice; explore_lock */
 
+  pthread_mutex_t conn_lock;          /* events.c: a leaf */
+  struct moat_conn_sub *conn_subs;    /* connection-log subscriptions; conn_lock */
+
   pthread_mutex_t ctx_lock;
   struct ctl_ctx_busy *ctx_busy; /* contexts.c: contexts with a run in progress; ctx_lock */
 };
@@ -125,6 +128,10 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
 /* ---- cpu.c ---- */
 struct ctl_cpu *ctl_cpu_new(void);
 void ctl_cpu_free(struct ctl_cpu *p);
+
+/* ---- events.c ---- */
+/* Takes the network's log entries for subscriptions (once the host is up). */
+void ctl_events_open(struct moat_control *c);
 
 /* ---- contexts.c ---- */
 void ctl_ctx_close(struct moat_control *c);

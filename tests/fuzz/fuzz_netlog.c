@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static struct moat_net net;
 static unsigned hooked;
 
-static void hook(const char *id, json_t *entry) {
+static void hook(const char *id, json_t *entry, void *arg) {
   if (!entry || strcmp(id, "sb-fuzz") != 0)
     abort();
   char *s = json_dumps(entry, JSON_COMPACT);
@@ -52,7 +52,7 @@ static void setup(void) {
   snprintf(s->org, sizeof(s->org), "org-fuzz");
   s->n_learned = 1;
   s->learned[0].addr = htonl(0xc633640d); /* 198.51.100.13 */
-  moat_net_set_log_hook(&net, hook);
+  moat_net_set_log_hook(&net, hook, NULL);
 }
 
 static const char *const prefixes[] = {"A name", "A cidr", "A default", "D name", "D cidr", "D default", "D block"};

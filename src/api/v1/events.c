@@ -2,11 +2,10 @@
  * connections as Server-Sent Events
  *
  * Transitions: the source polls the store's sandbox_events rows (every transition, with time and
- * reason) every EV_POLL_MS. Connections: a hook on the network log thread (control's
- * moat_control_set_conn_hook) appends every new entry of the sandbox to each of its subscribers'
- * queues (at most EV_QUEUE_MAX entries; beyond that they are counted, and the subscriber gets a
- * `dropped` {"connections": N} event instead), so that none is lost when the sandbox's network
- * slot goes away (hibernate, kill) before the next poll. Replay takes the slot's ring (the last
+ * reason) every EV_POLL_MS. Connections: control's subscription (moat_control_conn_subscribe)
+ * queues every new entry of the sandbox (beyond its bound they are counted, and the subscriber
+ * gets a `dropped` {"connections": N} event instead), so that none is lost when the sandbox's
+ * network slot goes away (hibernate, kill) before the next poll. Replay takes the slot's ring (the last
  * 1,024 entries) once, at subscription. Each poll emits what is new, merged in time order; the
  * writer in v1/stream.c hands it to the client and polls again only when all of it was written.
  * The stream ends after the `killed` event.
@@ -20,11 +19,9 @@
 
 #include "../../common/buf.h"
 #include "../../common/log.h"
-#include "../../store/store.h"
 #include "v1.h"
 
 #define EV_POLL_MS 200    /* latency of a live event */
-#define EV_QUEUE_MAX 1024 /* connections queued per subscriber */
 
 struct evsrc {
   struct moat_control *ctl;
@@ -36,40 +33,12 @@ struct evsrc {
   bool skipping;
   uint64_t skip_seq;
   int64_t skip_ms;
-  /* under subs_lock */
-  struct evsrc *next;
-  json_t *queue;
-  uint64_t dropped;
+  struct moat_conn_sub *sub; /* new connections */
 };
-
-static pthread_mutex_t subs_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct evsrc *subs; /* every open events stream */
-static bool hooked;
-
-/* The network log thread: one new entry of sandbox id. */
-static void on_conn(const char *id, json_t *entry) {
-  pthread_mutex_lock(&subs_lock);
-  for (struct evsrc *e = subs; e; e = e->next) {
-    if (strcmp(e->id, id) != 0)
-      continue;
-    if (json_array_size(e->queue) < EV_QUEUE_MAX)
-      json_array_append(e->queue, entry);
-    else
-      e->dropped++;
-  }
-  pthread_mutex_unlock(&subs_lock);
-}
 
 static void ev_free(void *ctx) {
   struct evsrc *e = ctx;
-  pthread_mutex_lock(&subs_lock);
-  for (struct evsrc **pp = &subs; *pp; pp = &(*pp)->next)
-    if (*pp == e) {
-      *pp = e->next;
-      break;
-    }
-  pthread_mutex_unlock(&subs_lock);
-  json_decref(e->queue);
+  moat_conn_sub_close(e->sub);
   json_decref(e->initial);
   free(e->org);
   free(e->id);
@@ -81,7 +50,7 @@ static bool is(const char *a, const char *b) { return a && strcmp(a, b) == 0; }
 
 /* What a transition means: created, running (ready), paused, resumed, hibernated, woken,
  * rolled_back, killed; else the new state's name. */
-static const char *transition_name(const struct moat_store_event *ev) {
+static const char *transition_name(const struct moat_sandbox_event *ev) {
   if (!ev->from_state)
     return "created";
   if (is(ev->to_state, "killed"))
@@ -97,7 +66,7 @@ static const char *transition_name(const struct moat_store_event *ev) {
   return ev->to_state;
 }
 
-static json_t *state_json(const struct evsrc *e, const struct moat_store_event *ev) {
+static json_t *state_json(const struct evsrc *e, const struct moat_sandbox_event *ev) {
   char at[64];
   json_t *d = json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:I}", "state", ev->to_state, "event", transition_name(ev),
                         "from", ev->from_state, "reason", ev->reason, "at", api_rfc3339_ms(ev->at_ms, at, sizeof(at)),
@@ -132,7 +101,7 @@ static json_t *conns(struct evsrc *e, uint64_t since, unsigned limit) {
 static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
   struct evsrc *e = ctx;
   moat_error *err = NULL;
-  struct moat_store_event *evs = NULL;
+  struct moat_sandbox_event *evs = NULL;
   size_t n = 0;
   if (moat_control_sandbox_events(e->ctl, e->org, e->id, &evs, &n, NULL, &err) < 0) {
     const char *code;
@@ -144,12 +113,8 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
   }
   json_t *cs = e->initial ? e->initial : json_array();
   e->initial = NULL;
-  pthread_mutex_lock(&subs_lock);
-  json_t *q = e->queue;
-  e->queue = json_array();
-  uint64_t dropped = e->dropped;
-  e->dropped = 0;
-  pthread_mutex_unlock(&subs_lock);
+  uint64_t dropped;
+  json_t *q = moat_conn_sub_take(e->sub, &dropped);
   size_t qi;
   json_t *qe;
   json_array_foreach(q, qi, qe) {
@@ -168,7 +133,7 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
     json_t *le = ci < nc ? json_array_get(cs, ci) : NULL;
     int64_t cms = le ? json_integer_value(json_object_get(le, "time_ms")) : 0;
     if (e->n_seen < n && (!le || evs[e->n_seen].at_ms <= cms)) {
-      const struct moat_store_event *ev = &evs[e->n_seen++];
+      const struct moat_sandbox_event *ev = &evs[e->n_seen++];
       api_sse_format(out, "state", state_json(e, ev));
       if (strcmp(ev->to_state, "killed") == 0) {
         *done = true;
@@ -180,7 +145,7 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
     ci++;
   }
   json_decref(cs);
-  moat_store_events_free(evs, n);
+  moat_sandbox_events_free(evs, n);
   if (out->len == before && !*done) {
     struct timespec ts = {0, (long)(timeout_ms < EV_POLL_MS ? timeout_ms : EV_POLL_MS) * 1000000L};
     nanosleep(&ts, NULL);
@@ -258,14 +223,13 @@ int api_h_events(struct api_req *r, json_t *body) {
     since = replay ? 0 : INT64_MAX;
 
   struct moat_control *ctl = api_control(r);
-  struct moat_store_event *evs = NULL;
+  struct moat_sandbox_event *evs = NULL;
   size_t n = 0;
   char *forked_from = NULL;
   if (moat_control_sandbox_events(ctl, r->org, r->route.id, &evs, &n, &forked_from, &err) < 0)
     return api_reply_moat_error(r, &err);
   struct evsrc *e = xcalloc(1, sizeof(*e));
   e->forked_from = forked_from;
-  e->queue = json_array();
   e->initial = json_array();
   e->ctl = ctl;
   e->org = xstrdup(r->org);
@@ -275,17 +239,14 @@ int api_h_events(struct api_req *r, json_t *body) {
   /* A killed sandbox's stream always carries its last event, the kill, and ends. */
   if (e->n_seen == n && n > 0 && strcmp(evs[n - 1].to_state, "killed") == 0)
     e->n_seen = n - 1;
-  moat_store_events_free(evs, n);
+  moat_sandbox_events_free(evs, n);
   /* Connections: subscribe first, then take the ring (its entries at or after since are replayed;
    * those that reached the queue meanwhile are skipped at the first poll). */
-  pthread_mutex_lock(&subs_lock);
-  if (!hooked) {
-    moat_control_set_conn_hook(ctl, on_conn);
-    hooked = true;
+  e->sub = moat_control_conn_subscribe(ctl, r->org, r->route.id, &err);
+  if (!e->sub) {
+    ev_free(e);
+    return api_reply_moat_error(r, &err);
   }
-  e->next = subs;
-  subs = e;
-  pthread_mutex_unlock(&subs_lock);
   json_t *cs = conns(e, 0, 1024);
   size_t i;
   json_t *le;

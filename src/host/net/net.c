@@ -696,9 +696,11 @@ json_t *net_log_entry_json(const struct net_log_entry *le, const char *id, const
                    le->allowed ? "allowed" : "denied", "reason", le->reason);
 }
 
-void moat_net_set_log_hook(struct moat_net *n, moat_net_log_hook fn) {
-  if (n)
-    atomic_store(&n->log_hook, fn);
+void moat_net_set_log_hook(struct moat_net *n, moat_net_log_hook fn, void *arg) {
+  if (!n)
+    return;
+  n->log_hook_arg = arg;
+  atomic_store(&n->log_hook, fn); /* after arg: the log thread reads the hook, then its arg */
 }
 
 json_t *moat_net_log(struct moat_net *n, int slot, uint64_t since, unsigned limit, moat_error **err) {

@@ -108,10 +108,12 @@ json_t *moat_net_describe(struct moat_net *n, int slot, moat_error **err);
 json_t *moat_net_log(struct moat_net *n, int slot, uint64_t since, unsigned limit, moat_error **err);
 
 /* Called on the log thread, outside the net lock, for every new entry of a sandbox's log, with
- * the sandbox's id and the entry as moat_net_log writes it (borrowed). It must not block. */
-typedef void (*moat_net_log_hook)(const char *sandbox_id, json_t *entry);
-/* Sets the hook (n may be NULL: no network, nothing to hook). */
-void moat_net_set_log_hook(struct moat_net *n, moat_net_log_hook fn);
+ * the sandbox's id, the entry as moat_net_log writes it (borrowed) and the hook's arg. It must not
+ * block. */
+typedef void (*moat_net_log_hook)(const char *sandbox_id, json_t *entry, void *arg);
+/* Sets the hook, once, before any entry is logged; arg must outlive n (n may be NULL: no network,
+ * nothing to hook). */
+void moat_net_set_log_hook(struct moat_net *n, moat_net_log_hook fn, void *arg);
 /* Creates or replaces path (mode 0600) with content. 0 or -1. */
 int moat_net_put_file(const char *path, const char *content, moat_error **err);
 

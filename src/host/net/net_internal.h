@@ -137,6 +137,7 @@ struct moat_net {
   pthread_t log_thread;
   /* moat_net_set_log_hook: called on the log thread for every new entry (set once, never cleared) */
   _Atomic(moat_net_log_hook) log_hook;
+  void *log_hook_arg;
   bool log_started;
 };
 

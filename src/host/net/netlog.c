@@ -121,7 +121,7 @@ static void record(struct moat_net *n, const struct pkt *p) {
   }
   pthread_mutex_unlock(&n->lock);
   if (hooked) {
-    hook(id, hooked);
+    hook(id, hooked, n->log_hook_arg);
     json_decref(hooked);
   }
 }
