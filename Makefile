@@ -148,11 +148,13 @@ bench: deps all
 fuzz:
 	@scripts/fuzz.sh build/fuzz
 
+CLANG_FORMAT ?= clang-format-14
+FORMAT_SRC = $$(find src tests -name '*.[ch]' -not -path '*/node_modules/*')
 format:
-	clang-format -i $$(find src tests -name '*.[ch]')
+	$(CLANG_FORMAT) -i $(FORMAT_SRC)
 
 check-format:
-	clang-format --dry-run --Werror $$(find src tests -name '*.[ch]')
+	@$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_SRC) && echo "check-format: 1 passed, 0 failed"
 
 clean:
 	rm -rf build

@@ -15,6 +15,7 @@ pkgs=(
   bubblewrap                        # the benchmark's peer
   nodejs                            # E2B SDK, MCP client and TypeScript SDK tests (tests/node)
   clang-14 libclang-rt-14-dev       # the libFuzzer targets (make FUZZ=1, scripts/fuzz.sh)
+  clang-format-14                   # make format / make check-format (a step of make test)
   llvm-14                           # llvm-symbolizer: fuzz and sanitizer reports name their lines
 )
 # Development packages for every library the Makefile links (-lNAME).

@@ -67,6 +67,7 @@ suite() { # suite O MAKE-ARGS...
   fi
 }
 
+step "check-format" make -s check-format
 suite build
 suite build/san SANITIZE=1
 # ThreadSanitizer: the unit tests (control, host and store with their threads); a report fails the

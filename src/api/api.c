@@ -8,7 +8,8 @@
 #include "v1/v1.h"
 
 /* E2B claims its requests before any route is tried; then v1's, MCP's and the ports' routes. */
-static const struct api_front *const fronts[] = {&api_front_e2b, &api_front_v1, &api_front_mcp, &api_front_ports};
+static const struct api_front *const fronts[] = {&api_front_e2b, &api_front_v1, &api_front_mcp,
+                                                 &api_front_ports};
 
 void api_front_ends(struct api_router *rt) {
   for (size_t i = 0; i < ARRAY_SIZE(fronts); i++)

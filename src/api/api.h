@@ -32,10 +32,10 @@ struct moat_api_limits {
 struct moat_api_limits moat_api_limits_resolve(const struct moat_api_limits *lim);
 
 struct moat_api_config {
-  const char *listen;       /* "HOST:PORT", HOST an IPv4/IPv6 literal or "localhost"; PORT 0 = any */
-  unsigned conn_timeout_s;  /* inactivity timeout of a connection busy with a request (a stalled
-                             * body or a client that reads nothing); 0 = 60 */
-  const char *version;      /* reported by /healthz */
+  const char *listen;      /* "HOST:PORT", HOST an IPv4/IPv6 literal or "localhost"; PORT 0 = any */
+  unsigned conn_timeout_s; /* inactivity timeout of a connection busy with a request (a stalled
+                            * body or a client that reads nothing); 0 = 60 */
+  const char *version;     /* reported by /healthz */
   const struct moat_api_limits *limits; /* NULL: all defaults */
   /* 32 bytes that sign the sandbox access tokens the E2B front end hands out (moatd keeps them in
    * DATA/e2b-secret so tokens survive a restart); NULL: random ones for this api's lifetime. */

@@ -5,7 +5,19 @@
 #include "../common/util.h"
 #include "cli.h"
 
-enum { O_TEMPLATE = 1, O_TTL, O_PERSISTENT, O_META, O_ENV, O_CPU, O_MEMORY, O_PIDS, O_DISK, O_FROM_SNAPSHOT, O_HIBERNATE_AFTER };
+enum {
+  O_TEMPLATE = 1,
+  O_TTL,
+  O_PERSISTENT,
+  O_META,
+  O_ENV,
+  O_CPU,
+  O_MEMORY,
+  O_PIDS,
+  O_DISK,
+  O_FROM_SNAPSHOT,
+  O_HIBERNATE_AFTER
+};
 
 const struct cli_opt cli_create_opts[] = {{"template", true, O_TEMPLATE},
                                           {"ttl", true, O_TTL},

@@ -190,9 +190,10 @@ static int on_count(int id, const char *value, void *ctx) {
 }
 
 int cmd_fork(int argc, char **argv) {
-  static const char usage[] = "moat fork ID [--count N]\n"
-                              "  N children (1..16, default 1) with the parent's memory, processes and files;\n"
-                              "  prints their ids, one a line; the parent keeps running\n";
+  static const char usage[] =
+      "moat fork ID [--count N]\n"
+      "  N children (1..16, default 1) with the parent's memory, processes and files;\n"
+      "  prints their ids, one a line; the parent keeps running\n";
   static const struct cli_opt opts[] = {{"count", true, O_COUNT}, {NULL, false, 0}};
   long long count = 1;
   struct cli_args a;
@@ -214,7 +215,7 @@ int cmd_fork(int argc, char **argv) {
   size_t i;
   json_t *sb;
   json_array_foreach(json_object_get(out, "sandboxes"), i, sb)
-    printf("%s\n", json_string_value(json_object_get(sb, "id")) ?: "?");
+      printf("%s\n", json_string_value(json_object_get(sb, "id")) ?: "?");
   json_decref(out);
   return 0;
 }

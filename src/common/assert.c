@@ -34,8 +34,9 @@ void moat_assert_fail(const char *file, int line, const char *expr, const char *
 
 void moat_oom(const char *what, size_t n, const char *file, int line) {
   char buf[256];
-  int len = file ? snprintf(buf, sizeof(buf), "moat: %s:%d: out of memory: %s of %zu bytes\n", file, line, what, n)
-                 : snprintf(buf, sizeof(buf), "moat: out of memory: %s of %zu bytes\n", what, n);
+  int len =
+      file ? snprintf(buf, sizeof(buf), "moat: %s:%d: out of memory: %s of %zu bytes\n", file, line, what, n)
+           : snprintf(buf, sizeof(buf), "moat: out of memory: %s of %zu bytes\n", what, n);
   say(buf, len, sizeof(buf));
   abort();
 }

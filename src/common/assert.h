@@ -9,8 +9,7 @@
  * (a reference count below zero, a length that wrapped): never for what input, a sandbox or the
  * host can cause, which is an error to return. Not compiled out by NDEBUG: going on from a broken
  * invariant in a daemon that holds other tenants' sandboxes is worse than stopping. */
-#define moat_assert(cond, ...)                                                                               \
-  ((cond) ? (void)0 : moat_assert_fail(__FILE__, __LINE__, #cond, __VA_ARGS__))
+#define moat_assert(cond, ...) ((cond) ? (void)0 : moat_assert_fail(__FILE__, __LINE__, #cond, __VA_ARGS__))
 
 void moat_assert_fail(const char *file, int line, const char *expr, const char *fmt, ...)
     __attribute__((noreturn, cold, format(printf, 4, 5)));

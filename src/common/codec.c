@@ -95,7 +95,8 @@ static uint32_t rol(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
 static void sha1_block(uint32_t h[5], const unsigned char *p) {
   uint32_t w[80];
   for (int i = 0; i < 16; i++)
-    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    w[i] =
+        (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
   for (int i = 16; i < 80; i++)
     w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
   uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];

@@ -68,6 +68,4 @@ void moat_error_free(moat_error **err) {
   *err = NULL;
 }
 
-const char *moat_error_msg(const moat_error *err) {
-  return err && err->msg ? err->msg : "unknown error";
-}
+const char *moat_error_msg(const moat_error *err) { return err && err->msg ? err->msg : "unknown error"; }

@@ -11,8 +11,7 @@ typedef struct moat_error {
 
 /* Sets *err (if err and *err is NULL) to a new error with errno-like status and a formatted
  * message. Always returns -1 so callers can `return moat_error_set(err, ...)`. */
-int moat_error_set(moat_error **err, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int moat_error_set(moat_error **err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Like moat_error_set, with ": strerror(errno)" appended and status = errno. Reads errno first. */
 int moat_error_errno(moat_error **err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

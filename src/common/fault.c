@@ -12,7 +12,7 @@ static const char *const names[MOAT_FAULT_KINDS] = {"alloc", "mount", "clone", "
 
 static _Atomic unsigned long calls[MOAT_FAULT_KINDS];
 static _Atomic unsigned long fail_at[MOAT_FAULT_KINDS]; /* 0: not armed */
-static _Atomic unsigned armed;                           /* kinds with fail_at != 0 */
+static _Atomic unsigned armed;                          /* kinds with fail_at != 0 */
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 const char *moat_fault_name(enum moat_fault_kind kind) {

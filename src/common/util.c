@@ -189,7 +189,8 @@ int write_file_once(const char *path, const char *content, mode_t mode, moat_err
   if (lr < 0)
     return moat_error_errno(err, "create %s", path);
   const char *slash = strrchr(path, '/');
-  _cleanup_free_ char *dir = slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
+  _cleanup_free_ char *dir =
+      slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
   _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0)
     fsync(dfd);

@@ -275,7 +275,8 @@ static int ctx_start(const struct moat_guest_ep *g, char *const *senv, const cha
 }
 
 /* Kills and starts again the kernel of x (same language, cwd and user). New pid or -1. */
-static int ctx_restart(const struct moat_guest_ep *g, char *const *senv, struct moat_ctx *x, moat_error **err) {
+static int ctx_restart(const struct moat_guest_ep *g, char *const *senv, struct moat_ctx *x,
+                       moat_error **err) {
   if (ctx_kill(g, x->pid, err) < 0)
     return -1;
   int pid = ctx_start(g, senv, x->id, lang_by_name(x->language), x->cwd, x->user, err);
@@ -297,7 +298,7 @@ static struct moat_guest_ep *guest(struct moat_control *c, const char *org, cons
 
 /* Finds context cid of the sandbox: 0, or -1 (MOAT_E_NO_CONTEXT when there is none). */
 static int find_context(const struct moat_guest_ep *g, const char *sid, const char *cid, struct moat_ctx *out,
-                         moat_error **err) {
+                        moat_error **err) {
   if (!moat_ctx_valid_id(cid))
     return moat_error_set(err, MOAT_E_NO_CONTEXT, "no context '%.64s' in sandbox %s", cid, sid);
   int rc = ctx_find(g, cid, out, err);
@@ -306,8 +307,8 @@ static int find_context(const struct moat_guest_ep *g, const char *sid, const ch
   return rc < 0 ? -1 : 0;
 }
 
-int moat_ctx_create(struct moat_control *c, const char *org, const char *sid, const char *language, const char *cwd,
-                    const char *user, struct moat_ctx *out, moat_error **err) {
+int moat_ctx_create(struct moat_control *c, const char *org, const char *sid, const char *language,
+                    const char *cwd, const char *user, struct moat_ctx *out, moat_error **err) {
   memset(out, 0, sizeof(*out));
   const struct lang *l = lang_by_name(language);
   if (!l)
@@ -352,7 +353,8 @@ int moat_ctx_list(struct moat_control *c, const char *org, const char *sid, stru
   return 0;
 }
 
-int moat_ctx_delete(struct moat_control *c, const char *org, const char *sid, const char *cid, moat_error **err) {
+int moat_ctx_delete(struct moat_control *c, const char *org, const char *sid, const char *cid,
+                    moat_error **err) {
   _cleanup_free_ struct moat_guest_ep *g = guest(c, org, sid, NULL, err);
   if (!g)
     return -1;
@@ -364,8 +366,8 @@ int moat_ctx_delete(struct moat_control *c, const char *org, const char *sid, co
   return rc;
 }
 
-int moat_ctx_restart(struct moat_control *c, const char *org, const char *sid, const char *cid, struct moat_ctx *out,
-                     moat_error **err) {
+int moat_ctx_restart(struct moat_control *c, const char *org, const char *sid, const char *cid,
+                     struct moat_ctx *out, moat_error **err) {
   memset(out, 0, sizeof(*out));
   _cleanup_strv_ char **senv = NULL;
   _cleanup_free_ struct moat_guest_ep *g = guest(c, org, sid, &senv, err);
@@ -386,8 +388,8 @@ int moat_ctx_restart(struct moat_control *c, const char *org, const char *sid, c
   return 0;
 }
 
-int moat_ctx_ensure(struct moat_control *c, const char *org, const char *sid, const char *cid, const char *language,
-                    const char *cwd, const char *user, moat_error **err) {
+int moat_ctx_ensure(struct moat_control *c, const char *org, const char *sid, const char *cid,
+                    const char *language, const char *cwd, const char *user, moat_error **err) {
   const struct lang *l = lang_by_name(language);
   if (!l || !moat_ctx_valid_id(cid))
     return moat_error_set(err, EINVAL, "no such language '%.64s' or context id '%.64s'", language, cid);
@@ -433,10 +435,10 @@ struct moat_ctx_run {
   struct moat_proc_stream *ps;
   uint32_t timeout_ms;
   uint64_t deadline_ns;
-  bool busy;          /* holds the context's run slot */
-  bool finished;      /* no more events come from the kernel */
-  bool end_delivered; /* the END event was handed out */
-  bool end_seen[2];   /* stdout, stderr */
+  bool busy;                /* holds the context's run slot */
+  bool finished;            /* no more events come from the kernel */
+  bool end_delivered;       /* the END event was handed out */
+  bool end_seen[2];         /* stdout, stderr */
   struct moat_buf frame[2]; /* a frame being read, per stream */
   bool in_frame[2];
   struct moat_ctx_outcome outcome;
@@ -727,9 +729,9 @@ static void bash_env_scripts(json_t *env, json_t *line) {
   free(unset.p);
 }
 
-int moat_ctx_run_start(struct moat_control *c, const char *org, const char *sid, const char *cid, const char *code,
-                       size_t code_len, const struct moat_ctx_run_opts *opts, struct moat_ctx_run **out,
-                       moat_error **err) {
+int moat_ctx_run_start(struct moat_control *c, const char *org, const char *sid, const char *cid,
+                       const char *code, size_t code_len, const struct moat_ctx_run_opts *opts,
+                       struct moat_ctx_run **out, moat_error **err) {
   *out = NULL;
   if (memchr(code, '\0', code_len))
     return moat_error_set(err, EINVAL, "'code' contains a NUL character");
@@ -747,7 +749,8 @@ int moat_ctx_run_start(struct moat_control *c, const char *org, const char *sid,
   while (!(u->busy = busy_take(c, sid, cid))) {
     if (!opts->wait || !opts->wait(opts->wait_arg)) {
       moat_ctx_run_close(u);
-      return moat_error_set(err, MOAT_E_CTX_BUSY, "context %s is running code; runs in one context do not overlap", cid);
+      return moat_error_set(err, MOAT_E_CTX_BUSY,
+                            "context %s is running code; runs in one context do not overlap", cid);
     }
     usleep(20000);
   }

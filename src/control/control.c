@@ -166,7 +166,7 @@ char *dump_object(json_t *j) {
 }
 
 void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
-                          struct moat_sandbox_info *out) {
+                   struct moat_sandbox_info *out) {
   memset(out, 0, sizeof(*out));
   snprintf(out->id, sizeof(out->id), "%s", r->id);
   out->org = xstrdup(r->org);
@@ -418,7 +418,10 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   pthread_mutex_unlock(&e->m);
   live_put(c, e);
   log_info("sandbox %s created for %s: template %s, slot %d, %s, ready in %llu us", id, org, tmpl, inst.slot,
-           n->restore_dir ? "restored" : inst.from_pool ? "warm shell" : "cold", (unsigned long long)ready_us);
+           n->restore_dir   ? "restored"
+           : inst.from_pool ? "warm shell"
+                            : "cold",
+           (unsigned long long)ready_us);
   if (!out)
     return 0;
   return moat_control_get(c, org, id, out, err);
@@ -561,8 +564,8 @@ void refresh_ttl(struct moat_control *c, struct live *e) {
  * copies of its guest endpoint and env when asked). With call, counts a guest call in e->inflight
  * before letting go of e->m, so a checkpoint that takes e->m next waits for it (the caller
  * decrements it when the call ends). ENOENT (absent, another org's, killed), EBUSY (not running). */
-static struct live *acquire_running(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep,
-                                    json_t **env, bool call, moat_error **err) {
+static struct live *acquire_running(struct moat_control *c, const char *org, const char *id,
+                                    struct moat_guest_ep **ep, json_t **env, bool call, moat_error **err) {
   struct live *e = live_get(c, id);
   if (e && strcmp(e->org, org) != 0) {
     live_put(c, e);
@@ -583,8 +586,8 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
   if (e->state == MOAT_SB_PAUSED) {
     pthread_mutex_unlock(&e->m);
     live_put(c, e);
-    moat_error_set(err, MOAT_E_PAUSED, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume)", id,
-                   id);
+    moat_error_set(err, MOAT_E_PAUSED, "sandbox %s is paused: resume it first (POST /v1/sandboxes/%s/resume)",
+                   id, id);
     return NULL;
   }
   if (e->state != MOAT_SB_RUNNING) {
@@ -608,8 +611,8 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
   return e;
 }
 
-int moat_control_guest(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep, char ***env,
-                       moat_error **err) {
+int moat_control_guest(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep,
+                       char ***env, moat_error **err) {
   json_t *envj = NULL;
   struct live *e = acquire_running(c, org, id, ep, env ? &envj : NULL, false, err);
   if (!e)
@@ -630,8 +633,8 @@ int moat_control_running(struct moat_control *c, const char *org, const char *id
   return 0;
 }
 
-int moat_control_port_connect(struct moat_control *c, const char *org, const char *id, unsigned port, int timeout_ms,
-                              moat_error **err) {
+int moat_control_port_connect(struct moat_control *c, const char *org, const char *id, unsigned port,
+                              int timeout_ms, moat_error **err) {
   struct live *e = acquire_running(c, org, id, NULL, NULL, false, err);
   if (!e)
     return -1;
@@ -911,8 +914,8 @@ static int recover(struct moat_control *c, moat_error **err) {
       /* The freezer state follows the record: a moatd killed in the middle of a checkpoint (the host
        * freezes the cgroup for it) or of a pause leaves the cgroup frozen or not regardless. */
       moat_error *e3 = NULL;
-      if ((st == MOAT_SB_PAUSED ? moat_host_pause(c->host, r->slot, &e3) : moat_host_resume(c->host, r->slot, &e3)) <
-          0) {
+      if ((st == MOAT_SB_PAUSED ? moat_host_pause(c->host, r->slot, &e3)
+                                : moat_host_resume(c->host, r->slot, &e3)) < 0) {
         log_warn("recover %s: set freezer to %s: %s", r->id, r->state, moat_error_msg(e3));
         moat_error_free(&e3);
       }

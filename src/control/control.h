@@ -53,15 +53,15 @@ struct moat_sandbox_spec {
   const char *template_name; /* NULL = "base" */
   int64_t ttl_seconds;       /* 0 = default */
   bool persistent;
-  json_t *metadata; /* object of string -> string, or NULL; borrowed */
-  json_t *env;      /* object of string -> string, or NULL; borrowed */
+  json_t *metadata;          /* object of string -> string, or NULL; borrowed */
+  json_t *env;               /* object of string -> string, or NULL; borrowed */
   struct moat_limits limits; /* zero fields = defaults */
   /* Time travel. */
   const char *from_snapshot;       /* snapshot id to start from (moat_host_restore), or NULL; the
                                       snapshot's template is used and template_name must be NULL
                                       or the same; zero limits default to the snapshot's */
   int64_t hibernate_after_seconds; /* persistent only: hibernate after this long idle; 0 = never */
-  json_t *network; /* network policy (host/net/net.h) or NULL for the default; borrowed */
+  json_t *network;                 /* network policy (host/net/net.h) or NULL for the default; borrowed */
 };
 
 struct moat_sandbox_info {
@@ -91,12 +91,12 @@ void moat_sandbox_infos_free(struct moat_sandbox_info *v, size_t n);
 struct moat_control;
 
 struct moat_control_config {
-  const char *data_dir;     /* DIR: moat.db, api-key, host state */
-  const char *template_dir; /* built templates; default DIR/templates */
-  const char *recipes_dir;  /* the repo's templates/ */
-  const char *guest_path;   /* build/moat-guest */
+  const char *data_dir;      /* DIR: moat.db, api-key, host state */
+  const char *template_dir;  /* built templates; default DIR/templates */
+  const char *recipes_dir;   /* the repo's templates/ */
+  const char *guest_path;    /* build/moat-guest */
   unsigned guest_timeout_ms; /* 0 = MOAT_GUEST_TIMEOUT_MS_DEFAULT (guest_client.h) */
-  unsigned pool_size;       /* warm shells of "base" */
+  unsigned pool_size;        /* warm shells of "base" */
   unsigned reap_interval_ms;
   const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net/net.h) */
   bool disk_overcommit; /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
@@ -127,7 +127,8 @@ struct moat_sandbox_patch {
   json_t *metadata; /* replaces metadata when non-NULL; borrowed */
 };
 int moat_control_update(struct moat_control *c, const char *org, const char *id,
-                        const struct moat_sandbox_patch *patch, struct moat_sandbox_info *out, moat_error **err);
+                        const struct moat_sandbox_patch *patch, struct moat_sandbox_info *out,
+                        moat_error **err);
 /* Kills and records reason. Killing a killed sandbox is ENOENT (it is gone for the API).
  * Killed sandboxes: get returns them (state killed, killed_reason set) and list shows them when
  * asked for state killed; kill, update, guest and exec on them are ENOENT with the message
@@ -150,12 +151,12 @@ int moat_control_running(struct moat_control *c, const char *org, const char *id
  * sandbox's own loopback (moat_host_port_connect: 127.0.0.1, else ::1; never the host's), its
  * connect bounded by timeout_ms. The connected fd (caller closes), or -1: ECONNREFUSED when nothing
  * listens there, ETIMEDOUT. */
-int moat_control_port_connect(struct moat_control *c, const char *org, const char *id, unsigned port, int timeout_ms,
-                              moat_error **err);
+int moat_control_port_connect(struct moat_control *c, const char *org, const char *id, unsigned port,
+                              int timeout_ms, moat_error **err);
 
 /* Runs a command: moat_control_guest + moat_guest_exec; req->env is merged over the sandbox env. */
-int moat_control_exec(struct moat_control *c, const char *org, const char *id, const struct moat_exec_req *req,
-                      struct moat_exec_result *res, moat_error **err);
+int moat_control_exec(struct moat_control *c, const char *org, const char *id,
+                      const struct moat_exec_req *req, struct moat_exec_result *res, moat_error **err);
 
 /* Creates a new API key ("moat_" + 64 hex digits) for org in the store under data_dir, which a
  * running moatd may have open. Returns 0 and sets *key (caller frees), or -1. */
@@ -225,7 +226,7 @@ int moat_control_rollback(struct moat_control *c, const char *org, const char *i
                           moat_error **err);
 
 #define MOAT_EXPLORE_MAX_BRANCHES 16
-#define MOAT_EXPLORE_TAIL 4096 /* bytes of stdout / stderr kept per branch */
+#define MOAT_EXPLORE_TAIL 4096      /* bytes of stdout / stderr kept per branch */
 #define MOAT_EXPLORE_BEST_TTL_S 600 /* keep "best": branches die this long after the explore unless kept */
 
 enum moat_explore_keep { MOAT_KEEP_FIRST_SUCCESS = 0, MOAT_KEEP_BEST };
@@ -235,21 +236,21 @@ struct moat_explore_branch {
 };
 struct moat_explore_outcome {
   char sandbox_id[MOAT_ID_LEN + 1];
-  int exit_code;      /* -1 when killed by a signal, timed out or not run */
+  int exit_code; /* -1 when killed by a signal, timed out or not run */
   bool timed_out;
-  char *stdout_tail;  /* last MOAT_EXPLORE_TAIL bytes (raw, may be invalid UTF-8) */
+  char *stdout_tail; /* last MOAT_EXPLORE_TAIL bytes (raw, may be invalid UTF-8) */
   size_t stdout_len;
   char *stderr_tail;
   size_t stderr_len;
   json_t *files_changed; /* array of paths changed in the branch's writable layer */
   int64_t duration_ms;
-  bool alive;         /* the branch sandbox still exists after the call */
-  char *error;        /* why the branch could not run, or NULL */
+  bool alive;  /* the branch sandbox still exists after the call */
+  char *error; /* why the branch could not run, or NULL */
 };
 struct moat_explore_result {
-  char explore_id[32];                 /* "exp-..." for keep best; "" otherwise */
-  char winner[MOAT_ID_LEN + 1];        /* "" when none */
-  int64_t expires_at_ms;               /* keep best: when unkept branches die */
+  char explore_id[32];                   /* "exp-..." for keep best; "" otherwise */
+  char winner[MOAT_ID_LEN + 1];          /* "" when none */
+  int64_t expires_at_ms;                 /* keep best: when unkept branches die */
   struct moat_explore_outcome *outcomes; /* one per branch, in request order */
   size_t n;
 };
@@ -300,7 +301,8 @@ void moat_sandbox_events_free(struct moat_sandbox_event *v, size_t n);
  * unknown sandbox or another org's. forked_from (may be NULL): set to the parent's id for a fork's
  * child, else NULL (caller frees). */
 int moat_control_sandbox_events(struct moat_control *c, const char *org, const char *id,
-                                struct moat_sandbox_event **out, size_t *n, char **forked_from, moat_error **err);
+                                struct moat_sandbox_event **out, size_t *n, char **forked_from,
+                                moat_error **err);
 
 /* A subscription to the new connection-log entries of one sandbox (as moat_control_network_log
  * writes them), queued as the network log thread sees them: none is lost when the sandbox's
@@ -335,8 +337,8 @@ struct moat_sandbox_usage {
   uint64_t disk_used_bytes, disk_total_bytes;
 };
 /* org's sandbox id (not killed). ENOENT for another org's, a missing or a killed one. */
-int moat_control_usage(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_usage *out,
-                       moat_error **err);
+int moat_control_usage(struct moat_control *c, const char *org, const char *id,
+                       struct moat_sandbox_usage *out, moat_error **err);
 /* A sandbox's CPU use as a percent of its limit (cpu.c). */
 struct moat_cpu_pct {
   double pct;       /* of the CPU limit, 0..100 (more is clamped) */
@@ -344,13 +346,13 @@ struct moat_cpu_pct {
 };
 /* moat_control_usage plus the CPU percent over the window since the last call for id (measured
  * now over 100 ms when there is no fitting one). 0 or -1 as moat_control_usage. */
-int moat_control_usage_cpu(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_usage *u,
-                           struct moat_cpu_pct *pct, moat_error **err);
+int moat_control_usage_cpu(struct moat_control *c, const char *org, const char *id,
+                           struct moat_sandbox_usage *u, struct moat_cpu_pct *pct, moat_error **err);
 
 /* Every live (not killed) sandbox of org, or of every org when org is NULL, at most max of them
  * (in no particular order). *out: caller frees (NULL when *n is 0). */
-int moat_control_usage_list(struct moat_control *c, const char *org, size_t max, struct moat_sandbox_usage **out,
-                            size_t *n, moat_error **err);
+int moat_control_usage_list(struct moat_control *c, const char *org, size_t max,
+                            struct moat_sandbox_usage **out, size_t *n, moat_error **err);
 
 #define MOAT_LATENCY_BUCKETS 9
 /* Upper bounds in seconds of the create-latency histogram buckets (ascending). */
@@ -358,7 +360,7 @@ extern const double moat_create_latency_bounds[MOAT_LATENCY_BUCKETS];
 /* moatd-wide counts from the store (every org, every sandbox this data dir ever recorded). */
 struct moat_control_stats {
   uint64_t by_state[MOAT_SB_KILLED + 1];
-  uint64_t created_total; /* rows in any state */
+  uint64_t created_total;                    /* rows in any state */
   uint64_t latency_le[MOAT_LATENCY_BUCKETS]; /* cumulative: creates with ready time <= bound */
   uint64_t latency_count;
   double latency_sum_s;
@@ -382,20 +384,21 @@ bool moat_ctx_language_known(const char *name);
 
 /* Starts a kernel of language in cwd (as user, NULL: root) in org's sandbox sid. EINVAL for an
  * unknown language or one whose interpreter the sandbox lacks, ENOENT for a cwd that is not there. */
-int moat_ctx_create(struct moat_control *c, const char *org, const char *sid, const char *language, const char *cwd,
-                    const char *user, struct moat_ctx *out, moat_error **err);
+int moat_ctx_create(struct moat_control *c, const char *org, const char *sid, const char *language,
+                    const char *cwd, const char *user, struct moat_ctx *out, moat_error **err);
 /* The running contexts of the sandbox; *out freed with moat_ctxs_free. */
 int moat_ctx_list(struct moat_control *c, const char *org, const char *sid, struct moat_ctx **out, size_t *n,
                   moat_error **err);
 /* MOAT_E_NO_CONTEXT when the sandbox has no context cid. */
-int moat_ctx_delete(struct moat_control *c, const char *org, const char *sid, const char *cid, moat_error **err);
+int moat_ctx_delete(struct moat_control *c, const char *org, const char *sid, const char *cid,
+                    moat_error **err);
 /* Kills and starts again the kernel (same language, cwd and user; its variables are gone).
  * MOAT_E_NO_CONTEXT, or MOAT_E_CTX_BUSY while a run is in progress. */
-int moat_ctx_restart(struct moat_control *c, const char *org, const char *sid, const char *cid, struct moat_ctx *out,
-                     moat_error **err);
+int moat_ctx_restart(struct moat_control *c, const char *org, const char *sid, const char *cid,
+                     struct moat_ctx *out, moat_error **err);
 /* Starts context cid of language unless it runs already (two callers at once start one). */
-int moat_ctx_ensure(struct moat_control *c, const char *org, const char *sid, const char *cid, const char *language,
-                    const char *cwd, const char *user, moat_error **err);
+int moat_ctx_ensure(struct moat_control *c, const char *org, const char *sid, const char *cid,
+                    const char *language, const char *cwd, const char *user, moat_error **err);
 
 /* A run: the cell's output as events, in order, then END once; the outcome is final after END. */
 enum moat_ctx_event_type { MOAT_CTX_STDOUT = 1, MOAT_CTX_STDERR, MOAT_CTX_RESULT, MOAT_CTX_END };
@@ -407,23 +410,24 @@ struct moat_ctx_event {
 };
 struct moat_ctx_outcome {
   int execution_count;
-  bool timed_out; /* SIGINT was sent at the run's timeout */
-  bool restarted; /* the kernel died or did not stop: it was started again */
+  bool timed_out;     /* SIGINT was sent at the run's timeout */
+  bool restarted;     /* the kernel died or did not stop: it was started again */
   bool has_exit_code; /* bash: the cell's status */
   int exit_code;
   json_t *error; /* {name, value, traceback: [lines]} or NULL; borrowed */
 };
 struct moat_ctx_run_opts {
   uint32_t timeout_ms;
-  json_t *env;               /* for this cell only, {NAME: value} (names checked by the caller); may be NULL */
-  bool (*wait)(void *arg);   /* while the context is busy: true to wait, false: MOAT_E_CTX_BUSY; NULL: false */
+  json_t *env;             /* for this cell only, {NAME: value} (names checked by the caller); may be NULL */
+  bool (*wait)(void *arg); /* while the context is busy: true to wait, false: MOAT_E_CTX_BUSY; NULL: false */
   void *wait_arg;
 };
 struct moat_ctx_run;
-/* Sends code to context cid. EINVAL for code with a NUL, MOAT_E_NO_CONTEXT, MOAT_E_CTX_BUSY (see opts->wait). */
-int moat_ctx_run_start(struct moat_control *c, const char *org, const char *sid, const char *cid, const char *code,
-                       size_t code_len, const struct moat_ctx_run_opts *opts, struct moat_ctx_run **out,
-                       moat_error **err);
+/* Sends code to context cid. EINVAL for code with a NUL, MOAT_E_NO_CONTEXT, MOAT_E_CTX_BUSY (see opts->wait).
+ */
+int moat_ctx_run_start(struct moat_control *c, const char *org, const char *sid, const char *cid,
+                       const char *code, size_t code_len, const struct moat_ctx_run_opts *opts,
+                       struct moat_ctx_run **out, moat_error **err);
 /* The next event, waiting up to timeout_ms (< 0: until there is one): 1 and *out (valid until the
  * next call), or 0 when none came in time or END was handed out already. Timeouts and dead kernels
  * are handled here: call it until END. */

@@ -35,7 +35,7 @@ struct live {
   pid_t pid;
   uint64_t start_time;
   struct moat_guest_ep guest; /* path[0] == '\0' while it holds no slot */
-  json_t *env; /* the sandbox's env object */
+  json_t *env;                /* the sandbox's env object */
   int64_t ttl_seconds;
   bool persistent;
   int64_t db_expires_at_ms; /* expiry last written to the store */
@@ -46,7 +46,7 @@ struct live {
   int64_t hibernate_after_s; /* idle hibernation; 0 = never */
   uint64_t idle_cpu_ns;      /* reaper: cgroup CPU usage at idle_sample_ms */
   int64_t idle_sample_ms;
-  int64_t busy_at_ms; /* reaper: last time CPU use was above the idle threshold */
+  int64_t busy_at_ms;          /* reaper: last time CPU use was above the idle threshold */
   struct ckpt_ref *fork_image; /* while paused: the checkpoint a fork took, reused by later forks */
 };
 struct ckpt_ref; /* timetravel.c */
@@ -70,7 +70,7 @@ struct moat_control {
   bool reaper_started;
   pthread_mutex_t reap_lock;
   pthread_cond_t reap_cond;
-  bool stop; /* reap_lock; read atomically by health.c */
+  bool stop;         /* reap_lock; read atomically by health.c */
   int health_checks; /* health.c threads running; atomic */
   bool health_open;
   unsigned reap_interval_ms;
@@ -80,8 +80,8 @@ struct moat_control {
   pthread_mutex_t explore_lock;
   struct explore *explores; /* keep-best explores awaiting a choice; explore_lock */
 
-  pthread_mutex_t conn_lock;          /* events.c: a leaf */
-  struct moat_conn_sub *conn_subs;    /* connection-log subscriptions; conn_lock */
+  pthread_mutex_t conn_lock;       /* events.c: a leaf */
+  struct moat_conn_sub *conn_subs; /* connection-log subscriptions; conn_lock */
 
   pthread_mutex_t ctx_lock;
   struct ctl_ctx_busy *ctx_busy; /* contexts.c: contexts with a run in progress; ctx_lock */
@@ -96,7 +96,7 @@ struct live *live_new(const char *id, const char *org);
 /* Takes the guest endpoint of e's new slot (m held). */
 void ctl_set_guest(struct live *e, const struct moat_instance *inst);
 json_t *parse_object(const char *text); /* never NULL */
-char *dump_object(json_t *j);          /* "{}" for NULL */
+char *dump_object(json_t *j);           /* "{}" for NULL */
 void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r, struct moat_sandbox_info *out);
 /* Tears e down (m held, not killed), records it killed with reason, removes it from the table.
  * Returns 0, or -1 with *err (may be NULL) when the record could not be written: the sandbox is gone
@@ -112,8 +112,8 @@ struct ctl_new {
   struct moat_limits limits; /* resolved */
   int64_t ttl_seconds;
   bool persistent;
-  json_t *metadata; /* borrowed, may be NULL */
-  json_t *env;      /* borrowed, may be NULL */
+  json_t *metadata;          /* borrowed, may be NULL */
+  json_t *env;               /* borrowed, may be NULL */
   const char *restore_dir;   /* NULL = moat_host_create */
   const char *forked_from;   /* recorded, may be NULL */
   const char *from_snapshot; /* recorded, may be NULL */

@@ -42,7 +42,8 @@ void ctl_cpu_free(struct ctl_cpu *p) {
 }
 
 /* Records (id, at_ns, cpu_ns) and returns the sample it replaces for id in *old (found: true). */
-static bool prev_swap(struct ctl_cpu *p, const char *id, uint64_t at_ns, uint64_t cpu_ns, struct prev_sample *old) {
+static bool prev_swap(struct ctl_cpu *p, const char *id, uint64_t at_ns, uint64_t cpu_ns,
+                      struct prev_sample *old) {
   pthread_mutex_lock(&p->lock);
   size_t victim = 0;
   bool found = false;
@@ -64,8 +65,8 @@ static bool prev_swap(struct ctl_cpu *p, const char *id, uint64_t at_ns, uint64_
   return found;
 }
 
-int moat_control_usage_cpu(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_usage *u,
-                           struct moat_cpu_pct *pct, moat_error **err) {
+int moat_control_usage_cpu(struct moat_control *c, const char *org, const char *id,
+                           struct moat_sandbox_usage *u, struct moat_cpu_pct *pct, moat_error **err) {
   memset(pct, 0, sizeof(*pct));
   if (moat_control_usage(c, org, id, u, err) < 0)
     return -1;

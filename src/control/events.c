@@ -86,7 +86,8 @@ void moat_sandbox_events_free(struct moat_sandbox_event *v, size_t n) {
 }
 
 int moat_control_sandbox_events(struct moat_control *c, const char *org, const char *id,
-                                struct moat_sandbox_event **out, size_t *n, char **forked_from, moat_error **err) {
+                                struct moat_sandbox_event **out, size_t *n, char **forked_from,
+                                moat_error **err) {
   struct moat_store_sandbox r = {0};
   *out = NULL;
   *n = 0;

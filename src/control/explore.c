@@ -68,8 +68,8 @@ static json_t *files_changed(struct moat_control *c, const char *org, const char
   /* File times come from the coarse kernel clock, up to a tick behind the wall clock. */
   int64_t t = start_ms - 20;
   snprintf(since, sizeof(since), "@%lld.%03lld", (long long)(t / 1000), (long long)(t % 1000));
-  char *argv[] = {"find", "/", "-xdev", "(", "-newermt", since, "-o", "-newerct", since, ")", "!", "-type", "d",
-                  "-print", NULL};
+  char *argv[] = {"find", "/", "-xdev", "(",     "-newermt", since,    "-o", "-newerct",
+                  since,  ")", "!",     "-type", "d",        "-print", NULL};
   struct moat_exec_req req = {.argv = argv, .timeout_ms = 30000, .max_output = 1 << 20};
   struct moat_exec_result res;
   memset(&res, 0, sizeof(res));
@@ -151,7 +151,7 @@ int moat_control_explore(struct moat_control *c, const char *org, const char *id
     if (branches[i].timeout_ms < 0 || branches[i].timeout_ms > 86400000LL)
       return moat_error_set(err, EINVAL, "branches[%zu].timeout_ms: must be between 0 and 86400000", i);
   }
-  char (*ids)[MOAT_ID_LEN + 1] = xcalloc(n, sizeof(*ids));
+  char(*ids)[MOAT_ID_LEN + 1] = xcalloc(n, sizeof(*ids));
   if (tt_fork_ids(c, org, id, (unsigned)n, "explore", ids, err) < 0) {
     free(ids);
     return -1;
@@ -213,7 +213,8 @@ int moat_control_explore(struct moat_control *c, const char *org, const char *id
   x->n = n;
   x->branches = ids;
   x->expires_at_ms = now_unix_ms() + MOAT_EXPLORE_BEST_TTL_S * 1000LL;
-  struct moat_sandbox_patch p = {.has_ttl = true, .ttl_seconds = MOAT_EXPLORE_BEST_TTL_S, .has_persistent = true};
+  struct moat_sandbox_patch p = {
+      .has_ttl = true, .ttl_seconds = MOAT_EXPLORE_BEST_TTL_S, .has_persistent = true};
   for (size_t i = 0; i < n; i++) {
     moat_error *e2 = NULL;
     out->outcomes[i].alive = moat_control_update(c, org, ids[i], &p, NULL, &e2) == 0;

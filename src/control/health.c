@@ -26,7 +26,8 @@ struct check {
 static void *check_main(void *arg) {
   struct check *k = arg;
   moat_error *err = NULL;
-  if (moat_guest_check(&k->ep, HEALTH_CHECK_MS, &err) < 0 && !__atomic_load_n(&k->c->stop, __ATOMIC_SEQ_CST)) {
+  if (moat_guest_check(&k->ep, HEALTH_CHECK_MS, &err) < 0 &&
+      !__atomic_load_n(&k->c->stop, __ATOMIC_SEQ_CST)) {
     pthread_mutex_lock(&k->e->m);
     if (k->e->state == MOAT_SB_RUNNING && k->e->pid == k->ep.pid) {
       log_warn("sandbox %s: its guest (pid %d) does not answer (%s): killing it", k->e->id, (int)k->ep.pid,

@@ -16,9 +16,10 @@ int moat_control_network_check(struct moat_control *c, json_t *policy, moat_erro
   if (moat_net_policy_check(policy, err) < 0)
     return -1;
   if (!moat_host_net(c->host) && wants_internet(policy))
-    return moat_error_set(err, EINVAL,
-                          "network: this moatd has no uplink (start it with --net-uplink): sandboxes have loopback "
-                          "only; ask for {\"internet\": false} or leave network out");
+    return moat_error_set(
+        err, EINVAL,
+        "network: this moatd has no uplink (start it with --net-uplink): sandboxes have loopback "
+        "only; ask for {\"internet\": false} or leave network out");
   return 0;
 }
 

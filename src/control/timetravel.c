@@ -107,8 +107,8 @@ static int wait_calls(struct live *e, moat_error **err) {
   while ((n = __atomic_load_n(&e->inflight, __ATOMIC_SEQ_CST)) > 0) {
     if (now_ns() >= deadline)
       return moat_error_set(err, EBUSY,
-                            "%d exec call(s) still running in sandbox %s after %d s; try again when they end", n,
-                            e->id, CALLS_WAIT_MS / 1000);
+                            "%d exec call(s) still running in sandbox %s after %d s; try again when they end",
+                            n, e->id, CALLS_WAIT_MS / 1000);
     usleep(5000);
   }
   return 0;
@@ -160,7 +160,8 @@ static void unlock_live(struct moat_control *c, struct live *e) {
 }
 
 static int state_error(struct live *e, const char *what, moat_error **err) {
-  return moat_error_set(err, EBUSY, "cannot %s sandbox %s: it is %s", what, e->id, moat_sandbox_state_name(e->state));
+  return moat_error_set(err, EBUSY, "cannot %s sandbox %s: it is %s", what, e->id,
+                        moat_sandbox_state_name(e->state));
 }
 
 /* ---- open / close ---- */
@@ -186,7 +187,8 @@ static void remove_leftover(struct moat_control *c, const char *path, const char
 }
 
 /* Removes entries of dir that keep() rejects. */
-static void sweep(struct moat_control *c, const char *dir, bool (*keep)(struct moat_control *, const char *)) {
+static void sweep(struct moat_control *c, const char *dir,
+                  bool (*keep)(struct moat_control *, const char *)) {
   DIR *d = opendir(dir);
   if (!d)
     return;
@@ -782,8 +784,8 @@ int tt_create_from_snapshot(struct moat_control *c, const char *org, const struc
   json_t *senv = NULL, *smeta = NULL;
   char *dir = NULL;
   if (spec->template_name && strcmp(spec->template_name, r.template_name) != 0) {
-    moat_error_set(err, EINVAL, "template '%s' differs from snapshot %s's template '%s'", spec->template_name, sid,
-                   r.template_name);
+    moat_error_set(err, EINVAL, "template '%s' differs from snapshot %s's template '%s'", spec->template_name,
+                   sid, r.template_name);
     goto out;
   }
   struct moat_sandbox_spec s2 = *spec;
@@ -945,8 +947,8 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
     snprintf(ids[i], MOAT_ID_LEN + 1, "%s", jobs[i].rc == 0 ? jobs[i].id : "");
   }
   if (ret == 0)
-    log_info("%s of %s: %u children; %s %.1f ms (%llu bytes), first child %.1f ms, last %.1f ms", why, id, count,
-             reused ? "reused the paused sandbox's image" : "checkpoint", t_ckpt / 1e6,
+    log_info("%s of %s: %u children; %s %.1f ms (%llu bytes), first child %.1f ms, last %.1f ms", why, id,
+             count, reused ? "reused the paused sandbox's image" : "checkpoint", t_ckpt / 1e6,
              (unsigned long long)info.memory_bytes, first / 1e6, last / 1e6);
   ref_put(c, img);
   free(jobs);
@@ -963,7 +965,7 @@ int moat_control_fork(struct moat_control *c, const char *org, const char *id, u
   *children = NULL;
   if (count < 1 || count > MOAT_EXPLORE_MAX_BRANCHES)
     return moat_error_set(err, EINVAL, "count: must be between 1 and %d", MOAT_EXPLORE_MAX_BRANCHES);
-  char (*ids)[MOAT_ID_LEN + 1] = xcalloc(count, sizeof(*ids));
+  char(*ids)[MOAT_ID_LEN + 1] = xcalloc(count, sizeof(*ids));
   if (tt_fork_ids(c, org, id, count, "fork", ids, err) < 0) {
     free(ids);
     return -1;
@@ -1061,6 +1063,7 @@ int moat_control_rollback(struct moat_control *c, const char *org, const char *i
   if (was_hibernated)
     tt_forget_hibernated(c, id);
   unlock_live(c, e);
-  log_info("sandbox %s rolled back to %s into slot %d in %.1f ms", id, snapshot_id, inst.slot, (now_ns() - t0) / 1e6);
+  log_info("sandbox %s rolled back to %s into slot %d in %.1f ms", id, snapshot_id, inst.slot,
+           (now_ns() - t0) / 1e6);
   return 0;
 }

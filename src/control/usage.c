@@ -31,8 +31,8 @@ static void sample_live(struct moat_control *c, struct live *e, struct moat_sand
   pthread_mutex_unlock(&e->m);
 }
 
-int moat_control_usage(struct moat_control *c, const char *org, const char *id, struct moat_sandbox_usage *out,
-                       moat_error **err) {
+int moat_control_usage(struct moat_control *c, const char *org, const char *id,
+                       struct moat_sandbox_usage *out, moat_error **err) {
   struct live *e = live_get(c, id);
   if (!e || strcmp(e->org, org) != 0) {
     if (e)
@@ -46,8 +46,8 @@ int moat_control_usage(struct moat_control *c, const char *org, const char *id, 
   return 0;
 }
 
-int moat_control_usage_list(struct moat_control *c, const char *org, size_t max, struct moat_sandbox_usage **out,
-                            size_t *n, moat_error **err) {
+int moat_control_usage_list(struct moat_control *c, const char *org, size_t max,
+                            struct moat_sandbox_usage **out, size_t *n, moat_error **err) {
   (void)err;
   *out = NULL;
   *n = 0;

@@ -188,7 +188,7 @@ static __attribute__((noreturn)) void spare_main(int lfd, int notify_w, int hand
     int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     if (conn < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
-        continue; /* another spare took it */
+        continue;                                 /* another spare took it */
       struct timespec ts = {0, 10 * 1000 * 1000}; /* EMFILE, ENOBUFS: back off, do not spin */
       nanosleep(&ts, NULL);
       continue;
@@ -234,7 +234,8 @@ static void receive_handoffs(int fd) {
     pid_t pid = 0;
     char cbuf[CMSG_SPACE(sizeof(int))];
     struct iovec iov = {.iov_base = &pid, .iov_len = sizeof(pid)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
     ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (r < 0) {
       if (errno == EINTR)

@@ -954,7 +954,8 @@ struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms) {
     if (c->dead)
       continue;
     short ev = 0;
-    bool want_in = c->kind == C_REQ || (c->kind == C_STREAM && (!c->p || buf_pending(&c->p->inq) <= STDIN_HIGH));
+    bool want_in =
+        c->kind == C_REQ || (c->kind == C_STREAM && (!c->p || buf_pending(&c->p->inq) <= STDIN_HIGH));
     if (want_in && !c->rd_eof)
       ev |= POLLIN;
     if (buf_pending(&c->out) > 0)
@@ -1076,12 +1077,36 @@ int guest_procs_renew_requested(void) {
 /* One frame of type STATE_PROC per process, with these fields. */
 #define STATE_PROC 200
 enum state_tag {
-  ST_PID = 1, ST_TAG, ST_ARGV, ST_STARTED, ST_T0, ST_DEADLINE, ST_DURATION, ST_FLAGS, ST_STATUS, ST_FD_OUT,
-  ST_FD_ERR, ST_FD_IN, ST_INQ, ST_RING_OUT, ST_RING_ERR, ST_TOTAL_OUT, ST_TOTAL_ERR, ST_CAP, ST_FWD_OUT, ST_FWD_ERR,
+  ST_PID = 1,
+  ST_TAG,
+  ST_ARGV,
+  ST_STARTED,
+  ST_T0,
+  ST_DEADLINE,
+  ST_DURATION,
+  ST_FLAGS,
+  ST_STATUS,
+  ST_FD_OUT,
+  ST_FD_ERR,
+  ST_FD_IN,
+  ST_INQ,
+  ST_RING_OUT,
+  ST_RING_ERR,
+  ST_TOTAL_OUT,
+  ST_TOTAL_ERR,
+  ST_CAP,
+  ST_FWD_OUT,
+  ST_FWD_ERR,
 };
 enum state_flag {
-  SF_RUNNING = 1, SF_PTY = 2, SF_BACKGROUND = 4, SF_KOD = 8, SF_TIMED_OUT = 16, SF_STDIN_OPEN = 32,
-  SF_TRUNC_OUT = 64, SF_TRUNC_ERR = 128,
+  SF_RUNNING = 1,
+  SF_PTY = 2,
+  SF_BACKGROUND = 4,
+  SF_KOD = 8,
+  SF_TIMED_OUT = 16,
+  SF_STDIN_OPEN = 32,
+  SF_TRUNC_OUT = 64,
+  SF_TRUNC_ERR = 128,
 };
 
 /* The retained bytes of r, oldest first, into m under tag. */
@@ -1125,10 +1150,10 @@ int guest_procs_save(int fd, moat_error **err) {
     moat_msg_put_u64(&m, ST_T0, p->t0_ns);
     moat_msg_put_u64(&m, ST_DEADLINE, p->deadline_ns);
     moat_msg_put_u64(&m, ST_DURATION, p->duration_ms);
-    uint32_t flags = (p->running ? SF_RUNNING : 0) | (p->pty ? SF_PTY : 0) | (p->background ? SF_BACKGROUND : 0) |
-                     (p->kill_on_disconnect ? SF_KOD : 0) | (p->timed_out ? SF_TIMED_OUT : 0) |
-                     (p->stdin_open ? SF_STDIN_OPEN : 0) | (p->trunc[0] ? SF_TRUNC_OUT : 0) |
-                     (p->trunc[1] ? SF_TRUNC_ERR : 0);
+    uint32_t flags = (p->running ? SF_RUNNING : 0) | (p->pty ? SF_PTY : 0) |
+                     (p->background ? SF_BACKGROUND : 0) | (p->kill_on_disconnect ? SF_KOD : 0) |
+                     (p->timed_out ? SF_TIMED_OUT : 0) | (p->stdin_open ? SF_STDIN_OPEN : 0) |
+                     (p->trunc[0] ? SF_TRUNC_OUT : 0) | (p->trunc[1] ? SF_TRUNC_ERR : 0);
     moat_msg_put_u32(&m, ST_FLAGS, flags);
     moat_msg_put_i32(&m, ST_STATUS, p->status);
     moat_msg_put_i32(&m, ST_FD_OUT, p->fd[0]);

@@ -217,7 +217,6 @@ static char **exec_candidates(const char *argv0, char **env) {
   return v;
 }
 
-
 static void close_fd(int *fd) {
   if (*fd >= 0)
     close(*fd);

@@ -29,13 +29,13 @@ struct moat_net;
 struct moat_net_config;
 
 struct moat_host_config {
-  const char *driver;        /* driver name ("linux"); NULL or "" = the first built in (linux) */
-  const char *data_dir;      /* moatd's data dir; the host keeps slots/ and disks/ under it */
-  const char *template_dir;  /* where built templates live: TEMPLATE_DIR/NAME/rootfs */
-  const char *guest_path;    /* host path of the static moat-guest binary */
-  unsigned pool_size;        /* warm, never-used shells kept ready per pooled template; 0 = none */
-  const char *pool_template; /* template the pool prepares ("base") */
-  unsigned max_slots;        /* highest slot count (uid ranges) this host hands out */
+  const char *driver;                /* driver name ("linux"); NULL or "" = the first built in (linux) */
+  const char *data_dir;              /* moatd's data dir; the host keeps slots/ and disks/ under it */
+  const char *template_dir;          /* where built templates live: TEMPLATE_DIR/NAME/rootfs */
+  const char *guest_path;            /* host path of the static moat-guest binary */
+  unsigned pool_size;                /* warm, never-used shells kept ready per pooled template; 0 = none */
+  const char *pool_template;         /* template the pool prepares ("base") */
+  unsigned max_slots;                /* highest slot count (uid ranges) this host hands out */
   const struct moat_net_config *net; /* sandbox networking (net/net.h); NULL or no uplink = loopback only */
   bool disk_overcommit; /* false: every sandbox's disk_mb is backed by the data dir (else ENOSPC) */
 };
@@ -49,13 +49,13 @@ struct moat_limits {
 
 /* What the host tells control about a running sandbox; control stores it to adopt later. */
 struct moat_instance {
-  int slot;             /* slot index */
-  pid_t pid;            /* host pid of the sandbox's init (moat-guest) */
-  uint64_t start_time;  /* init's start time (clock ticks after boot, /proc/PID/stat field 22):
-                           with pid it names the process across pid reuse */
+  int slot;                   /* slot index */
+  pid_t pid;                  /* host pid of the sandbox's init (moat-guest) */
+  uint64_t start_time;        /* init's start time (clock ticks after boot, /proc/PID/stat field 22):
+                                 with pid it names the process across pid reuse */
   struct moat_guest_ep guest; /* the guest channel (guest_client.h) */
-  uint64_t ready_ns;    /* how long create took inside the host, for metrics */
-  bool from_pool;       /* a warm shell was used */
+  uint64_t ready_ns;          /* how long create took inside the host, for metrics */
+  bool from_pool;             /* a warm shell was used */
 };
 
 /* Sets up the host with the driver cfg->driver names: for the linux driver, finds or creates
@@ -227,8 +227,8 @@ struct moat_driver_ops {
   int (*resume)(struct moat_host *h, int slot, moat_error **err);
   int (*checkpoint)(struct moat_host *h, int slot, const char *dir, bool leave_running,
                     struct moat_checkpoint_info *info, moat_error **err);
-  int (*restore)(struct moat_host *h, const char *dir, const char *template_name, const struct moat_limits *limits,
-                 struct moat_instance *out, moat_error **err);
+  int (*restore)(struct moat_host *h, const char *dir, const char *template_name,
+                 const struct moat_limits *limits, struct moat_instance *out, moat_error **err);
   const char *(*checkpoint_status)(struct moat_host *h); /* moat_host_criu_status */
   bool (*can_checkpoint)(struct moat_host *h);
   /* optional: the guest's sessions (NULL: -1, cannot tell) */

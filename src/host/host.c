@@ -37,7 +37,9 @@ int moat_host_create(struct moat_host *h, const char *template_name, const struc
   return h->ops->create(h, template_name, limits, out, err);
 }
 
-int moat_host_destroy(struct moat_host *h, int slot, moat_error **err) { return h->ops->destroy(h, slot, err); }
+int moat_host_destroy(struct moat_host *h, int slot, moat_error **err) {
+  return h->ops->destroy(h, slot, err);
+}
 
 int moat_host_adopt(struct moat_host *h, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
                     moat_error **err) {
@@ -69,7 +71,6 @@ static int unsupported(struct moat_host *h, const char *what, moat_error **err) 
   return moat_error_set(err, ENOSYS, "the %s driver cannot %s", h->ops->name, what);
 }
 
-
 int moat_host_pause(struct moat_host *h, int slot, moat_error **err) {
   return h->ops->pause ? h->ops->pause(h, slot, err) : unsupported(h, "pause", err);
 }
@@ -98,7 +99,9 @@ bool moat_host_can_checkpoint(struct moat_host *h) {
   return h->ops->can_checkpoint && h->ops->checkpoint && h->ops->restore && h->ops->can_checkpoint(h);
 }
 
-struct moat_guest_channel *moat_host_guest_channel(struct moat_host *h) { return &h->guest_channel; }
+struct moat_guest_channel *moat_host_guest_channel(struct moat_host *h) {
+  return &h->guest_channel;
+}
 
 int moat_host_guest_sessions(struct moat_host *h, int slot) {
   return h->ops->guest_sessions ? h->ops->guest_sessions(h, slot) : -1;

@@ -24,46 +24,47 @@
 #define MOAT_VERSION "0.1.0"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: moatd [--listen HOST:PORT] [--data-dir DIR] [--template-dir DIR] [--recipes DIR]\n"
-             "             [--guest PATH] [--pool N] [--log-level debug|info|warn|error]\n"
-             "       moatd key create --data-dir DIR --org ORG\n"
-             "\n"
-             "  --listen HOST:PORT   address to serve the API on (default 127.0.0.1:7070)\n"
-             "  --data-dir DIR       state: moat.db, api-key, sandboxes (default ./.moat)\n"
-             "  --template-dir DIR   built templates (default $MOAT_TEMPLATE_DIR, else DIR/templates)\n"
-             "  --recipes DIR        template recipes (default: the repository's templates/)\n"
-             "  --guest PATH         the static moat-guest binary (default: next to moatd)\n"
-             "  --proxy-listen HOST:PORT  serve exposed ports by host name: a request with Host\n"
-             "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
-             "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
-             "  --pool N             warm shells of the base template kept ready (default 4)\n"
-             "  --disk-overcommit    accept sandboxes whose disk_mb the data dir's free space cannot back\n"
-             "                       (sparse disks; a write the host cannot store then fails inside with\n"
-             "                       ENOSPC/EIO and turns that disk read-only). Default: such a create is\n"
-             "                       507 insufficient_storage and every disk is allocated in full\n"
-             "  --net-uplink IF|netns:PATH  give sandboxes egress through interface IF (masqueraded), or\n"
-             "                       through the network namespace at PATH (one standing for the outside\n"
-             "                       world); without it sandboxes have loopback only\n"
-             "  --net-dns-upstream IP[:PORT]  resolver moatd forwards allowed names to (default: the first\n"
-             "                       nameserver of /etc/resolv.conf), reached from the uplink's side\n"
-             "  --net-pool CIDR      IPv4 pool of per-sandbox /30s (default 10.200.0.0/16: 16,384 /30s)\n"
-             "  --net-block-ports P,P,...  TCP/UDP ports always dropped (default: common mining-pool ports)\n"
-             "  --net-warm N         network slots prepared ahead (default 8)\n"
-             "  --guest-timeout MS   a sandbox's guest that sends nothing for this long while not frozen\n"
-             "                       is unreachable: the call fails 502 and the sandbox is checked\n"
-             "                       (default 15000, at least 9000)\n"
-             "\n"
-             "Connections and fairness (each listener; see docs/CONTRACT.md \"Limits and fairness\"):\n"
-             "  --max-connections N  open connections (default %d)\n"
-             "  --max-conns-per-ip N open connections per client address (default 0: no limit)\n"
-             "  --header-timeout S   a request head must arrive within S seconds (default %d)\n"
-             "  --idle-timeout S     idle keep-alive connections close after S seconds (default %d)\n"
-             "  --max-requests-per-org N     requests in flight per org (default %d)\n"
-             "  --max-streams-per-org N      streams open per org (SSE, exec/stream, PTY, watch...)\n"
-             "                       (default %d)\n"
-             "  --max-requests-per-sandbox N requests in flight per sandbox (default %d)\n"
-             "  --max-streams-per-sandbox N  streams open per sandbox (default %d)\n"
-             "  --max-idle-per-org N  idle keep-alive connections kept per org (default %d)\n",
+  fprintf(f,
+          "usage: moatd [--listen HOST:PORT] [--data-dir DIR] [--template-dir DIR] [--recipes DIR]\n"
+          "             [--guest PATH] [--pool N] [--log-level debug|info|warn|error]\n"
+          "       moatd key create --data-dir DIR --org ORG\n"
+          "\n"
+          "  --listen HOST:PORT   address to serve the API on (default 127.0.0.1:7070)\n"
+          "  --data-dir DIR       state: moat.db, api-key, sandboxes (default ./.moat)\n"
+          "  --template-dir DIR   built templates (default $MOAT_TEMPLATE_DIR, else DIR/templates)\n"
+          "  --recipes DIR        template recipes (default: the repository's templates/)\n"
+          "  --guest PATH         the static moat-guest binary (default: next to moatd)\n"
+          "  --proxy-listen HOST:PORT  serve exposed ports by host name: a request with Host\n"
+          "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
+          "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
+          "  --pool N             warm shells of the base template kept ready (default 4)\n"
+          "  --disk-overcommit    accept sandboxes whose disk_mb the data dir's free space cannot back\n"
+          "                       (sparse disks; a write the host cannot store then fails inside with\n"
+          "                       ENOSPC/EIO and turns that disk read-only). Default: such a create is\n"
+          "                       507 insufficient_storage and every disk is allocated in full\n"
+          "  --net-uplink IF|netns:PATH  give sandboxes egress through interface IF (masqueraded), or\n"
+          "                       through the network namespace at PATH (one standing for the outside\n"
+          "                       world); without it sandboxes have loopback only\n"
+          "  --net-dns-upstream IP[:PORT]  resolver moatd forwards allowed names to (default: the first\n"
+          "                       nameserver of /etc/resolv.conf), reached from the uplink's side\n"
+          "  --net-pool CIDR      IPv4 pool of per-sandbox /30s (default 10.200.0.0/16: 16,384 /30s)\n"
+          "  --net-block-ports P,P,...  TCP/UDP ports always dropped (default: common mining-pool ports)\n"
+          "  --net-warm N         network slots prepared ahead (default 8)\n"
+          "  --guest-timeout MS   a sandbox's guest that sends nothing for this long while not frozen\n"
+          "                       is unreachable: the call fails 502 and the sandbox is checked\n"
+          "                       (default 15000, at least 9000)\n"
+          "\n"
+          "Connections and fairness (each listener; see docs/CONTRACT.md \"Limits and fairness\"):\n"
+          "  --max-connections N  open connections (default %d)\n"
+          "  --max-conns-per-ip N open connections per client address (default 0: no limit)\n"
+          "  --header-timeout S   a request head must arrive within S seconds (default %d)\n"
+          "  --idle-timeout S     idle keep-alive connections close after S seconds (default %d)\n"
+          "  --max-requests-per-org N     requests in flight per org (default %d)\n"
+          "  --max-streams-per-org N      streams open per org (SSE, exec/stream, PTY, watch...)\n"
+          "                       (default %d)\n"
+          "  --max-requests-per-sandbox N requests in flight per sandbox (default %d)\n"
+          "  --max-streams-per-sandbox N  streams open per sandbox (default %d)\n"
+          "  --max-idle-per-org N  idle keep-alive connections kept per org (default %d)\n",
           API_DEFAULT_MAX_CONNECTIONS, API_DEFAULT_HEADER_TIMEOUT_S, API_DEFAULT_IDLE_TIMEOUT_S,
           API_DEFAULT_REQUESTS_PER_ORG, API_DEFAULT_STREAMS_PER_ORG, API_DEFAULT_REQUESTS_PER_SANDBOX,
           API_DEFAULT_STREAMS_PER_SANDBOX, API_DEFAULT_IDLE_PER_ORG);
@@ -498,8 +499,8 @@ int main(int argc, char **argv) {
   log_info("moatd listening on http://%s:%u", host, moat_api_port(api));
 
   if (proxy_listen) {
-    printf("moatd port proxy on http://%.*s:%u\n", (int)(strrchr(proxy_listen, ':') - proxy_listen), proxy_listen,
-           moat_api_proxy_port(api));
+    printf("moatd port proxy on http://%.*s:%u\n", (int)(strrchr(proxy_listen, ':') - proxy_listen),
+           proxy_listen, moat_api_proxy_port(api));
     fflush(stdout);
   }
 

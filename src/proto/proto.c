@@ -129,7 +129,8 @@ int moat_msg_send_empty(int fd, uint8_t type) {
   return moat_msg_send(fd, &m);
 }
 
-int moat_msg_send_data_wait(int fd, uint8_t type, const void *data, size_t len, int (*wait)(void *), void *ctx) {
+int moat_msg_send_data_wait(int fd, uint8_t type, const void *data, size_t len, int (*wait)(void *),
+                            void *ctx) {
   uint8_t hdr[11];
   put_le32(hdr, (uint32_t)(len + 7));
   hdr[4] = type;

@@ -107,47 +107,47 @@ enum moat_msg_type {
 #define MOAT_PROTO_HEARTBEAT_MS 3000
 
 enum moat_tag {
-  MOAT_T_ARGV = 1,         /* string, repeated, in order */
-  MOAT_T_ENV = 2,          /* "KEY=VALUE", repeated; later ones win */
-  MOAT_T_CWD = 3,          /* string */
-  MOAT_T_USER = 4,         /* user name inside the sandbox; absent = root */
-  MOAT_T_TIMEOUT_MS = 5,   /* u32; 0 or absent = none */
-  MOAT_T_MAX_OUTPUT = 6,   /* u64 bytes per stream kept; past it the stream is truncated */
-  MOAT_T_PATH = 7,         /* string */
-  MOAT_T_PATH2 = 8,        /* string (move destination) */
-  MOAT_T_DATA = 9,         /* bytes */
-  MOAT_T_MODE = 10,        /* u32 permission bits */
-  MOAT_T_DEPTH = 11,       /* u32, list depth >= 1 */
-  MOAT_T_RECURSIVE = 12,   /* u32 0/1 */
-  MOAT_T_PARENTS = 13,     /* u32 0/1 */
-  MOAT_T_ERRNO = 14,       /* i32 */
-  MOAT_T_MESSAGE = 15,     /* string */
-  MOAT_T_PID = 16,         /* i32 pid inside the sandbox */
-  MOAT_T_EXIT_CODE = 17,   /* i32, -1 when killed by a signal */
-  MOAT_T_SIGNAL = 18,      /* i32, 0 when exited normally */
-  MOAT_T_TIMED_OUT = 19,   /* u32 0/1 */
-  MOAT_T_STDOUT_TRUNC = 20, /* u32 0/1 */
-  MOAT_T_STDERR_TRUNC = 21, /* u32 0/1 */
-  MOAT_T_DURATION_MS = 22, /* u64 */
-  MOAT_T_NAME = 23,        /* string: entry's base name */
-  MOAT_T_TYPE = 24,        /* u32: 'f' file, 'd' dir, 'l' symlink, 'o' other */
-  MOAT_T_SIZE = 25,        /* u64 */
-  MOAT_T_MTIME = 26,       /* i64 unix milliseconds */
-  MOAT_T_UID = 27,         /* u32 */
-  MOAT_T_GID = 28,         /* u32 */
-  MOAT_T_LINK = 29,        /* string: symlink target */
-  MOAT_T_STDIN_STREAM = 30, /* u32 0/1 */
-  MOAT_T_BACKGROUND = 31,   /* u32 0/1 */
-  MOAT_T_TAG = 32,          /* string, [A-Za-z0-9_.-]{1,64}; unique among running processes */
-  MOAT_T_PTY_COLS = 33,     /* u32 1..1000 */
-  MOAT_T_PTY_ROWS = 34,     /* u32 1..1000 */
+  MOAT_T_ARGV = 1,                /* string, repeated, in order */
+  MOAT_T_ENV = 2,                 /* "KEY=VALUE", repeated; later ones win */
+  MOAT_T_CWD = 3,                 /* string */
+  MOAT_T_USER = 4,                /* user name inside the sandbox; absent = root */
+  MOAT_T_TIMEOUT_MS = 5,          /* u32; 0 or absent = none */
+  MOAT_T_MAX_OUTPUT = 6,          /* u64 bytes per stream kept; past it the stream is truncated */
+  MOAT_T_PATH = 7,                /* string */
+  MOAT_T_PATH2 = 8,               /* string (move destination) */
+  MOAT_T_DATA = 9,                /* bytes */
+  MOAT_T_MODE = 10,               /* u32 permission bits */
+  MOAT_T_DEPTH = 11,              /* u32, list depth >= 1 */
+  MOAT_T_RECURSIVE = 12,          /* u32 0/1 */
+  MOAT_T_PARENTS = 13,            /* u32 0/1 */
+  MOAT_T_ERRNO = 14,              /* i32 */
+  MOAT_T_MESSAGE = 15,            /* string */
+  MOAT_T_PID = 16,                /* i32 pid inside the sandbox */
+  MOAT_T_EXIT_CODE = 17,          /* i32, -1 when killed by a signal */
+  MOAT_T_SIGNAL = 18,             /* i32, 0 when exited normally */
+  MOAT_T_TIMED_OUT = 19,          /* u32 0/1 */
+  MOAT_T_STDOUT_TRUNC = 20,       /* u32 0/1 */
+  MOAT_T_STDERR_TRUNC = 21,       /* u32 0/1 */
+  MOAT_T_DURATION_MS = 22,        /* u64 */
+  MOAT_T_NAME = 23,               /* string: entry's base name */
+  MOAT_T_TYPE = 24,               /* u32: 'f' file, 'd' dir, 'l' symlink, 'o' other */
+  MOAT_T_SIZE = 25,               /* u64 */
+  MOAT_T_MTIME = 26,              /* i64 unix milliseconds */
+  MOAT_T_UID = 27,                /* u32 */
+  MOAT_T_GID = 28,                /* u32 */
+  MOAT_T_LINK = 29,               /* string: symlink target */
+  MOAT_T_STDIN_STREAM = 30,       /* u32 0/1 */
+  MOAT_T_BACKGROUND = 31,         /* u32 0/1 */
+  MOAT_T_TAG = 32,                /* string, [A-Za-z0-9_.-]{1,64}; unique among running processes */
+  MOAT_T_PTY_COLS = 33,           /* u32 1..1000 */
+  MOAT_T_PTY_ROWS = 34,           /* u32 1..1000 */
   MOAT_T_KILL_ON_DISCONNECT = 35, /* u32 0/1 */
-  MOAT_T_REPLAY = 36,       /* u32 0/1 */
-  MOAT_T_CLOSE = 37,        /* u32 0/1: close stdin after DATA */
-  MOAT_T_STARTED_AT = 38,   /* i64 unix milliseconds */
-  MOAT_T_RUNNING = 39,      /* u32 0/1 */
-  MOAT_T_EVENT = 40,        /* string */
-  MOAT_T_PTY = 41,          /* u32 0/1 */
+  MOAT_T_REPLAY = 36,             /* u32 0/1 */
+  MOAT_T_CLOSE = 37,              /* u32 0/1: close stdin after DATA */
+  MOAT_T_STARTED_AT = 38,         /* i64 unix milliseconds */
+  MOAT_T_RUNNING = 39,            /* u32 0/1 */
+  MOAT_T_EVENT = 40,              /* string */
+  MOAT_T_PTY = 41,                /* u32 0/1 */
 };
 
 struct moat_msg {

@@ -163,7 +163,8 @@ static int exec_sql(struct moat_store *s, const char *sql, moat_error **err) {
 static int begin(struct moat_store *s, moat_error **err) { return exec_sql(s, "BEGIN IMMEDIATE", err); }
 
 static int commit(struct moat_store *s, moat_error **err) {
-  if ((moat_fault(MOAT_FAULT_STORE) ? moat_error_set(err, EIO, "COMMIT: injected fault") : exec_sql(s, "COMMIT", err)) < 0) {
+  if ((moat_fault(MOAT_FAULT_STORE) ? moat_error_set(err, EIO, "COMMIT: injected fault")
+                                    : exec_sql(s, "COMMIT", err)) < 0) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return -1;
   }
@@ -394,7 +395,7 @@ void moat_store_sandboxes_free(struct moat_store_sandbox *v, size_t n) {
 
 #define SANDBOX_COLS                                                                                         \
   "id, org, template, state, created_at_ms, expires_at_ms, ttl_seconds, persistent, metadata, env, cpu, "    \
-  "memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, killed_reason, killed_at_ms, updated_at_ms, "   \
+  "memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, killed_reason, killed_at_ms, updated_at_ms, "  \
   "forked_from, from_snapshot, hibernate_after_s, paused_at_ms"
 
 static void read_row(sqlite3_stmt *st, struct moat_store_sandbox *r) {
@@ -447,7 +448,8 @@ int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sand
       "persistent, "
       "metadata, env, cpu, memory_mb, pids, disk_mb, slot, pid, start_time, ready_us, updated_at_ms, "
       "forked_from, from_snapshot, hibernate_after_s) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
+      "?21, "
       "?22)";
   int ret = -1;
   int64_t now = now_unix_ms();
@@ -897,8 +899,9 @@ static void read_snapshot(sqlite3_stmt *st, struct moat_store_snapshot *r) {
 }
 
 int moat_store_snapshot_insert(struct moat_store *s, const struct moat_store_snapshot *r, moat_error **err) {
-  static const char sql[] = "INSERT INTO snapshots (" SNAPSHOT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
-                            "?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+  static const char sql[] =
+      "INSERT INTO snapshots (" SNAPSHOT_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+      "?9, ?10, ?11, ?12, ?13, ?14, ?15)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
   if (begin(s, err) < 0)
@@ -943,7 +946,8 @@ out:
 
 int moat_store_snapshot_get(struct moat_store *s, const char *org, const char *id,
                             struct moat_store_snapshot *out, moat_error **err) {
-  static const char sql[] = "SELECT " SNAPSHOT_COLS " FROM snapshots WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
+  static const char sql[] =
+      "SELECT " SNAPSHOT_COLS " FROM snapshots WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
   sqlite3_stmt *st = stmt(s, sql, err);

@@ -147,8 +147,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_parsers(q, ql);
   fuzz_parsers(a, al);
 
-  struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(5353),
-                             .sin_addr.s_addr = net_slot_sandbox_ip(&net, SLOT)};
+  struct sockaddr_in from = {
+      .sin_family = AF_INET, .sin_port = htons(5353), .sin_addr.s_addr = net_slot_sandbox_ip(&net, SLOT)};
   on_query(&net, q, ql, &from);
   char name[MOAT_NET_MAX_NAME + 2];
   int slot = -1;

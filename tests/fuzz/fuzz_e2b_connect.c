@@ -34,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *js = json_dumps(m, JSON_COMPACT);
   size_t n = strlen(js);
   const unsigned char *h = (const unsigned char *)b.p;
-  if (b.len != 5 + n || h[0] != 0x02 || ((size_t)h[1] << 24 | (size_t)h[2] << 16 | (size_t)h[3] << 8 | h[4]) != n ||
+  if (b.len != 5 + n || h[0] != 0x02 ||
+      ((size_t)h[1] << 24 | (size_t)h[2] << 16 | (size_t)h[3] << 8 | h[4]) != n ||
       memcmp(b.p + 5, js, n) != 0)
     abort();
   b.p[0] = 0; /* as a request body */

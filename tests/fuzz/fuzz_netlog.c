@@ -55,7 +55,8 @@ static void setup(void) {
   moat_net_set_log_hook(&net, hook, NULL);
 }
 
-static const char *const prefixes[] = {"A name", "A cidr", "A default", "D name", "D cidr", "D default", "D block"};
+static const char *const prefixes[] = {"A name", "A cidr",    "A default", "D name",
+                                       "D cidr", "D default", "D block"};
 
 /* Appends attribute type t of n bytes to the message at b (length *len), as the kernel does. */
 static void put_attr(char *b, size_t *len, uint16_t t, const void *p, size_t n) {
@@ -81,7 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (plen > 96)
     plen = 96;
   /* one NFULNL_MSG_PACKET: header, nfgenmsg, prefix, payload */
-  size_t cap = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct nfgenmsg)) + 2 * NLA_HDRLEN + 16 + NLA_ALIGN(plen) + 16;
+  size_t cap =
+      NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(struct nfgenmsg)) + 2 * NLA_HDRLEN + 16 + NLA_ALIGN(plen) + 16;
   char *buf = xcalloc(1, cap);
   struct nlmsghdr *nlh = (struct nlmsghdr *)buf;
   nlh->nlmsg_type = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_PACKET;

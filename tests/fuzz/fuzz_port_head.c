@@ -40,7 +40,8 @@ static void check_head(const struct port_resp_head *h, const char *start, const 
     abort();
   for (size_t i = 0; i < h->n; i++) {
     const char *k = h->name[i], *v = h->value[i];
-    if (k < start || k >= end || v < start || v > end || !k[0] || strchr(k, ':') || k[0] == ' ' || k[0] == '\t')
+    if (k < start || k >= end || v < start || v > end || !k[0] || strchr(k, ':') || k[0] == ' ' ||
+        k[0] == '\t')
       abort();
     size_t vl = strlen(v);
     if (vl && (v[0] == ' ' || v[0] == '\t' || v[vl - 1] == ' ' || v[vl - 1] == '\t'))
@@ -52,7 +53,8 @@ static void check_head(const struct port_resp_head *h, const char *start, const 
   int rc = port_head_framing(h, head_req, &fr, &len, &err);
   const char *te, *cl;
   bool te_differ, cl_differ;
-  size_t nte = count(h, "Transfer-Encoding", &te, &te_differ), ncl = count(h, "Content-Length", &cl, &cl_differ);
+  size_t nte = count(h, "Transfer-Encoding", &te, &te_differ),
+         ncl = count(h, "Content-Length", &cl, &cl_differ);
   bool must_refuse = (nte && ncl) || te_differ || cl_differ;
   if (must_refuse && rc == 0)
     abort(); /* a framing the client could read otherwise was passed on */

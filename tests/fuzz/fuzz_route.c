@@ -3,9 +3,9 @@
  * before any authentication.
  *
  * Input: u8 picking the method, then the path. Checks: a match (or a wrong method) names its route
- * and fills only NUL-terminated, valid ids (a sandbox id is sb-[a-z0-9]{17}, a template name a valid name, a port
- * 1..65535 or 0); a wrong method says which are allowed, and the asked one is not among them;
- * matching twice gives the same answer. */
+ * and fills only NUL-terminated, valid ids (a sandbox id is sb-[a-z0-9]{17}, a template name a valid name, a
+ * port 1..65535 or 0); a wrong method says which are allowed, and the asked one is not among them; matching
+ * twice gives the same answer. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (api_router_match(rt, method, path, &again) != m || memcmp(&r, &again, sizeof(r)) != 0)
     abort();
   if (!memchr(r.id, '\0', sizeof(r.id)) || !memchr(r.name, '\0', sizeof(r.name)) ||
-      !memchr(r.tag, '\0', sizeof(r.tag)) || !memchr(r.cid, '\0', sizeof(r.cid)) || !memchr(r.sid, '\0', sizeof(r.sid)))
+      !memchr(r.tag, '\0', sizeof(r.tag)) || !memchr(r.cid, '\0', sizeof(r.cid)) ||
+      !memchr(r.sid, '\0', sizeof(r.sid)))
     abort();
   if (m == API_MATCH_NOT_FOUND)
     return 0; /* r holds what was read before the path was found wanting: not used */

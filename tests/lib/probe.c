@@ -298,7 +298,8 @@ static int op_burn(double secs, int nproc) {
   double wall = now_s() - t0;
   struct rusage ru;
   getrusage(RUSAGE_CHILDREN, &ru);
-  double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+  double cpu =
+      ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
   char d[128];
   snprintf(d, sizeof d, "cpu_s=%.3f wall_s=%.3f", cpu, wall);
   return ok(d);
@@ -385,7 +386,8 @@ static int listen_fn(int ready, void *arg) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   if (bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 16) < 0) {
     snprintf(msg, sizeof msg, "ERR %s listen", strerrorname_np(errno));
     write(ready, msg, strlen(msg));
@@ -421,7 +423,6 @@ static int op_statfs(const char *path) {
            (unsigned long long)s.f_bavail * s.f_bsize);
   return ok(d);
 }
-
 
 /* ---- per-user kernel resources: exhaust one and hold it (hold), or take one (try) ----
  * Resources: inotify (instances), watches (inotify watches), pty (/dev/ptmx), mqueue (POSIX
@@ -551,7 +552,9 @@ static int hold_fn(int ready, void *arg) {
   int e = take(h->what, h->max, &got);
   char msg[128];
   snprintf(msg, sizeof msg, "OK pid=%d count=%ld errno=%s", getpid(), got,
-           e > 0 ? strerrorname_np(e) : e < 0 ? "EINVAL" : "none");
+           e > 0   ? strerrorname_np(e)
+           : e < 0 ? "EINVAL"
+                   : "none");
   write(ready, msg, strlen(msg));
   close(ready);
   sleep(h->secs);

@@ -172,7 +172,10 @@ static void test_stream_split(void) {
   OK(split_is("\xc0", 1, 1, false), "split: 0xc0 lead invalid, not carried");
   OK(split_is("\xe0\x80", 2, 2, false), "split: overlong prefix invalid");
   OK(split_is("\xed\xa0", 2, 2, false), "split: surrogate prefix invalid");
-  OK(split_is("\x80" "abc", 4, 4, false), "split: stray continuation invalid");
+  OK(split_is("\x80"
+              "abc",
+              4, 4, false),
+     "split: stray continuation invalid");
   /* A sequence split across two chunks at every position re-joins into valid text. */
   const char *euro = "\xe2\x82\xac";
   bool all = true;

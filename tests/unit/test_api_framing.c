@@ -42,10 +42,11 @@ static bool same_split(const char *s, size_t len, struct run *out) {
               a.bad_head == b.bad_head && a.bad_head == c.bad_head && a.in_head == b.in_head &&
               a.in_head == c.in_head && strcmp(a.why, b.why) == 0 && strcmp(a.why, c.why) == 0;
   if (!same)
-    printf("# split changes the verdict: %d/%d/%d heads %llu/%llu/%llu bad %llu/%llu/%llu why '%s' '%s' '%s'\n",
-           a.res, b.res, c.res, (unsigned long long)a.heads, (unsigned long long)b.heads,
-           (unsigned long long)c.heads, (unsigned long long)a.bad_head, (unsigned long long)b.bad_head,
-           (unsigned long long)c.bad_head, a.why, b.why, c.why);
+    printf(
+        "# split changes the verdict: %d/%d/%d heads %llu/%llu/%llu bad %llu/%llu/%llu why '%s' '%s' '%s'\n",
+        a.res, b.res, c.res, (unsigned long long)a.heads, (unsigned long long)b.heads,
+        (unsigned long long)c.heads, (unsigned long long)a.bad_head, (unsigned long long)b.bad_head,
+        (unsigned long long)c.bad_head, a.why, b.why, c.why);
   return same;
 }
 
@@ -83,14 +84,15 @@ static bool bad_body(const char *s, size_t len, const char *why_part) {
 static void test_good(void) {
   OK(good(S("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), 1, false), "a plain GET");
   OK(good(S("GET / HTTP/1.1\nHost: x\n\n"), 1, false), "bare LF line ends");
-  OK(good(S("\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"), 1, false), "empty lines before a request are skipped");
+  OK(good(S("\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"), 1, false),
+     "empty lines before a request are skipped");
   OK(good(S("POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\n\r\n"), 2, false),
      "a Content-Length body, then the next request");
   OK(good(S("POST /a HTTP/1.1\r\ncontent-length:  3\r\nContent-Length: 3\r\n\r\nabc"), 1, false),
      "Content-Length twice with the same value");
   OK(good(S("POST /a HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n1A;x=y\r\n"
             "abcdefghijklmnopqrstuvwxyz\r\n0\r\nTrailer: v\r\n\r\nGET /b HTTP/1.1\r\n\r\n"),
-     2, false),
+          2, false),
      "a chunked body with an extension and a trailer, then the next request");
   OK(good(S("POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000000000005\nhello\n0\n\n"), 1,
           false),
@@ -100,7 +102,8 @@ static void test_good(void) {
   OK(good(S("GET / HTTP/1.1\r\nHost: x\r\n"), 0, true), "a head not complete yet");
   OK(good(S("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /next HT"), 1, true), "the next head started");
   OK(good(S("GET / HTTP/1.1\r\nX-Long: "
-            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            "aaaaaaaa"
             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"
             "A-Very-Long-Field-Name-That-Is-Not-Of-Interest: 1\r\n\r\n"),
           1, false),
@@ -109,7 +112,8 @@ static void test_good(void) {
   same_split(S("GET /pty HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x85garbage"), &r);
   OK(r.res == API_FR_OK && r.heads == 1 && r.opaque && !r.bad_head,
      "after an Upgrade request the bytes are not looked at");
-  same_split(S("POST /u HTTP/1.1\r\nUpgrade: x\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFF\r\n"), &r);
+  same_split(S("POST /u HTTP/1.1\r\nUpgrade: x\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFF\r\n"),
+             &r);
   OK(r.res == API_FR_BAD_BODY, "but the body of an Upgrade request still is");
 }
 
@@ -143,10 +147,11 @@ static void test_bad_heads(void) {
   OK(bad_head(S("GET / HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n"), 1, "folding"), "obsolete line folding");
   OK(bad_head(S("GET / HTTP/1.1\r\nno colon here\r\n\r\n"), 1, "no colon"), "a field line without a colon");
   OK(bad_head(S("GET / HTTP/1.1\r\nX-A: a\0b\r\n\r\n"), 1, "NUL"), "a NUL byte in a value");
-  OK(bad_head(S("GET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"), 2,
-              "differ"),
+  OK(bad_head(S("GET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+              2, "differ"),
      "the second head of a pipeline");
-  static const char pipe[] = "GET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab";
+  static const char pipe[] =
+      "GET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab";
   struct api_framing f;
   api_framing_init(&f);
   enum api_fr_result res = api_framing_feed(&f, pipe, sizeof(pipe) - 1);

@@ -132,10 +132,13 @@ static void test_create(void) {
      "create: env name 1A rejected");
   OK(check(CREATE, "{\"env\":{\"A=B\":\"x\"}}", "env") == EINVAL, "create: env name with = rejected");
   OK(check(CREATE, "{\"bogus\":1}", "'bogus'") == EINVAL, "create: unknown field named");
-  OK(check(CREATE, "{\"network\":{}}", NULL) == 0, "create: network object accepted (control checks entries)");
+  OK(check(CREATE, "{\"network\":{}}", NULL) == 0,
+     "create: network object accepted (control checks entries)");
   OK(check(CREATE, "{\"network\":[]}", "network") == EINVAL, "create: network must be an object");
-  OK(check(CREATE, "{\"from_snapshot\":\"snap-0123456789abcdefg\"}", NULL) == 0, "create: from_snapshot accepted");
-  OK(check(CREATE, "{\"from_snapshot\":7}", "from_snapshot") == EINVAL, "create: from_snapshot must be a string");
+  OK(check(CREATE, "{\"from_snapshot\":\"snap-0123456789abcdefg\"}", NULL) == 0,
+     "create: from_snapshot accepted");
+  OK(check(CREATE, "{\"from_snapshot\":7}", "from_snapshot") == EINVAL,
+     "create: from_snapshot must be a string");
   OK(check(CREATE, "{\"persistent\":true,\"idle\":{\"hibernate_after_seconds\":60}}", NULL) == 0,
      "create: idle.hibernate_after_seconds accepted");
   OK(check(CREATE, "{\"idle\":{\"hibernate_after_seconds\":0}}", "hibernate_after_seconds") == EINVAL,
@@ -399,8 +402,8 @@ static void test_exec_extra(void) {
   OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"background\":true,\"tag\":\"web\"}", NULL, &x) == 0 &&
          x.background && strcmp(x.tag, "web") == 0 && x.pty_cols == 0,
      "exec: background with tag");
-  OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"background\":true,\"pty\":{\"cols\":100,\"rows\":30}}", NULL,
-              &x) == 0 &&
+  OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"background\":true,\"pty\":{\"cols\":100,\"rows\":30}}",
+              NULL, &x) == 0 &&
          x.pty_cols == 100 && x.pty_rows == 30,
      "exec: background on a pty");
   OK(check_ex(API_EXEC_BACKGROUND, "{\"cmd\":\"x\",\"background\":true,\"pty\":{}}", NULL, &x) == 0 &&
@@ -420,16 +423,21 @@ static void test_exec_extra(void) {
      "exec/stream: kill_on_disconnect defaults to false");
   OK(check_ex(API_EXEC_STREAM, "{\"cmd\":\"x\",\"background\":true}", "background", &x) == EINVAL,
      "exec/stream: background rejected");
-  static const char *bad_pty[] = {"{\"cols\":0,\"rows\":10}", "{\"cols\":100000,\"rows\":10}",
-                                  "{\"cols\":10,\"rows\":1001}", "{\"cols\":\"80\"}", "[80,24]",
-                                  "{\"cols\":80,\"depth\":1}", "{\"cols\":1.5}"};
+  static const char *bad_pty[] = {"{\"cols\":0,\"rows\":10}",
+                                  "{\"cols\":100000,\"rows\":10}",
+                                  "{\"cols\":10,\"rows\":1001}",
+                                  "{\"cols\":\"80\"}",
+                                  "[80,24]",
+                                  "{\"cols\":80,\"depth\":1}",
+                                  "{\"cols\":1.5}"};
   for (size_t i = 0; i < ARRAY_SIZE(bad_pty); i++) {
     char b[256];
     snprintf(b, sizeof(b), "{\"cmd\":\"x\",\"pty\":%s}", bad_pty[i]);
     OK(check_ex(API_EXEC_STREAM, b, "pty", &x) == EINVAL, "exec/stream: pty %s rejected", bad_pty[i]);
   }
-  static const char *bad_tag[] = {"\"\"", "\"123\"", "\"a/b\"", "\"a b\"", "7",
-                                  "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\""};
+  static const char *bad_tag[] = {
+      "\"\"",    "\"123\"", "\"a/b\"",
+      "\"a b\"", "7",       "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\""};
   for (size_t i = 0; i < ARRAY_SIZE(bad_tag); i++) {
     char b[256];
     snprintf(b, sizeof(b), "{\"cmd\":\"x\",\"tag\":%s}", bad_tag[i]);

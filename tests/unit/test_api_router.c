@@ -98,7 +98,8 @@ static void test_routes(void) {
   route("POST", "/v1/sandboxes/" ID "/processes/01/stdin", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/sandboxes/" ID "/processes/9999999999/stdin", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/sandboxes/" ID "/processes/a b/stdin", API_MATCH_NOT_FOUND, 0);
-  route("POST", "/v1/sandboxes/" ID
+  route("POST",
+        "/v1/sandboxes/" ID
         "/processes/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/stdin",
         API_MATCH_NOT_FOUND, 0);
   route("GET", "/v1/sandboxes/" ID "/pty", API_MATCH_OK, "pty");
@@ -128,11 +129,11 @@ static void test_routes(void) {
   OK(api_route_match("POST", "/v1/templates/code-interpreter/build", &r) == API_MATCH_OK &&
          strcmp(r.name, "code-interpreter") == 0,
      "template name captured");
-  OK(api_route_match("POST", "/v1/sandboxes/" ID "/processes/1234/signal", &r) == API_MATCH_OK && r.pid == 1234 &&
-         r.tag[0] == '\0' && JSON_BODY(r),
+  OK(api_route_match("POST", "/v1/sandboxes/" ID "/processes/1234/signal", &r) == API_MATCH_OK &&
+         r.pid == 1234 && r.tag[0] == '\0' && JSON_BODY(r),
      "pid captured");
-  OK(api_route_match("GET", "/v1/sandboxes/" ID "/processes/web.1/stream", &r) == API_MATCH_OK && r.pid == 0 &&
-         strcmp(r.tag, "web.1") == 0 && !JSON_BODY(r),
+  OK(api_route_match("GET", "/v1/sandboxes/" ID "/processes/web.1/stream", &r) == API_MATCH_OK &&
+         r.pid == 0 && strcmp(r.tag, "web.1") == 0 && !JSON_BODY(r),
      "tag captured");
   OK(api_valid_tag("devserver") && api_valid_tag("a-b_c.1") && api_valid_tag("1a") && !api_valid_tag("123") &&
          !api_valid_tag("") && !api_valid_tag("a/b") && !api_valid_tag("a b") &&

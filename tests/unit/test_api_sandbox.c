@@ -63,10 +63,10 @@ static void test_sandbox_json(void) {
   s.limits = (struct moat_limits){.cpu = 2.0, .memory_mb = 2048, .pids = 4096, .disk_mb = 10240};
   s.ready_us = 250;
   json_t *j = api_sandbox_json(&s);
-  static const char *const keys[] = {"id",          "template",   "state",    "created_at",    "expires_at",
-                                     "ttl_seconds", "persistent", "metadata", "cpu",           "memory_mb",
-                                     "pids",        "disk_mb",    "ready_us", "killed_reason", "killed_at",
-                                     "paused_at",   "forked_from", "from_snapshot", "idle"};
+  static const char *const keys[] = {
+      "id",        "template",  "state",       "created_at",    "expires_at", "ttl_seconds", "persistent",
+      "metadata",  "cpu",       "memory_mb",   "pids",          "disk_mb",    "ready_us",    "killed_reason",
+      "killed_at", "paused_at", "forked_from", "from_snapshot", "idle"};
   bool all = true;
   for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
     if (!json_object_get(j, keys[i])) {

@@ -202,7 +202,8 @@ int main(void) {
     return tap_done() == 0 ? 77 : 1;
   }
 
-  struct restore_job jb = {.h = h, .r = -1}, jc = {.h = h, .r = -1}, jd = {.h = h, .r = -1}, je = {.h = h, .r = -1};
+  struct restore_job jb = {.h = h, .r = -1}, jc = {.h = h, .r = -1}, jd = {.h = h, .r = -1},
+                     je = {.h = h, .r = -1};
   _cleanup_free_ char *d1 = xasprintf("%s/ckpt-a", data), *d2 = xasprintf("%s/ckpt-b", data),
                       *d3 = xasprintf("%s/ckpt-c", data);
   struct moat_limits lim = {.cpu = 1, .memory_mb = 512, .pids = 256, .disk_mb = 256};
@@ -214,8 +215,8 @@ int main(void) {
   int code;
   {
     char *argv[] = {"/bin/sh", "-c", "cat > /root/state.py", NULL};
-    struct moat_exec_req req = {.argv = argv, .timeout_ms = 10000, .stdin_data = state_py,
-                                .stdin_len = strlen(state_py)};
+    struct moat_exec_req req = {
+        .argv = argv, .timeout_ms = 10000, .stdin_data = state_py, .stdin_len = strlen(state_py)};
     struct moat_exec_result res;
     r = moat_guest_exec(&a.guest, &req, &res, &err);
     if (r == 0)
@@ -252,7 +253,8 @@ int main(void) {
          (double)info.total_ns / 1e6, (double)info.frozen_ns / 1e6, (unsigned long long)info.memory_bytes,
          (unsigned long long)info.disk_bytes);
   struct state sa2;
-  ok(ticking(&a.guest, sa.n, &sa2) && strcmp(sa2.tok, sa.tok) == 0, "A runs on after its checkpoint", sa2.tok);
+  ok(ticking(&a.guest, sa.n, &sa2) && strcmp(sa2.tok, sa.tok) == 0, "A runs on after its checkpoint",
+     sa2.tok);
   if (stream) {
     struct moat_proc_event ev;
     int got;
@@ -262,7 +264,8 @@ int main(void) {
     ok(got == 0, "the checkpoint cut the stream (guest closed it)", moat_error_msg(err));
     moat_error_free(&err);
     moat_proc_stream_close(stream);
-    _cleanup_free_ char *alive = sh(&a.guest, "kill -0 $(pgrep -f 'echo tick' | head -1) && echo alive", &code);
+    _cleanup_free_ char *alive =
+        sh(&a.guest, "kill -0 $(pgrep -f 'echo tick' | head -1) && echo alive", &code);
     ok(strcmp(alive, "alive") == 0, "its process runs on", alive);
   }
 
@@ -283,21 +286,23 @@ int main(void) {
   ok(b->slot != a.slot && c->slot != a.slot && b->slot != c->slot, "each copy has its own slot", NULL);
   long ua = host_uid_of(a.pid), ub = host_uid_of(b->pid), uc = host_uid_of(c->pid);
   _cleanup_free_ char *uids = xasprintf("A %ld B %ld C %ld", ua, ub, uc);
-  ok(ua > 0 && ub > 0 && uc > 0 && ua != ub && ub != uc && ua != uc, "each copy runs as its own host uid range", uids);
+  ok(ua > 0 && ub > 0 && uc > 0 && ua != ub && ub != uc && ua != uc,
+     "each copy runs as its own host uid range", uids);
   struct state sb, sc;
-  ok(ticking(&b->guest, 0, &sb) && strcmp(sb.tok, sa.tok) == 0, "B has A's memory (same token, process runs on)",
-     sb.tok);
+  ok(ticking(&b->guest, 0, &sb) && strcmp(sb.tok, sa.tok) == 0,
+     "B has A's memory (same token, process runs on)", sb.tok);
   ok(ticking(&c->guest, 0, &sc) && strcmp(sc.tok, sa.tok) == 0, "C has A's memory", sc.tok);
   _cleanup_free_ char *fb = sh(&b->guest, "cat /root/file.txt; test -e /etc/motd && echo motd", &code);
   ok(strcmp(fb, "disk-A") == 0, "B has A's files (and A's deletion)", fb);
   _cleanup_free_ char *idb = sh(&b->guest, "id -u; stat -c %u /root/file.txt", &code);
   ok(strcmp(idb, "0") == 0, "root inside B, files owned by B's root", idb);
-  _cleanup_free_ char *own = sh(&b->guest, "stat -c %u:%g /root/file.txt /root/state.py | sort -u | tr '\\n' ' '",
-                                &code);
+  _cleanup_free_ char *own =
+      sh(&b->guest, "stat -c %u:%g /root/file.txt /root/state.py | sort -u | tr '\\n' ' '", &code);
   ok(strcmp(own, "0:0 ") == 0, "B's copied files belong to root of B's range", own);
   /* the guest's channel cannot be touched from inside (moatd would follow a planted symlink) */
-  const char *tamper = "rm -f /run/moat/.sock/guest.sock; mv /run/moat/.sock /run/moat/x; umount -l /run/moat/.sock; "
-                       "ln -s /etc/passwd /run/moat/.sock/guest.sock; ls /run/moat/.sock >/dev/null 2>&1 || echo closed";
+  const char *tamper =
+      "rm -f /run/moat/.sock/guest.sock; mv /run/moat/.sock /run/moat/x; umount -l /run/moat/.sock; "
+      "ln -s /etc/passwd /run/moat/.sock/guest.sock; ls /run/moat/.sock >/dev/null 2>&1 || echo closed";
   _cleanup_free_ char *tpa = sh(&a.guest, tamper, &code), *tpb = sh(&b->guest, tamper, &code);
   struct stat sta, stb;
   bool socks = lstat(a.guest.path, &sta) == 0 && S_ISSOCK(sta.st_mode) && lstat(b->guest.path, &stb) == 0 &&
@@ -308,8 +313,9 @@ int main(void) {
      "both still answer", NULL);
 
   /* diverge: B gets two signals and a file; C neither */
-  free(sh(&b->guest, "kill -USR1 $(cat /root/state.pid); sleep 0.1; kill -USR1 $(cat /root/state.pid); "
-                        "echo only-b > /root/only-b",
+  free(sh(&b->guest,
+          "kill -USR1 $(cat /root/state.pid); sleep 0.1; kill -USR1 $(cat /root/state.pid); "
+          "echo only-b > /root/only-b",
           &code));
   free(sh(&c->guest, "echo only-c > /root/only-c", &code));
   usleep(200000);
@@ -331,14 +337,15 @@ int main(void) {
     struct restore_job jx = {.h = h, .dir = bad, .r = -1};
     if (system(cp) == 0)
       restore_thread(&jx);
-    ok(jx.r < 0 && jx.err && strstr(moat_error_msg(jx.err), "criu restore"), "a broken checkpoint fails to restore",
-       jx.r == 0 ? "it restored" : moat_error_msg(jx.err));
+    ok(jx.r < 0 && jx.err && strstr(moat_error_msg(jx.err), "criu restore"),
+       "a broken checkpoint fails to restore", jx.r == 0 ? "it restored" : moat_error_msg(jx.err));
     if (jx.r == 0)
       moat_host_destroy(h, jx.inst.slot, NULL);
     moat_error_free(&jx.err);
     struct moat_instance none;
     r = moat_host_restore(h, d1, "code-interpreter", &lim, &none, &err);
-    ok(r < 0 && err && err->status == EINVAL, "restoring under another template is refused", moat_error_msg(err));
+    ok(r < 0 && err && err->status == EINVAL, "restoring under another template is refused",
+       moat_error_msg(err));
     moat_error_free(&err);
   }
 
@@ -399,11 +406,12 @@ int main(void) {
     ok(rc == 0, "its restore", moat_error_msg(err));
     moat_error_free(&err);
     if (rc == 0) {
-      _cleanup_free_ char *net = sh(&gr.guest, "ls /sys/class/net | tr '\\n' ' '; cat /sys/class/net/lo/flags", &code);
+      _cleanup_free_ char *net =
+          sh(&gr.guest, "ls /sys/class/net | tr '\\n' ' '; cat /sys/class/net/lo/flags", &code);
       ok(strcmp(net, "lo 0x9") == 0, "the restored copy has lo only, up", net);
-      _cleanup_free_ char *lo = sh(&gr.guest,
-                                   "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(\"ok\")'",
-                                   &code);
+      _cleanup_free_ char *lo = sh(
+          &gr.guest,
+          "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(\"ok\")'", &code);
       ok(strcmp(lo, "ok") == 0, "and 127.0.0.1 works there", lo);
       moat_host_destroy(h, gr.slot, NULL);
     }

@@ -86,7 +86,8 @@ int main(void) {
   int st = in_child(fail_assert, out, sizeof(out));
   snprintf(want, sizeof(want), "test_common_assert.c:%d: assertion `refs > 0' failed: refs 0 of sb1",
            line_said(out));
-  OK(aborted_saying(st, out, want), "a failed moat_assert aborts naming file:line, condition and message: %s", out);
+  OK(aborted_saying(st, out, want), "a failed moat_assert aborts naming file:line, condition and message: %s",
+     out);
   st = in_child(pass_assert, out, sizeof(out));
   OK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && out[0] == '\0', "a true moat_assert does nothing");
 

@@ -297,8 +297,8 @@ int main(void) {
   pid_t pid = init_pid(d.id);
   CHECK(pid > 1 && kill(pid, SIGKILL) == 0, "SIGKILL D's init (pid %d)", (int)pid);
   reason = wait_killed(c, d.id, 3000);
-  CHECK(reason && (strcmp(reason, "guest_exited") == 0 || strcmp(reason, "oom") == 0), "D recorded killed (%s)",
-        reason ? reason : "not killed");
+  CHECK(reason && (strcmp(reason, "guest_exited") == 0 || strcmp(reason, "oom") == 0),
+        "D recorded killed (%s)", reason ? reason : "not killed");
   free(reason);
   moat_sandbox_info_clear(&d);
 

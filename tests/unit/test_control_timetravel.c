@@ -123,11 +123,13 @@ static void test_checkpoints(struct moat_control *c) {
   moat_sandbox_info_clear(&sb);
   struct moat_snapshot_info si;
   memset(&si, 0, sizeof(si));
-  CHECK(status_of(moat_control_snapshot_get(c, "default", "snap-00000000000000000", &si, &err), &err) == ENOENT,
+  CHECK(status_of(moat_control_snapshot_get(c, "default", "snap-00000000000000000", &si, &err), &err) ==
+            ENOENT,
         "unknown snapshot: ENOENT");
   if (!moat_control_can_checkpoint(c)) {
     tap_skip("checkpoints unavailable: %s", moat_control_criu_status(c));
-    CHECK(status_of(moat_control_snapshot_create(c, "default", id, NULL, &si, &err), &err) == MOAT_E_NO_CHECKPOINTS,
+    CHECK(status_of(moat_control_snapshot_create(c, "default", id, NULL, &si, &err), &err) ==
+              MOAT_E_NO_CHECKPOINTS,
           "snapshot: MOAT_E_NO_CHECKPOINTS");
     CHECK(status_of(moat_control_hibernate(c, "default", id, &err), &err) == MOAT_E_NO_CHECKPOINTS &&
               state_is(c, id, MOAT_SB_RUNNING),
@@ -138,8 +140,8 @@ static void test_checkpoints(struct moat_control *c) {
     return;
   }
   CHECK(run(c, id, "echo v1 > /root/v", NULL) == 0, "write v1");
-  CHECK(moat_control_snapshot_create(c, "default", id, NULL, &si, &err) == 0 && strncmp(si.id, "snap-", 5) == 0 &&
-            strcmp(si.sandbox_id, id) == 0,
+  CHECK(moat_control_snapshot_create(c, "default", id, NULL, &si, &err) == 0 &&
+            strncmp(si.id, "snap-", 5) == 0 && strcmp(si.sandbox_id, id) == 0,
         "snapshot %s", si.id);
   CHECK(run(c, id, "echo v2 > /root/v", NULL) == 0, "write v2");
   struct moat_sandbox_spec from = {.from_snapshot = si.id};
@@ -167,13 +169,15 @@ static void test_checkpoints(struct moat_control *c) {
   CHECK(moat_control_rollback(c, "default", id, si.id, &err) == 0, "rollback");
   CHECK(run(c, id, "cat /root/v", &out) == 0 && strcmp(out, "v1\n") == 0, "rolled back to v1");
   free(out);
-  CHECK(moat_control_hibernate(c, "default", id, &err) == 0 && state_is(c, id, MOAT_SB_HIBERNATED), "hibernate");
+  CHECK(moat_control_hibernate(c, "default", id, &err) == 0 && state_is(c, id, MOAT_SB_HIBERNATED),
+        "hibernate");
   CHECK(status_of(moat_control_pause(c, "default", id, &err), &err) == EBUSY, "pause of hibernated: EBUSY");
   CHECK(run(c, id, "cat /root/v", &out) == 0 && strcmp(out, "v1\n") == 0 && state_is(c, id, MOAT_SB_RUNNING),
         "exec wakes it transparently");
   free(out);
   CHECK(moat_control_snapshot_delete(c, "default", si.id, &err) == 0, "delete the snapshot");
-  CHECK(status_of(moat_control_snapshot_delete(c, "default", si.id, &err), &err) == ENOENT, "delete again: ENOENT");
+  CHECK(status_of(moat_control_snapshot_delete(c, "default", si.id, &err), &err) == ENOENT,
+        "delete again: ENOENT");
   moat_control_kill(c, "default", r.id, "api", &err);
   moat_control_kill(c, "default", id, "api", &err);
   moat_error_free(&err);
@@ -205,7 +209,8 @@ int main(void) {
   };
   moat_error *err = NULL;
   struct moat_control *c = NULL;
-  CHECK(moat_control_open(&c, &cfg, &err) == 0, "open control in %s: %s", data_dir, err ? moat_error_msg(err) : "ok");
+  CHECK(moat_control_open(&c, &cfg, &err) == 0, "open control in %s: %s", data_dir,
+        err ? moat_error_msg(err) : "ok");
   moat_error_free(&err);
   if (c) {
     test_pause(c);

@@ -30,8 +30,8 @@
 #include "host/net/net.h"
 #include "tap.h"
 
-#define MAX_STEPS 24     /* points tried per kind and operation (a stride beyond) */
-#define SETTLE_MS 10000  /* how long what an operation releases off its path may take to go */
+#define MAX_STEPS 24    /* points tried per kind and operation (a stride beyond) */
+#define SETTLE_MS 10000 /* how long what an operation releases off its path may take to go */
 
 static char data_dir[] = "/var/tmp/moat-test-fault-XXXXXX";
 static char *real_dir, instance[17];
@@ -159,7 +159,8 @@ static char *snapshot(void) {
   cgroups(&b, "/sys/fs/cgroup", 0);
   walk(&b, real_dir);
   if (uplink_ns[0]) { /* links of moatd's routing namespace */
-    _cleanup_free_ char *cmd = xasprintf("nsenter --net=/run/moat/net/%s ip -o link show 2>&1 | wc -l", instance);
+    _cleanup_free_ char *cmd =
+        xasprintf("nsenter --net=/run/moat/net/%s ip -o link show 2>&1 | wc -l", instance);
     FILE *p = popen(cmd, "r");
     char cnt[32] = "?";
     if (p && fgets(cnt, sizeof(cnt), p))
@@ -253,7 +254,9 @@ static int kill_all_but(const char *keep) {
 }
 
 static const struct moat_sandbox_spec spec = {
-    .template_name = "base", .ttl_seconds = 600, .limits = {.memory_mb = 128, .disk_mb = 64, .pids = 128, .cpu = 1}};
+    .template_name = "base",
+    .ttl_seconds = 600,
+    .limits = {.memory_mb = 128, .disk_mb = 64, .pids = 128, .cpu = 1}};
 
 /* The operations. Each returns 0 or -1 with *err; what it made stays for the check. */
 static int op_create(moat_error **err) {
@@ -313,7 +316,8 @@ static void sweep(const struct op *op, enum moat_fault_kind kind, const char *ba
   moat_fault_set(kind, 0);
   kill_all_but(parent);
   _cleanup_free_ char *d0 = settle(base);
-  if (!OK(d0 == NULL, "%s and its undoing leave the host as it was%s%s", op->name, d0 ? ": " : "", d0 ? d0 : ""))
+  if (!OK(d0 == NULL, "%s and its undoing leave the host as it was%s%s", op->name, d0 ? ": " : "",
+          d0 ? d0 : ""))
     return;
   if (total == 0) {
     printf("# %s makes no %s call\n", op->name, kn);
@@ -337,8 +341,9 @@ static void sweep(const struct op *op, enum moat_fault_kind kind, const char *ba
     int after = n_sandboxes();
     /* a failed create or fork lists nothing new; a delete that answered 0 lists its sandbox no more,
      * and one that failed is finished by a second delete */
-    bool rows = op->run == op_delete ? after == before - 1 || (failed && op_delete(&err) == 0 && n_sandboxes() == before - 1)
-                                     : !failed || after == before;
+    bool rows = op->run == op_delete
+                    ? after == before - 1 || (failed && op_delete(&err) == 0 && n_sandboxes() == before - 1)
+                    : !failed || after == before;
     moat_error_free(&err);
     kill_all_but(parent);
     _cleanup_free_ char *d = settle(base);
@@ -348,9 +353,9 @@ static void sweep(const struct op *op, enum moat_fault_kind kind, const char *ba
     moat_fault_set(kind, 0);
     /* the network worker's own requests (refilling the warm slot) may fall inside a count: then a
      * later N is never reached, which is said, not failed */
-    OK(d == NULL && said && rows, "%s, %s call %lu of %lu fails (%.0f ms): %s; %s%s%s", op->name, kn, n, total,
-       (double)took / 1e6, reached >= n ? why : "not reached", d ? "left " : "nothing left", d ? d : "",
-       rows ? "" : ", and it is listed");
+    OK(d == NULL && said && rows, "%s, %s call %lu of %lu fails (%.0f ms): %s; %s%s%s", op->name, kn, n,
+       total, (double)took / 1e6, reached >= n ? why : "not reached", d ? "left " : "nothing left",
+       d ? d : "", rows ? "" : ", and it is listed");
   }
 }
 
@@ -394,7 +399,8 @@ int main(void) {
   if (!OK(moat_control_open(&ctl, &cfg, &err) == 0, "open control in %s: %s", data_dir, moat_error_msg(err)))
     return tap_done();
   /* one create and delete first: the disk image cache (host/disks/golden-*) is made once, and kept */
-  if (!OK(op_create(&err) == 0 && kill_all_but(NULL) == 0, "a first create and delete: %s", moat_error_msg(err)))
+  if (!OK(op_create(&err) == 0 && kill_all_but(NULL) == 0, "a first create and delete: %s",
+          moat_error_msg(err)))
     return tap_done();
   _cleanup_free_ char *base = steady_snapshot();
 
@@ -428,9 +434,10 @@ int main(void) {
   OK(d == NULL, "every sandbox deleted: the host is as it was%s%s", d ? ": " : "", d ? d : "");
   moat_control_close(ctl);
   if (uplink_ns[0]) { /* the routing namespace outlives moatd (its sandboxes would): removed here */
-    _cleanup_free_ char *rm = xasprintf("umount -l /run/moat/net/%s; rm -f /run/moat/net/%s /run/moat/net/%s.owner;"
-                                        " ip netns del %s",
-                                        instance, instance, instance, uplink_ns);
+    _cleanup_free_ char *rm =
+        xasprintf("umount -l /run/moat/net/%s; rm -f /run/moat/net/%s /run/moat/net/%s.owner;"
+                  " ip netns del %s",
+                  instance, instance, instance, uplink_ns);
     if (system(rm) != 0)
       printf("# cleanup of the network namespaces failed: %s\n", rm);
     free((char *)net.uplink);

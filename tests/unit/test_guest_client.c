@@ -130,7 +130,8 @@ static void test_background_attach(void) {
   struct moat_proc_stream *s = NULL;
   struct moat_proc_info info;
   r = moat_guest_attach(sock(), 0, "bg1", true, &s, &info, &err);
-  CHECK(r == 0 && info.pid == pid && info.running, "attach by tag with replay (%s)", err ? moat_error_msg(err) : "");
+  CHECK(r == 0 && info.pid == pid && info.running, "attach by tag with replay (%s)",
+        err ? moat_error_msg(err) : "");
   moat_proc_info_clear(&info);
   moat_error_free(&err);
   char *out = NULL, *errs = NULL;
@@ -153,8 +154,8 @@ static void test_background_attach(void) {
   if (s)
     moat_proc_stream_input(s, "hello\n", 6, &err);
   int code = s ? drain(s, &out, &len, NULL, 3000) : -2;
-  CHECK(code == 7 && out && strstr(out, "got hello\n"), "DATA on an attach connection is stdin; exit 7 (%d) '%s'", code,
-        out ? out : "");
+  CHECK(code == 7 && out && strstr(out, "got hello\n"),
+        "DATA on an attach connection is stdin; exit 7 (%d) '%s'", code, out ? out : "");
   moat_proc_stream_close(s);
   free(out);
   free(errs);
@@ -223,7 +224,8 @@ static void test_renew(void) {
   r = moat_guest_procs(sock(), &v, &n, &err);
   struct moat_proc_info *pi = r == 0 ? find_info(v, n, pid) : NULL;
   struct moat_proc_info *pd = r == 0 ? find_info(v, n, done) : NULL;
-  CHECK(pi && pi->running && pi->tag && strcmp(pi->tag, "renew1") == 0 && pd && !pd->running && pd->exit_code == 0,
+  CHECK(pi && pi->running && pi->tag && strcmp(pi->tag, "renew1") == 0 && pd && !pd->running &&
+            pd->exit_code == 0,
         "the renewed table lists the running process (tag kept) and the finished one");
   moat_proc_infos_free(v, n);
   moat_error_free(&err);
@@ -245,7 +247,8 @@ static void test_renew(void) {
 static void test_big_stream(void) {
   /* 50 MB through the exec connection, complete and in order: compare checksums */
   /* a deterministic 50 MB sequence, checksummed here as it arrives and computed independently */
-  char **argv = av("sh", "-c", "i=0; while [ $i -lt 5 ]; do seq 1000000 9999999 | head -c 10000000; i=$((i+1)); done");
+  char **argv =
+      av("sh", "-c", "i=0; while [ $i -lt 5 ]; do seq 1000000 9999999 | head -c 10000000; i=$((i+1)); done");
   struct moat_exec_req r = {.argv = argv, .max_output = 64ull << 20};
   struct moat_proc_stream *s = NULL;
   moat_error *err = NULL;
@@ -281,8 +284,8 @@ static void test_big_stream(void) {
     for (size_t i = 0; i < 10000000; i++)
       want = (want ^ (uint8_t)chunk[i]) * 1099511628211ull;
   free(chunk);
-  CHECK(code == 0 && total == 50000000 && sum == want, "50 MB through an exec connection, complete and in order (%llu bytes)",
-        (unsigned long long)total);
+  CHECK(code == 0 && total == 50000000 && sum == want,
+        "50 MB through an exec connection, complete and in order (%llu bytes)", (unsigned long long)total);
 }
 
 static void test_slow_attach(void) {
@@ -311,8 +314,8 @@ static void test_slow_attach(void) {
   moat_error_free(&err);
   moat_proc_stream_close(s);
   CHECK(code == 0 && dropped > 0 && got + dropped == 20000000,
-        "a lagging attach gets REP_DROPPED: %llu received + %llu dropped = 20000000",
-        (unsigned long long)got, (unsigned long long)dropped);
+        "a lagging attach gets REP_DROPPED: %llu received + %llu dropped = 20000000", (unsigned long long)got,
+        (unsigned long long)dropped);
 }
 
 static void test_kill_on_disconnect(void) {
@@ -409,10 +412,11 @@ static void test_pty(void) {
   int pid = 0;
   char *out = NULL;
   size_t len = 0;
-  int sr = moat_guest_exec_start(sock(), &r, &(struct moat_exec_opts){.pty_cols = 100, .pty_rows = 30}, &s, &pid, &err);
+  int sr = moat_guest_exec_start(sock(), &r, &(struct moat_exec_opts){.pty_cols = 100, .pty_rows = 30}, &s,
+                                 &pid, &err);
   bool ok = sr == 0 && wait_for(s, "30 100", &out, &len, 3000);
-  CHECK(ok && strstr(out, "/dev/pts/"), "pty: tty prints /dev/pts/N and stty size is 30 100: '%s' %s", out ? out : "",
-        err ? moat_error_msg(err) : "");
+  CHECK(ok && strstr(out, "/dev/pts/"), "pty: tty prints /dev/pts/N and stty size is 30 100: '%s' %s",
+        out ? out : "", err ? moat_error_msg(err) : "");
   moat_error_free(&err);
   int rr = moat_guest_proc_resize(sock(), pid, NULL, 0, 10, &err);
   CHECK(rr < 0 && err && err->status == EINVAL, "resize 0 -> EINVAL");
@@ -426,7 +430,8 @@ static void test_pty(void) {
     moat_proc_stream_input(s, "go\n", 3, &err);
   moat_error_free(&err);
   int code = s ? drain(s, &out, &len, NULL, 3000) : -2;
-  CHECK(rr == 0 && code == 0 && out && strstr(out, "40 120"), "RESIZE changes stty size to 40 120 (%d)", code);
+  CHECK(rr == 0 && code == 0 && out && strstr(out, "40 120"), "RESIZE changes stty size to 40 120 (%d)",
+        code);
   moat_proc_stream_close(s);
   free(out);
   strv_free(argv);
@@ -549,7 +554,8 @@ static void test_exec_compat(void) {
   struct moat_exec_result res;
   moat_error *err = NULL;
   int r = moat_guest_exec(sock(), &rq, &res, &err);
-  CHECK(r == 0 && res.exit_code == 4 && strcmp(res.out, "in-data") == 0 && strcmp(res.err, "e\n") == 0 && res.pid > 0,
+  CHECK(r == 0 && res.exit_code == 4 && strcmp(res.out, "in-data") == 0 && strcmp(res.err, "e\n") == 0 &&
+            res.pid > 0,
         "moat_guest_exec: stdin, stdout, stderr, exit code");
   moat_exec_result_free(&res);
   strv_free(argv);

@@ -23,8 +23,8 @@ static void test_processes(void) {
   char *bg_argv[] = {"sh", "-c", "echo $$; sleep 100", NULL};
   struct moat_exec_req rq = {.argv = bg_argv};
   int pid = 0;
-  int r = moat_guest_exec_start(&g_ep, &rq, &(struct moat_exec_opts){.background = true, .tag = "ns-bg"}, NULL, &pid,
-                                &err);
+  int r = moat_guest_exec_start(&g_ep, &rq, &(struct moat_exec_opts){.background = true, .tag = "ns-bg"},
+                                NULL, &pid, &err);
   CHECK(r == 0 && pid > 1 && pid < 1000, "background process inside the namespace (pid %d) %s", pid,
         err ? moat_error_msg(err) : "");
   moat_error_free(&err);
@@ -58,7 +58,8 @@ static void test_processes(void) {
   char *out = NULL;
   size_t len = 0;
   code = -2;
-  if (moat_guest_exec_start(&g_ep, &rq, &(struct moat_exec_opts){.pty_cols = 77, .pty_rows = 11}, &s, &pid, &err) == 0) {
+  if (moat_guest_exec_start(&g_ep, &rq, &(struct moat_exec_opts){.pty_cols = 77, .pty_rows = 11}, &s, &pid,
+                            &err) == 0) {
     struct moat_proc_event ev;
     while (moat_proc_stream_next(s, &ev, 3000, &err) == 1) {
       if (ev.type == MOAT_PROC_STDOUT)
@@ -70,8 +71,8 @@ static void test_processes(void) {
     }
   }
   moat_proc_stream_close(s);
-  CHECK(code == 0 && out && strstr(out, "/dev/pts/") && strstr(out, "11 77"), "pty inside the namespace: '%s' %s",
-        out ? out : "", err ? moat_error_msg(err) : "");
+  CHECK(code == 0 && out && strstr(out, "/dev/pts/") && strstr(out, "11 77"),
+        "pty inside the namespace: '%s' %s", out ? out : "", err ? moat_error_msg(err) : "");
   free(out);
   moat_error_free(&err);
 }

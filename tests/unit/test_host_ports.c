@@ -98,13 +98,13 @@ int main(void) {
   OK(poll(&pl, 1, 200) == 0, "the host's listener got no connection");
 
   /* A server on the sandbox's loopback, same port: the connection reaches it. */
-  _cleanup_free_ char *srv = xasprintf(
-      "(python3 -c 'import socket\n"
-      "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-      "s.bind((\"127.0.0.1\", %u)); s.listen(4)\n"
-      "for _ in range(8):\n"
-      "    c, _ = s.accept(); c.sendall(b\"inside\\n\"); c.close()' </dev/null >/dev/null 2>&1 &)",
-      port);
+  _cleanup_free_ char *srv =
+      xasprintf("(python3 -c 'import socket\n"
+                "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "s.bind((\"127.0.0.1\", %u)); s.listen(4)\n"
+                "for _ in range(8):\n"
+                "    c, _ = s.accept(); c.sendall(b\"inside\\n\"); c.close()' </dev/null >/dev/null 2>&1 &)",
+                port);
   OK(sh(&inst.guest, srv) == 0, "start a server inside on port %u", port);
   fd = -1;
   for (int i = 0; i < 100 && fd < 0; i++) { /* until it listens: at most 5 s */
@@ -135,7 +135,8 @@ int main(void) {
   OK(r == 0 && d0.total_bytes > (32ull << 20) && d0.total_bytes <= (64ull << 20),
      "disk total is the 64 MiB layer's: %llu bytes %s", (unsigned long long)d0.total_bytes, em(err));
   moat_error_free(&err);
-  OK(sh(&inst.guest, "dd if=/dev/urandom of=/root/f bs=1M count=8 2>/dev/null && sync") == 0, "write 8 MiB inside");
+  OK(sh(&inst.guest, "dd if=/dev/urandom of=/root/f bs=1M count=8 2>/dev/null && sync") == 0,
+     "write 8 MiB inside");
   r = moat_host_disk_usage(h, inst.slot, &d1, &err);
   OK(r == 0 && d1.used_bytes >= d0.used_bytes + (7ull << 20), "disk used grows by the 8 MiB: %llu -> %llu",
      (unsigned long long)d0.used_bytes, (unsigned long long)d1.used_bytes);
@@ -143,7 +144,8 @@ int main(void) {
 
   /* No sandbox in the slot: ENOENT, nothing reached. */
   int other = inst.slot == 0 ? 1 : 0;
-  OK(moat_host_disk_usage(h, other, &d1, &err) < 0 && err->status == ENOENT, "disk usage of an empty slot is ENOENT");
+  OK(moat_host_disk_usage(h, other, &d1, &err) < 0 && err->status == ENOENT,
+     "disk usage of an empty slot is ENOENT");
   moat_error_free(&err);
   OK(moat_host_port_connect(h, -1, port, 1000, &err) < 0 && err->status == ENOENT, "slot -1 is ENOENT");
   moat_error_free(&err);

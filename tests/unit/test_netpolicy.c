@@ -45,7 +45,8 @@ static bool rejects(const char *text, const char *needle) {
 int main(void) {
   struct net_policy p;
   char msg[512];
-  OK(parse("null", &p, msg, sizeof(msg)) == 0 && p.internet && !p.egress_deny && !p.n_allow, "null: default policy");
+  OK(parse("null", &p, msg, sizeof(msg)) == 0 && p.internet && !p.egress_deny && !p.n_allow,
+     "null: default policy");
   net_policy_clear(&p);
   OK(parse("{\"internet\":false,\"egress\":\"deny\",\"allow\":[\"10.0.0.0/8\",\"1.2.3.4\",\"Example.COM.\","
            "\"*.api.test\"],\"deny\":[\"0.0.0.0/0\"]}",
@@ -54,7 +55,8 @@ int main(void) {
   OK(!p.internet && p.egress_deny && p.n_allow == 4 && p.n_deny == 1, "fields");
   OK(p.allow[0].kind == RULE_CIDR && p.allow[0].addr == 0x0a000000u && p.allow[0].plen == 8, "CIDR");
   OK(p.allow[1].kind == RULE_CIDR && p.allow[1].plen == 32, "IP is a /32");
-  OK(p.allow[2].kind == RULE_NAME && strcmp(p.allow[2].name, "example.com") == 0, "name lower-cased, dot dropped");
+  OK(p.allow[2].kind == RULE_NAME && strcmp(p.allow[2].name, "example.com") == 0,
+     "name lower-cased, dot dropped");
   OK(p.allow[3].kind == RULE_WILDCARD && strcmp(p.allow[3].name, "api.test") == 0, "wildcard suffix");
   net_policy_clear(&p);
 
@@ -86,7 +88,8 @@ int main(void) {
     free(nb);
   }
 
-  OK(parse("{\"allow\":[\"10.0.0.0/8\",\"10.1.0.0/16\",\"10.0.0.0/8\",\"192.168.1.1\"]}", &p, msg, sizeof(msg)) == 0 &&
+  OK(parse("{\"allow\":[\"10.0.0.0/8\",\"10.1.0.0/16\",\"10.0.0.0/8\",\"192.168.1.1\"]}", &p, msg,
+           sizeof(msg)) == 0 &&
          p.n_allow == 2,
      "contained and duplicate CIDRs folded (nft interval sets take no overlaps)");
   net_policy_clear(&p);
@@ -99,7 +102,8 @@ int main(void) {
   OK(net_policy_name_allowed(&p, "evil.test") == 1, "wildcard does not cover its base");
   OK(net_policy_name_allowed(&p, "notevil.test") == 1, "wildcard needs a dot boundary");
   net_policy_clear(&p);
-  parse("{\"egress\":\"deny\",\"allow\":[\"*.api.test\",\"ok.test\"],\"deny\":[\"x.api.test\"]}", &p, msg, sizeof(msg));
+  parse("{\"egress\":\"deny\",\"allow\":[\"*.api.test\",\"ok.test\"],\"deny\":[\"x.api.test\"]}", &p, msg,
+        sizeof(msg));
   OK(net_policy_name_allowed(&p, "ok.test") == 1 && net_policy_name_allowed(&p, "y.api.test") == 1,
      "egress deny: listed allowed");
   OK(net_policy_name_allowed(&p, "other.test") == 0, "egress deny: unlisted denied");

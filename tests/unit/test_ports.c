@@ -21,16 +21,16 @@ static enum api_match api_route_match(const char *method, const char *path, stru
 
 static void routes(void) {
   struct api_route r;
-  OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports", &r) == API_MATCH_OK && strcmp(api_route_name(&r), "ports.list") == 0 &&
-         NEEDS_AUTH(r),
+  OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports", &r) == API_MATCH_OK &&
+         strcmp(api_route_name(&r), "ports.list") == 0 && NEEDS_AUTH(r),
      "GET .../ports lists, with auth");
   OK(api_route_match("POST", "/v1/sandboxes/" SB "/ports", &r) == API_MATCH_BAD_METHOD,
      "POST .../ports: 405");
   OK(api_route_match("POST", "/v1/sandboxes/" SB "/ports/8080", &r) == API_MATCH_OK &&
          strcmp(api_route_name(&r), "port.expose") == 0 && r.port == 8080 && JSON_BODY(r) && NEEDS_AUTH(r),
      "POST .../ports/8080 sets access (JSON body, auth)");
-  OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports/1", &r) == API_MATCH_OK && strcmp(api_route_name(&r), "port.get") == 0 &&
-         r.port == 1,
+  OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports/1", &r) == API_MATCH_OK &&
+         strcmp(api_route_name(&r), "port.get") == 0 && r.port == 1,
      "GET .../ports/1");
   OK(api_route_match("DELETE", "/v1/sandboxes/" SB "/ports/65535", &r) == API_MATCH_OK &&
          strcmp(api_route_name(&r), "port.unexpose") == 0 && r.port == 65535,
@@ -41,8 +41,8 @@ static void routes(void) {
   static const char *const methods[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
   for (size_t i = 0; i < ARRAY_SIZE(methods); i++)
     OK(api_route_match(methods[i], "/v1/sandboxes/" SB "/ports/3000/a/b.js", &r) == API_MATCH_OK &&
-           strcmp(api_route_name(&r), "port.proxy") == 0 && r.port == 3000 && NEEDS_AUTH(r) && !JSON_BODY(r) &&
-           strcmp(r.id, SB) == 0,
+           strcmp(api_route_name(&r), "port.proxy") == 0 && r.port == 3000 && NEEDS_AUTH(r) &&
+           !JSON_BODY(r) && strcmp(r.id, SB) == 0,
        "%s .../ports/3000/a/b.js is proxied (auth: checked by api_port_proxy_begin)", methods[i]);
   OK(api_route_match("GET", "/v1/sandboxes/" SB "/ports/3000/", &r) == API_MATCH_OK &&
          strcmp(api_route_name(&r), "port.proxy") == 0,

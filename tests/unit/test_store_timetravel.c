@@ -57,7 +57,8 @@ static struct moat_store_snapshot snap(const char *id, const char *org, const ch
 
 static void test_moves(struct moat_store *s) {
   moat_error *err = NULL;
-  CHECK(insert(s, "sb-1", "org1", NULL) == 0 && insert(s, "sb-2", "org1", "sb-1") == 0, "insert with lineage");
+  CHECK(insert(s, "sb-1", "org1", NULL) == 0 && insert(s, "sb-2", "org1", "sb-1") == 0,
+        "insert with lineage");
   struct moat_store_sandbox r = {0};
   CHECK(moat_store_sandbox_get(s, NULL, "sb-2", &r, &err) == 0 && r.forked_from &&
             strcmp(r.forked_from, "sb-1") == 0 && r.from_snapshot &&
@@ -69,8 +70,8 @@ static void test_moves(struct moat_store *s) {
         "hibernate_after_s read back");
   moat_store_sandbox_clear(&r);
   CHECK(moat_store_sandbox_set_running(s, "sb-1", 7, 100, 200, 5, 1000, &err) == 0, "running");
-  struct moat_store_move m = {.from = "running", .to = "paused", .reason = "api", .set_paused_at = true,
-                              .paused_at_ms = 4242};
+  struct moat_store_move m = {
+      .from = "running", .to = "paused", .reason = "api", .set_paused_at = true, .paused_at_ms = 4242};
   CHECK(moat_store_sandbox_move(s, "sb-1", &m, &err) == 0, "running -> paused");
   CHECK(moat_store_sandbox_move(s, "sb-1", &m, &err) < 0 && err && err->status == EBUSY,
         "running -> paused again: EBUSY (%s)", moat_error_msg(err));
@@ -81,9 +82,17 @@ static void test_moves(struct moat_store *s) {
   moat_store_sandbox_clear(&r);
   struct moat_store_move h = {.to = "hibernated", .reason = "idle", .set_instance = true, .slot = -1};
   CHECK(moat_store_sandbox_move(s, "sb-1", &h, &err) == 0, "paused -> hibernated (from any)");
-  struct moat_store_move w = {.from = "hibernated", .to = "running", .reason = "api", .set_instance = true,
-                              .slot = 9, .pid = 300, .start_time = 400, .set_expires = true,
-                              .expires_at_ms = 9999, .set_paused_at = true, .paused_at_ms = 0,
+  struct moat_store_move w = {.from = "hibernated",
+                              .to = "running",
+                              .reason = "api",
+                              .set_instance = true,
+                              .slot = 9,
+                              .pid = 300,
+                              .start_time = 400,
+                              .set_expires = true,
+                              .expires_at_ms = 9999,
+                              .set_paused_at = true,
+                              .paused_at_ms = 0,
                               .from_snapshot = "snap-bbbbbbbbbbbbbbbbb"};
   CHECK(moat_store_sandbox_move(s, "sb-1", &w, &err) == 0, "hibernated -> running");
   CHECK(moat_store_sandbox_get(s, NULL, "sb-1", &r, &err) == 0 && strcmp(r.state, "running") == 0 &&
@@ -98,14 +107,16 @@ static void test_moves(struct moat_store *s) {
             strcmp(ev[3].reason, "idle") == 0 && strcmp(ev[4].to_state, "running") == 0,
         "every move is an event with its reason (%zu)", n);
   moat_store_events_free(ev, n);
-  struct moat_store_patch pp = {.set_expires = true, .expires_at_ms = 7777, .set_paused_at = true, .paused_at_ms = 55};
-  CHECK(moat_store_sandbox_patch(s, "sb-1", &pp, &err) == 0 && moat_store_sandbox_get(s, NULL, "sb-1", &r, &err) == 0 &&
-            r.expires_at_ms == 7777 && r.paused_at_ms == 55,
+  struct moat_store_patch pp = {
+      .set_expires = true, .expires_at_ms = 7777, .set_paused_at = true, .paused_at_ms = 55};
+  CHECK(moat_store_sandbox_patch(s, "sb-1", &pp, &err) == 0 &&
+            moat_store_sandbox_get(s, NULL, "sb-1", &r, &err) == 0 && r.expires_at_ms == 7777 &&
+            r.paused_at_ms == 55,
         "patch sets the pause time with the expiry");
   moat_store_sandbox_clear(&r);
   struct moat_store_patch pm = {.metadata_json = "{}"};
-  CHECK(moat_store_sandbox_patch(s, "sb-1", &pm, &err) == 0 && moat_store_sandbox_get(s, NULL, "sb-1", &r, &err) == 0 &&
-            r.paused_at_ms == 55,
+  CHECK(moat_store_sandbox_patch(s, "sb-1", &pm, &err) == 0 &&
+            moat_store_sandbox_get(s, NULL, "sb-1", &r, &err) == 0 && r.paused_at_ms == 55,
         "a patch without it keeps the pause time");
   moat_store_sandbox_clear(&r);
   struct moat_store_move k = {.to = "killed"};
@@ -113,7 +124,8 @@ static void test_moves(struct moat_store *s) {
   moat_error_free(&err);
   CHECK(moat_store_sandbox_transition(s, "sb-1", NULL, "killed", "api", &err) == 0, "kill");
   struct moat_store_move again = {.to = "running"};
-  CHECK(moat_store_sandbox_move(s, "sb-1", &again, &err) < 0 && err->status == EBUSY, "no move out of killed");
+  CHECK(moat_store_sandbox_move(s, "sb-1", &again, &err) < 0 && err->status == EBUSY,
+        "no move out of killed");
   moat_error_free(&err);
   CHECK(moat_store_sandbox_move(s, "sb-nope", &again, &err) < 0 && err->status == ENOENT, "unknown: ENOENT");
   moat_error_free(&err);
@@ -140,11 +152,12 @@ static void test_snapshots(struct moat_store *s) {
   moat_error_free(&err);
   struct moat_store_snapshot *v;
   size_t n;
-  CHECK(moat_store_snapshot_list(s, "org1", NULL, &v, &n, &err) == 0 && n == 2 && strcmp(v[0].id, "snap-a") == 0 &&
-            strcmp(v[1].id, "snap-b") == 0,
+  CHECK(moat_store_snapshot_list(s, "org1", NULL, &v, &n, &err) == 0 && n == 2 &&
+            strcmp(v[0].id, "snap-a") == 0 && strcmp(v[1].id, "snap-b") == 0,
         "list by org, oldest first");
   moat_store_snapshots_free(v, n);
-  CHECK(moat_store_snapshot_list(s, "org1", "sb-2", &v, &n, &err) == 0 && n == 1 && strcmp(v[0].id, "snap-b") == 0,
+  CHECK(moat_store_snapshot_list(s, "org1", "sb-2", &v, &n, &err) == 0 && n == 1 &&
+            strcmp(v[0].id, "snap-b") == 0,
         "list by org and sandbox");
   moat_store_snapshots_free(v, n);
   CHECK(moat_store_snapshot_list(s, NULL, NULL, &v, &n, &err) == 0 && n == 3, "list all orgs");
@@ -153,7 +166,8 @@ static void test_snapshots(struct moat_store *s) {
         "delete of another org's: ENOENT");
   moat_error_free(&err);
   CHECK(moat_store_snapshot_delete(s, "org1", "snap-a", &err) == 0, "delete");
-  CHECK(moat_store_snapshot_delete(s, "org1", "snap-a", &err) < 0 && err->status == ENOENT, "delete twice: ENOENT");
+  CHECK(moat_store_snapshot_delete(s, "org1", "snap-a", &err) < 0 && err->status == ENOENT,
+        "delete twice: ENOENT");
   moat_error_free(&err);
   CHECK(moat_store_snapshot_list(s, "org1", NULL, &v, &n, &err) == 0 && n == 1, "one left in org1");
   moat_store_snapshots_free(v, n);
@@ -167,20 +181,25 @@ static void test_migrate_from_2(void) {
   int rc = sqlite3_exec(
       db,
       "CREATE TABLE orgs (id TEXT PRIMARY KEY, created_at_ms INTEGER NOT NULL);"
-      "CREATE TABLE api_keys (key_hash TEXT PRIMARY KEY, org TEXT NOT NULL REFERENCES orgs(id), created_at_ms "
+      "CREATE TABLE api_keys (key_hash TEXT PRIMARY KEY, org TEXT NOT NULL REFERENCES orgs(id), "
+      "created_at_ms "
       "INTEGER NOT NULL);"
       "CREATE INDEX api_keys_org ON api_keys(org);"
-      "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, org TEXT NOT NULL REFERENCES orgs(id), template TEXT NOT NULL,"
+      "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, org TEXT NOT NULL REFERENCES orgs(id), template TEXT NOT "
+      "NULL,"
       " state TEXT NOT NULL, created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL DEFAULT 0,"
-      " ttl_seconds INTEGER NOT NULL, persistent INTEGER NOT NULL DEFAULT 0, metadata TEXT NOT NULL DEFAULT '{}',"
+      " ttl_seconds INTEGER NOT NULL, persistent INTEGER NOT NULL DEFAULT 0, metadata TEXT NOT NULL DEFAULT "
+      "'{}',"
       " env TEXT NOT NULL DEFAULT '{}', cpu REAL NOT NULL, memory_mb INTEGER NOT NULL, pids INTEGER NOT NULL,"
       " disk_mb INTEGER NOT NULL, slot INTEGER NOT NULL DEFAULT -1, pid INTEGER NOT NULL DEFAULT 0,"
       " start_time INTEGER NOT NULL DEFAULT 0, ready_us INTEGER NOT NULL DEFAULT 0, killed_reason TEXT,"
       " killed_at_ms INTEGER NOT NULL DEFAULT 0, updated_at_ms INTEGER NOT NULL);"
-      "CREATE TABLE sandbox_events (seq INTEGER PRIMARY KEY AUTOINCREMENT, sandbox_id TEXT NOT NULL REFERENCES "
+      "CREATE TABLE sandbox_events (seq INTEGER PRIMARY KEY AUTOINCREMENT, sandbox_id TEXT NOT NULL "
+      "REFERENCES "
       "sandboxes(id), at_ms INTEGER NOT NULL, from_state TEXT, to_state TEXT NOT NULL, reason TEXT NOT NULL);"
       "INSERT INTO orgs VALUES ('o', 1);"
-      "INSERT INTO sandboxes (id, org, template, state, created_at_ms, ttl_seconds, cpu, memory_mb, pids, disk_mb,"
+      "INSERT INTO sandboxes (id, org, template, state, created_at_ms, ttl_seconds, cpu, memory_mb, pids, "
+      "disk_mb,"
       " updated_at_ms) VALUES ('sb-old', 'o', 'base', 'running', 1, 60, 1, 256, 64, 512, 1);"
       "PRAGMA user_version = 2;",
       NULL, NULL, NULL);

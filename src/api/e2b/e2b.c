@@ -126,7 +126,8 @@ static char *token_org(const struct api_req *r, const char *token, const char *s
 /* ---- replies ---- */
 
 /* {"code": status, "message"} as the SDK reads it (handleApiError: body.code, body.message). */
-static int e2b_error(struct api_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int e2b_error(struct api_req *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int e2b_error(struct api_req *r, unsigned status, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
@@ -177,9 +178,9 @@ static bool has_prefix_seg(const char *url, const char *p) {
 }
 
 static bool control_path(const char *url) {
-  static const char *const prefixes[] = {"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates",
-                                         "/v2/templates", "/v3/templates", "/volumes", "/volumecontent",
-                                         "/secrets", NULL};
+  static const char *const prefixes[] = {
+      "/sandboxes",    "/v2/sandboxes", "/snapshots",     "/templates", "/v2/templates",
+      "/v3/templates", "/volumes",      "/volumecontent", "/secrets",   NULL};
   for (size_t i = 0; prefixes[i]; i++)
     if (has_prefix_seg(url, prefixes[i]))
       return true;
@@ -255,7 +256,8 @@ static bool user_port_begin(struct api_req *r, struct e2b_req *e) {
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
       .ticket = &r->ticket,
   };
-  struct port_fwd *f = port_fwd_open(ports_pool_of(r->api), api_control(r), e->org, e->sandbox_id, e->port, &fr, &err);
+  struct port_fwd *f =
+      port_fwd_open(ports_pool_of(r->api), api_control(r), e->org, e->sandbox_id, e->port, &fr, &err);
   if (!f) {
     bool refused = err && err->status == ECONNREFUSED;
     if (refused) {
@@ -315,7 +317,8 @@ static bool sandbox_begin(struct api_req *r, struct e2b_req *e, const char *url,
       moat_error_free(&err);
   }
   if (!e->org)
-    return e2b_error(r, 401, "a valid access token for sandbox %s is required (X-Access-Token)", e->sandbox_id),
+    return e2b_error(r, 401, "a valid access token for sandbox %s is required (X-Access-Token)",
+                     e->sandbox_id),
            true;
   r->org = xstrdup(e->org);
   snprintf(r->route.id, sizeof(r->route.id), "%s", e->sandbox_id);
@@ -360,8 +363,12 @@ static const char *e2b_template_of(const char *moat) {
   return moat ? moat : "";
 }
 
-static bool is_e2b_running(enum moat_sandbox_state s) { return s == MOAT_SB_RUNNING || s == MOAT_SB_CREATING; }
-static bool is_e2b_paused(enum moat_sandbox_state s) { return s == MOAT_SB_PAUSED || s == MOAT_SB_HIBERNATED; }
+static bool is_e2b_running(enum moat_sandbox_state s) {
+  return s == MOAT_SB_RUNNING || s == MOAT_SB_CREATING;
+}
+static bool is_e2b_paused(enum moat_sandbox_state s) {
+  return s == MOAT_SB_PAUSED || s == MOAT_SB_HIBERNATED;
+}
 
 /* ListedSandbox / SandboxDetail; with_token adds envdAccessToken and domain. */
 static json_t *sandbox_json(const struct api_req *r, const struct moat_sandbox_info *s, bool with_token) {
@@ -393,8 +400,8 @@ static json_t *sandbox_json(const struct api_req *r, const struct moat_sandbox_i
 static json_t *sandbox_created_json(const struct api_req *r, const struct moat_sandbox_info *s) {
   char *tok = e2b_access_token(r, r->org, s->id);
   json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:n}", "sandboxID", s->id, "templateID",
-                        e2b_template_of(s->template_name), "clientID", "moat", "envdVersion", E2B_ENVD_VERSION,
-                        "envdAccessToken", tok, "trafficAccessToken", tok, "domain");
+                        e2b_template_of(s->template_name), "clientID", "moat", "envdVersion",
+                        E2B_ENVD_VERSION, "envdAccessToken", tok, "trafficAccessToken", tok, "domain");
   free(tok);
   return o;
 }
@@ -411,7 +418,8 @@ static int read_body(struct api_req *r, bool empty_ok, json_t **out) {
 /* timeout (seconds) -> *ttl; 400 reply and -1 when out of range. */
 static int timeout_field(struct api_req *r, json_t *v, int64_t *ttl) {
   if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > MOAT_MAX_TTL_S) {
-    e2b_error(r, 400, "'timeout' must be an integer number of seconds from 1 to %lld", (long long)MOAT_MAX_TTL_S);
+    e2b_error(r, 400, "'timeout' must be an integer number of seconds from 1 to %lld",
+              (long long)MOAT_MAX_TTL_S);
     return -1;
   }
   *ttl = json_integer_value(v);
@@ -622,7 +630,7 @@ static int h_connect(struct api_req *r, const char *id, bool legacy_resume) {
   }
   if (paused) {
     int rc = info.state == MOAT_SB_HIBERNATED ? moat_control_wake(api_control(r), r->org, id, &err)
-                                               : moat_control_resume(api_control(r), r->org, id, &err);
+                                              : moat_control_resume(api_control(r), r->org, id, &err);
     moat_sandbox_info_clear(&info);
     if (rc < 0 || moat_control_get(api_control(r), r->org, id, &info, &err) < 0) {
       ret = e2b_moat_error(r, &err);
@@ -828,8 +836,8 @@ static int h_fork(struct api_req *r, const char *id) {
       if (moat_control_update(api_control(r), r->org, kids[i].id, &p, &upd, &err) < 0) {
         const char *code;
         unsigned st = api_errno_http(err ? err->status : 0, &code);
-        json_array_append_new(arr, json_pack("{s:{s:i, s:s}}", "error", "code", (int)st, "message",
-                                             moat_error_msg(err)));
+        json_array_append_new(
+            arr, json_pack("{s:{s:i, s:s}}", "error", "code", (int)st, "message", moat_error_msg(err)));
         moat_error_free(&err);
         continue;
       }
@@ -942,7 +950,8 @@ static int h_list(struct api_req *r) {
           want_paused = true;
         else {
           json_decref(meta);
-          return e2b_error(r, 400, "'state' must be running, paused or both (comma-separated), not '%.32s'", t);
+          return e2b_error(r, 400, "'state' must be running, paused or both (comma-separated), not '%.32s'",
+                           t);
         }
       }
     } else if (strcmp(k, "limit") == 0) {
@@ -986,7 +995,8 @@ static int h_list(struct api_req *r) {
     const struct moat_sandbox_info *s = &v[i];
     if (!(is_e2b_running(s->state) ? want_running : is_e2b_paused(s->state) ? want_paused : false))
       continue;
-    if (after_ms >= 0 && (s->created_at_ms < after_ms || (s->created_at_ms == after_ms && strcmp(s->id, after_id) <= 0)))
+    if (after_ms >= 0 &&
+        (s->created_at_ms < after_ms || (s->created_at_ms == after_ms && strcmp(s->id, after_id) <= 0)))
       continue;
     if ((long)json_array_size(arr) == limit) {
       snprintf(next, sizeof(next), "%lld.%s", (long long)last->created_at_ms, last->id);
@@ -1073,11 +1083,12 @@ static int e2b_metrics(struct api_req *r, const char *id) {
   uint64_t now_s = (uint64_t)(u.at_ms / 1000);
   /* The SDK rounds start/end to whole seconds: a window ending this second includes now. */
   if (now_s + 1 >= start && now_s <= end) {
-    json_t *m = json_pack("{s:o, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", api_time_json(u.at_ms, false),
-                          "cpuCount", (int)u.limits.cpu + (u.limits.cpu > (int)u.limits.cpu), "cpuUsedPct", round_to(pct.pct, 100), "memUsed",
-                          (json_int_t)u.u.memory_bytes, "memTotal", (json_int_t)(u.limits.memory_mb << 20),
-                          "diskUsed", (json_int_t)u.disk_used_bytes, "diskTotal",
-                          (json_int_t)(u.has_disk ? u.disk_total_bytes : u.limits.disk_mb << 20));
+    json_t *m =
+        json_pack("{s:o, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", api_time_json(u.at_ms, false),
+                  "cpuCount", (int)u.limits.cpu + (u.limits.cpu > (int)u.limits.cpu), "cpuUsedPct",
+                  round_to(pct.pct, 100), "memUsed", (json_int_t)u.u.memory_bytes, "memTotal",
+                  (json_int_t)(u.limits.memory_mb << 20), "diskUsed", (json_int_t)u.disk_used_bytes,
+                  "diskTotal", (json_int_t)(u.has_disk ? u.disk_total_bytes : u.limits.disk_mb << 20));
     json_array_append_new(list, m);
   }
   return api_reply_json(r, 200, list);
@@ -1149,7 +1160,8 @@ static void control_dispatch(struct api_req *r) {
         get ? e2b_metrics(r, id) : method_not_allowed(r);
         return;
       }
-      if (!p.v2 && (strcmp(what, "logs") == 0 || strcmp(what, "network") == 0 || strcmp(what, "refreshes") == 0)) {
+      if (!p.v2 &&
+          (strcmp(what, "logs") == 0 || strcmp(what, "network") == 0 || strcmp(what, "refreshes") == 0)) {
         e2b_error(r, 501, "%s is not supported by moat (see docs/e2b-compat.md)", what);
         return;
       }
@@ -1251,7 +1263,9 @@ static void e2b_close(void *state) {
   free(st);
 }
 
-struct e2b_state *e2b_state(const struct api_req *r) { return api_front_state(r->api, &api_front_e2b); }
+struct e2b_state *e2b_state(const struct api_req *r) {
+  return api_front_state(r->api, &api_front_e2b);
+}
 
 const struct api_front api_front_e2b = {
     .name = "e2b", .claimer = &e2b_claimer, .open = e2b_open, .close = e2b_close};

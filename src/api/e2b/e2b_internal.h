@@ -20,10 +20,10 @@
 
 /* r->front of every claimed request. */
 struct e2b_req {
-  unsigned port;                   /* 0: control plane; else the sandbox port addressed */
+  unsigned port;                    /* 0: control plane; else the sandbox port addressed */
   char sandbox_id[MOAT_ID_LEN + 1]; /* sandbox calls: the moat sandbox id */
-  char *org;                       /* the org the request acts for (owned), once authenticated */
-  void *sub;                       /* the envd or interpreter handler's state */
+  char *org;                        /* the org the request acts for (owned), once authenticated */
+  void *sub;                        /* the envd or interpreter handler's state */
   void (*sub_free)(void *);
 };
 

@@ -200,7 +200,8 @@ static json_t *entry_json(struct names *n, const struct moat_file_entry *e) {
 }
 
 /* {"entry": EntryInfo of path} */
-static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, const char *path, const char *user) {
+static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, const char *path,
+                       const char *user) {
   moat_error *err = NULL;
   struct moat_file_entry e;
   memset(&e, 0, sizeof(e));
@@ -223,7 +224,8 @@ static int fs_stat(struct api_req *r, struct envd_req *q, const struct moat_gues
   return reply_entry(r, sock, path, q->user);
 }
 
-static int fs_make_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
+static int fs_make_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock,
+                       json_t *body) {
   moat_error *err = NULL;
   const char *path;
   if (json_path(body, "path", &path, &err) < 0)
@@ -257,7 +259,8 @@ static int fs_move(struct api_req *r, struct envd_req *q, const struct moat_gues
   return reply_entry(r, sock, dst, q->user);
 }
 
-static int fs_list_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
+static int fs_list_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock,
+                       json_t *body) {
   moat_error *err = NULL;
   const char *path;
   uint64_t depth;
@@ -387,8 +390,8 @@ static void fs_events(const struct watch_src *ws, const struct moat_watch_event 
 }
 
 /* Opens a watch on the request's path (must be a directory). 0, or -1 with *err. */
-static int watch_open(struct envd_fs_state *fs, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body, struct watch_src **out,
-                      moat_error **err) {
+static int watch_open(struct envd_fs_state *fs, struct envd_req *q, const struct moat_guest_ep *sock,
+                      json_t *body, struct watch_src **out, moat_error **err) {
   const char *path;
   json_t *rec = json_object_get(body, "recursive"), *inc = json_object_get(body, "includeEntry");
   if (json_path(body, "path", &path, err) < 0)
@@ -442,7 +445,8 @@ static void watch_pull(struct cx_stream *s, int timeout_ms) {
 
 static void watch_ctx_free(void *p) { watch_src_free(p); }
 
-static int fs_watch_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
+static int fs_watch_dir(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock,
+                        json_t *body) {
   moat_error *err = NULL;
   struct watch_src *ws = NULL;
   if (watch_open(e2b_state(r)->fs, q, sock, body, &ws, &err) < 0) {
@@ -476,8 +480,6 @@ struct watcher {
   bool busy; /* a GetWatcherEvents is draining it */
 };
 
-
-
 static bool watch_hung_up(struct watch_src *ws) {
   struct pollfd p = {.fd = moat_watch_fd(ws->w), .events = POLLRDHUP};
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
@@ -498,7 +500,8 @@ static void watchers_sweep(struct envd_fs_state *fs) {
   }
 }
 
-static int fs_create_watcher(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock, json_t *body) {
+static int fs_create_watcher(struct api_req *r, struct envd_req *q, const struct moat_guest_ep *sock,
+                             json_t *body) {
   struct envd_fs_state *fs = e2b_state(r)->fs;
   moat_error *err = NULL;
   struct watch_src *ws = NULL;

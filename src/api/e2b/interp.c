@@ -24,7 +24,7 @@
 
 #define E2B_DEFAULT_CWD "/home/user"
 #define E2B_CODE_USER "user" /* E2B's Jupyter runs code as "user": files it writes are user's */
-#define E2B_GATHER_MS 50       /* output text is gathered this long into one line, as Jupyter does */
+#define E2B_GATHER_MS 50     /* output text is gathered this long into one line, as Jupyter does */
 
 /* E2B language names -> moat context language and default context id (16 of [a-z0-9]). */
 static const struct {
@@ -71,9 +71,9 @@ static int interp_error(struct api_req *r, unsigned status, const char *code, co
 }
 
 static int unsupported_lang(struct api_req *r, const char *name) {
-  return interp_error(r, 400, "invalid_request",
-                         "language '%.64s' is not supported by moat's code interpreter (python, javascript, bash)",
-                         name);
+  return interp_error(
+      r, 400, "invalid_request",
+      "language '%.64s' is not supported by moat's code interpreter (python, javascript, bash)", name);
 }
 
 bool e2b_interp_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method) {
@@ -200,8 +200,8 @@ static void error_line(struct moat_buf *out, json_t *e) {
     nm = json_object_get(e, "code"), val = json_object_get(e, "message");
   line_add(out, json_pack("{s:s, s:o, s:o, s:s%}", "type", "error", "name",
                           json_is_string(nm) ? json_incref(nm) : json_string("Error"), "value",
-                          json_is_string(val) ? json_incref(val) : json_string(""), "traceback", b.p ? b.p : "",
-                          b.len));
+                          json_is_string(val) ? json_incref(val) : json_string(""), "traceback",
+                          b.p ? b.p : "", b.len));
   free(b.p);
 }
 
@@ -271,8 +271,8 @@ static int run_code(struct api_req *r, const char *cid, json_t *code, json_t *en
   struct moat_ctx_run_opts opts = {
       .timeout_ms = (uint32_t)API_MAX_TIMEOUT_MS, .env = env, .wait = wait_for_context, .wait_arg = r};
   struct moat_ctx_run *u = NULL;
-  if (moat_ctx_run_start(api_control(r), r->org, r->route.id, cid, json_string_value(code), json_string_length(code),
-                         &opts, &u, &err) < 0) {
+  if (moat_ctx_run_start(api_control(r), r->org, r->route.id, cid, json_string_value(code),
+                         json_string_length(code), &opts, &u, &err) < 0) {
     api_exec_enoent(r, err);
     return api_reply_moat_error(r, &err);
   }
@@ -325,8 +325,8 @@ static int h_execute(struct api_req *r, json_t *body) {
         return interp_error(r, 400, "invalid_request", "env_vars: '%.64s' is not a valid variable name", k);
       if (!json_is_string(ev) || json_string_length(ev) > API_MAX_ENV_VALUE ||
           strlen(json_string_value(ev)) != json_string_length(ev))
-        return interp_error(r, 400, "invalid_request", "env_vars: the value of '%.64s' must be a string without NUL",
-                            k);
+        return interp_error(r, 400, "invalid_request",
+                            "env_vars: the value of '%.64s' must be a string without NUL", k);
     }
   }
   if (json_is_string(ctx)) {
@@ -360,7 +360,8 @@ static int h_ctx_create(struct api_req *r, json_t *body) {
     else if (strcmp(key, "cwd") == 0 && json_is_string(v))
       cwd = json_string_value(v);
     else
-      return interp_error(r, 400, "invalid_request", "'%.64s' is not a field of a context (language, cwd)", key);
+      return interp_error(r, 400, "invalid_request", "'%.64s' is not a field of a context (language, cwd)",
+                          key);
   }
   int li = lang_index(ln);
   if (li < 0)
@@ -372,7 +373,8 @@ static int h_ctx_create(struct api_req *r, json_t *body) {
     return interp_error(r, 400, "invalid_request", "'cwd' must be an absolute path");
   char cid[17];
   random_id(cid, 16);
-  if (moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, E2B_CODE_USER, &err) < 0) {
+  if (moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, E2B_CODE_USER,
+                      &err) < 0) {
     api_exec_enoent(r, err);
     return api_reply_moat_error(r, &err);
   }
@@ -387,9 +389,10 @@ static int h_ctx_list(struct api_req *r) {
     return api_reply_moat_error(r, &err);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) /* "javascript": E2B's name for moat's node contexts */
-    json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o}", "id", v[i].id, "language",
-                                         strcmp(v[i].language, "node") == 0 ? "javascript" : v[i].language, "cwd",
-                                         v[i].cwd, "created_at", api_time_json(v[i].created_at_ms, false)));
+    json_array_append_new(arr,
+                          json_pack("{s:s, s:s, s:s, s:o}", "id", v[i].id, "language",
+                                    strcmp(v[i].language, "node") == 0 ? "javascript" : v[i].language, "cwd",
+                                    v[i].cwd, "created_at", api_time_json(v[i].created_at_ms, false)));
   moat_ctxs_free(v, n);
   return api_reply_json(r, 200, arr);
 }

@@ -117,7 +117,7 @@ int api_signal_parse(const char *name) {
   static const struct {
     const char *name;
     int sig;
-  } sigs[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},   {"HUP", SIGHUP},   {"QUIT", SIGQUIT},
+  } sigs[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},   {"HUP", SIGHUP},  {"QUIT", SIGQUIT},
               {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}};
   if (strncmp(name, "SIG", 3) == 0)
     name += 3;

@@ -88,7 +88,8 @@ void api_exec_enoent(struct api_req *r, moat_error *err) {
   struct moat_sandbox_info info;
   moat_error *gerr = NULL;
   memset(&info, 0, sizeof(info));
-  if (moat_control_get(api_control(r), r->org, r->route.id, &info, &gerr) == 0 && info.state != MOAT_SB_KILLED)
+  if (moat_control_get(api_control(r), r->org, r->route.id, &info, &gerr) == 0 &&
+      info.state != MOAT_SB_KILLED)
     err->status = EINVAL;
   moat_sandbox_info_clear(&info);
   moat_error_free(&gerr);

@@ -119,7 +119,8 @@ static void sb_put_locked(struct api_fair *f, struct sb_entry *e) {
 }
 
 /* 0 when org (and sb) can take one more of the kind, else -1 with *err naming the cap. */
-static int check_locked(const struct api_fair *f, const struct org_entry *org, const struct sb_entry *sb, bool stream, moat_error **err) {
+static int check_locked(const struct api_fair *f, const struct org_entry *org, const struct sb_entry *sb,
+                        bool stream, moat_error **err) {
   if (sb) {
     unsigned have = stream ? sb->n.streams : sb->n.requests;
     unsigned cap = stream ? f->cfg.streams_per_sandbox : f->cfg.requests_per_sandbox;
@@ -148,7 +149,8 @@ static void add_locked(struct counts *c, bool stream, int d) {
     c->requests += (unsigned)d;
 }
 
-struct api_ticket *api_fair_admit(struct api_fair *f, const char *org, const char *sandbox, bool stream, moat_error **err) {
+struct api_ticket *api_fair_admit(struct api_fair *f, const char *org, const char *sandbox, bool stream,
+                                  moat_error **err) {
   pthread_mutex_lock(&f->lock);
   struct org_entry *o = org_get_locked(f, org ? org : "");
   struct sb_entry *sb = sandbox && *sandbox ? sb_get_locked(f, sandbox) : NULL;

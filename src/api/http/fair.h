@@ -30,7 +30,8 @@ struct api_ticket;
 /* Admits one request (stream false) or stream of org, counted against sandbox too when it is not
  * NULL. Returns the ticket (give it back with api_fair_release) or NULL with *err (API_E_TOO_MANY,
  * the message naming the cap). */
-struct api_ticket *api_fair_admit(struct api_fair *f, const char *org, const char *sandbox, bool stream, moat_error **err);
+struct api_ticket *api_fair_admit(struct api_fair *f, const char *org, const char *sandbox, bool stream,
+                                  moat_error **err);
 /* Turns an admitted request into a stream: it counts as a stream and no longer as a request. 0,
  * or -1 with *err as above (t is unchanged: still a request). A stream is left as it is. */
 int api_fair_to_stream(struct api_ticket *t, moat_error **err);

@@ -6,12 +6,12 @@
 #include <strings.h>
 
 enum {
-  S_START,        /* between requests: empty lines are skipped */
-  S_REQLINE,      /* the request line */
-  S_HEADERS,      /* field lines, up to the empty line */
-  S_BODY,         /* Content-Length bytes */
-  S_CHUNK_SIZE,   /* hex digits of a chunk size */
-  S_CHUNK_EXT,    /* ";..." after them, up to the line end */
+  S_START,      /* between requests: empty lines are skipped */
+  S_REQLINE,    /* the request line */
+  S_HEADERS,    /* field lines, up to the empty line */
+  S_BODY,       /* Content-Length bytes */
+  S_CHUNK_SIZE, /* hex digits of a chunk size */
+  S_CHUNK_EXT,  /* ";..." after them, up to the line end */
   S_CHUNK_SIZE_CR,
   S_CHUNK_DATA,
   S_CHUNK_DATA_END, /* the line end after a chunk's data */

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define API_FR_MAX_CHUNK_LINE 4096 /* a chunk-size line with its extensions */
+#define API_FR_MAX_CHUNK_LINE 4096             /* a chunk-size line with its extensions */
 #define API_FR_MAX_CHUNK ((uint64_t)INT64_MAX) /* the largest chunk size accepted */
 
 enum api_fr_result {
@@ -29,13 +29,13 @@ enum api_fr_result {
 };
 
 struct api_framing {
-  int st;           /* where in the stream the parser is (framing.c) */
-  uint64_t heads;   /* request heads completed so far */
-  bool in_head;     /* bytes of a head that is not complete yet have arrived */
+  int st;            /* where in the stream the parser is (framing.c) */
+  uint64_t heads;    /* request heads completed so far */
+  bool in_head;      /* bytes of a head that is not complete yet have arrived */
   uint64_t bad_head; /* the number (1 = the first) of the head judged bad, 0 while none; parsing stops */
   size_t bad_at;     /* API_FR_BAD_HEAD: bytes of that call before the line end that completed the head */
-  bool opaque;      /* parsing stopped: after a bad head, a bad body, or the body of an Upgrade request */
-  char why[192];    /* what is wrong with bad_head or the body */
+  bool opaque;       /* parsing stopped: after a bad head, a bad body, or the body of an Upgrade request */
+  char why[192];     /* what is wrong with bad_head or the body */
   /* the head being received */
   bool http10, fold, name_ws, no_colon, nul, upgrade;
   unsigned cl_count, te_count;
@@ -43,15 +43,15 @@ struct api_framing {
   uint64_t cl;
   char te_seen[40]; /* a Transfer-Encoding value that is not "chunked", for the message */
   /* the line being received */
-  size_t pos;      /* bytes of the line so far */
-  bool colon;      /* the line's colon was seen */
-  int field;       /* the field the line names (framing.c) */
-  char name[24];   /* the field name, lowercased, while it is short */
+  size_t pos;    /* bytes of the line so far */
+  bool colon;    /* the line's colon was seen */
+  int field;     /* the field the line names (framing.c) */
+  char name[24]; /* the field name, lowercased, while it is short */
   size_t name_len;
-  char val[64];    /* the value of a field of interest */
+  char val[64]; /* the value of a field of interest */
   size_t val_len;
   bool val_long;
-  char tail[12];   /* the last bytes of the request line (its version) */
+  char tail[12]; /* the last bytes of the request line (its version) */
   /* bodies */
   uint64_t remaining; /* Content-Length or chunk bytes still to come */
   uint64_t chunk;     /* chunk size being read */

@@ -34,12 +34,12 @@ struct gate_conn {
   struct gate_conn *prev, *next;
   struct api_framing fr;
   uint64_t accept_ns, head_since_ns, idle_since_ns;
-  uint64_t started; /* requests handed to the application */
-  uint64_t done;    /* requests ended */
-  const void *org;  /* the org of the last request, or NULL */
-  bool killed;      /* the gate closed it (or is closing it) */
-  bool bad_pending; /* a bad head waits behind requests not ended yet: answered when they have */
-  bool released;    /* the socket belongs to other code now */
+  uint64_t started;  /* requests handed to the application */
+  uint64_t done;     /* requests ended */
+  const void *org;   /* the org of the last request, or NULL */
+  bool killed;       /* the gate closed it (or is closing it) */
+  bool bad_pending;  /* a bad head waits behind requests not ended yet: answered when they have */
+  bool released;     /* the socket belongs to other code now */
   unsigned answered; /* status the gate wrote itself */
   char why[192];
 };
@@ -349,7 +349,9 @@ static void watch_pass(void) {
     pthread_mutex_unlock(&g->lock);
     if (what)
       kill_locked(g, what == 1,
-                  what == 1 ? "request head too slow" : what == 2 ? "no request" : "idle keep-alive");
+                  what == 1   ? "request head too slow"
+                  : what == 2 ? "no request"
+                              : "idle keep-alive");
   }
   /* Per org, the oldest idle connections beyond max_idle_per_org. */
   if (n > 1)

@@ -56,10 +56,11 @@ struct api_req;
 
 /* What a route's request does besides having its handler called with the whole body. */
 enum api_route_flag {
-  API_RT_JSON = 1u << 0,         /* the body is a JSON object (empty: {}), parsed before the handler */
-  API_RT_PUBLIC = 1u << 1,       /* no API key needed */
-  API_RT_STREAM = 1u << 2,       /* a long-lived stream: admitted under the stream caps (fair.h) */
-  API_RT_KEY_IN_QUERY = 1u << 3, /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
+  API_RT_JSON = 1u << 0,   /* the body is a JSON object (empty: {}), parsed before the handler */
+  API_RT_PUBLIC = 1u << 1, /* no API key needed */
+  API_RT_STREAM = 1u << 2, /* a long-lived stream: admitted under the stream caps (fair.h) */
+  API_RT_KEY_IN_QUERY =
+      1u << 3, /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
 };
 
 /* A route (or a whole front end) that takes its request over: the body streams through body()
@@ -75,25 +76,25 @@ struct api_route_hooks {
 
 /* One line of a front end's route table. */
 struct api_route_def {
-  const char *method;  /* "GET", "POST", ... */
-  const char *pattern; /* "/v1/sandboxes/{id}/exec" (see route.c) */
-  const char *name;    /* "exec": the access log, docs/openapi.yaml's x-route */
+  const char *method;                              /* "GET", "POST", ... */
+  const char *pattern;                             /* "/v1/sandboxes/{id}/exec" (see route.c) */
+  const char *name;                                /* "exec": the access log, docs/openapi.yaml's x-route */
   int (*handler)(struct api_req *r, json_t *body); /* body: the parsed object with API_RT_JSON, else NULL */
-  unsigned flags;      /* API_RT_* */
-  const struct api_route_hooks *hooks; /* NULL for a plain route */
+  unsigned flags;                                  /* API_RT_* */
+  const struct api_route_hooks *hooks;             /* NULL for a plain route */
 };
 
 /* A request's route and what its path named. */
 struct api_route {
   const struct api_route_def *def; /* NULL unless matched */
-  char id[MOAT_ID_LEN + 1];         /* {id} */
-  char name[64];                    /* {name} */
-  int pid;                          /* {proc}: the pid, or 0 when addressed by tag */
-  char tag[API_MAX_TAG + 1];        /* {proc} addressed by tag */
-  char cid[64];                     /* {cid} as given (checked by the handler) */
-  char sid[64];                     /* {sid} as given (checked by the handler) */
-  unsigned port;                    /* {port}: 1..65535, or 0 when the segment is not one */
-  char allow[96];                   /* BAD_METHOD: the Allow header's value */
+  char id[MOAT_ID_LEN + 1];        /* {id} */
+  char name[64];                   /* {name} */
+  int pid;                         /* {proc}: the pid, or 0 when addressed by tag */
+  char tag[API_MAX_TAG + 1];       /* {proc} addressed by tag */
+  char cid[64];                    /* {cid} as given (checked by the handler) */
+  char sid[64];                    /* {sid} as given (checked by the handler) */
+  unsigned port;                   /* {port}: 1..65535, or 0 when the segment is not one */
+  char allow[96];                  /* BAD_METHOD: the Allow header's value */
 };
 
 /* The routes of every front end, in the order they were added (the first match wins). */
@@ -175,8 +176,8 @@ enum {
 };
 struct api_exec_extra {
   bool background;
-  bool kill_on_disconnect; /* default false */
-  const char *tag;         /* borrowed from body, or NULL */
+  bool kill_on_disconnect;     /* default false */
+  const char *tag;             /* borrowed from body, or NULL */
   uint32_t pty_cols, pty_rows; /* both 0 = no pty */
 };
 /* api_parse_exec plus the extra fields that allow (API_EXEC_*) admits; x may be NULL when allow

@@ -201,7 +201,8 @@ int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_
       json_t *iv;
       json_object_foreach(v, ik, iv) {
         if (strcmp(ik, "hibernate_after_seconds") != 0)
-          return moat_error_set(err, EINVAL, "unknown field 'idle.%.64s' (idle accepts hibernate_after_seconds)", ik);
+          return moat_error_set(err, EINVAL,
+                                "unknown field 'idle.%.64s' (idle accepts hibernate_after_seconds)", ik);
         if (want_int(iv, "idle.hibernate_after_seconds", 1, MOAT_MAX_TTL_S, &x, err) < 0)
           return -1;
         spec->hibernate_after_seconds = x;
@@ -211,7 +212,8 @@ int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_
       if (json_is_null(v))
         continue;
       if (!json_is_object(v))
-        return moat_error_set(err, EINVAL, "field 'network' must be an object {internet, egress, allow, deny}");
+        return moat_error_set(err, EINVAL,
+                              "field 'network' must be an object {internet, egress, allow, deny}");
       spec->network = v;
     } else {
       return unknown_field(k, later, err);
@@ -390,7 +392,8 @@ int api_parse_exec_ex(json_t *body, unsigned allow, struct moat_exec_req *req, s
     }
   }
   if ((allow & API_EXEC_BACKGROUND) && !x->background && (x->tag || x->pty_cols)) {
-    moat_error_set(err, EINVAL, "fields 'tag' and 'pty' of exec need 'background': true (or use exec/stream)");
+    moat_error_set(err, EINVAL,
+                   "fields 'tag' and 'pty' of exec need 'background': true (or use exec/stream)");
     goto fail;
   }
   if ((cmd != NULL) == (argv != NULL)) {
@@ -631,8 +634,8 @@ json_t *api_sandbox_json(const struct moat_sandbox_info *s) {
   json_object_set_new(o, "forked_from", s->forked_from ? json_string(s->forked_from) : json_null());
   json_object_set_new(o, "from_snapshot", s->from_snapshot ? json_string(s->from_snapshot) : json_null());
   json_object_set_new(o, "idle",
-                      s->hibernate_after_seconds > 0
-                          ? json_pack("{s:I}", "hibernate_after_seconds", (json_int_t)s->hibernate_after_seconds)
-                          : json_null());
+                      s->hibernate_after_seconds > 0 ? json_pack("{s:I}", "hibernate_after_seconds",
+                                                                 (json_int_t)s->hibernate_after_seconds)
+                                                     : json_null());
   return o;
 }

@@ -19,7 +19,9 @@ struct api_router {
   size_t n, cap;
 };
 
-struct api_router *api_router_new(void) { return xcalloc(1, sizeof(struct api_router)); }
+struct api_router *api_router_new(void) {
+  return xcalloc(1, sizeof(struct api_router));
+}
 
 void api_router_free(struct api_router *rt) {
   if (!rt)
@@ -235,8 +237,8 @@ enum api_match api_router_match(const struct api_router *rt, const char *method,
     /* the path is known under another method: it goes into Allow, once */
     size_t ml = strlen(d->method);
     if (!allow_has(allow, d->method) && allow_len + ml + 3 < sizeof(allow)) {
-      allow_len += (size_t)snprintf(allow + allow_len, sizeof(allow) - allow_len, "%s%s", allow_len ? ", " : "",
-                                    d->method);
+      allow_len += (size_t)snprintf(allow + allow_len, sizeof(allow) - allow_len, "%s%s",
+                                    allow_len ? ", " : "", d->method);
     }
   }
   memset(r, 0, sizeof(*r));

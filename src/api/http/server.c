@@ -37,15 +37,15 @@
 struct moat_api {
   struct MHD_Daemon *daemon;
   struct moat_control *control;
-  struct api_router *router;          /* every front end's routes */
+  struct api_router *router;             /* every front end's routes */
   const struct api_front *const *fronts; /* in the order their routes and claims are tried */
   void **states;                         /* fronts[i]'s state */
   struct api_fair *fair;                 /* the caps of fair.h, shared with the proxy listener */
   size_t n_fronts;
   char *version;
   unsigned port;
-  int inflight; /* requests between their first access-handler call and completion (atomic) */
-  int holds;    /* WebSocket threads running (atomic) */
+  int inflight;  /* requests between their first access-handler call and completion (atomic) */
+  int holds;     /* WebSocket threads running (atomic) */
   bool stopping; /* set first by moat_api_stop: streams end (atomic) */
 };
 
@@ -54,8 +54,12 @@ struct moat_api {
 struct moat_control *api_control(const struct api_req *r) {
   return r->api->control;
 }
-struct moat_control *api_control_of(const struct moat_api *a) { return a->control; }
-struct api_fair *api_fair_of(const struct moat_api *a) { return a->fair; }
+struct moat_control *api_control_of(const struct moat_api *a) {
+  return a->control;
+}
+struct api_fair *api_fair_of(const struct moat_api *a) {
+  return a->fair;
+}
 
 void *api_front_state(const struct moat_api *a, const struct api_front *f) {
   for (size_t i = 0; a && i < a->n_fronts; i++)
@@ -643,9 +647,8 @@ int api_http_start(struct moat_api **out, struct moat_control *control, const st
       return moat_error_wrap(err, "the %s front end", fronts[i]->name);
     }
   }
-  unsigned flags =
-      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL |
-      MHD_ALLOW_UPGRADE;
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                   MHD_USE_POLL | MHD_ALLOW_UPGRADE;
   if (ipv6)
     flags |= MHD_USE_DUAL_STACK;
   unsigned timeout = cfg->conn_timeout_s ? cfg->conn_timeout_s : 60;
@@ -653,14 +656,13 @@ int api_http_start(struct moat_api **out, struct moat_control *control, const st
     api_free(a);
     return -1;
   }
-  a->daemon =
-      MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                       MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-                       NULL, MHD_OPTION_NOTIFY_CONNECTION, api_gate_notify, NULL,
-                       MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_URI_LOG_CALLBACK, uri_cb,
-                       NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                       lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim.max_conns_per_ip,
-                       MHD_OPTION_END);
+  a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                               MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED,
+                               completed_cb, NULL, MHD_OPTION_NOTIFY_CONNECTION, api_gate_notify, NULL,
+                               MHD_OPTION_UNESCAPE_CALLBACK, unescape_cb, NULL, MHD_OPTION_URI_LOG_CALLBACK,
+                               uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                               MHD_OPTION_CONNECTION_LIMIT, lim.max_connections,
+                               MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim.max_conns_per_ip, MHD_OPTION_END);
   if (!a->daemon) {
     api_gate_stop();
     api_free(a);
@@ -726,5 +728,3 @@ int api_limits_apply(const struct moat_api_limits *lim, moat_error **err) {
   };
   return api_gate_start(&gc, err);
 }
-
-

@@ -70,7 +70,8 @@ static int mcp_open(struct moat_api *a, const struct moat_api_config *cfg, void 
   if (e && parse_u64(e, &v) == 0 && v >= 1 && v <= 86400)
     sec = v;
   else if (e)
-    log_warn("MOAT_MCP_SESSION_IDLE_S='%s' is not 1..86400: sessions expire after %d s", e, MCP_SESSION_IDLE_S);
+    log_warn("MOAT_MCP_SESSION_IDLE_S='%s' is not 1..86400: sessions expire after %d s", e,
+             MCP_SESSION_IDLE_S);
   ss->idle_limit_ns = sec * 1000000000ULL;
   *state = ss;
   return 0;
@@ -138,8 +139,8 @@ static int session_open(struct mcp_sessions *ss, const char *org, const char *sa
 /* Finds session id of org on sandbox (NULL: workspace), refreshes it and copies its protocol
  * version into version. With end, removes it. initialized: mark it initialized. 0 or -1 (not
  * found: unknown, expired, ended, another org's or another endpoint's). */
-static int session_use(struct mcp_sessions *ss, const char *id, const char *org, const char *sandbox, char version[16], bool end,
-                       bool initialized) {
+static int session_use(struct mcp_sessions *ss, const char *id, const char *org, const char *sandbox,
+                       char version[16], bool end, bool initialized) {
   int ret = -1;
   uint64_t now = now_ns();
   pthread_mutex_lock(&ss->mu);

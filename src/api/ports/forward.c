@@ -57,11 +57,11 @@ struct port_fwd {
   struct MHD_Connection *conn;
   struct port_env env;
   struct api_ticket **ticket; /* the request's slot (fair.h): an upgraded connection takes it */
-  int fd;           /* backend socket */
-  int client_fd;    /* for disconnect checks, or -1 */
-  bool head_req;    /* HEAD: no body comes back */
-  bool upgrade;     /* the client asked for an Upgrade */
-  bool chunked_out; /* the request body is sent chunked */
+  int fd;                     /* backend socket */
+  int client_fd;              /* for disconnect checks, or -1 */
+  bool head_req;              /* HEAD: no body comes back */
+  bool upgrade;               /* the client asked for an Upgrade */
+  bool chunked_out;           /* the request body is sent chunked */
   bool body_ended;
   char *in; /* bytes from the server not used yet: in[pos, len) */
   size_t pos, len, cap;
@@ -94,13 +94,13 @@ struct idle {
 };
 
 struct port_pool {
-  pthread_mutex_t lock;   /* guards the rest; a leaf (no call under it but close and poll(0)) */
+  pthread_mutex_t lock;    /* guards the rest; a leaf (no call under it but close and poll(0)) */
   struct idle v[POOL_MAX]; /* entries in use are v[0..n) */
   size_t n;
-  bool stop;              /* the sweeper ends */
-  pthread_cond_t wake;    /* tells the sweeper to stop */
+  bool stop;           /* the sweeper ends */
+  pthread_cond_t wake; /* tells the sweeper to stop */
   pthread_t sweeper;
-  bool sweeping;          /* the sweeper runs: without it, no connection is kept */
+  bool sweeping; /* the sweeper runs: without it, no connection is kept */
 };
 
 static void pool_drop_locked(struct port_pool *pl, size_t i) {
@@ -220,7 +220,8 @@ static void pool_put(struct port_pool *pl, const char *id, unsigned port, int fd
 /* ---- the backend connection ---- */
 
 /* A new connection to port of org's sandbox id, for sending requests on. */
-static int connect_backend(struct moat_control *c, const char *org, const char *id, unsigned port, moat_error **err) {
+static int connect_backend(struct moat_control *c, const char *org, const char *id, unsigned port,
+                           moat_error **err) {
   int fd = moat_control_port_connect(c, org, id, port, PORT_CONNECT_TIMEOUT_S * 1000, err);
   if (fd < 0)
     return -1;
@@ -381,8 +382,9 @@ static int reconnect(struct port_fwd *f, moat_error **err) {
   return f->fd < 0 ? -1 : 0;
 }
 
-struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, const char *org, const char *id, unsigned port,
-                               const struct port_fwd_req *req, moat_error **err) {
+struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, const char *org,
+                               const char *id, unsigned port, const struct port_fwd_req *req,
+                               moat_error **err) {
   struct MHD_Connection *conn = req->conn;
   const char *upgrade = client_header(conn, MHD_HTTP_HEADER_UPGRADE);
   const char *connection = client_header(conn, MHD_HTTP_HEADER_CONNECTION);
@@ -992,14 +994,15 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, co
   pthread_attr_destroy(&at);
 }
 
-int port_head_framing(const struct port_resp_head *h, bool head_req, enum port_framing *framing, uint64_t *len,
-                      moat_error **err) {
+int port_head_framing(const struct port_resp_head *h, bool head_req, enum port_framing *framing,
+                      uint64_t *len, moat_error **err) {
   const char *te = head_get(h, "Transfer-Encoding");
   const char *cl = head_get(h, "Content-Length");
   *len = 0;
   /* Framing a client and moatd could read differently (RFC 9112 6.3): refused, never passed on. */
   if (te && cl)
-    return moat_error_set(err, EPROTO, "the server in the sandbox sent both Content-Length and Transfer-Encoding");
+    return moat_error_set(err, EPROTO,
+                          "the server in the sandbox sent both Content-Length and Transfer-Encoding");
   if (head_conflict(h, "Content-Length") || head_conflict(h, "Transfer-Encoding"))
     return moat_error_set(err, EPROTO, "the server in the sandbox sent conflicting framing headers");
   if (head_req || h->status == 204 || h->status == 304)
@@ -1071,8 +1074,8 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
   else if (f->framing == PORT_BODY_NONE)
     resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
   else
-    resp = MHD_create_response_from_callback(f->framing == PORT_BODY_LENGTH ? len : MHD_SIZE_UNKNOWN, COPY_BUF,
-                                             body_reader, f, NULL);
+    resp = MHD_create_response_from_callback(f->framing == PORT_BODY_LENGTH ? len : MHD_SIZE_UNKNOWN,
+                                             COPY_BUF, body_reader, f, NULL);
   if (!resp)
     abort();
   copy_headers(resp, &h);

@@ -33,7 +33,7 @@ struct port_rule {
 
 /* The ports front end's state. */
 struct ports_state {
-  pthread_mutex_t lock;     /* guards rules; a leaf */
+  pthread_mutex_t lock; /* guards rules; a leaf */
   struct port_rule *rules;
   char *domain;             /* the proxy listener's hosts' DOMAIN ("localhost": any), or NULL */
   unsigned proxy_port;      /* set at open, read-only after */
@@ -62,8 +62,8 @@ static void rule_free(struct port_rule *r) {
   free(r);
 }
 
-int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port, const char *xkey,
-                    const char *bearer, const char *token, char **org, enum port_auth *how,
+int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port,
+                    const char *xkey, const char *bearer, const char *token, char **org, enum port_auth *how,
                     moat_error **err) {
   *how = PORT_AUTH_KEY;
   pthread_mutex_lock(&ps->lock);
@@ -144,7 +144,8 @@ char *ports_strip_token(const char *target) {
 
 /* ---- settings routes ---- */
 
-static json_t *rule_json(const struct ports_state *ps, const char *id, unsigned port, const struct port_rule *r) {
+static json_t *rule_json(const struct ports_state *ps, const char *id, unsigned port,
+                         const struct port_rule *r) {
   json_t *url = json_null();
   if (ps->domain) {
     char hostport[16] = "";
@@ -349,8 +350,8 @@ static bool port_proxy_begin(struct api_req *r) {
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(r->conn, &from_query);
-  if (ports_authorize(ps, api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &how, &err) <
-      0)
+  if (ports_authorize(ps, api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &how,
+                      &err) < 0)
     return proxy_error(r, &err);
   if (api_req_admit(r, r->org, r->route.id, hdr(r, MHD_HTTP_HEADER_UPGRADE) != NULL, &err) < 0)
     return proxy_error(r, &err);
@@ -401,18 +402,26 @@ static const struct api_route_hooks port_proxy = {
     .own_auth = true, .begin = port_proxy_begin, .body = port_proxy_body, .finish = port_proxy_finish};
 
 #define PORTS "/v1/sandboxes/{id}/ports"
-#define PROXIED(m) {m, PORTS "/{port}/{*}", "port.proxy", NULL, 0, &port_proxy}
+#define PROXIED(m)                                                                                           \
+  { m, PORTS "/{port}/{*}", "port.proxy", NULL, 0, &port_proxy }
 
 static const struct api_route_def ports_routes[] = {
     {"GET", PORTS, "ports.list", api_h_ports_list, 0, NULL},
     {"GET", PORTS "/{port}", "port.get", api_h_port_get, 0, NULL},
     {"POST", PORTS "/{port}", "port.expose", api_h_port_expose, API_RT_JSON, NULL},
     {"DELETE", PORTS "/{port}", "port.unexpose", api_h_port_unexpose, 0, NULL},
-    PROXIED("GET"), PROXIED("HEAD"), PROXIED("POST"), PROXIED("PUT"), PROXIED("PATCH"), PROXIED("DELETE"),
+    PROXIED("GET"),
+    PROXIED("HEAD"),
+    PROXIED("POST"),
+    PROXIED("PUT"),
+    PROXIED("PATCH"),
+    PROXIED("DELETE"),
     PROXIED("OPTIONS"),
 };
 
-static void ports_routes_add(struct api_router *rt) { api_router_add(rt, ports_routes, ARRAY_SIZE(ports_routes)); }
+static void ports_routes_add(struct api_router *rt) {
+  api_router_add(rt, ports_routes, ARRAY_SIZE(ports_routes));
+}
 
 static void ports_close(void *state) {
   struct ports_state *ps = state;
@@ -445,7 +454,9 @@ static int ports_open(struct moat_api *a, const struct moat_api_config *cfg, voi
   return 0;
 }
 
-struct port_pool *ports_pool(const struct ports_state *ps) { return ps->pool; }
+struct port_pool *ports_pool(const struct ports_state *ps) {
+  return ps->pool;
+}
 struct port_pool *ports_pool_of(const struct moat_api *a) {
   struct ports_state *ps = api_front_state(a, &api_front_ports);
   return ps ? ps->pool : NULL;

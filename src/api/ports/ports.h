@@ -77,8 +77,8 @@ int port_head_parse(char *p, char *end, struct port_resp_head *h);
  * 304), chunked (Transfer-Encoding ending in chunked), Content-Length (*len) or until the server
  * closes. -1 with *err EPROTO for framing a client and moatd could read differently (RFC 9112 6.3:
  * both headers, a header twice with different values, a bad Content-Length). */
-int port_head_framing(const struct port_resp_head *h, bool head_req, enum port_framing *framing, uint64_t *len,
-                      moat_error **err);
+int port_head_framing(const struct port_resp_head *h, bool head_req, enum port_framing *framing,
+                      uint64_t *len, moat_error **err);
 /* A chunk-size line: 1+ hex digits (below 2^63), then nothing, whitespace or ";" extensions. 0 or -1. */
 int port_chunk_size_parse(const char *line, uint64_t *out);
 
@@ -97,8 +97,9 @@ struct port_fwd_req {
 /* Connects to port inside sandbox id (org's; running: a hibernated one is woken) and sends the
  * request head. Returns the forwarder (free with port_fwd_free) or NULL with *err: ENOENT (no such
  * sandbox), MOAT_E_PAUSED, EBUSY, ECONNREFUSED (nothing listens on the port), ETIMEDOUT, others. */
-struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, const char *org, const char *id,
-                               unsigned port, const struct port_fwd_req *req, moat_error **err);
+struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, const char *org,
+                               const char *id, unsigned port, const struct port_fwd_req *req,
+                               moat_error **err);
 /* Forwards len bytes of the request body. 0 or -1 (*err: EPIPE when the server went away). */
 int port_fwd_body(struct port_fwd *f, const char *data, size_t len, moat_error **err);
 /* Ends the request body and waits for the server's response head. Returns an MHD response to
@@ -124,8 +125,9 @@ int port_reply_error(struct MHD_Connection *conn, moat_error **err);
  * against, and *how to what let the request through. */
 enum port_auth { PORT_AUTH_KEY, PORT_AUTH_BEARER, PORT_AUTH_TOKEN, PORT_AUTH_PUBLIC };
 struct ports_state;
-int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port, const char *xkey,
-                    const char *bearer, const char *token, char **org, enum port_auth *how, moat_error **err);
+int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port,
+                    const char *xkey, const char *bearer, const char *token, char **org, enum port_auth *how,
+                    moat_error **err);
 /* The port token a request presents: the X-Moat-Port-Token header, else ?moat_token= (*from_query
  * set), else the moat_port_token cookie; NULL when none. Borrowed from the connection. */
 const char *ports_request_token(struct MHD_Connection *c, bool *from_query);

@@ -30,7 +30,7 @@ struct moat_proxy {
   struct moat_control *control; /* the api's */
   struct api_fair *fair;        /* the api's caps */
   struct ports_state *ps;       /* port settings and idle connections */
-  char *domain; /* NULL = any */
+  char *domain;                 /* NULL = any */
   unsigned port;
   int inflight;  /* atomic */
   int holds;     /* upgraded connections (atomic) */
@@ -247,13 +247,12 @@ int ports_proxy_start(struct moat_proxy **out, struct moat_api *api, struct port
     free(p);
     return -1;
   }
-  p->daemon =
-      MHD_start_daemon(flags, 0, NULL, NULL, access_cb, p, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                       MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-                       NULL, MHD_OPTION_NOTIFY_CONNECTION, api_gate_notify, NULL, MHD_OPTION_URI_LOG_CALLBACK,
-                       uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                       lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim.max_conns_per_ip,
-                       MHD_OPTION_END);
+  p->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_cb, p, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                               MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED,
+                               completed_cb, NULL, MHD_OPTION_NOTIFY_CONNECTION, api_gate_notify, NULL,
+                               MHD_OPTION_URI_LOG_CALLBACK, uri_cb, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                               NULL, MHD_OPTION_CONNECTION_LIMIT, lim.max_connections,
+                               MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim.max_conns_per_ip, MHD_OPTION_END);
   if (!p->daemon) {
     api_gate_stop();
     free(p->domain);

@@ -222,7 +222,8 @@ int api_h_ctx_run(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   struct moat_ctx_run *u = NULL;
   struct moat_ctx_run_opts opts = {.timeout_ms = timeout_ms};
-  if (moat_ctx_run_start(api_control(r), r->org, r->route.id, r->route.cid, code, code_len, &opts, &u, &err) < 0)
+  if (moat_ctx_run_start(api_control(r), r->org, r->route.id, r->route.cid, code, code_len, &opts, &u, &err) <
+      0)
     return reply_ctx_error(r, &err);
   if (!sse)
     return run_whole(r, u);

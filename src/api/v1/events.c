@@ -21,7 +21,7 @@
 #include "../../common/log.h"
 #include "v1.h"
 
-#define EV_POLL_MS 200    /* latency of a live event */
+#define EV_POLL_MS 200 /* latency of a live event */
 
 struct evsrc {
   struct moat_control *ctl;
@@ -68,9 +68,9 @@ static const char *transition_name(const struct moat_sandbox_event *ev) {
 
 static json_t *state_json(const struct evsrc *e, const struct moat_sandbox_event *ev) {
   char at[64];
-  json_t *d = json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:I}", "state", ev->to_state, "event", transition_name(ev),
-                        "from", ev->from_state, "reason", ev->reason, "at", api_rfc3339_ms(ev->at_ms, at, sizeof(at)),
-                        "at_ms", (json_int_t)ev->at_ms);
+  json_t *d = json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:I}", "state", ev->to_state, "event",
+                        transition_name(ev), "from", ev->from_state, "reason", ev->reason, "at",
+                        api_rfc3339_ms(ev->at_ms, at, sizeof(at)), "at_ms", (json_int_t)ev->at_ms);
   if (!ev->from_state && e->forked_from)
     json_object_set_new(d, "forked_from", json_string(e->forked_from));
   return d;
@@ -165,12 +165,12 @@ static int parse_since(const char *s, int64_t *ms) {
   }
   struct tm tm = {0};
   int used = 0;
-  if (sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
-             &tm.tm_sec, &used) != 6 ||
+  if (sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+             &tm.tm_min, &tm.tm_sec, &used) != 6 ||
       used != 19)
     return -1;
-  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
-      tm.tm_sec > 60)
+  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
+      tm.tm_min > 59 || tm.tm_sec > 60)
     return -1;
   const char *p = s + used;
   int64_t frac = 0;
@@ -211,7 +211,8 @@ int api_h_events(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"since", "replay", NULL};
   moat_error *err = NULL;
   bool replay;
-  if (api_args_check(&r->args, allowed, &err) < 0 || api_arg_bool(&r->args, "replay", false, &replay, &err) < 0)
+  if (api_args_check(&r->args, allowed, &err) < 0 ||
+      api_arg_bool(&r->args, "replay", false, &replay, &err) < 0)
     return api_reply_moat_error(r, &err);
   const char *since_s = api_arg_get(&r->args, "since");
   int64_t since = 0;

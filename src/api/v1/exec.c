@@ -4,7 +4,6 @@
 
 #include "v1.h"
 
-
 int api_h_exec(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;

@@ -27,8 +27,8 @@ static int file_args(struct api_req *r, const char *const *allowed, const char *
 }
 
 /* Replies with the entry of path (status), or, when stat fails, with fallback (may be NULL). */
-static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, const char *path, const char *user,
-                       unsigned status) {
+static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, const char *path,
+                       const char *user, unsigned status) {
   moat_error *err = NULL;
   struct moat_file_entry e;
   memset(&e, 0, sizeof(e));
@@ -40,7 +40,6 @@ static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, cons
 }
 
 /* ---- GET: streamed from the guest in API_FILE_BLOCK pieces ---- */
-
 
 int api_h_files_get(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"path", "user", NULL};

@@ -49,23 +49,24 @@ int api_h_sandbox_metrics(struct api_req *r, json_t *body) {
     return api_reply_moat_error(r, &err);
   uint64_t bin = 0, bout = 0;
   bool has_net = net_bytes(r, r->route.id, &bin, &bout);
-  json_t *disk = u.has_disk ? json_pack("{s:I, s:I}", "used_bytes", (json_int_t)u.disk_used_bytes, "total_bytes",
-                                        (json_int_t)u.disk_total_bytes)
+  json_t *disk = u.has_disk ? json_pack("{s:I, s:I}", "used_bytes", (json_int_t)u.disk_used_bytes,
+                                        "total_bytes", (json_int_t)u.disk_total_bytes)
                             : json_null();
   json_t *net = has_net ? json_pack("{s:I, s:I}", "bytes_in", (json_int_t)bin, "bytes_out", (json_int_t)bout)
                         : json_null();
-  json_t *cpu = json_pack("{s:I, s:f, s:f, s:f}", "usage_ns", (json_int_t)u.u.cpu_usage_ns, "limit", u.limits.cpu,
-                          "used_pct", round_to(pct.pct, 100), "window_ms", round_to(pct.window_ms, 10));
+  json_t *cpu =
+      json_pack("{s:I, s:f, s:f, s:f}", "usage_ns", (json_int_t)u.u.cpu_usage_ns, "limit", u.limits.cpu,
+                "used_pct", round_to(pct.pct, 100), "window_ms", round_to(pct.window_ms, 10));
   json_t *mem = json_pack("{s:I, s:I}", "used_bytes", (json_int_t)u.u.memory_bytes, "limit_bytes",
                           (json_int_t)(u.limits.memory_mb << 20));
   json_t *pids = json_pack("{s:I, s:I}", "current", (json_int_t)u.u.pids, "limit", (json_int_t)u.limits.pids);
   return api_reply_json(r, 200,
-                        json_pack("{s:s, s:s, s:o, s:b, s:o, s:o, s:o, s:I, s:o, s:o}", "sandbox_id", u.id, "state",
-                                  moat_sandbox_state_name(u.state), "timestamp", api_time_json(u.at_ms, false),
-                                  "sampled", u.sampled, "cpu", cpu, "memory", mem, "pids", pids, "oom_kills",
-                                  (json_int_t)u.u.oom_kills, "disk", disk, "network", net));
+                        json_pack("{s:s, s:s, s:o, s:b, s:o, s:o, s:o, s:I, s:o, s:o}", "sandbox_id", u.id,
+                                  "state", moat_sandbox_state_name(u.state), "timestamp",
+                                  api_time_json(u.at_ms, false), "sampled", u.sampled, "cpu", cpu, "memory",
+                                  mem, "pids", pids, "oom_kills", (json_int_t)u.u.oom_kills, "disk", disk,
+                                  "network", net));
 }
-
 
 /* ---- GET /metrics ---- */
 
@@ -100,15 +101,16 @@ int api_h_healthz(struct api_req *r, json_t *body) {
   struct moat_control *c = api_control(r);
   json_t *ck = json_pack("{s:b, s:s}", "available", c && moat_control_can_checkpoint(c), "criu",
                          c ? moat_control_criu_status(c) : "unknown");
-  return api_reply_json(r, 200,
-                        json_pack("{s:s, s:s, s:o}", "status", "ok", "version", api_version(r), "checkpoints", ck));
+  return api_reply_json(
+      r, 200, json_pack("{s:s, s:s, s:o}", "status", "ok", "version", api_version(r), "checkpoints", ck));
 }
 
 static void family(struct moat_buf *b, const char *name, const char *type, const char *help) {
   buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void sandbox_sample(struct moat_buf *b, const char *name, const struct moat_sandbox_usage *u, double v) {
+static void sandbox_sample(struct moat_buf *b, const char *name, const struct moat_sandbox_usage *u,
+                           double v) {
   buf_printf(b, "%s{sandbox=\"%s\",org=\"", name, u->id);
   label_value(b, u->org);
   buf_printf(b, "\"} %.17g\n", v);
@@ -155,15 +157,17 @@ int api_h_metrics(struct api_req *r, json_t *body) {
   family(&b, "moat_sandboxes", "gauge", "Sandboxes recorded by state, every org.");
   for (int s = MOAT_SB_CREATING; s <= MOAT_SB_KILLED; s++)
     buf_printf(&b, "moat_sandboxes{state=\"%s\"} %llu\n", moat_sandbox_state_name((enum moat_sandbox_state)s),
-                    (unsigned long long)st.by_state[s]);
-  family(&b, "moat_sandboxes_created_total", "counter", "Sandboxes ever created in this data dir, every org.");
+               (unsigned long long)st.by_state[s]);
+  family(&b, "moat_sandboxes_created_total", "counter",
+         "Sandboxes ever created in this data dir, every org.");
   buf_printf(&b, "moat_sandboxes_created_total %llu\n", (unsigned long long)st.created_total);
-  family(&b, "moat_sandbox_create_seconds", "histogram", "Server-side create-to-ready time of recorded sandboxes.");
+  family(&b, "moat_sandbox_create_seconds", "histogram",
+         "Server-side create-to-ready time of recorded sandboxes.");
   for (size_t i = 0; i < MOAT_LATENCY_BUCKETS; i++)
     buf_printf(&b, "moat_sandbox_create_seconds_bucket{le=\"%g\"} %llu\n", moat_create_latency_bounds[i],
-                    (unsigned long long)st.latency_le[i]);
+               (unsigned long long)st.latency_le[i]);
   buf_printf(&b, "moat_sandbox_create_seconds_bucket{le=\"+Inf\"} %llu\n",
-                  (unsigned long long)st.latency_count);
+             (unsigned long long)st.latency_count);
   buf_printf(&b, "moat_sandbox_create_seconds_sum %.6f\n", st.latency_sum_s);
   buf_printf(&b, "moat_sandbox_create_seconds_count %llu\n", (unsigned long long)st.latency_count);
 

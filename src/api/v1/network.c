@@ -40,7 +40,8 @@ int api_h_network_log(struct api_req *r, json_t *body) {
   if (s && parse_u64(s, &since) < 0)
     return api_reply_error(r, 400, "invalid_request", "query parameter 'since' must be a sequence number");
   if (l && (parse_u64(l, &limit) < 0 || limit < 1 || limit > LOG_MAX_LIMIT))
-    return api_reply_error(r, 400, "invalid_request", "query parameter 'limit' must be from 1 to %d", LOG_MAX_LIMIT);
+    return api_reply_error(r, 400, "invalid_request", "query parameter 'limit' must be from 1 to %d",
+                           LOG_MAX_LIMIT);
   json_t *arr = moat_control_network_log(api_control(r), r->org, r->route.id, since, (unsigned)limit, &err);
   if (!arr)
     return api_reply_moat_error(r, &err);

@@ -13,7 +13,6 @@ struct moat_guest_ep *api_guest_sock(struct api_req *r, char ***env, moat_error 
   return sock;
 }
 
-
 int api_reply_proc_error(struct api_req *r, moat_error **err) {
   int st = *err ? (*err)->status : 0;
   const char *code = NULL;
@@ -82,7 +81,8 @@ int api_h_procs_list(struct api_req *r, json_t *body) {
 }
 
 /* Checks that a process route has no query and a body with only `known` fields; replies on a bad one. */
-static int proc_prelude(struct api_req *r, json_t *body, const char *const *known, struct moat_guest_ep **sock) {
+static int proc_prelude(struct api_req *r, json_t *body, const char *const *known,
+                        struct moat_guest_ep **sock) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)

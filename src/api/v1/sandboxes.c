@@ -6,7 +6,6 @@
 #include "../../common/log.h"
 #include "v1.h"
 
-
 int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sandbox_state *state,
                          json_t **meta, moat_error **err) {
   static const char *const allowed[] = {"state", "metadata.", NULL};

@@ -59,13 +59,27 @@ static void out_json_chars(struct sse *s, const char *p, size_t n) {
     char esc[6] = {'\\', 0};
     size_t el = 2;
     switch (c) {
-    case '"': esc[1] = '"'; break;
-    case '\\': esc[1] = '\\'; break;
-    case '\n': esc[1] = 'n'; break;
-    case '\r': esc[1] = 'r'; break;
-    case '\t': esc[1] = 't'; break;
-    case '\b': esc[1] = 'b'; break;
-    case '\f': esc[1] = 'f'; break;
+    case '"':
+      esc[1] = '"';
+      break;
+    case '\\':
+      esc[1] = '\\';
+      break;
+    case '\n':
+      esc[1] = 'n';
+      break;
+    case '\r':
+      esc[1] = 'r';
+      break;
+    case '\t':
+      esc[1] = 't';
+      break;
+    case '\b':
+      esc[1] = 'b';
+      break;
+    case '\f':
+      esc[1] = 'f';
+      break;
     default:
       esc[1] = 'u';
       esc[2] = '0';
@@ -179,7 +193,6 @@ static void pull(struct sse *s, int timeout_ms) {
     break;
   }
 }
-
 
 static void sse_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
   struct sse *s = ctx;

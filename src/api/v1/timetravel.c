@@ -104,12 +104,13 @@ int api_h_snapshot_create(struct api_req *r, json_t *body) {
   if (no_args(r) < 0)
     return -1;
   json_t *meta = body ? json_object_get(body, "metadata") : NULL;
-  if ((body && only_fields(body, allowed, &err) < 0) || (meta && !json_is_null(meta) && check_metadata(meta, &err) < 0))
+  if ((body && only_fields(body, allowed, &err) < 0) ||
+      (meta && !json_is_null(meta) && check_metadata(meta, &err) < 0))
     return api_reply_moat_error(r, &err);
   struct moat_snapshot_info s;
   memset(&s, 0, sizeof(s));
-  if (moat_control_snapshot_create(api_control(r), r->org, r->route.id, json_is_object(meta) ? meta : NULL, &s,
-                                   &err) < 0)
+  if (moat_control_snapshot_create(api_control(r), r->org, r->route.id, json_is_object(meta) ? meta : NULL,
+                                   &s, &err) < 0)
     return api_reply_moat_error(r, &err);
   int ret = api_reply_json(r, 201, snapshot_json(&s));
   moat_snapshot_info_clear(&s);
@@ -170,7 +171,8 @@ int api_h_fork(struct api_req *r, json_t *body) {
   json_t *mem = body ? json_object_get(body, "memory") : NULL;
   json_int_t count = 1;
   if (cnt) {
-    if (!json_is_integer(cnt) || json_integer_value(cnt) < 1 || json_integer_value(cnt) > MOAT_EXPLORE_MAX_BRANCHES)
+    if (!json_is_integer(cnt) || json_integer_value(cnt) < 1 ||
+        json_integer_value(cnt) > MOAT_EXPLORE_MAX_BRANCHES)
       return api_reply_error(r, 400, "invalid_request", "field 'count' must be an integer from 1 to %d",
                              MOAT_EXPLORE_MAX_BRANCHES);
     count = json_integer_value(cnt);
@@ -178,8 +180,9 @@ int api_h_fork(struct api_req *r, json_t *body) {
   if (mem && !json_is_boolean(mem))
     return api_reply_error(r, 400, "invalid_request", "field 'memory' must be a boolean");
   if (mem && !json_is_true(mem))
-    return api_reply_error(r, 400, "invalid_request",
-                           "field 'memory': only true is supported (a fork always carries memory and processes)");
+    return api_reply_error(
+        r, 400, "invalid_request",
+        "field 'memory': only true is supported (a fork always carries memory and processes)");
   struct moat_sandbox_info *v = NULL;
   if (moat_control_fork(api_control(r), r->org, r->route.id, (unsigned)count, &v, &err) < 0)
     return api_reply_moat_error(r, &err);
@@ -212,12 +215,14 @@ static int explore_choose(struct api_req *r, json_t *choose) {
   static const char *const allowed[] = {"explore_id", "sandbox_id", NULL};
   moat_error *err = NULL;
   if (!json_is_object(choose))
-    return api_reply_error(r, 400, "invalid_request", "field 'choose' must be an object {explore_id, sandbox_id}");
+    return api_reply_error(r, 400, "invalid_request",
+                           "field 'choose' must be an object {explore_id, sandbox_id}");
   if (only_fields(choose, allowed, &err) < 0)
     return api_reply_moat_error(r, &err);
   json_t *eid = json_object_get(choose, "explore_id"), *sid = json_object_get(choose, "sandbox_id");
   if (!json_is_string(eid) || json_string_length(eid) == 0 || json_string_length(eid) > 63)
-    return api_reply_error(r, 400, "invalid_request", "field 'choose.explore_id' must be an explore id string");
+    return api_reply_error(r, 400, "invalid_request",
+                           "field 'choose.explore_id' must be an explore id string");
   if (!json_is_string(sid) || !api_valid_sandbox_id(json_string_value(sid)))
     return api_reply_error(r, 400, "invalid_request", "field 'choose.sandbox_id' must be a sandbox id");
   struct moat_sandbox_info info;
@@ -225,7 +230,8 @@ static int explore_choose(struct api_req *r, json_t *choose) {
   if (moat_control_explore_keep(api_control(r), r->org, r->route.id, json_string_value(eid),
                                 json_string_value(sid), &info, &err) < 0)
     return api_reply_moat_error(r, &err);
-  int ret = api_reply_json(r, 200, json_pack("{s:s, s:o}", "winner", info.id, "sandbox", api_sandbox_json(&info)));
+  int ret =
+      api_reply_json(r, 200, json_pack("{s:s, s:o}", "winner", info.id, "sandbox", api_sandbox_json(&info)));
   moat_sandbox_info_clear(&info);
   return ret;
 }
@@ -275,7 +281,8 @@ int api_h_explore(struct api_req *r, json_t *body) {
   for (size_t i = 0; i < n; i++) {
     json_t *o = json_array_get(br, i);
     if (!json_is_object(o))
-      return api_reply_error(r, 400, "invalid_request", "branches[%zu] must be an object {cmd, timeout_ms}", i);
+      return api_reply_error(r, 400, "invalid_request", "branches[%zu] must be an object {cmd, timeout_ms}",
+                             i);
     if (only_fields(o, branch_allowed, &err) < 0) {
       moat_error_wrap(&err, "branches[%zu]", i);
       return api_reply_moat_error(r, &err);
@@ -285,9 +292,11 @@ int api_h_explore(struct api_req *r, json_t *body) {
         strlen(json_string_value(cmd)) != json_string_length(cmd))
       return api_reply_error(r, 400, "invalid_request",
                              "branches[%zu].cmd must be a non-empty shell command string without NUL", i);
-    if (to && (!json_is_integer(to) || json_integer_value(to) < 1 || json_integer_value(to) > API_MAX_TIMEOUT_MS))
-      return api_reply_error(r, 400, "invalid_request", "branches[%zu].timeout_ms must be an integer from 1 to %lld",
-                             i, (long long)API_MAX_TIMEOUT_MS);
+    if (to &&
+        (!json_is_integer(to) || json_integer_value(to) < 1 || json_integer_value(to) > API_MAX_TIMEOUT_MS))
+      return api_reply_error(r, 400, "invalid_request",
+                             "branches[%zu].timeout_ms must be an integer from 1 to %lld", i,
+                             (long long)API_MAX_TIMEOUT_MS);
     b[i].cmd = json_string_value(cmd);
     b[i].timeout_ms = to ? json_integer_value(to) : 0;
   }

@@ -187,7 +187,8 @@ static int cmp_ul(const void *a, const void *b) {
 static int outside_sockets(const char *cgdir) {
   _cleanup_free_ char *unix_tab = NULL, *procs = NULL;
   _cleanup_free_ char *procs_path = xasprintf("%s/cgroup.procs", cgdir);
-  if (read_file("/proc/self/net/unix", &unix_tab, NULL, NULL) < 0 || read_file(procs_path, &procs, NULL, NULL) < 0)
+  if (read_file("/proc/self/net/unix", &unix_tab, NULL, NULL) < 0 ||
+      read_file(procs_path, &procs, NULL, NULL) < 0)
     return -1;
   size_t cap = 256, n = 0;
   _cleanup_free_ unsigned long *inos = xcalloc(cap, sizeof(*inos));
@@ -277,7 +278,8 @@ static int uninterruptible_threads(const char *cgdir) {
  * open (their processes run on). A slot that was paused already stays frozen and fails with
  * EBUSY if a connection is open. */
 #define QUIESCE_AFTER_MS 300
-static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, bool was_frozen, moat_error **err) {
+static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, bool was_frozen,
+                        moat_error **err) {
   int conns = 0, waiting = 0;
   uint64_t t0 = now_ns();
   bool quiesced = false;
@@ -356,7 +358,8 @@ static int reattach_disk(const char *slot_dir, const char *disks_dir, int slot, 
       fsconfig(fsfd, FSCONFIG_SET_FLAG, "nodelalloc", NULL, 0) < 0 ||
       fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
     return moat_error_errno(err, "mount %s again", loop);
-  fd = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1) : fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
+  fd = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1)
+                                    : fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
   if (fd < 0)
     return moat_error_errno(err, "fsmount %s", loop);
   return fd;
@@ -463,7 +466,8 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     _cleanup_free_ char *line = xasprintf("was_frozen %d\n", was_frozen);
     _cleanup_close_ int mfd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (mfd < 0)
-      return moat_error_errno(err, "checkpoint slot %d: %s", slot, errno == EEXIST ? "another checkpoint runs" : marker);
+      return moat_error_errno(err, "checkpoint slot %d: %s", slot,
+                              errno == EEXIST ? "another checkpoint runs" : marker);
     if (write_all(mfd, line, strlen(line)) < 0) {
       unlink(marker);
       return moat_error_errno(err, "write %s", marker);
@@ -519,10 +523,10 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
   }
   uint64_t tt = now_ns();
   if (ret == 0) {
-    _cleanup_free_ char *meta = xasprintf(
-        "version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\nnet_links %d\n", v.uid_base,
-        v.template_name, (unsigned long long)disk_bytes, (unsigned long long)(info ? info->memory_bytes : 0),
-        net_links);
+    _cleanup_free_ char *meta =
+        xasprintf("version 1\nuid_base %u\ntemplate %s\ndisk_bytes %llu\nmemory_bytes %llu\nnet_links %d\n",
+                  v.uid_base, v.template_name, (unsigned long long)disk_bytes,
+                  (unsigned long long)(info ? info->memory_bytes : 0), net_links);
     _cleanup_close_ int mfd = openat(dfd, META ".tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (mfd < 0 || write_all(mfd, meta, strlen(meta)) < 0 || fsync(mfd) < 0 ||
         renameat(dfd, META ".tmp", dfd, META) < 0)
@@ -667,9 +671,9 @@ fail:
 /* What the CRIU helper needs between fork and exec (syscalls only). */
 struct restore_ctx {
   int lower_fd, disk_fd, cg_fd, guest_fd;
-  int userns_fd;                   /* the holder's user namespace */
-  int timens_fd;                   /* the holder's time namespace for children, or -1 */
-  int utsns_fd;                    /* the holder's UTS namespace */
+  int userns_fd; /* the holder's user namespace */
+  int timens_fd; /* the holder's time namespace for children, or -1 */
+  int utsns_fd;  /* the holder's UTS namespace */
   const char *slot_dir;
   const char *lower, *disk, *root, *guest; /* mount points in the slot dir */
   const char *ovl_opts;
@@ -719,7 +723,9 @@ static int idmapped_lower(const char *rootfs, pid_t pid, moat_error **err) {
   _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
   if (userns < 0)
     return moat_error_errno(err, "open %s", path);
-  _cleanup_close_ int fd = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1) : open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  _cleanup_close_ int fd = moat_fault(MOAT_FAULT_MOUNT)
+                               ? (errno = ENOMEM, -1)
+                               : open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
   if (fd < 0)
     return moat_error_errno(err, "open_tree %s", rootfs);
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV,
@@ -812,7 +818,8 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   _cleanup_free_ char *chan_dir = v.chan_dir;
   _cleanup_free_ char *chan_map = xasprintf(MOAT_CHAN_EXT_KEY ":%s", chan_dir);
   _cleanup_free_ char *net_script = xasprintf("%s/criu-net.sh", slot_dir);
-  _cleanup_free_ char *ovl = xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
+  _cleanup_free_ char *ovl =
+      xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
   _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1, userns_fd = -1, timens_fd = -1,
                       utsns_fd = -1, guest_fd = -1;
   char timens_offsets[160];
@@ -821,7 +828,8 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   pid_t pid = 0;
   uint64_t copied = 0;
 
-  if (mkdir(slot_dir, 0711) < 0 || mkdir(lower, 0755) < 0 || mkdir(diskp, 0755) < 0 || mkdir(root, 0755) < 0) {
+  if (mkdir(slot_dir, 0711) < 0 || mkdir(lower, 0755) < 0 || mkdir(diskp, 0755) < 0 ||
+      mkdir(root, 0755) < 0) {
     moat_error_errno(err, "mkdir %s", slot_dir);
     goto fail;
   }
@@ -881,38 +889,16 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   mark("images, holder, idmap", &tm);
   {
     /* paths as CRIU sees them (CRIU_SLOT) */
-    char *argv[] = {"criu",
-                    "restore",
-                    "-D",
-                    CRIU_SLOT "/images",
-                    "-W",
-                    CRIU_SLOT "/images",
-                    "-o",
-                    "restore.log",
-                    getenv("MOAT_CRIU_KEEP_LOGS") ? "-v4" : "-v2",
-                    "--root",
-                    CRIU_SLOT "/root",
-                    "--restore-detached",
-                    "--pidfile",
-                    CRIU_SLOT "/images/criu.pid",
-                    "--ext-mount-map",
-                    chan_map,
-                    "--ext-mount-map",
-                    "auto",
-                    "--manage-cgroups=ignore",
-                    "--network-lock",
-                    "skip",
+    char *argv[] = {"criu", "restore", "-D", CRIU_SLOT "/images", "-W", CRIU_SLOT "/images", "-o",
+                    "restore.log", getenv("MOAT_CRIU_KEEP_LOGS") ? "-v4" : "-v2", "--root", CRIU_SLOT "/root",
+                    "--restore-detached", "--pidfile", CRIU_SLOT "/images/criu.pid", "--ext-mount-map",
+                    chan_map, "--ext-mount-map", "auto", "--manage-cgroups=ignore", "--network-lock", "skip",
                     /* CRIU's word for not being the host's root: it then sets socket buffers
                      * without SO_*BUFFORCE (CAP_NET_ADMIN of the host) and makes no time
                      * namespace (the holder made one) */
                     "--unprivileged",
                     /* checkpoints since the guest got a key; older ones name its host path */
-                    "--external",
-                    "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest",
-                    NULL,
-                    NULL,
-                    NULL,
-                    NULL,
+                    "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest", NULL, NULL, NULL, NULL,
                     NULL};
     if (meta_u64(meta, "net_links") > 0) {
       /* The sandbox had a veth to the host's network, whose far end CRIU cannot rebuild ("Unknown
@@ -981,7 +967,8 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);
   }
-  if (moat_linux_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk), err) < 0)
+  if (moat_linux_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk), err) <
+      0)
     goto fail;
   moat_linux_fill_instance(h, n, out);
   out->ready_ns = now_ns() - t0;

@@ -119,7 +119,8 @@ static bool probe(char *why, size_t why_len) {
     choice[strcspn(choice, "\n")] = '\0';
     set_status("%s", choice);
   } else {
-    set_status("criu at %s (%s; criu check passes)", bin, env ? "from MOAT_CRIU" : "no CHOICE line from scripts/criu.sh");
+    set_status("criu at %s (%s; criu check passes)", bin,
+               env ? "from MOAT_CRIU" : "no CHOICE line from scripts/criu.sh");
   }
   __atomic_store_n(&available, true, __ATOMIC_RELEASE);
   return true;
@@ -220,7 +221,8 @@ int moat_criu_child_setup(void) {
   if (keep < 0)
     return -1;
   /* writable by a CRIU running as a sandbox's uid, readable by one inside its namespace */
-  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=1777") < 0 || mkdir("/run/moat", 0755) < 0 ||
+  if (mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=1777") < 0 ||
+      mkdir("/run/moat", 0755) < 0 ||
       move_mount(keep, "", AT_FDCWD, "/run/moat", MOVE_MOUNT_F_EMPTY_PATH) < 0) {
     close(keep);
     return -1;
@@ -368,6 +370,6 @@ int moat_criu_run(char **argv, moat_criu_parent_fn parent_fn, moat_criu_child_fn
   if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
     return 0;
   _cleanup_free_ char *why = log_errors(log_path);
-  return moat_error_set(err, EIO, "criu %s failed (%s %d): %s", argv[1],
-                        WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), why);
+  return moat_error_set(err, EIO, "criu %s failed (%s %d): %s", argv[1], WIFEXITED(st) ? "status" : "signal",
+                        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), why);
 }

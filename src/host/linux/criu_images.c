@@ -128,7 +128,8 @@ static int init_ns_id(const char *src_dir, uint64_t num, uint64_t *id, moat_erro
 }
 
 /* Writes dst: inventory src with root_ids.user_ns_id and uts_ns_id set to user_ns and uts_ns. */
-static int rewrite_inventory(const char *src, const char *dst, uint64_t user_ns, uint64_t uts_ns, moat_error **err) {
+static int rewrite_inventory(const char *src, const char *dst, uint64_t user_ns, uint64_t uts_ns,
+                             moat_error **err) {
   _cleanup_free_ char *buf = NULL;
   const uint8_t *m;
   size_t len, off = 0;
@@ -180,7 +181,8 @@ static int rewrite_inventory(const char *src, const char *dst, uint64_t user_ns,
 
 int moat_criu_images_link(const char *src_dir, const char *dst_dir, uid_t owner, moat_error **err) {
   uint64_t user_ns = 0, uts_ns = 0;
-  if (init_ns_id(src_dir, IDS_USER_NS, &user_ns, err) < 0 || init_ns_id(src_dir, IDS_UTS_NS, &uts_ns, err) < 0)
+  if (init_ns_id(src_dir, IDS_USER_NS, &user_ns, err) < 0 ||
+      init_ns_id(src_dir, IDS_UTS_NS, &uts_ns, err) < 0)
     return -1;
   if (mkdir(dst_dir, 0711) < 0 || chown(dst_dir, owner, owner) < 0)
     return moat_error_errno(err, "mkdir %s", dst_dir);

@@ -198,7 +198,8 @@ int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, int *i
       fsconfig(fs, FSCONFIG_SET_STRING, "errors", "remount-ro", 0) < 0 ||
       fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
     return moat_error_errno(err, "mount ext4 on %s", loop_path);
-  int mnt = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1) : fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
+  int mnt = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1)
+                                         : fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
   if (mnt < 0)
     return moat_error_errno(err, "fsmount %s", loop_path);
   static const char *dirs[] = {"upper", "work"};
@@ -247,7 +248,8 @@ static int set_limit(int fd, uint32_t projid, uint64_t size_mb, moat_error **err
   return 0;
 }
 
-int moat_disk_create_prjquota(const char *dir, uint32_t projid, uint64_t size_mb, uid_t owner, moat_error **err) {
+int moat_disk_create_prjquota(const char *dir, uint32_t projid, uint64_t size_mb, uid_t owner,
+                              moat_error **err) {
   if (mkdir(dir, 0755) < 0 && errno != EEXIST)
     return moat_error_errno(err, "mkdir %s", dir);
   _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -267,7 +269,8 @@ int moat_disk_create_prjquota(const char *dir, uint32_t projid, uint64_t size_mb
     if ((mkdirat(fd, dirs[i], 0755) < 0 && errno != EEXIST) ||
         fchownat(fd, dirs[i], owner, owner, AT_SYMLINK_NOFOLLOW) < 0)
       return moat_error_errno(err, "prepare %s in %s", dirs[i], dir);
-  int mnt = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1) : open_tree(AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  int mnt = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1)
+                                         : open_tree(AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
   if (mnt < 0)
     return moat_error_errno(err, "open_tree %s", dir);
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID};

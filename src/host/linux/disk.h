@@ -35,7 +35,8 @@ bool moat_disk_prjquota_available(const char *dir);
  * project id projid with inheritance, a hard block limit, upper/ and work/ owned by owner.
  * Returns a detached bind mount of dir (open_tree clone), or -1. Writes past the limit fail with
  * ENOSPC. moat_disk_prjquota_release clears the limit once dir has been removed. */
-int moat_disk_create_prjquota(const char *dir, uint32_t projid, uint64_t size_mb, uid_t owner, moat_error **err);
+int moat_disk_create_prjquota(const char *dir, uint32_t projid, uint64_t size_mb, uid_t owner,
+                              moat_error **err);
 void moat_disk_prjquota_release(const char *fs_dir, uint32_t projid);
 
 #endif

@@ -32,8 +32,10 @@ static int unix_connect(const struct moat_guest_ep *ep, unsigned timeout_ms, moa
     if (errno == EINTR)
       continue;
     if (errno == EAGAIN || errno == EINPROGRESS)
-      return moat_error_set(err, EHOSTUNREACH, "sandbox guest did not answer for %u ms (its socket's backlog "
-                                               "stayed full)", timeout_ms);
+      return moat_error_set(err, EHOSTUNREACH,
+                            "sandbox guest did not answer for %u ms (its socket's backlog "
+                            "stayed full)",
+                            timeout_ms);
     int e = errno;
     return moat_error_set(err, ECONNREFUSED, "connect to sandbox guest: %s", strerror(e));
   }
@@ -42,8 +44,8 @@ static int unix_connect(const struct moat_guest_ep *ep, unsigned timeout_ms, moa
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0)
     return moat_error_errno(err, "sandbox guest: SO_PEERCRED");
   if (cred.pid != ep->pid || cred.uid != ep->uid) {
-    log_warn("guest socket %s: peer is pid %d uid %u, not the sandbox's init (pid %d uid %u): refused", ep->path,
-             (int)cred.pid, (unsigned)cred.uid, (int)ep->pid, (unsigned)ep->uid);
+    log_warn("guest socket %s: peer is pid %d uid %u, not the sandbox's init (pid %d uid %u): refused",
+             ep->path, (int)cred.pid, (unsigned)cred.uid, (int)ep->pid, (unsigned)ep->uid);
     return moat_error_set(err, EPROTO, "sandbox guest: the socket's peer is not the sandbox's init");
   }
   return steal_fd(&fd);
@@ -64,4 +66,5 @@ static bool cgroup_frozen(const struct moat_guest_ep *ep) {
   return strstr(buf, "frozen 1") != NULL;
 }
 
-const struct moat_guest_channel_ops moat_linux_guest_channel_ops = {.connect = unix_connect, .frozen = cgroup_frozen};
+const struct moat_guest_channel_ops moat_linux_guest_channel_ops = {.connect = unix_connect,
+                                                                    .frozen = cgroup_frozen};

@@ -32,7 +32,7 @@ struct link_seen {
 struct copy_ctx {
   uid_t from, to;
   uint64_t bytes;
-  bool no_cfr; /* copy_file_range refused (EXDEV ...): read and write */
+  bool no_cfr;  /* copy_file_range refused (EXDEV ...): read and write */
   int dst_root; /* the destination's parent dir (hard links are re-made from there) */
   struct link_seen *links;
   size_t n_links, cap_links;
@@ -116,7 +116,8 @@ static int copy_data(struct copy_ctx *c, int src, int dst, off_t size, const cha
   return 0;
 }
 
-static int set_meta(struct copy_ctx *c, int dst_dir, const char *name, const struct stat *st, const char *what) {
+static int set_meta(struct copy_ctx *c, int dst_dir, const char *name, const struct stat *st,
+                    const char *what) {
   if (fchownat(dst_dir, name, shift(c, st->st_uid), shift(c, st->st_gid), AT_SYMLINK_NOFOLLOW) < 0)
     return moat_error_errno(c->err, "chown %s", what);
   if (!S_ISLNK(st->st_mode) && fchmodat(dst_dir, name, st->st_mode & 07777, 0) < 0)
@@ -189,7 +190,8 @@ static int copy_tree(struct copy_ctx *c, int src_dir, const char *name, int dst_
       return -1;
     if (st.st_nlink > 1) {
       if (c->n_links == c->cap_links)
-        c->links = xrealloc(c->links, (c->cap_links = c->cap_links ? c->cap_links * 2 : 16) * sizeof(*c->links));
+        c->links =
+            xrealloc(c->links, (c->cap_links = c->cap_links ? c->cap_links * 2 : 16) * sizeof(*c->links));
       c->links[c->n_links++] = (struct link_seen){.dev = st.st_dev, .ino = st.st_ino, .path = xstrdup(rel)};
     }
     return set_meta(c, dst_dir, name, &st, rel);
@@ -215,8 +217,8 @@ static int copy_tree(struct copy_ctx *c, int src_dir, const char *name, int dst_
   }
 }
 
-int moat_layer_copy(int src_dir, int dst_dir, const char *name, uid_t from_base, uid_t to_base, uint64_t *bytes,
-                    moat_error **err) {
+int moat_layer_copy(int src_dir, int dst_dir, const char *name, uid_t from_base, uid_t to_base,
+                    uint64_t *bytes, moat_error **err) {
   struct copy_ctx c = {.from = from_base, .to = to_base, .err = err};
   c.dst_root = dst_dir; /* rel paths start with name: linkat(dst_dir, rel) finds a first copy */
   int ret = copy_tree(&c, src_dir, name, dst_dir, name);

@@ -14,7 +14,7 @@
  * redirect markers). Owners in [from_base, from_base + 65536) become to_base + the same offset;
  * others are kept. Sockets are skipped. Adds the bytes of file data copied to *bytes.
  * Returns 0 or -1 (dst may then be partial: the caller removes it). */
-int moat_layer_copy(int src_dir, int dst_dir, const char *name, uid_t from_base, uid_t to_base, uint64_t *bytes,
-                    moat_error **err);
+int moat_layer_copy(int src_dir, int dst_dir, const char *name, uid_t from_base, uid_t to_base,
+                    uint64_t *bytes, moat_error **err);
 
 #endif

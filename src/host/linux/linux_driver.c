@@ -48,9 +48,9 @@ struct slot {
   pid_t pid;
   int pidfd;
   uint64_t start_time;
-  bool own_child; /* moatd is the parent: reap it after killing */
-  int disk_fd;    /* the writable layer's mount (checkpoints copy its upper/); -1 after adopt */
-  int img_fd;     /* its image while not yet reserved (a warm shell's, or queued), else -1 */
+  bool own_child;            /* moatd is the parent: reap it after killing */
+  int disk_fd;               /* the writable layer's mount (checkpoints copy its upper/); -1 after adopt */
+  int img_fd;                /* its image while not yet reserved (a warm shell's, or queued), else -1 */
   uint64_t reserve_mb;       /* queued for reservation: counted in disk_pending_mb */
   struct slot *next_reserve; /* the reservation queue */
   char template_name[64];
@@ -66,9 +66,9 @@ struct moat_linux {
   char *chan_base; /* MOAT_CHAN_ROOT/INSTANCE: the slots' guest channel dirs */
   char instance[17];
   unsigned pool_size, max_slots;
-  bool prjquota; /* the data dir's fs enforces project quotas: no loop images */
-  bool disk_overcommit;     /* sparse images, no admission by free space */
-  uint64_t disk_pending_mb; /* admitted but not yet allocated (h->lock) */
+  bool prjquota;             /* the data dir's fs enforces project quotas: no loop images */
+  bool disk_overcommit;      /* sparse images, no admission by free space */
+  uint64_t disk_pending_mb;  /* admitted but not yet allocated (h->lock) */
   struct slot *reserve_head; /* handed-out warm shells whose images the worker allocates */
   struct moat_cgroups *cgroups;
   struct sock_fprog seccomp;
@@ -222,10 +222,11 @@ static int disk_admit(struct moat_linux *h, uint64_t disk_mb, moat_error **err) 
     h->disk_pending_mb += disk_mb;
   pthread_mutex_unlock(&h->lock);
   if (!ok)
-    return moat_error_set(err, ENOSPC,
-                          "the data dir's file system has %llu MiB free (%llu promised to sandboxes being set up): "
-                          "it cannot back disk_mb %llu (moatd --disk-overcommit allows it)",
-                          (unsigned long long)free_mb, (unsigned long long)pending, (unsigned long long)disk_mb);
+    return moat_error_set(
+        err, ENOSPC,
+        "the data dir's file system has %llu MiB free (%llu promised to sandboxes being set up): "
+        "it cannot back disk_mb %llu (moatd --disk-overcommit allows it)",
+        (unsigned long long)free_mb, (unsigned long long)pending, (unsigned long long)disk_mb);
   return 0;
 }
 
@@ -280,7 +281,8 @@ static void run_reserves(struct moat_linux *h) {
   }
 }
 
-int moat_linux_slot_disk(struct moat_linux *h, const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err) {
+int moat_linux_slot_disk(struct moat_linux *h, const char *img_path, uint64_t size_mb, uid_t owner,
+                         moat_error **err) {
   if (disk_admit(h, size_mb, err) < 0)
     return -1;
   int img = -1;
@@ -314,8 +316,8 @@ static int attach_net(struct moat_linux *h, struct slot *s, pid_t pid, bool fres
  * slot table under h->lock (no other thread tries it), then claimed host-wide without the lock
  * (an open per index another moatd holds, up to MOAT_MAX_RANGES of them), and given back to the
  * table when the claim fails. */
-static struct slot *reserve_slot(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
-                                 moat_error **err) {
+static struct slot *reserve_slot(struct moat_linux *h, const char *template_name,
+                                 const struct moat_limits *limits, moat_error **err) {
   pthread_mutex_lock(&h->lock);
   if (h->live >= h->max_slots) {
     pthread_mutex_unlock(&h->lock);
@@ -411,9 +413,10 @@ static int build_shell(struct moat_linux *h, const char *template_name, const st
     }
   }
   int img_fd = -1;
-  int disk = h->prjquota ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
-                         : moat_disk_create(img, limits->disk_mb, slot_uid_base(n),
-                                            h->disk_overcommit ? NULL : &img_fd, err);
+  int disk = h->prjquota
+                 ? moat_disk_create_prjquota(fs_dir, (uint32_t)n + 1, limits->disk_mb, slot_uid_base(n), err)
+                 : moat_disk_create(img, limits->disk_mb, slot_uid_base(n),
+                                    h->disk_overcommit ? NULL : &img_fd, err);
   if (disk < 0)
     goto out;
   s->img_fd = img_fd; /* closed by cleanup_slot on failure */
@@ -490,7 +493,7 @@ static bool limits_equal(const struct moat_limits *a, const struct moat_limits *
 static int linux_destroy(struct moat_host *base, int slot, moat_error **err);
 
 static int linux_create(struct moat_host *base, const char *template_name, const struct moat_limits *limits,
-                     struct moat_instance *out, moat_error **err) {
+                        struct moat_instance *out, moat_error **err) {
   struct moat_linux *h = moat_linux_of(base);
   uint64_t t0 = now_ns();
   struct slot *s = NULL;
@@ -729,8 +732,10 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
       goto out;
   }
   h->prjquota = moat_disk_prjquota_available(h->slots_dir);
-  log_info("writable layers: %s, %s", h->prjquota ? "directories under XFS project quotas" : "ext4 images on loop devices",
-           h->disk_overcommit ? "overcommitted (sparse)" : "backed by the data dir (admitted by free space, allocated)");
+  log_info("writable layers: %s, %s",
+           h->prjquota ? "directories under XFS project quotas" : "ext4 images on loop devices",
+           h->disk_overcommit ? "overcommitted (sparse)"
+                              : "backed by the data dir (admitted by free space, allocated)");
   *out = &h->base;
   return 0;
 out:
@@ -817,8 +822,8 @@ static void linux_free(struct moat_linux *h) {
   free(h);
 }
 
-static int linux_adopt(struct moat_host *base, int slot, pid_t pid, uint64_t start_time, struct moat_instance *out,
-                    moat_error **err) {
+static int linux_adopt(struct moat_host *base, int slot, pid_t pid, uint64_t start_time,
+                       struct moat_instance *out, moat_error **err) {
   struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
     return moat_error_set(err, EINVAL, "slot %d out of range", slot);
@@ -1064,7 +1069,8 @@ static int linux_netns(struct moat_host *base, int slot, moat_error **err) {
   return steal_fd(&fd);
 }
 
-static int linux_port_connect(struct moat_host *base, int slot, unsigned port, int timeout_ms, moat_error **err) {
+static int linux_port_connect(struct moat_host *base, int slot, unsigned port, int timeout_ms,
+                              moat_error **err) {
   _cleanup_close_ int ns = linux_netns(base, slot, err);
   if (ns < 0)
     return -1;
@@ -1122,7 +1128,7 @@ int moat_linux_slot_view(struct moat_linux *h, int slot, struct moat_slot_view *
 }
 
 int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
-                           struct moat_slot_view *out, moat_error **err) {
+                            struct moat_slot_view *out, moat_error **err) {
   struct slot *s = reserve_slot(h, template_name, limits, err);
   if (!s)
     return -1;
@@ -1147,8 +1153,8 @@ static struct slot *reserved_locked(struct moat_linux *h, int slot) {
   return s && s->state == SLOT_BUILDING && s->pidfd < 0 ? s : NULL;
 }
 
-int moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd,
-                           moat_error **err) {
+int moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time,
+                           int disk_fd, moat_error **err) {
   pthread_mutex_lock(&h->lock);
   struct slot *s = reserved_locked(h, slot);
   if (s) {

@@ -19,15 +19,15 @@ static inline struct moat_linux *moat_linux_of(struct moat_host *h) { return (st
 static inline struct moat_host *moat_linux_base(struct moat_linux *h) { return (struct moat_host *)h; }
 
 struct moat_slot_view {
-  pid_t pid;       /* host pid of the sandbox's init (0 for a reserved slot) */
-  uid_t uid_base;  /* root inside maps to this host uid; MOAT_UID_RANGE ids */
-  int disk_fd;     /* owned dup of the writable layer's mount, or -1 (adopted after a restart) */
-  char *slot_dir;  /* owned */
-  char *chan_dir;  /* owned: the guest channel's host dir (shell.h) */
+  pid_t pid;      /* host pid of the sandbox's init (0 for a reserved slot) */
+  uid_t uid_base; /* root inside maps to this host uid; MOAT_UID_RANGE ids */
+  int disk_fd;    /* owned dup of the writable layer's mount, or -1 (adopted after a restart) */
+  char *slot_dir; /* owned */
+  char *chan_dir; /* owned: the guest channel's host dir (shell.h) */
   char template_name[64];
   struct moat_limits limits;
-  struct moat_cgroups *cgroups; /* the host's, not owned */
-  const char *disks_dir;                  /* the host's, not owned */
+  struct moat_cgroups *cgroups;          /* the host's, not owned */
+  const char *disks_dir;                 /* the host's, not owned */
   const char *template_dir, *guest_path; /* the host's (reserve only), not owned */
 };
 
@@ -45,8 +45,8 @@ int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, con
  * is pid (not moatd's child); pidfd and disk_fd are taken over (closed on failure too). The slot
  * gets a network slot and is then an assigned sandbox like any created one. 0, or -1 (EINVAL)
  * when slot is not a reserved slot still building: then nothing else changes. */
-int moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time, int disk_fd,
-                           moat_error **err);
+int moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd, uint64_t start_time,
+                           int disk_fd, moat_error **err);
 
 /* The restore into slot (reserved, still building) failed: kills whatever runs in its cgroups,
  * removes cgroups, slot dir and range claim, frees the slot. A slot that is not a reserved slot
@@ -60,7 +60,8 @@ void moat_checkpoint_recover(struct moat_cgroups *cg, int slot, const char *slot
 /* The writable layer for a restore: the image at img_path admitted and allocated as a create's
  * (unless --disk-overcommit), made by moat_disk_create. The mount fd, or -1 (ENOSPC when the data
  * dir cannot back size_mb). */
-int moat_linux_slot_disk(struct moat_linux *h, const char *img_path, uint64_t size_mb, uid_t owner, moat_error **err);
+int moat_linux_slot_disk(struct moat_linux *h, const char *img_path, uint64_t size_mb, uid_t owner,
+                         moat_error **err);
 
 /* Fills out for an assigned slot as create does. */
 void moat_linux_fill_instance(struct moat_linux *h, int slot, struct moat_instance *out);

@@ -266,8 +266,10 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   /* The guest channel's directory is the host's spec->chan_dir: a mount point inside (the sandbox
    * can neither move nor remove it), a directory of the host's outside, where moatd connects. */
   CHECK(mkdir("root" MOAT_GUEST_SOCK_DIR, 0755), "mkdir " MOAT_GUEST_SOCK_DIR);
-  CHECK(mount(c->spec->chan_dir, "root" MOAT_GUEST_SOCK_DIR, NULL, MS_BIND, NULL), "bind " MOAT_GUEST_SOCK_DIR);
-  CHECK(mount(NULL, "root" MOAT_GUEST_SOCK_DIR, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL),
+  CHECK(mount(c->spec->chan_dir, "root" MOAT_GUEST_SOCK_DIR, NULL, MS_BIND, NULL),
+        "bind " MOAT_GUEST_SOCK_DIR);
+  CHECK(mount(NULL, "root" MOAT_GUEST_SOCK_DIR, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL),
         "remount " MOAT_GUEST_SOCK_DIR);
   CHECK(sethostname("sandbox", 7), "sethostname");
   loopback_up(c);

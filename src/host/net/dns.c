@@ -195,8 +195,8 @@ void net_forget_learned(struct moat_net *n, int slot) {
     char a[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &copy[i].addr, a, sizeof(a));
     /* Elements may have timed out already: one transaction each, failures ignored. */
-    _cleanup_free_ char *cmd =
-        xasprintf("delete element inet moat %s { %s . %s }\n", copy[i].denied ? "deny_dns" : "allow_dns", sip, a);
+    _cleanup_free_ char *cmd = xasprintf("delete element inet moat %s { %s . %s }\n",
+                                         copy[i].denied ? "deny_dns" : "allow_dns", sip, a);
     moat_error *e = NULL;
     nft_run(n, cmd, &e);
     moat_error_free(&e);
@@ -205,7 +205,8 @@ void net_forget_learned(struct moat_net *n, int slot) {
 }
 
 /* Adds (sandbox . addr) elements for the A records of an answer. */
-static void add_elements(struct moat_net *n, int slot, const uint32_t *addrs, size_t na, uint32_t ttl, bool deny) {
+static void add_elements(struct moat_net *n, int slot, const uint32_t *addrs, size_t na, uint32_t ttl,
+                         bool deny) {
   if (!na)
     return;
   if (ttl < NET_MIN_TTL_S)
@@ -225,9 +226,10 @@ static void add_elements(struct moat_net *n, int slot, const uint32_t *addrs, si
     net_sappend(&del, &ld, "%s%s . %s", i ? ", " : "", sip, a);
   }
   /* add (a no-op when present), delete, add: one transaction that also restarts the timeout */
-  _cleanup_free_ char *script = xasprintf("add element inet moat %s { %s }\ndelete element inet moat %s { %s }\n"
-                                          "add element inet moat %s { %s }\n",
-                                          set, add, set, del, set, add);
+  _cleanup_free_ char *script =
+      xasprintf("add element inet moat %s { %s }\ndelete element inet moat %s { %s }\n"
+                "add element inet moat %s { %s }\n",
+                set, add, set, del, set, add);
   free(add);
   free(del);
   moat_error *e = NULL;
@@ -255,7 +257,8 @@ static size_t answer_addrs(const uint8_t *m, size_t len, uint32_t *addrs, size_t
     if (read_name(m, len, &off, name, sizeof(name)) < 0 || off + 10 > len)
       break;
     uint16_t type = (uint16_t)(m[off] << 8 | m[off + 1]), cls = (uint16_t)(m[off + 2] << 8 | m[off + 3]);
-    uint32_t ttl = (uint32_t)m[off + 4] << 24 | (uint32_t)m[off + 5] << 16 | (uint32_t)m[off + 6] << 8 | m[off + 7];
+    uint32_t ttl =
+        (uint32_t)m[off + 4] << 24 | (uint32_t)m[off + 5] << 16 | (uint32_t)m[off + 6] << 8 | m[off + 7];
     uint16_t rdlen = (uint16_t)(m[off + 8] << 8 | m[off + 9]);
     off += 10;
     if (off + rdlen > len)
@@ -406,8 +409,8 @@ static void learn_denied(struct moat_net *n, int slot, const char *name) {
 /* What to do with query q from a sandbox address: 0 forward (slot, name filled), or an rcode to
  * answer with (1 FORMERR, 3 NXDOMAIN, 5 REFUSED). *qend: where the question ends. A denied name
  * listed in deny is looked up for deny_dns here. */
-static int decide(struct moat_net *n, const uint8_t *q, size_t len, uint32_t from_be, int *slot_out, char *name,
-                  size_t *qend) {
+static int decide(struct moat_net *n, const uint8_t *q, size_t len, uint32_t from_be, int *slot_out,
+                  char *name, size_t *qend) {
   *qend = 12;
   if (len < 12 || (q[2] & 0x80)) /* not a query */
     return 1;
@@ -422,7 +425,8 @@ static int decide(struct moat_net *n, const uint8_t *q, size_t len, uint32_t fro
   bool leased = s && s->state == NS_LEASED;
   bool internet = !leased || !s->bound || s->pol.internet;
   int allowed = leased && s->bound ? net_policy_name_allowed(&s->pol, name) : 1;
-  bool explicit_deny = leased && s->bound && !allowed && net_policy_name_listed(s->pol.deny, s->pol.n_deny, name);
+  bool explicit_deny =
+      leased && s->bound && !allowed && net_policy_name_listed(s->pol.deny, s->pol.n_deny, name);
   pthread_mutex_unlock(&n->lock);
   if (!leased || !internet)
     return 5;
@@ -462,7 +466,8 @@ static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct so
 /* An upstream answer for slot's query of name: addresses learned (and, when the sandbox's default
  * is deny, or for a denied name, put in its nft set) before the answer is relayed. false when the
  * slot is gone. */
-static bool absorb_answer(struct moat_net *n, int slot, const char *name, const uint8_t *m, size_t len, bool deny) {
+static bool absorb_answer(struct moat_net *n, int slot, const char *name, const uint8_t *m, size_t len,
+                          bool deny) {
   uint32_t addrs[64], ttl = 0;
   size_t na = answer_addrs(m, len, addrs, ARRAY_SIZE(addrs), &ttl);
   pthread_mutex_lock(&n->lock);
@@ -538,7 +543,8 @@ static void set_timeouts(int fd) {
 }
 
 /* Forwards one query over TCP to the upstream (from the uplink namespace). */
-static int tcp_upstream(struct moat_net *n, const uint8_t *q, size_t len, uint8_t *ans, size_t cap, size_t *alen) {
+static int tcp_upstream(struct moat_net *n, const uint8_t *q, size_t len, uint8_t *ans, size_t cap,
+                        size_t *alen) {
   _cleanup_close_ int fd = net_socket_in(n->outside_fd, AF_INET, SOCK_STREAM, 0, NULL);
   if (fd < 0)
     return -1;
@@ -681,7 +687,8 @@ static void *dns_main(void *arg) {
       struct sockaddr_in from;
       socklen_t fl = sizeof(from);
       ssize_t r = recvfrom(n->up_fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
-      if (r > 0 && from.sin_addr.s_addr == n->upstream.sin_addr.s_addr && from.sin_port == n->upstream.sin_port)
+      if (r > 0 && from.sin_addr.s_addr == n->upstream.sin_addr.s_addr &&
+          from.sin_port == n->upstream.sin_port)
         on_answer(n, buf, (size_t)r);
     }
   }
@@ -700,7 +707,8 @@ int dns_start(struct moat_net *n, moat_error **err) {
   n->dns_fd = net_socket_in(n->router_fd, AF_INET, SOCK_DGRAM, 0, err);
   if (n->dns_fd < 0)
     return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(NET_DNS_PORT), .sin_addr.s_addr = net_dns_ip(n)};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = htons(NET_DNS_PORT), .sin_addr.s_addr = net_dns_ip(n)};
   if (bind(n->dns_fd, (struct sockaddr *)&a, sizeof(a)) < 0)
     return moat_error_errno(err, "bind the sandboxes' DNS");
   n->dns_tcp_fd = net_socket_in(n->router_fd, AF_INET, SOCK_STREAM, 0, err);
@@ -739,7 +747,8 @@ void dns_stop(struct moat_net *n) {
       if (d->tcp_table[i])
         shutdown(d->tcp_table[i]->fd, SHUT_RDWR);
     pthread_mutex_unlock(&d->tcp_lock);
-    for (int i = 0; i < (TCP_TIMEOUT_S * 2 + 1) * 20 && __atomic_load_n(&d->tcp_conns, __ATOMIC_RELAXED) > 0; i++)
+    for (int i = 0; i < (TCP_TIMEOUT_S * 2 + 1) * 20 && __atomic_load_n(&d->tcp_conns, __ATOMIC_RELAXED) > 0;
+         i++)
       usleep(50000);
   }
   int fds[] = {n->dns_fd, n->up_fd, n->dns_tcp_fd};

@@ -118,7 +118,8 @@ int net_slot_of_ip(const struct moat_net *n, uint32_t addr_be) {
 static int nl_talk(struct mnl_socket *nl, struct nlmsghdr *nlh, unsigned seq) {
   nlh->nlmsg_flags |= NLM_F_ACK;
   nlh->nlmsg_seq = seq;
-  if ((moat_fault(MOAT_FAULT_NETLINK) ? (errno = ENOBUFS, -1) : mnl_socket_sendto(nl, nlh, nlh->nlmsg_len)) < 0)
+  if ((moat_fault(MOAT_FAULT_NETLINK) ? (errno = ENOBUFS, -1) : mnl_socket_sendto(nl, nlh, nlh->nlmsg_len)) <
+      0)
     return -1;
   char buf[NET_NLBUF];
   unsigned portid = mnl_socket_get_portid(nl);
@@ -256,7 +257,8 @@ static int build_slot(struct moat_net *n, int i, moat_error **err) {
     moat_error_errno(err, "ifindex of %s", name);
     goto fail;
   }
-  if (router_talk(n, addr_msg(buf, idx, net_slot_router_ip(n, i), 30)) < 0 || router_talk(n, up_msg(buf, idx)) < 0) {
+  if (router_talk(n, addr_msg(buf, idx, net_slot_router_ip(n, i), 30)) < 0 ||
+      router_talk(n, up_msg(buf, idx)) < 0) {
     moat_error_errno(err, "address %s", name);
     goto fail;
   }
@@ -416,7 +418,8 @@ static int write_resolv(struct moat_net *n, pid_t pid, uid_t uid_base, moat_erro
   char addr[INET_ADDRSTRLEN];
   uint32_t dns = net_dns_ip(n);
   inet_ntop(AF_INET, &dns, addr, sizeof(addr));
-  _cleanup_free_ char *content = xasprintf("# moat: moatd answers DNS for this sandbox\nnameserver %s\n", addr);
+  _cleanup_free_ char *content =
+      xasprintf("# moat: moatd answers DNS for this sandbox\nnameserver %s\n", addr);
   if (write_all(fd, content, strlen(content)) < 0)
     return moat_error_errno(err, "write the sandbox's /etc/resolv.conf");
   if (fchown(fd, uid_base, uid_base) < 0)
@@ -455,7 +458,8 @@ static bool id_ok(const char *id) {
   if (!id || !id[0] || strlen(id) > 64)
     return false;
   for (const char *p = id; *p; p++)
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+          *p == '_'))
       return false;
   return true;
 }
@@ -679,8 +683,9 @@ json_t *moat_net_describe(struct moat_net *n, int slot, moat_error **err) {
    * are the sandbox's own */
   uint64_t out_b = have == 0 ? rx : 0;
   uint64_t in_b = have == 0 ? tx : 0;
-  json_t *j = json_pack("{s:s, s:s, s:o, s:I, s:I, s:I}", "address", addr, "dns", dns, "policy", pol, "bytes_out",
-                        (json_int_t)out_b, "bytes_in", (json_int_t)in_b, "connections", (json_int_t)s->connections);
+  json_t *j =
+      json_pack("{s:s, s:s, s:o, s:I, s:I, s:I}", "address", addr, "dns", dns, "policy", pol, "bytes_out",
+                (json_int_t)out_b, "bytes_in", (json_int_t)in_b, "connections", (json_int_t)s->connections);
   pthread_mutex_unlock(&n->lock);
   return j;
 }
@@ -688,12 +693,14 @@ json_t *moat_net_describe(struct moat_net *n, int slot, moat_error **err) {
 json_t *net_log_entry_json(const struct net_log_entry *le, const char *id, const char *org) {
   char dst[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &le->daddr, dst, sizeof(dst));
-  const char *proto = le->proto == IPPROTO_TCP ? "tcp" : le->proto == IPPROTO_UDP ? "udp"
-                      : le->proto == IPPROTO_ICMP ? "icmp" : "other";
-  return json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:i, s:s?, s:s, s:s}", "seq", (json_int_t)le->seq + 1, "time_ms",
-                   (json_int_t)le->time_ms, "sandbox_id", id, "org", org, "protocol", proto, "destination", dst,
-                   "port", (int)le->dport, "name", le->name[0] ? le->name : NULL, "verdict",
-                   le->allowed ? "allowed" : "denied", "reason", le->reason);
+  const char *proto = le->proto == IPPROTO_TCP    ? "tcp"
+                      : le->proto == IPPROTO_UDP  ? "udp"
+                      : le->proto == IPPROTO_ICMP ? "icmp"
+                                                  : "other";
+  return json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:i, s:s?, s:s, s:s}", "seq", (json_int_t)le->seq + 1,
+                   "time_ms", (json_int_t)le->time_ms, "sandbox_id", id, "org", org, "protocol", proto,
+                   "destination", dst, "port", (int)le->dport, "name", le->name[0] ? le->name : NULL,
+                   "verdict", le->allowed ? "allowed" : "denied", "reason", le->reason);
 }
 
 void moat_net_set_log_hook(struct moat_net *n, moat_net_log_hook fn, void *arg) {
@@ -801,7 +808,8 @@ static void *worker_main(void *arg) {
       last_pass = now_ns();
       continue;
     }
-    if (n->prepared < n->warm && n->prepared + n->leased + n->tearing + FIRST_SLOT < n->pool_size && failures < 5) {
+    if (n->prepared < n->warm && n->prepared + n->leased + n->tearing + FIRST_SLOT < n->pool_size &&
+        failures < 5) {
       int pick = -1;
       for (unsigned k = 0; k < n->pool_size && pick < 0; k++) {
         unsigned i = FIRST_SLOT + (next - FIRST_SLOT + k) % (n->pool_size - FIRST_SLOT);
@@ -949,9 +957,10 @@ int moat_net_reconcile(struct moat_net *n, moat_error **err) {
   /* nft: rebuild every set from the leased slots' policies (elements of dead slots go). */
   char *script = NULL;
   size_t len = 0;
-  net_sappend(&script, &len, "flush set inet moat offline\nflush set inet moat egress_deny\nflush set inet moat allow_net\n"
-             "flush set inet moat deny_net\nflush set inet moat allow_dns\nflush set inet moat deny_dns\n"
-                               "flush set inet moat policied\n");
+  net_sappend(&script, &len,
+              "flush set inet moat offline\nflush set inet moat egress_deny\nflush set inet moat allow_net\n"
+              "flush set inet moat deny_net\nflush set inet moat allow_dns\nflush set inet moat deny_dns\n"
+              "flush set inet moat policied\n");
   pthread_mutex_lock(&n->policy_lock); /* no bind changes a slot's elements meanwhile */
   pthread_mutex_lock(&n->lock);
   for (unsigned i = FIRST_SLOT; i < n->pool_size; i++)
@@ -1124,7 +1133,8 @@ static int uplink_open(struct moat_net *n, moat_error **err) {
     return -1;
   _cleanup_close_ int fd = net_socket_in(n->outside_fd, AF_INET, SOCK_DGRAM, 0, err);
   int oidx = fd >= 0 ? ifindex_of(fd, n->outside_link) : -1;
-  int r = oidx < 0 || nl_talk(nl, addr_msg(buf, oidx, outside, 30), 1) < 0 || nl_talk(nl, up_msg(buf, oidx), 2) < 0;
+  int r = oidx < 0 || nl_talk(nl, addr_msg(buf, oidx, outside, 30), 1) < 0 ||
+          nl_talk(nl, up_msg(buf, oidx), 2) < 0;
   mnl_socket_close(nl);
   if (r)
     return moat_error_errno(err, "configure %s in the uplink namespace", n->outside_link);
@@ -1143,7 +1153,8 @@ static int router_setup(struct moat_net *n, moat_error **err) {
     return err && *err ? -1 : moat_error_errno(err, "sysctls of the routing namespace");
   char buf[NET_NLBUF];
   int lo = router_ifindex(n, "lo");
-  if (lo < 0 || router_talk(n, up_msg(buf, lo)) < 0 || router_talk(n, addr_msg(buf, lo, net_dns_ip(n), 32)) < 0)
+  if (lo < 0 || router_talk(n, up_msg(buf, lo)) < 0 ||
+      router_talk(n, addr_msg(buf, lo, net_dns_ip(n), 32)) < 0)
     return moat_error_errno(err, "routing namespace: lo");
   return 0;
 }
@@ -1185,7 +1196,8 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
       goto fail;
     }
   if (parse_upstream(cfg->dns_upstream, &n->upstream) < 0) {
-    moat_error_set(err, EINVAL, "DNS upstream %s: expected IP or IP:PORT (or a nameserver in /etc/resolv.conf)",
+    moat_error_set(err, EINVAL,
+                   "DNS upstream %s: expected IP or IP:PORT (or a nameserver in /etc/resolv.conf)",
                    cfg->dns_upstream ? cfg->dns_upstream : "(none)");
     goto fail;
   }
@@ -1239,8 +1251,8 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
   uint32_t pb = htonl(n->pool);
   inet_ntop(AF_INET, &pb, pool, sizeof(pool));
   inet_ntop(AF_INET, &n->upstream.sin_addr, up, sizeof(up));
-  log_info("network: uplink %s, pool %s/%u (%u slots), DNS upstream %s:%u, routing namespace %s", cfg->uplink, pool,
-           plen, n->pool_size - FIRST_SLOT, up, ntohs(n->upstream.sin_port), n->ns_path);
+  log_info("network: uplink %s, pool %s/%u (%u slots), DNS upstream %s:%u, routing namespace %s", cfg->uplink,
+           pool, plen, n->pool_size - FIRST_SLOT, up, ntohs(n->upstream.sin_port), n->ns_path);
   *out = n;
   return 0;
 fail:

@@ -79,7 +79,7 @@ int moat_net_connect_port(int netns_fd, unsigned port, int timeout_ms, moat_erro
 
 /* ---- policy ---- */
 
-#define MOAT_NET_MAX_RULES 1024  /* entries in allow + deny */
+#define MOAT_NET_MAX_RULES 1024 /* entries in allow + deny */
 #define MOAT_NET_MAX_NAME 253
 
 /* Validates a policy object {internet, egress, allow, deny}: 0, or -1 with EINVAL and a message

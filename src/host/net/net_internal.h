@@ -10,8 +10,8 @@
 
 #include "net.h"
 
-#define NET_LOG_RING 1024  /* log entries kept per slot */
-#define NET_LEARN_MAX 512  /* DNS-learned addresses remembered per slot */
+#define NET_LOG_RING 1024 /* log entries kept per slot */
+#define NET_LEARN_MAX 512 /* DNS-learned addresses remembered per slot */
 #define NET_NFLOG_GROUP 7
 #define NET_DNS_PORT 53
 #define NET_NLBUF 8192 /* netlink message buffers (MNL_SOCKET_BUFFER_SIZE is not a constant) */
@@ -82,15 +82,15 @@ struct net_slot {
 
 struct moat_net {
   char *instance, *state_dir, *ns_path;
-  int router_fd;  /* routing namespace */
-  int outside_fd; /* uplink namespace (a netns path, or moatd's own) */
-  int self_fd;    /* moatd's netns */
+  int router_fd;    /* routing namespace */
+  int outside_fd;   /* uplink namespace (a netns path, or moatd's own) */
+  int self_fd;      /* moatd's netns */
   int router_ioctl; /* AF_INET dgram socket in the routing ns: ifindex lookups without rtnl */
   bool uplink_is_netns;
-  char *uplink_if; /* interface mode: the uplink interface in moatd's netns */
+  char *uplink_if;       /* interface mode: the uplink interface in moatd's netns */
   char outside_link[16]; /* our veth end in the uplink namespace */
-  uint32_t pool;          /* host order, first address */
-  unsigned pool_size;     /* /30s */
+  uint32_t pool;         /* host order, first address */
+  unsigned pool_size;    /* /30s */
   unsigned warm;
   uint16_t api_port;
   char *block_ports;
@@ -107,9 +107,9 @@ struct moat_net {
                                   answers that add elements, reconcile): held across the nft and
                                   netlink round trips and the state-file writes of one change, so
                                   that what is in nft always matches slots[i].pol */
-  pthread_mutex_t lock; /* slots[], prepared/leased/tearing, teardown_head, stopping, worker_started */
-  pthread_cond_t wake;  /* with lock: the worker waits for work */
-  struct net_slot *slots; /* pool_size entries */
+  pthread_mutex_t lock;        /* slots[], prepared/leased/tearing, teardown_head, stopping, worker_started */
+  pthread_cond_t wake;         /* with lock: the worker waits for work */
+  struct net_slot *slots;      /* pool_size entries */
   unsigned prepared, leased, tearing;
   struct net_slot *teardown_head;
   bool stopping;
@@ -126,9 +126,9 @@ struct moat_net {
 
   /* dns.c */
   struct net_dns *dns; /* its pending queries and TCP connections (dns_start .. dns_stop) */
-  int dns_fd;      /* UDP in the routing ns */
-  int dns_tcp_fd;  /* TCP listener in the routing ns */
-  int up_fd;       /* UDP towards the upstream, in the uplink namespace */
+  int dns_fd;          /* UDP in the routing ns */
+  int dns_tcp_fd;      /* TCP listener in the routing ns */
+  int up_fd;           /* UDP towards the upstream, in the uplink namespace */
   pthread_t dns_thread;
   bool dns_started;
   int stop_pipe[2];

@@ -60,32 +60,36 @@ static int parse_entry(const char *field, size_t idx, const char *s, struct net_
   memset(r, 0, sizeof(*r));
   size_t len = strlen(s);
   if (len == 0 || len > MOAT_NET_MAX_NAME + 2)
-    return moat_error_set(err, EINVAL, "network.%s[%zu]: expected an IPv4 address, CIDR, name or *.name", field, idx);
+    return moat_error_set(err, EINVAL, "network.%s[%zu]: expected an IPv4 address, CIDR, name or *.name",
+                          field, idx);
   if (strchr(s, ':'))
-    return moat_error_set(err, EINVAL, "network.%s[%zu]: '%.64s': IPv6 is not supported (sandboxes have IPv4 only)",
-                          field, idx, s);
+    return moat_error_set(err, EINVAL,
+                          "network.%s[%zu]: '%.64s': IPv6 is not supported (sandboxes have IPv4 only)", field,
+                          idx, s);
   if (looks_numeric(s)) {
     char tmp[64];
     if (len >= sizeof(tmp))
-      return moat_error_set(err, EINVAL, "network.%s[%zu]: '%.64s' is not a valid IPv4 address or CIDR", field, idx, s);
+      return moat_error_set(err, EINVAL, "network.%s[%zu]: '%.64s' is not a valid IPv4 address or CIDR",
+                            field, idx, s);
     memcpy(tmp, s, len + 1);
     char *slash = strchr(tmp, '/');
     uint64_t plen = 32;
     if (slash) {
       *slash = '\0';
       if (parse_u64(slash + 1, &plen) < 0 || plen > 32 || !slash[1] || strlen(slash + 1) > 2)
-        return moat_error_set(err, EINVAL, "network.%s[%zu]: '%.64s': the prefix length must be 0 to 32", field,
-                              idx, s);
+        return moat_error_set(err, EINVAL, "network.%s[%zu]: '%.64s': the prefix length must be 0 to 32",
+                              field, idx, s);
     }
     struct in_addr a;
     if (inet_pton(AF_INET, tmp, &a) != 1)
-      return moat_error_set(err, EINVAL, "network.%s[%zu]: '%.64s' is not a valid IPv4 address or CIDR", field,
-                            idx, s);
+      return moat_error_set(err, EINVAL, "network.%s[%zu]: '%.64s' is not a valid IPv4 address or CIDR",
+                            field, idx, s);
     uint32_t h = ntohl(a.s_addr), mask = plen ? ~0u << (32 - plen) : 0;
     if (h & ~mask)
-      return moat_error_set(err, EINVAL, "network.%s[%zu]: '%.64s' has host bits set (did you mean %u.%u.%u.%u/%u?)",
-                            field, idx, s, (h & mask) >> 24, ((h & mask) >> 16) & 255, ((h & mask) >> 8) & 255,
-                            h & mask & 255, (unsigned)plen);
+      return moat_error_set(err, EINVAL,
+                            "network.%s[%zu]: '%.64s' has host bits set (did you mean %u.%u.%u.%u/%u?)",
+                            field, idx, s, (h & mask) >> 24, ((h & mask) >> 16) & 255,
+                            ((h & mask) >> 8) & 255, h & mask & 255, (unsigned)plen);
     r->kind = RULE_CIDR;
     r->addr = h;
     r->plen = (uint8_t)plen;
@@ -130,7 +134,8 @@ static int parse_list(json_t *arr, const char *field, struct net_rule **out, siz
   size_t sz = json_array_size(arr);
   *total += sz;
   if (*total > MOAT_NET_MAX_RULES)
-    return moat_error_set(err, EINVAL, "network: at most %d entries in allow and deny together (got %zu or more)",
+    return moat_error_set(err, EINVAL,
+                          "network: at most %d entries in allow and deny together (got %zu or more)",
                           MOAT_NET_MAX_RULES, *total);
   *out = xcalloc(sz ? sz : 1, sizeof(struct net_rule));
   for (size_t i = 0; i < sz; i++) {

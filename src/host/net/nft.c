@@ -79,7 +79,9 @@ static int run_ctx(struct moat_net *n, struct nft_ctx *ctx, const char *script, 
   return ret;
 }
 
-int nft_run(struct moat_net *n, const char *script, moat_error **err) { return run_ctx(n, n->nft, script, err); }
+int nft_run(struct moat_net *n, const char *script, moat_error **err) {
+  return run_ctx(n, n->nft, script, err);
+}
 
 static void ip_str(uint32_t be, char out[INET_ADDRSTRLEN]) { inet_ntop(AF_INET, &be, out, INET_ADDRSTRLEN); }
 
@@ -180,38 +182,43 @@ int nft_open(struct moat_net *n, moat_error **err) {
               "add element inet moat hostaddrs { ");
   host_addrs(n, &s, &len);
   net_sappend(&s, &len, " }\nadd element inet moat blockports { %s }\n", n->block_ports);
-  net_sappend(&s, &len,
-              "add rule inet moat pre iifname \"mv*\" meta nfproto ipv6 drop\n"
-              "add rule inet moat input iif lo accept\n"
-              "add rule inet moat input ct state established,related accept\n"
-              /* a sandbox sends only from its own address (checked for new flows: a spoofed
-               * packet never matches an established one) */
-              "add rule inet moat input iifname \"mv*\" fib saddr . iif oif missing drop\n"
-              "add rule inet moat input iifname \"mv*\" ip saddr @offline drop\n"
-              "add rule inet moat input iifname \"mv*\" ip daddr %s udp dport 53 accept\n"
-              "add rule inet moat input iifname \"mv*\" ip daddr %s tcp dport 53 accept\n"
-              "add rule inet moat input iifname \"mv*\" ct state new log group " NFLOG_G " prefix \"D host\" drop\n"
-              "add rule inet moat forward ct state established,related accept\n"
-              "add rule inet moat forward ct state invalid drop\n"
-              "add rule inet moat forward iifname \"mv*\" jump egress\n"
-              "add rule inet moat egress fib saddr . iif oif missing drop\n"
-              "add rule inet moat egress ip saddr @offline log group " NFLOG_G " prefix \"D offline\" drop\n"
-              "add rule inet moat egress meta nfproto ipv6 drop\n"
-              "add rule inet moat egress oifname \"mv*\" log group " NFLOG_G " prefix \"D sandbox\" drop\n"
-              "add rule inet moat egress ip daddr 169.254.0.0/16 log group " NFLOG_G " prefix \"D link-local\" drop\n"
-              "add rule inet moat egress ip daddr @hostaddrs log group " NFLOG_G " prefix \"D host\" drop\n"
-              "add rule inet moat egress tcp dport @blockports log group " NFLOG_G " prefix \"D port\" drop\n"
-              "add rule inet moat egress udp dport @blockports log group " NFLOG_G " prefix \"D port\" drop\n"
-              "add rule inet moat egress ip saddr != @policied oifname \"mup0\" log group " NFLOG_G " prefix \"A default\" accept\n"
-              "add rule inet moat egress ip saddr . ip daddr @deny_net log group " NFLOG_G " prefix \"D policy\" drop\n"
-              "add rule inet moat egress ip saddr . ip daddr @deny_dns log group " NFLOG_G " prefix \"D name\" drop\n"
-              "add rule inet moat egress ip saddr . ip daddr @allow_net log group " NFLOG_G " prefix \"A policy\" accept\n"
-              "add rule inet moat egress ip saddr . ip daddr @allow_dns log group " NFLOG_G " prefix \"A name\" accept\n"
-              "add rule inet moat egress ip saddr @egress_deny log group " NFLOG_G " prefix \"D default\" drop\n"
-              "add rule inet moat egress oifname \"mup0\" log group " NFLOG_G " prefix \"A default\" accept\n"
-              "add rule inet moat egress log group " NFLOG_G " prefix \"D route\" drop\n"
-              "add rule inet moat post oifname \"mup0\" masquerade\n",
-              dns, dns);
+  net_sappend(
+      &s, &len,
+      "add rule inet moat pre iifname \"mv*\" meta nfproto ipv6 drop\n"
+      "add rule inet moat input iif lo accept\n"
+      "add rule inet moat input ct state established,related accept\n"
+      /* a sandbox sends only from its own address (checked for new flows: a spoofed
+       * packet never matches an established one) */
+      "add rule inet moat input iifname \"mv*\" fib saddr . iif oif missing drop\n"
+      "add rule inet moat input iifname \"mv*\" ip saddr @offline drop\n"
+      "add rule inet moat input iifname \"mv*\" ip daddr %s udp dport 53 accept\n"
+      "add rule inet moat input iifname \"mv*\" ip daddr %s tcp dport 53 accept\n"
+      "add rule inet moat input iifname \"mv*\" ct state new log group " NFLOG_G " prefix \"D host\" drop\n"
+      "add rule inet moat forward ct state established,related accept\n"
+      "add rule inet moat forward ct state invalid drop\n"
+      "add rule inet moat forward iifname \"mv*\" jump egress\n"
+      "add rule inet moat egress fib saddr . iif oif missing drop\n"
+      "add rule inet moat egress ip saddr @offline log group " NFLOG_G " prefix \"D offline\" drop\n"
+      "add rule inet moat egress meta nfproto ipv6 drop\n"
+      "add rule inet moat egress oifname \"mv*\" log group " NFLOG_G " prefix \"D sandbox\" drop\n"
+      "add rule inet moat egress ip daddr 169.254.0.0/16 log group " NFLOG_G " prefix \"D link-local\" drop\n"
+      "add rule inet moat egress ip daddr @hostaddrs log group " NFLOG_G " prefix \"D host\" drop\n"
+      "add rule inet moat egress tcp dport @blockports log group " NFLOG_G " prefix \"D port\" drop\n"
+      "add rule inet moat egress udp dport @blockports log group " NFLOG_G " prefix \"D port\" drop\n"
+      "add rule inet moat egress ip saddr != @policied oifname \"mup0\" log group " NFLOG_G
+      " prefix \"A default\" accept\n"
+      "add rule inet moat egress ip saddr . ip daddr @deny_net log group " NFLOG_G
+      " prefix \"D policy\" drop\n"
+      "add rule inet moat egress ip saddr . ip daddr @deny_dns log group " NFLOG_G " prefix \"D name\" drop\n"
+      "add rule inet moat egress ip saddr . ip daddr @allow_net log group " NFLOG_G
+      " prefix \"A policy\" accept\n"
+      "add rule inet moat egress ip saddr . ip daddr @allow_dns log group " NFLOG_G
+      " prefix \"A name\" accept\n"
+      "add rule inet moat egress ip saddr @egress_deny log group " NFLOG_G " prefix \"D default\" drop\n"
+      "add rule inet moat egress oifname \"mup0\" log group " NFLOG_G " prefix \"A default\" accept\n"
+      "add rule inet moat egress log group " NFLOG_G " prefix \"D route\" drop\n"
+      "add rule inet moat post oifname \"mup0\" masquerade\n",
+      dns, dns);
   int r = nft_run(n, s, err);
   free(s);
   return r < 0 ? moat_error_wrap(err, "build table inet moat") : 0;
@@ -244,15 +251,15 @@ int nft_uplink_open(struct moat_net *n, moat_error **err) {
   _cleanup_free_ char *t = uplink_table(n);
   char link[INET_ADDRSTRLEN];
   ip_str(htonl(n->pool + 6), link);
-  _cleanup_free_ char *s = xasprintf(
-      "add table ip %s\n"
-      "add chain ip %s post { type nat hook postrouting priority 100; policy accept; }\n"
-      "add chain ip %s fwd { type filter hook forward priority 0; policy accept; }\n"
-      "flush chain ip %s post\nflush chain ip %s fwd\n"
-      "add rule ip %s post ip saddr %s oifname \"%s\" masquerade\n"
-      "add rule ip %s fwd iifname \"%s\" oifname != \"%s\" drop\n"
-      "add rule ip %s fwd iifname \"%s\" ip daddr 169.254.0.0/16 drop\n",
-      t, t, t, t, t, t, link, n->uplink_if, t, n->outside_link, n->uplink_if, t, n->outside_link);
+  _cleanup_free_ char *s =
+      xasprintf("add table ip %s\n"
+                "add chain ip %s post { type nat hook postrouting priority 100; policy accept; }\n"
+                "add chain ip %s fwd { type filter hook forward priority 0; policy accept; }\n"
+                "flush chain ip %s post\nflush chain ip %s fwd\n"
+                "add rule ip %s post ip saddr %s oifname \"%s\" masquerade\n"
+                "add rule ip %s fwd iifname \"%s\" oifname != \"%s\" drop\n"
+                "add rule ip %s fwd iifname \"%s\" ip daddr 169.254.0.0/16 drop\n",
+                t, t, t, t, t, t, link, n->uplink_if, t, n->outside_link, n->uplink_if, t, n->outside_link);
   n->nft_self = ctx_in(n->self_fd, err);
   if (!n->nft_self)
     return -1;

@@ -1,4 +1,5 @@
-/* guest_client.c -- the host side of the guest protocol: one connection per operation (exec, processes, files, watch) */
+/* guest_client.c -- the host side of the guest protocol: one connection per operation (exec, processes,
+ * files, watch) */
 #include "guest_client.h"
 
 #include <errno.h>
@@ -27,7 +28,8 @@ void moat_guest_channel_configure(struct moat_guest_channel *ch, unsigned timeou
 }
 
 bool moat_guest_ep_same(const struct moat_guest_ep *a, const struct moat_guest_ep *b) {
-  return a->ch == b->ch && a->pid == b->pid && a->uid == b->uid && strncmp(a->path, b->path, sizeof(a->path)) == 0;
+  return a->ch == b->ch && a->pid == b->pid && a->uid == b->uid &&
+         strncmp(a->path, b->path, sizeof(a->path)) == 0;
 }
 
 /* One connection to a guest: its socket, whom it belongs to and when the guest last spoke. */
@@ -49,12 +51,15 @@ static int pass_error(moat_error **err, moat_error *e) {
 
 static uint64_t ms_ns(uint64_t ms) { return ms * 1000000ull; }
 
-static bool ep_frozen(const struct moat_guest_ep *ep) { return ep->ch && ep->ch->ops->frozen && ep->ch->ops->frozen(ep); }
+static bool ep_frozen(const struct moat_guest_ep *ep) {
+  return ep->ch && ep->ch->ops->frozen && ep->ch->ops->frozen(ep);
+}
 
 static int unreachable(const struct gconn *g, const char *what, moat_error **err) {
   if (g->ep.ch && g->ep.ch->unreachable)
     g->ep.ch->unreachable(&g->ep, g->ep.ch->unreachable_arg);
-  return moat_error_set(err, EHOSTUNREACH, "sandbox guest did not answer for %u ms (%s)", g->timeout_ms, what);
+  return moat_error_set(err, EHOSTUNREACH, "sandbox guest did not answer for %u ms (%s)", g->timeout_ms,
+                        what);
 }
 
 /* Connects to ep through its channel. */
@@ -233,7 +238,6 @@ void moat_exec_result_free(struct moat_exec_result *r) {
   memset(r, 0, sizeof(*r));
 }
 
-
 struct stdin_feed {
   struct gconn *g;
   pthread_mutex_t *lock;
@@ -307,8 +311,9 @@ static int check_target(int pid, const char *tag, moat_error **err) {
   return 0;
 }
 
-int moat_guest_exec_start(const struct moat_guest_ep *ep, const struct moat_exec_req *req, const struct moat_exec_opts *opts,
-                          struct moat_proc_stream **out, int *pid, moat_error **err) {
+int moat_guest_exec_start(const struct moat_guest_ep *ep, const struct moat_exec_req *req,
+                          const struct moat_exec_opts *opts, struct moat_proc_stream **out, int *pid,
+                          moat_error **err) {
   static const struct moat_exec_opts none = {0};
   if (!opts)
     opts = &none;
@@ -367,7 +372,8 @@ int moat_guest_exec_start(const struct moat_guest_ep *ep, const struct moat_exec
   if (has_stdin) {
     /* stdin is fed by a thread while the caller drains output: a command that writes a lot before
      * reading its input cannot deadlock the two directions. */
-    s->feed = (struct stdin_feed){.g = &s->g, .lock = &s->send_lock, .data = req->stdin_data, .len = req->stdin_len};
+    s->feed = (struct stdin_feed){
+        .g = &s->g, .lock = &s->send_lock, .data = req->stdin_data, .len = req->stdin_len};
     s->feeding = pthread_create(&s->feeder, NULL, feed_stdin, &s->feed) == 0;
     if (!s->feeding) {
       moat_proc_stream_close(s);
@@ -423,8 +429,8 @@ static int parse_proc(const struct moat_msg *m, struct moat_proc_info *p, moat_e
   return 0;
 }
 
-int moat_guest_attach(const struct moat_guest_ep *ep, int pid, const char *tag, bool replay, struct moat_proc_stream **out,
-                      struct moat_proc_info *info, moat_error **err) {
+int moat_guest_attach(const struct moat_guest_ep *ep, int pid, const char *tag, bool replay,
+                      struct moat_proc_stream **out, struct moat_proc_info *info, moat_error **err) {
   *out = NULL;
   if (info)
     memset(info, 0, sizeof(*info));
@@ -451,7 +457,8 @@ int moat_guest_attach(const struct moat_guest_ep *ep, int pid, const char *tag, 
   return ret;
 }
 
-int moat_proc_stream_next(struct moat_proc_stream *s, struct moat_proc_event *ev, int timeout_ms, moat_error **err) {
+int moat_proc_stream_next(struct moat_proc_stream *s, struct moat_proc_event *ev, int timeout_ms,
+                          moat_error **err) {
   memset(ev, 0, sizeof(*ev));
   for (;;) {
     if (s->ended)
@@ -546,8 +553,8 @@ int moat_proc_stream_resize(struct moat_proc_stream *s, uint32_t cols, uint32_t 
   return r;
 }
 
-int moat_guest_proc_stdin(const struct moat_guest_ep *ep, int pid, const char *tag, const void *data, size_t len,
-                          bool close_stdin, moat_error **err) {
+int moat_guest_proc_stdin(const struct moat_guest_ep *ep, int pid, const char *tag, const void *data,
+                          size_t len, bool close_stdin, moat_error **err) {
   if (check_target(pid, tag, err) < 0)
     return -1;
   const char *p = data;
@@ -570,7 +577,8 @@ int moat_guest_proc_stdin(const struct moat_guest_ep *ep, int pid, const char *t
   return 0;
 }
 
-int moat_guest_proc_signal(const struct moat_guest_ep *ep, int pid, const char *tag, int signal, moat_error **err) {
+int moat_guest_proc_signal(const struct moat_guest_ep *ep, int pid, const char *tag, int signal,
+                           moat_error **err) {
   if (check_target(pid, tag, err) < 0)
     return -1;
   struct moat_msg m;
@@ -582,8 +590,8 @@ int moat_guest_proc_signal(const struct moat_guest_ep *ep, int pid, const char *
   return r;
 }
 
-int moat_guest_proc_resize(const struct moat_guest_ep *ep, int pid, const char *tag, uint32_t cols, uint32_t rows,
-                           moat_error **err) {
+int moat_guest_proc_resize(const struct moat_guest_ep *ep, int pid, const char *tag, uint32_t cols,
+                           uint32_t rows, moat_error **err) {
   if (check_target(pid, tag, err) < 0)
     return -1;
   struct moat_msg m;
@@ -599,8 +607,9 @@ int moat_guest_proc_resize(const struct moat_guest_ep *ep, int pid, const char *
 /* Sends req on a new connection and collects the item_type frames that answer it, up to END,
  * into a growing array of item_size elements filled by parse. On error the parsed elements are
  * released with free_items and *n is 0. */
-static int collect_list(const struct moat_guest_ep *ep, struct moat_msg *req, uint8_t item_type, const char *what,
-                        size_t item_size, int (*parse)(const struct moat_msg *, void *, moat_error **),
+static int collect_list(const struct moat_guest_ep *ep, struct moat_msg *req, uint8_t item_type,
+                        const char *what, size_t item_size,
+                        int (*parse)(const struct moat_msg *, void *, moat_error **),
                         void (*free_items)(void *, size_t), void **out, size_t *n, moat_error **err) {
   *out = NULL;
   *n = 0;
@@ -642,15 +651,18 @@ out:
   return ret;
 }
 
-static int parse_proc_any(const struct moat_msg *m, void *item, moat_error **err) { return parse_proc(m, item, err); }
+static int parse_proc_any(const struct moat_msg *m, void *item, moat_error **err) {
+  return parse_proc(m, item, err);
+}
 static void free_procs_any(void *v, size_t n) { moat_proc_infos_free(v, n); }
 
-int moat_guest_procs(const struct moat_guest_ep *ep, struct moat_proc_info **out, size_t *n, moat_error **err) {
+int moat_guest_procs(const struct moat_guest_ep *ep, struct moat_proc_info **out, size_t *n,
+                     moat_error **err) {
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REQ_PROCS);
   void *v;
-  int ret = collect_list(ep, &m, MOAT_REP_PROC, "process list", sizeof(struct moat_proc_info),
-                         parse_proc_any, free_procs_any, &v, n, err);
+  int ret = collect_list(ep, &m, MOAT_REP_PROC, "process list", sizeof(struct moat_proc_info), parse_proc_any,
+                         free_procs_any, &v, n, err);
   *out = v;
   moat_msg_free(&m);
   return ret;
@@ -725,8 +737,8 @@ void moat_watch_close(struct moat_watch *w) {
   free(w);
 }
 
-int moat_guest_exec(const struct moat_guest_ep *ep, const struct moat_exec_req *req, struct moat_exec_result *res,
-                    moat_error **err) {
+int moat_guest_exec(const struct moat_guest_ep *ep, const struct moat_exec_req *req,
+                    struct moat_exec_result *res, moat_error **err) {
   memset(res, 0, sizeof(*res));
   struct moat_proc_stream *s = NULL;
   int pid = 0;
@@ -854,8 +866,8 @@ static int parse_entry(const struct moat_msg *m, struct moat_file_entry *e, moat
   return 0;
 }
 
-int moat_guest_stat(const struct moat_guest_ep *ep, const char *path, const char *user, struct moat_file_entry *out,
-                    moat_error **err) {
+int moat_guest_stat(const struct moat_guest_ep *ep, const char *path, const char *user,
+                    struct moat_file_entry *out, moat_error **err) {
   struct gconn g;
   if (gc_open(&g, ep, err) < 0)
     return -1;
@@ -884,8 +896,8 @@ int moat_guest_list(const struct moat_guest_ep *ep, const char *path, const char
   put_user(&m, user);
   moat_msg_put_u32(&m, MOAT_T_DEPTH, depth ? depth : 1);
   void *v;
-  int ret = collect_list(ep, &m, MOAT_REP_ENTRY, "listing", sizeof(struct moat_file_entry),
-                         parse_entry_any, free_entries_any, &v, n, err);
+  int ret = collect_list(ep, &m, MOAT_REP_ENTRY, "listing", sizeof(struct moat_file_entry), parse_entry_any,
+                         free_entries_any, &v, n, err);
   *out = v;
   moat_msg_free(&m);
   return ret;

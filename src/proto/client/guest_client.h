@@ -1,7 +1,7 @@
 /* guest_client.h -- the host side of the guest protocol (see proto/proto.h)
  *
- * Every call opens its own connection to the sandbox's guest through its driver's channel, so calls on one sandbox run
- * concurrently. Errors carry the guest's errno in err->status (ENOENT, EEXIST, ENOTDIR, EISDIR,
+ * Every call opens its own connection to the sandbox's guest through its driver's channel, so calls on one
+ * sandbox run concurrently. Errors carry the guest's errno in err->status (ENOENT, EEXIST, ENOTDIR, EISDIR,
  * EACCES, ENOSPC, EINVAL, ...) so the API can choose an HTTP status. A guest that cannot be
  * reached gives ECONNREFUSED (nothing listens: it died), EPIPE / ECONNRESET / EPROTO (it closed or
  * broke the protocol, or its socket's peer is not the sandbox's init) or EHOSTUNREACH (it stopped
@@ -83,10 +83,10 @@ struct moat_exec_req {
 
 /* Options of a streamed or background exec; zero = defaults. */
 struct moat_exec_opts {
-  bool background;          /* reply with the pid at once; the process runs on */
-  const char *tag;          /* NULL or [A-Za-z0-9_.-]{1,64} */
+  bool background;             /* reply with the pid at once; the process runs on */
+  const char *tag;             /* NULL or [A-Za-z0-9_.-]{1,64} */
   uint32_t pty_cols, pty_rows; /* both non-zero: run on a pseudo-terminal */
-  bool keep_on_disconnect;  /* a dropped stream connection does not kill the process */
+  bool keep_on_disconnect;     /* a dropped stream connection does not kill the process */
 };
 
 struct moat_exec_result {
@@ -106,8 +106,8 @@ void moat_exec_result_free(struct moat_exec_result *r);
 
 /* Runs a command to completion. Returns 0 and fills res (also for non-zero exit codes and
  * timeouts), or -1 when the command could not be started (err->status from the guest). */
-int moat_guest_exec(const struct moat_guest_ep *ep, const struct moat_exec_req *req, struct moat_exec_result *res,
-                    moat_error **err);
+int moat_guest_exec(const struct moat_guest_ep *ep, const struct moat_exec_req *req,
+                    struct moat_exec_result *res, moat_error **err);
 
 /* A live connection to one process: the output of an exec/stream or of an attach. Events are
  * pulled one at a time; input may be pushed while output flows. Close with
@@ -146,15 +146,17 @@ void moat_proc_infos_free(struct moat_proc_info *v, size_t n);
 
 /* Starts a command and returns its stream; *pid is set from REP_STARTED. For opts->background
  * the guest closes at once: *out is set to NULL and only *pid is meaningful. */
-int moat_guest_exec_start(const struct moat_guest_ep *ep, const struct moat_exec_req *req, const struct moat_exec_opts *opts,
-                          struct moat_proc_stream **out, int *pid, moat_error **err);
+int moat_guest_exec_start(const struct moat_guest_ep *ep, const struct moat_exec_req *req,
+                          const struct moat_exec_opts *opts, struct moat_proc_stream **out, int *pid,
+                          moat_error **err);
 /* Attaches to a process by pid (> 0) or tag; replay sends the retained output first. info may be
  * NULL. ESRCH when there is no such process. */
-int moat_guest_attach(const struct moat_guest_ep *ep, int pid, const char *tag, bool replay, struct moat_proc_stream **out,
-                      struct moat_proc_info *info, moat_error **err);
+int moat_guest_attach(const struct moat_guest_ep *ep, int pid, const char *tag, bool replay,
+                      struct moat_proc_stream **out, struct moat_proc_info *info, moat_error **err);
 /* Returns 1 and fills ev, 0 when the stream ended without an exit event (guest closed), -1 on
  * error. timeout_ms < 0 waits forever; on timeout returns -1 with ETIMEDOUT (the stream stays usable). */
-int moat_proc_stream_next(struct moat_proc_stream *s, struct moat_proc_event *ev, int timeout_ms, moat_error **err);
+int moat_proc_stream_next(struct moat_proc_stream *s, struct moat_proc_event *ev, int timeout_ms,
+                          moat_error **err);
 int moat_proc_stream_input(struct moat_proc_stream *s, const void *data, size_t len, moat_error **err);
 int moat_proc_stream_close_input(struct moat_proc_stream *s, moat_error **err);
 int moat_proc_stream_resize(struct moat_proc_stream *s, uint32_t cols, uint32_t rows, moat_error **err);
@@ -163,12 +165,14 @@ int moat_proc_stream_fd(const struct moat_proc_stream *s);
 void moat_proc_stream_close(struct moat_proc_stream *s);
 
 /* One-shot process operations, by pid (> 0) or tag. */
-int moat_guest_proc_stdin(const struct moat_guest_ep *ep, int pid, const char *tag, const void *data, size_t len,
-                          bool close_stdin, moat_error **err);
-int moat_guest_proc_signal(const struct moat_guest_ep *ep, int pid, const char *tag, int signal, moat_error **err);
-int moat_guest_proc_resize(const struct moat_guest_ep *ep, int pid, const char *tag, uint32_t cols, uint32_t rows,
+int moat_guest_proc_stdin(const struct moat_guest_ep *ep, int pid, const char *tag, const void *data,
+                          size_t len, bool close_stdin, moat_error **err);
+int moat_guest_proc_signal(const struct moat_guest_ep *ep, int pid, const char *tag, int signal,
                            moat_error **err);
-int moat_guest_procs(const struct moat_guest_ep *ep, struct moat_proc_info **out, size_t *n, moat_error **err);
+int moat_guest_proc_resize(const struct moat_guest_ep *ep, int pid, const char *tag, uint32_t cols,
+                           uint32_t rows, moat_error **err);
+int moat_guest_procs(const struct moat_guest_ep *ep, struct moat_proc_info **out, size_t *n,
+                     moat_error **err);
 
 /* File system events under a path (inotify in the guest). */
 struct moat_watch;
@@ -209,8 +213,8 @@ struct moat_file_entry {
 void moat_file_entry_clear(struct moat_file_entry *e);
 void moat_file_entries_free(struct moat_file_entry *v, size_t n);
 
-int moat_guest_stat(const struct moat_guest_ep *ep, const char *path, const char *user, struct moat_file_entry *out,
-                    moat_error **err);
+int moat_guest_stat(const struct moat_guest_ep *ep, const char *path, const char *user,
+                    struct moat_file_entry *out, moat_error **err);
 int moat_guest_list(const struct moat_guest_ep *ep, const char *path, const char *user, uint32_t depth,
                     struct moat_file_entry **out, size_t *n, moat_error **err);
 int moat_guest_mkdir(const struct moat_guest_ep *ep, const char *path, const char *user, bool parents,
