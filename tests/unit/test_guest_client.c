@@ -573,35 +573,24 @@ static void test_exec_compat(void) {
   strv_free(argv);
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-static void test_latency(void) {
+/* Many execs in a row, each on its connection: none fails (their speed is make bench's). */
+static void test_many_execs(void) {
   enum { N = 300 };
-  uint64_t v[N];
   char **argv = av("true", NULL, NULL);
   struct moat_exec_req rq = {.argv = argv};
-  bool ok = true;
-  for (int i = 0; i < N + 20; i++) {
+  int done = 0;
+  for (int i = 0; i < N; i++) {
     struct moat_exec_result res;
     moat_error *err = NULL;
-    uint64_t t0 = t_now_us();
     if (moat_guest_exec(sock(), &rq, &res, &err) < 0) {
-      ok = false;
       moat_error_free(&err);
       break;
     }
-    if (i >= 20)
-      v[i - 20] = t_now_us() - t0;
+    done += res.exit_code == 0;
     moat_exec_result_free(&res);
   }
   strv_free(argv);
-  qsort(v, N, sizeof(uint64_t), cmp_u64);
-  printf("# true via moat_guest_exec: p50 %llu us p90 %llu us p99 %llu us\n", (unsigned long long)v[N / 2],
-         (unsigned long long)v[N * 9 / 10], (unsigned long long)v[N * 99 / 100]);
-  CHECK(ok && v[N / 2] < 5000, "exec round trip p50 under 5 ms (%llu us)", (unsigned long long)v[N / 2]);
+  CHECK(done == N, "%d execs in a row succeed (%d did)", N, done);
 }
 
 int main(void) {
@@ -618,7 +607,7 @@ int main(void) {
   test_pty();
   test_watch();
   test_garbage_on_attach();
-  test_latency();
+  test_many_execs();
   g_stop();
   return tap_done();
 }
