@@ -25,6 +25,7 @@
 #include "../common/sha256.h"
 #include "../common/util.h"
 #include "../store/store.h"
+#include "../host/images.h"
 #include "control_internal.h"
 #include "spec.h"
 
@@ -746,9 +747,6 @@ int moat_control_key_create(const char *data_dir, const char *org, char **key, m
   if (!org || !*org || strlen(org) > 128)
     return moat_error_set(err, EINVAL, "org: must be 1 to 128 bytes");
   _cleanup_free_ char *db = xasprintf("%s/moat.db", data_dir);
-  struct stat st;
-  if (stat(data_dir, &st) < 0)
-    return moat_error_errno(err, "data dir %s", data_dir);
   struct moat_store *s;
   if (moat_store_open(&s, db, err) < 0)
     return -1;
@@ -879,7 +877,7 @@ static int recover(struct moat_control *c, moat_error **err) {
     if (st == MOAT_SB_HIBERNATED) {
       /* No process to adopt: it lives on as its image in DATA/hibernate/ID. */
       _cleanup_free_ char *img = xasprintf("%s/%s", c->hib_dir, r->id);
-      if (access(img, F_OK) == 0) {
+      if (moat_image_dir_exists(img)) {
         struct live *e = live_new(r->id, r->org);
         e->state = st;
         e->env = parse_object(r->env_json);

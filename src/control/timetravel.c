@@ -12,19 +12,17 @@
  * kill, exec or second transition of the same sandbox waits for it.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common/assert.h"
 #include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "../host/images.h"
 #include "control_internal.h"
 
 #define IDLE_CPU_THRESHOLD 0.02 /* of one CPU: above this a sandbox is busy, never idle-hibernated */
@@ -58,8 +56,6 @@ static struct ckpt_ref *ref_get(struct moat_control *c, struct ckpt_ref *r) {
   return r;
 }
 
-static void remove_dir(const char *path);
-
 static void ref_put(struct moat_control *c, struct ckpt_ref *r) {
   pthread_mutex_lock(&c->explore_lock);
   moat_assert(r->refs > 0, "checkpoint %s released more often than taken", r->dir);
@@ -67,7 +63,7 @@ static void ref_put(struct moat_control *c, struct ckpt_ref *r) {
   pthread_mutex_unlock(&c->explore_lock);
   if (!last)
     return;
-  remove_dir(r->dir);
+  moat_image_dir_remove(r->dir);
   free(r->dir);
   free(r);
 }
@@ -114,22 +110,6 @@ static int wait_calls(struct live *e, moat_error **err) {
   return 0;
 }
 
-static void fsync_dir(const char *path) {
-  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-}
-
-static void remove_dir(const char *path) {
-  moat_error *err = NULL;
-  if (rm_rf(path, &err) < 0) {
-    log_warn("remove %s: %s", path, moat_error_msg(err));
-    moat_error_free(&err);
-  }
-}
-
 /* Finds org's sandbox id in the table and locks it. NULL with ENOENT (absent, another org's,
  * killed) or EBUSY (a row no live entry backs). */
 static struct live *lock_live(struct moat_control *c, const char *org, const char *id, moat_error **err) {
@@ -166,46 +146,8 @@ static int state_error(struct live *e, const char *what, moat_error **err) {
 
 /* ---- open / close ---- */
 
-/* Removes a leftover of a moatd that died. A CRIU it had started may still be writing into it (it
- * outlives moatd): retry for up to 2 s, then move it out of the way into the temp dir (swept at the
- * next start) so that it is never taken for a snapshot or an image. */
-static void remove_leftover(struct moat_control *c, const char *path, const char *name) {
-  moat_error *err = NULL;
-  for (int i = 0; i < 20; i++) {
-    if (rm_rf(path, &err) == 0)
-      return;
-    moat_error_free(&err);
-    usleep(100000);
-  }
-  char tag[8];
-  random_id(tag, 7);
-  _cleanup_free_ char *dst = xasprintf("%s/stale-%s-%s", c->tmp_dir, name, tag);
-  if (rename(path, dst) < 0)
-    log_error("leftover %s: cannot remove nor move it away: %s", path, strerror(errno));
-  else
-    log_warn("leftover %s is still being written (a CRIU of the previous moatd?): moved to %s", path, dst);
-}
-
-/* Removes entries of dir that keep() rejects. */
-static void sweep(struct moat_control *c, const char *dir,
-                  bool (*keep)(struct moat_control *, const char *)) {
-  DIR *d = opendir(dir);
-  if (!d)
-    return;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL) {
-    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-      continue;
-    if (keep && keep(c, de->d_name))
-      continue;
-    _cleanup_free_ char *p = xasprintf("%s/%s", dir, de->d_name);
-    log_info("removing leftover %s", p);
-    remove_leftover(c, p, de->d_name);
-  }
-  closedir(d);
-}
-
-static bool snapshot_has_row(struct moat_control *c, const char *name) {
+static bool snapshot_has_row(const char *name, void *arg) {
+  struct moat_control *c = arg;
   if (strlen(name) >= 32 || strchr(name, '.'))
     return false; /* SID.partial: a snapshot moatd did not finish */
   struct moat_store_snapshot r;
@@ -219,7 +161,8 @@ static bool snapshot_has_row(struct moat_control *c, const char *name) {
   return true;
 }
 
-static bool hibernated_row(struct moat_control *c, const char *name) {
+static bool hibernated_row(const char *name, void *arg) {
+  struct moat_control *c = arg;
   if (strlen(name) > MOAT_ID_LEN || strchr(name, '.'))
     return false;
   struct moat_store_sandbox r = {0};
@@ -238,12 +181,12 @@ int tt_open(struct moat_control *c, moat_error **err) {
   c->snap_dir = xasprintf("%s/snapshots", c->data_dir);
   c->hib_dir = xasprintf("%s/hibernate", c->data_dir);
   c->tmp_dir = xasprintf("%s/checkpoints-tmp", c->data_dir);
-  if (mkdir_p(c->snap_dir, 0700, err) < 0 || mkdir_p(c->hib_dir, 0700, err) < 0 ||
-      mkdir_p(c->tmp_dir, 0700, err) < 0)
+  if (moat_image_parent_open(c->snap_dir, err) < 0 || moat_image_parent_open(c->hib_dir, err) < 0 ||
+      moat_image_parent_open(c->tmp_dir, err) < 0)
     return moat_error_wrap(err, "time travel dirs");
-  sweep(c, c->tmp_dir, NULL);
-  sweep(c, c->snap_dir, snapshot_has_row);
-  sweep(c, c->hib_dir, hibernated_row);
+  moat_image_dirs_sweep(c->tmp_dir, NULL, NULL, c->tmp_dir);
+  moat_image_dirs_sweep(c->snap_dir, snapshot_has_row, c, c->tmp_dir);
+  moat_image_dirs_sweep(c->hib_dir, hibernated_row, c, c->tmp_dir);
   return 0;
 }
 
@@ -356,21 +299,20 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
     return state_error(e, "checkpoint", err);
   if (e->state == MOAT_SB_RUNNING && wait_calls(e, err) < 0)
     return moat_error_wrap(err, "checkpoint");
-  remove_dir(dir);
-  if (mkdir(dir, 0700) < 0)
-    return moat_error_errno(err, "mkdir %s", dir);
+  if (moat_image_dir_fresh(dir, err) < 0)
+    return -1;
   bool paused = e->state == MOAT_SB_PAUSED;
   if (paused)
     tt_drop_fork_image(c, e); /* thawed for the dump, it may move on */
   if (paused && moat_host_resume(c->host, e->slot, err) < 0) {
-    remove_dir(dir);
+    moat_image_dir_remove(dir);
     return moat_error_wrap(err, "thaw %s for its checkpoint", e->id);
   }
   memset(info, 0, sizeof(*info));
   int rc = moat_host_checkpoint(c->host, e->slot, dir, leave_running, info, err);
   if (rc < 0) {
     host_error(err);
-    remove_dir(dir);
+    moat_image_dir_remove(dir);
   }
   if (paused && (rc < 0 || leave_running)) { /* a hibernate's stays frozen as dumped */
     moat_error *e2 = NULL;
@@ -404,14 +346,10 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
   uint64_t t0 = now_ns();
   if (checkpoint_locked(c, e, part, false, &info, err) < 0)
     return moat_error_wrap(err, "hibernate");
-  remove_dir(dir);
-  if (rename(part, dir) < 0) {
-    moat_error_errno(err, "hibernate %s: rename %s", e->id, part);
-    remove_dir(part);
+  if (moat_image_dir_commit(part, dir, err) < 0) {
     hibernate_undo(c, e);
-    return -1;
+    return moat_error_wrap(err, "hibernate %s", e->id);
   }
-  fsync_dir(c->hib_dir);
   moat_crash_point("hibernate.renamed");
   int64_t now = now_unix_ms();
   bool was_paused = e->state == MOAT_SB_PAUSED;
@@ -425,7 +363,7 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
                               .paused_at_ms = was_paused ? e->paused_at_ms : now};
   if (moat_store_sandbox_move(c->store, e->id, &m, err) < 0) {
     moat_error_wrap(err, "hibernate %s", e->id);
-    remove_dir(dir);
+    moat_image_dir_remove(dir);
     hibernate_undo(c, e);
     return -1;
   }
@@ -506,7 +444,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
   e->busy_at_ms = now;
   e->idle_sample_ms = 0;
   __atomic_store_n(&e->expires_at_ms, x, __ATOMIC_RELAXED);
-  remove_dir(dir);
+  moat_image_dir_remove(dir);
   log_info("sandbox %s woken (%s) into slot %d in %.1f ms", e->id, reason, inst.slot, (now_ns() - t0) / 1e6);
   return 0;
 }
@@ -515,8 +453,8 @@ void tt_forget_hibernated(struct moat_control *c, const char *id) {
   if (!c->hib_dir || strlen(id) > MOAT_ID_LEN)
     return;
   _cleanup_free_ char *dir = xasprintf("%s/%s", c->hib_dir, id);
-  if (access(dir, F_OK) == 0)
-    remove_dir(dir);
+  if (moat_image_dir_exists(dir))
+    moat_image_dir_remove(dir);
 }
 
 int moat_control_hibernate(struct moat_control *c, const char *org, const char *id, moat_error **err) {
@@ -655,13 +593,10 @@ int moat_control_snapshot_create(struct moat_control *c, const char *org, const 
     moat_store_sandbox_clear(&row);
     return moat_error_wrap(err, "snapshot");
   }
-  if (rename(part, dir) < 0) {
-    moat_error_errno(err, "snapshot %s: rename %s", id, part);
-    remove_dir(part);
+  if (moat_image_dir_commit(part, dir, err) < 0) {
     moat_store_sandbox_clear(&row);
-    return -1;
+    return moat_error_wrap(err, "snapshot %s", id);
   }
-  fsync_dir(c->snap_dir);
   moat_crash_point("snapshot.renamed");
   _cleanup_free_ char *meta = dump_object(metadata);
   struct moat_store_snapshot s = {
@@ -683,7 +618,7 @@ int moat_control_snapshot_create(struct moat_control *c, const char *org, const 
   };
   ret = moat_store_snapshot_insert(c->store, &s, err);
   if (ret < 0) {
-    remove_dir(dir);
+    moat_image_dir_remove(dir);
     moat_store_sandbox_clear(&row);
     return moat_error_wrap(err, "snapshot %s", id);
   }
@@ -764,7 +699,7 @@ int moat_control_snapshot_delete(struct moat_control *c, const char *org, const 
   if (moat_store_snapshot_delete(c->store, org, sid, err) < 0)
     return -1;
   _cleanup_free_ char *dir = xasprintf("%s/%s", c->snap_dir, sid);
-  remove_dir(dir);
+  moat_image_dir_remove(dir);
   return 0;
 }
 

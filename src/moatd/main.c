@@ -216,6 +216,13 @@ static int key_create(int argc, char **argv) {
   }
   char *key = NULL;
   moat_error *err = NULL;
+  struct stat st;
+  int st_rc = stat(data_dir, &st);
+  if (st_rc < 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "moatd: key create: data dir %s: %s\n", data_dir,
+            st_rc < 0 ? strerror(errno) : "not a directory");
+    return 1;
+  }
   if (moat_control_key_create(data_dir, org, &key, &err) < 0) {
     fprintf(stderr, "moatd: key create: %s\n", moat_error_msg(err));
     moat_error_free(&err);
