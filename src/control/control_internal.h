@@ -78,7 +78,8 @@ struct moat_control {
   struct ctl_cpu *cpu; /* cpu.c: previous CPU samples */
 
   pthread_mutex_t explore_lock;
-  struct explore *explores; /* keep-best explores awaiting a choice; explore_lock */
+  struct explore *explores;   /* keep-best explores awaiting a choice; explore_lock */
+  struct snap_use *snap_uses; /* timetravel.c: snapshots being restored; explore_lock */
 
   pthread_mutex_t conn_lock;       /* events.c: a leaf */
   struct moat_conn_sub *conn_subs; /* connection-log subscriptions; conn_lock */

@@ -27,13 +27,12 @@
 
 #define IDLE_CPU_THRESHOLD 0.02 /* of one CPU: above this a sandbox is busy, never idle-hibernated */
 
-/* Snapshots being restored right now (delete answers 409 for them); explore_lock. */
+/* A snapshot being restored right now (delete answers 409 for it); c->snap_uses, explore_lock. */
 struct snap_use {
   struct snap_use *next;
   char id[32];
   unsigned n;
 };
-static struct snap_use *snap_uses; /* one moatd per process: a plain static is enough */
 
 /* A checkpoint dir shared by a paused sandbox (its fork image) and the forks restoring from it; the
  * last reference removes it. refs under explore_lock. */
@@ -661,7 +660,7 @@ int moat_control_snapshot_get(struct moat_control *c, const char *org, const cha
 /* Marks snapshot sid in use by a restore (use true) or done (false). */
 static void snap_use(struct moat_control *c, const char *sid, bool use) {
   pthread_mutex_lock(&c->explore_lock);
-  struct snap_use **pp = &snap_uses;
+  struct snap_use **pp = &c->snap_uses;
   while (*pp && strcmp((*pp)->id, sid) != 0)
     pp = &(*pp)->next;
   if (use) {
@@ -680,7 +679,7 @@ static void snap_use(struct moat_control *c, const char *sid, bool use) {
 
 static bool snap_in_use(struct moat_control *c, const char *sid) {
   pthread_mutex_lock(&c->explore_lock);
-  struct snap_use *u = snap_uses;
+  struct snap_use *u = c->snap_uses;
   while (u && strcmp(u->id, sid) != 0)
     u = u->next;
   pthread_mutex_unlock(&c->explore_lock);
