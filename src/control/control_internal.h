@@ -63,7 +63,10 @@ struct moat_control {
   struct moat_host *host;
   struct moat_spec_bounds bounds;
 
-  pthread_mutex_t lock;
+  /* Lock order: a sandbox's m, then lock (a kill removes its entry from the table under m).
+   * lock, reap_lock, explore_lock, ctx_lock and conn_lock are leaves: nothing else is locked and no
+   * guest, host or store call is made under them. */
+  pthread_mutex_t lock; /* guards buckets and each entry's refs, next and in_table */
   struct live *buckets[NBUCKETS];
 
   pthread_t reaper;
