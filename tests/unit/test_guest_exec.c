@@ -68,9 +68,9 @@ static void test_signals_default(void) {
   if (n > 0)
     st[n] = 0;
   const char *ign = strstr(st, "SigIgn:");
-  /* (it may ignore more: what the environment of the test handed down) */
-  unsigned long long want =
-      (1ull << (SIGINT - 1)) | (1ull << (SIGQUIT - 1)) | (1ull << (SIGPIPE - 1)) | (1ull << 32);
+  /* (it may ignore more: what the environment of the test handed down; and ThreadSanitizer keeps
+   * the test from ignoring glibc's reserved 33, so that one is not required here) */
+  unsigned long long want = (1ull << (SIGINT - 1)) | (1ull << (SIGQUIT - 1)) | (1ull << (SIGPIPE - 1));
   CHECK(ign && (strtoull(ign + 7, NULL, 16) & want) == want,
         "the guest really ignores them (its SigIgn %.17s)", ign ? ign + 7 : "?");
 }
