@@ -154,7 +154,7 @@ format:
 	$(CLANG_FORMAT) -i $(FORMAT_SRC)
 
 check-format:
-	@$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_SRC) && echo "check-format: 1 passed, 0 failed"
+	@$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_SRC) && echo "1 passed, 0 failed (check-format)"
 
 clean:
 	rm -rf build

@@ -37,6 +37,11 @@ void moat_strvfreep(char ***v) {
   *v = NULL;
 }
 
+void moat_closedirp(DIR **d) {
+  if (*d)
+    closedir(*d);
+}
+
 void *xmalloc(size_t n) {
   void *p = moat_fault(MOAT_FAULT_ALLOC) ? NULL : malloc(n ? n : 1);
   if (!p)

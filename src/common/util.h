@@ -2,6 +2,7 @@
 #ifndef MOAT_UTIL_H
 #define MOAT_UTIL_H
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,11 +17,13 @@ void moat_freep(void *p);
 void moat_closep(int *fd);
 void moat_fclosep(FILE **f);
 void moat_strvfreep(char ***v);
+void moat_closedirp(DIR **d);
 
 #define _cleanup_free_ __attribute__((cleanup(moat_freep)))
 #define _cleanup_close_ __attribute__((cleanup(moat_closep)))
 #define _cleanup_fclose_ __attribute__((cleanup(moat_fclosep)))
 #define _cleanup_strv_ __attribute__((cleanup(moat_strvfreep)))
+#define _cleanup_dir_ __attribute__((cleanup(moat_closedirp)))
 
 /* Returns *pp and sets *pp to NULL: explicit ownership hand-off. */
 static inline void *moat_steal_pointer(void *pp) {

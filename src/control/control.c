@@ -691,6 +691,29 @@ struct moat_templates *moat_control_templates(struct moat_control *c) {
   return c->templates;
 }
 
+uint64_t moat_control_host_memory_mb(const struct moat_control *c) { return c->bounds.host_memory_mb; }
+
+bool moat_control_template_exists(struct moat_control *c, const char *name) {
+  return c->templates && moat_template_exists(c->templates, name);
+}
+
+int moat_control_template_list(struct moat_control *c, struct moat_template_info **out, size_t *n,
+                               moat_error **err) {
+  *out = NULL;
+  *n = 0;
+  if (!c->templates)
+    return moat_error_set(err, EAGAIN, "templates are not available");
+  return moat_template_list(c->templates, out, n, err);
+}
+
+int moat_control_template_build(struct moat_control *c, const char *name, moat_error **err) {
+  if (!c->templates)
+    return moat_error_set(err, EAGAIN, "templates are not available");
+  if (!moat_template_exists(c->templates, name))
+    return moat_error_set(err, ENOENT, "no template recipe '%s'", name);
+  return moat_template_ensure(c->templates, name, err);
+}
+
 /* ---- API keys ---- */
 
 static char *new_key(void) {

@@ -318,7 +318,18 @@ struct moat_conn_sub *moat_control_conn_subscribe(struct moat_control *c, const 
 json_t *moat_conn_sub_take(struct moat_conn_sub *s, uint64_t *dropped);
 void moat_conn_sub_close(struct moat_conn_sub *s); /* NULL: nothing */
 
-/* Templates. */
+/* The host's memory in MiB (what a sandbox's memory_mb may not exceed). */
+uint64_t moat_control_host_memory_mb(const struct moat_control *c);
+
+/* Templates: the recipes moatd knows and their images. */
+bool moat_control_template_exists(struct moat_control *c, const char *name); /* a recipe of that name */
+/* Every recipe with its state (free with moat_template_infos_free). EAGAIN when moatd has none. */
+int moat_control_template_list(struct moat_control *c, struct moat_template_info **out, size_t *n,
+                               moat_error **err);
+/* Builds template name unless it is built, blocking until it is (also when another call builds it).
+ * ENOENT: no such recipe; EAGAIN when moatd has no templates. */
+int moat_control_template_build(struct moat_control *c, const char *name, moat_error **err);
+/* The handle itself (for the E2B front end until it uses the calls above). */
 struct moat_templates *moat_control_templates(struct moat_control *c);
 
 /* ---- metrics (control/usage.c) ---- */

@@ -70,7 +70,7 @@ static void remove_leftover(const char *path, const char *name, const char *stal
 
 void moat_image_dirs_sweep(const char *parent, bool (*keep)(const char *name, void *arg), void *arg,
                            const char *stale_dir) {
-  DIR *d = opendir(parent);
+  _cleanup_dir_ DIR *d = opendir(parent);
   if (!d)
     return;
   struct dirent *de;
@@ -83,5 +83,4 @@ void moat_image_dirs_sweep(const char *parent, bool (*keep)(const char *name, vo
     log_info("removing leftover %s", p);
     remove_leftover(p, de->d_name, stale_dir);
   }
-  closedir(d);
 }

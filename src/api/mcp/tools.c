@@ -388,13 +388,6 @@ static void out_json(struct tool_out *o, json_t *j) {
   free(s);
 }
 
-static uint64_t host_memory_mb(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || psz <= 0)
-    return 0;
-  return (uint64_t)pages * (uint64_t)psz / (1024 * 1024);
-}
-
 static int tool_create(const struct mcp_call *c, json_t *args, struct tool_out *o) {
   static const char *const keys[] = {"template", "ttl_seconds", "metadata", NULL};
   const char *tname;
@@ -414,14 +407,13 @@ static int tool_create(const struct mcp_call *c, json_t *args, struct tool_out *
     json_object_set_new(body, "ttl_seconds", json_integer(ttl));
   if (meta)
     json_object_set(body, "metadata", meta);
-  int rc = api_parse_create(body, host_memory_mb(), &spec, &err);
+  int rc = api_parse_create(body, moat_control_host_memory_mb(api_control(c->r)), &spec, &err);
   if (rc < 0) {
     json_decref(body);
     return out_moat_error(o, "create_sandbox", &err);
   }
   const char *t = spec.template_name ? spec.template_name : "base";
-  struct moat_templates *tt = moat_control_templates(api_control(c->r));
-  if (!api_valid_template_name(t) || !tt || !moat_template_exists(tt, t)) {
+  if (!api_valid_template_name(t) || !moat_control_template_exists(api_control(c->r), t)) {
     out_printf(o, "error (invalid_request): unknown template '%.64s'", t);
     o->is_error = true;
     json_decref(body);

@@ -128,14 +128,13 @@ static uint64_t self_rss_bytes(void) {
 }
 
 static uint64_t self_open_fds(void) {
-  DIR *d = opendir("/proc/self/fd");
+  _cleanup_dir_ DIR *d = opendir("/proc/self/fd");
   uint64_t n = 0;
   if (!d)
     return 0;
   struct dirent *de;
   while ((de = readdir(d)) != NULL)
     n += de->d_name[0] != '.';
-  closedir(d);
   return n > 0 ? n - 1 : 0; /* not the directory's own fd */
 }
 

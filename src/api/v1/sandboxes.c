@@ -42,13 +42,6 @@ int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sa
   return 0;
 }
 
-static uint64_t host_memory_mb(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || psz <= 0)
-    return 0;
-  return (uint64_t)pages * (uint64_t)psz / (1024 * 1024);
-}
-
 static int no_args(struct api_req *r) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
@@ -62,11 +55,10 @@ int api_h_sandboxes_create(struct api_req *r, json_t *body) {
   struct moat_sandbox_spec spec;
   if (no_args(r) < 0)
     return -1;
-  if (api_parse_create(body, host_memory_mb(), &spec, &err) < 0)
+  if (api_parse_create(body, moat_control_host_memory_mb(api_control(r)), &spec, &err) < 0)
     return api_reply_moat_error(r, &err);
   const char *tname = spec.template_name ? spec.template_name : "base";
-  struct moat_templates *t = moat_control_templates(api_control(r));
-  if (!api_valid_template_name(tname) || !t || !moat_template_exists(t, tname))
+  if (!api_valid_template_name(tname) || !moat_control_template_exists(api_control(r), tname))
     return api_reply_error(r, 400, "invalid_request", "unknown template '%.64s'", tname);
   struct moat_sandbox_info info;
   memset(&info, 0, sizeof(info));

@@ -19,12 +19,9 @@ int api_h_templates_list(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)
     return api_reply_moat_error(r, &err);
-  struct moat_templates *t = moat_control_templates(api_control(r));
   struct moat_template_info *v = NULL;
   size_t n = 0;
-  if (!t)
-    return api_reply_error(r, 503, "unavailable", "templates are not available");
-  if (moat_template_list(t, &v, &n, &err) < 0)
+  if (moat_control_template_list(api_control(r), &v, &n, &err) < 0)
     return api_reply_moat_error(r, &err);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++)
@@ -38,17 +35,12 @@ int api_h_template_build(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)
     return api_reply_moat_error(r, &err);
-  struct moat_templates *t = moat_control_templates(api_control(r));
-  if (!t)
-    return api_reply_error(r, 503, "unavailable", "templates are not available");
-  if (!moat_template_exists(t, r->route.name))
-    return api_reply_error(r, 404, "not_found", "no template recipe '%s'", r->route.name);
   /* Blocks until built (or until another thread's build of it ends). */
-  if (moat_template_ensure(t, r->route.name, &err) < 0)
+  if (moat_control_template_build(api_control(r), r->route.name, &err) < 0)
     return api_reply_moat_error(r, &err);
   struct moat_template_info *v = NULL;
   size_t n = 0;
-  if (moat_template_list(t, &v, &n, &err) < 0)
+  if (moat_control_template_list(api_control(r), &v, &n, &err) < 0)
     return api_reply_moat_error(r, &err);
   json_t *found = NULL;
   for (size_t i = 0; i < n; i++)
