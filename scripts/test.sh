@@ -62,7 +62,7 @@ suite() { # suite O MAKE-ARGS...
   if build "build $o" make -j2 "$@" all; then
     step "unit $o" scripts/unit.sh "$o"
     if [ -f tests/run.py ]; then
-      step "integration $o" env MOAT_BUILD="$o" python3 tests/run.py
+      step "integration $o" env MOAT_BUILD="$o" python3 tests/run.py -j "${MOAT_TEST_JOBS:-2}"
     fi
   fi
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "../common/codec.h"
+#include "../common/json_cleanup.h"
 
 /* Exit codes: 0 ok, 1 an error (API, network, local file), 2 bad usage. exec/run pass the command's
  * own code through (128+signal when killed, 124 on timeout). */

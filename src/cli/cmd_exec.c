@@ -179,39 +179,30 @@ static void set_argv(json_t *body, struct cli_args *a) {
 }
 
 int cmd_exec(int argc, char **argv) {
-  struct exec_ctx e = {.exec = json_object()};
+  _cleanup_json_ json_t *exec = json_object();
+  struct exec_ctx e = {.exec = exec};
   struct cli_args a;
   int r = cli_parse(argc, argv, exec_opts, 1, true, on_exec_opt, &e, &a);
   _cleanup_free_ char **pos = a.pos;
   _cleanup_free_ char **rest = a.rest;
   if (r == 1) {
-    json_decref(e.exec);
     printf("usage: %s", exec_usage);
     return 0;
   }
-  if (r < 0 || a.npos != 1 || a.nrest < 1) {
-    json_decref(e.exec);
+  if (r < 0 || a.npos != 1 || a.nrest < 1)
     return cli_usage_error(exec_usage, "%s", r < 0 ? "" : "exec needs a sandbox id and a command");
-  }
-  if (e.stream && e.background) {
-    json_decref(e.exec);
+  if (e.stream && e.background)
     return cli_usage_error(exec_usage, "--stream and --background exclude each other");
-  }
-  if (e.tag && !e.background) {
-    json_decref(e.exec);
+  if (e.tag && !e.background)
     return cli_usage_error(exec_usage, "--tag needs --background");
-  }
   set_argv(e.exec, &a);
-  if (e.stdin_in && add_stdin(e.exec) < 0) {
-    json_decref(e.exec);
+  if (e.stdin_in && add_stdin(e.exec) < 0)
     return EXIT_API;
-  }
   if (e.tag)
     json_object_set_new(e.exec, "tag", json_string(e.tag));
   int code = e.stream       ? cli_exec_stream(pos[0], e.exec)
              : e.background ? cli_exec_background(pos[0], e.exec)
                             : cli_exec_relay(pos[0], e.exec);
-  json_decref(e.exec);
   return code < 0 ? EXIT_API : code;
 }
 
@@ -232,15 +223,15 @@ int cmd_run(int argc, char **argv) {
   memcpy(opts, run_opts_tmpl, sizeof(run_opts_tmpl));
   memcpy(opts + n_exec, cli_create_opts, cli_create_nopts * sizeof(*opts));
   /* --env appears twice; the first (the exec's) wins: run has one exec, create's env would do the same. */
-  struct exec_ctx e = {.exec = json_object(), .create = {.body = json_object()}};
+  _cleanup_json_ json_t *exec = json_object();
+  _cleanup_json_ json_t *create = json_object();
+  struct exec_ctx e = {.exec = exec, .create = {.body = create}};
   struct cli_args a;
   int r = cli_parse(argc, argv, opts, 0, true, on_exec_opt, &e, &a);
   free(opts);
   _cleanup_free_ char **pos = a.pos;
   _cleanup_free_ char **rest = a.rest;
   if (r != 0 || (a.nrest < 1 && !e.python) || (a.nrest > 0 && e.python)) {
-    json_decref(e.exec);
-    json_decref(e.create.body);
     if (r == 1) {
       printf("usage: %s", run_usage);
       return 0;
@@ -250,35 +241,25 @@ int cmd_run(int argc, char **argv) {
                            : e.python ? "--python takes no command"
                                       : "run needs a command");
   }
-  if (e.python) {
-    json_decref(e.exec);
-    return cli_run_python(e.python, e.create.body); /* takes create.body */
-  }
+  if (e.python)
+    return cli_run_python(e.python, moat_steal_json(&create));
   set_argv(e.exec, &a);
-  if (e.stdin_in && add_stdin(e.exec) < 0) {
-    json_decref(e.exec);
-    json_decref(e.create.body);
+  if (e.stdin_in && add_stdin(e.exec) < 0)
     return EXIT_API;
-  }
 
   cli_trap_signals();
   struct cli_resp resp;
   r = cli_request("POST", "/v1/sandboxes", e.create.body, &resp);
-  json_decref(e.create.body);
-  if (r < 0) {
-    json_decref(e.exec);
+  if (r < 0)
     return cli_interrupted ? 128 + cli_interrupted : EXIT_API;
-  }
   const char *sid = json_string_value(json_object_get(resp.json, "id"));
   _cleanup_free_ char *id = sid ? xstrdup(sid) : NULL;
   json_decref(resp.json);
   if (!id) {
-    json_decref(e.exec);
     cli_errorf("the answer has no sandbox id");
     return EXIT_API;
   }
   int code = cli_interrupted ? -1 : cli_exec_relay(id, e.exec);
-  json_decref(e.exec);
   int sig = cli_interrupted;
   cli_interrupted = 0;
   cli_kill_sandbox(id);

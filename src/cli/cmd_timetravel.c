@@ -12,11 +12,9 @@ static int no_opt(int id, const char *value, void *ctx) { return -1; }
 static int post(const char *id, const char *what, json_t *body, json_t **out) {
   _cleanup_free_ char *eid = cli_escape(id);
   _cleanup_free_ char *path = xasprintf("/v1/sandboxes/%s/%s", eid, what);
-  json_t *empty = body ? NULL : json_object();
+  _cleanup_json_ json_t *empty = body ? NULL : json_object();
   struct cli_resp resp;
-  int rc = cli_request("POST", path, body ? body : empty, &resp);
-  json_decref(empty);
-  if (rc < 0)
+  if (cli_request("POST", path, body ? body : empty, &resp) < 0)
     return -1;
   if (out)
     *out = resp.json;
@@ -41,14 +39,13 @@ static int transition(int argc, char **argv, const char *what) {
     return cli_usage_error(usage, "%s", r < 0 ? "" : "give at least one sandbox id");
   int ret = 0;
   for (int i = 0; i < a.npos; i++) {
-    json_t *sb = NULL;
+    _cleanup_json_ json_t *sb = NULL;
     if (post(pos[i], what, NULL, &sb) < 0) {
       fprintf(stderr, "moat: (while trying to %s %s)\n", what, pos[i]);
       ret = EXIT_API;
       continue;
     }
     printf("%s %s\n", pos[i], json_string_value(json_object_get(sb, "state")) ?: "?");
-    json_decref(sb);
   }
   return ret;
 }
@@ -76,27 +73,21 @@ int cmd_snapshot(int argc, char **argv) {
   static const char usage[] = "moat snapshot ID [--meta K=V]...\n"
                               "  prints the new snapshot's id; the sandbox keeps running\n";
   static const struct cli_opt opts[] = {{"meta", true, O_META}, {NULL, false, 0}};
-  json_t *body = json_object();
+  _cleanup_json_ json_t *body = json_object();
   struct cli_args a;
   int r = cli_parse(argc, argv, opts, 1, false, on_meta, body, &a);
   _cleanup_free_ char **pos = a.pos;
   free(a.rest);
   if (r == 1) {
-    json_decref(body);
     printf("usage: %s", usage);
     return 0;
   }
-  if (r < 0 || a.npos != 1) {
-    json_decref(body);
+  if (r < 0 || a.npos != 1)
     return cli_usage_error(usage, "%s", r < 0 ? "" : "snapshot takes one sandbox id");
-  }
-  json_t *s = NULL;
-  int rc = post(pos[0], "snapshots", body, &s);
-  json_decref(body);
-  if (rc < 0)
+  _cleanup_json_ json_t *s = NULL;
+  if (post(pos[0], "snapshots", body, &s) < 0)
     return EXIT_API;
   printf("%s\n", json_string_value(json_object_get(s, "id")) ?: "?");
-  json_decref(s);
   return 0;
 }
 
@@ -206,17 +197,14 @@ int cmd_fork(int argc, char **argv) {
   }
   if (r < 0 || a.npos != 1)
     return cli_usage_error(usage, "%s", r < 0 ? "" : "fork takes one sandbox id");
-  json_t *body = json_pack("{s:I, s:b}", "count", (json_int_t)count, "memory", 1);
-  json_t *out = NULL;
-  int rc = post(pos[0], "fork", body, &out);
-  json_decref(body);
-  if (rc < 0)
+  _cleanup_json_ json_t *body = json_pack("{s:I, s:b}", "count", (json_int_t)count, "memory", 1);
+  _cleanup_json_ json_t *out = NULL;
+  if (post(pos[0], "fork", body, &out) < 0)
     return EXIT_API;
   size_t i;
   json_t *sb;
   json_array_foreach(json_object_get(out, "sandboxes"), i, sb)
       printf("%s\n", json_string_value(json_object_get(sb, "id")) ?: "?");
-  json_decref(out);
   return 0;
 }
 
@@ -232,14 +220,11 @@ int cmd_rollback(int argc, char **argv) {
   }
   if (r < 0 || a.npos != 2)
     return cli_usage_error(usage, "%s", r < 0 ? "" : "rollback takes a sandbox id and a snapshot id");
-  json_t *body = json_pack("{s:s}", "snapshot_id", pos[1]);
-  json_t *out = NULL;
-  int rc = post(pos[0], "rollback", body, &out);
-  json_decref(body);
-  if (rc < 0)
+  _cleanup_json_ json_t *body = json_pack("{s:s}", "snapshot_id", pos[1]);
+  _cleanup_json_ json_t *out = NULL;
+  if (post(pos[0], "rollback", body, &out) < 0)
     return EXIT_API;
   printf("%s %s\n", pos[0], json_string_value(json_object_get(out, "state")) ?: "?");
-  json_decref(out);
   return 0;
 }
 
@@ -284,7 +269,7 @@ int cmd_explore(int argc, char **argv) {
   }
   if (r < 0 || a.npos < 2)
     return cli_usage_error(usage, "%s", r < 0 ? "" : "give a sandbox id and at least one command");
-  json_t *body;
+  _cleanup_json_ json_t *body = NULL;
   if (o.choose) {
     if (a.npos != 2)
       return cli_usage_error(usage, "--choose takes the explore id and one branch sandbox id");
@@ -299,13 +284,10 @@ int cmd_explore(int argc, char **argv) {
     }
     body = json_pack("{s:o, s:s}", "branches", br, "keep", o.keep ? o.keep : "first_success");
   }
-  json_t *out = NULL;
-  int rc = post(pos[0], "explore", body, &out);
-  json_decref(body);
-  if (rc < 0)
+  _cleanup_json_ json_t *out = NULL;
+  if (post(pos[0], "explore", body, &out) < 0)
     return EXIT_API;
   json_dumpf(out, stdout, JSON_INDENT(2));
   fputc('\n', stdout);
-  json_decref(out);
   return 0;
 }

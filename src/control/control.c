@@ -614,14 +614,12 @@ static struct live *acquire_running(struct moat_control *c, const char *org, con
 
 int moat_control_guest(struct moat_control *c, const char *org, const char *id, struct moat_guest_ep **ep,
                        char ***env, moat_error **err) {
-  json_t *envj = NULL;
+  _cleanup_json_ json_t *envj = NULL;
   struct live *e = acquire_running(c, org, id, ep, env ? &envj : NULL, false, err);
   if (!e)
     return -1;
-  if (env) {
+  if (env)
     *env = moat_env_merge(envj, NULL);
-    json_decref(envj);
-  }
   live_put(c, e);
   return 0;
 }
@@ -659,12 +657,11 @@ int moat_control_port_connect(struct moat_control *c, const char *org, const cha
 int moat_control_exec(struct moat_control *c, const char *org, const char *id,
                       const struct moat_exec_req *req, struct moat_exec_result *res, moat_error **err) {
   _cleanup_free_ struct moat_guest_ep *sock = NULL;
-  json_t *envj = NULL;
+  _cleanup_json_ json_t *envj = NULL;
   struct live *e = acquire_running(c, org, id, &sock, &envj, true, err);
   if (!e)
     return -1;
   _cleanup_strv_ char **env = moat_env_merge(envj, req->env);
-  json_decref(envj);
   struct moat_exec_req r = *req;
   r.env = env;
   /* counted in inflight by acquire_running: the reaper does not expire a busy sandbox, and a

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "../common/error.h"
+#include "../common/json_cleanup.h"
 #include "../host/driver.h"
 #include "../proto/client/guest_client.h"
 #include "../host/template.h"

@@ -715,8 +715,9 @@ int tt_create_from_snapshot(struct moat_control *c, const char *org, const struc
     return no_checkpoints(c, err);
   }
   int ret = -1;
-  json_t *senv = NULL, *smeta = NULL;
-  char *dir = NULL;
+  _cleanup_json_ json_t *senv = NULL;
+  _cleanup_json_ json_t *smeta = NULL;
+  _cleanup_free_ char *dir = NULL;
   if (spec->template_name && strcmp(spec->template_name, r.template_name) != 0) {
     moat_error_set(err, EINVAL, "template '%s' differs from snapshot %s's template '%s'", spec->template_name,
                    sid, r.template_name);
@@ -752,9 +753,6 @@ int tt_create_from_snapshot(struct moat_control *c, const char *org, const struc
   ret = ctl_create(c, org, &n, NULL, out, err);
   snap_use(c, sid, false);
 out:
-  free(dir);
-  json_decref(senv);
-  json_decref(smeta);
   moat_store_snapshot_clear(&r);
   return ret;
 }
