@@ -72,7 +72,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(O)/fuzz/%,$(FUZZ_SRC))
 
 .PHONY: all run test unit integration bench clean deps format check-format fuzz fuzzers units
-all: $(O)/moatd $(O)/moat build/moat-guest $(UNIT_BIN)
+all: $(O)/moatd $(O)/moat build/moat-guest $(UNIT_BIN) $(O)/bench/criu_bench
 
 $(O)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
@@ -110,6 +110,12 @@ $(O)/tests/test_guest_%: tests/unit/test_guest_%.c $(O)/libguest.a
 $(O)/tests/%: tests/unit/%.c $(O)/libmoat.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $(filter tests/unit/%.c %.a,$^) $(LDFLAGS) $(DAEMON_LIBS)
+
+# The checkpoint benchmark drives the host layer directly (bench/criu_bench.c; run by hand, see its
+# header): built with everything so that it keeps up with the code.
+$(O)/bench/criu_bench: bench/criu_bench.c $(O)/libmoat.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $(filter %.c %.a,$^) $(LDFLAGS) $(DAEMON_LIBS)
 
 # Fuzz targets (FUZZ=1): a target may #include the .c of a parser whose functions are static (its
 # own copy of that file's symbols is then the one linked: the archive member is never pulled).

@@ -1,9 +1,8 @@
 /* criu_bench.c -- the linux driver's checkpoint and restore (CRIU) against the plain criu CLI on
  * the same sandbox, in the same run, for an idle shell and a sandbox holding 64 MiB.
  *
- *   cc -O2 -D_GNU_SOURCE -Isrc -o build/bench/criu_bench bench/criu_bench.c build/libmoat.a \
- *      -lmicrohttpd -lwslay -ljansson -lsqlite3 -lseccomp -lpthread
- *   build/bench/criu_bench [runs]        (root; a built base template; scripts/criu.sh done)
+ *   make build/bench/criu_bench       (also built by `make all`)
+^ *   build/bench/criu_bench [runs]      (root; a built base template; scripts/criu.sh done)
  *
  * moat: moat_host_checkpoint(leave_running) (freeze, copy the upper, criu dump --freeze-cgroup,
  * thaw) and moat_host_restore (fresh slot: uid range, cgroups, disk + upper copy, overlay root,
@@ -13,6 +12,11 @@
  * --root an overlay of the template and a copy of the sandbox's upper, mounted in a private
  * mount namespace (the restored tree keeps the parent's uid range: the CLI has no way to change
  * it), until criu returns. Prints p50/p95/p99 in ms.
+ *
+ * The peer cannot dump a sandbox as it is now: PID 1 is not dumpable and belongs to the sandbox's
+ * user namespace, so a criu run as host root outside it fails ("Can't get rlimit 0: Operation not
+ * permitted"), which is what keeps root inside from reading PID 1's memory. Its rows then say "no
+ * successful run", with CRIU's errors above them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +35,7 @@
 
 #include "common/util.h"
 #include "host/linux/criu.h"
+#include "host/linux/shell.h"
 #include "host/driver.h"
 #include "proto/client/guest_client.h"
 
@@ -52,12 +57,12 @@ static void row(const char *name, double *v, int n) {
 
 static double ms_since(uint64_t t0) { return (double)(now_ns() - t0) / 1e6; }
 
-static int sh(const char *sock, const char *cmd) {
+static int sh(const struct moat_guest_ep *ep, const char *cmd) {
   char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
   struct moat_exec_req req = {.argv = argv, .timeout_ms = 60000};
   struct moat_exec_result res;
   moat_error *err = NULL;
-  if (moat_guest_exec(sock, &req, &res, &err) < 0) {
+  if (moat_guest_exec(ep, &req, &res, &err) < 0) {
     fprintf(stderr, "exec: %s\n", moat_error_msg(err));
     moat_error_free(&err);
     return -1;
@@ -85,6 +90,8 @@ static int run(char **argv) {
 struct peer_restore {
   const char *rootfs, *upper, *work, *root, *images, *pidfile, *criu;
   const char *lower; /* mount point for lower_fd */
+  const char *chan;  /* an empty directory for the guest channel's mount */
+  const char *guest; /* the moat-guest binary, for its bind mount */
   int lower_fd;      /* the template, idmapped for the parent's uid range (as a sandbox sees it) */
 };
 
@@ -136,9 +143,14 @@ static int peer_restore(struct peer_restore *p) {
     snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", p->lower, p->upper, p->work);
     if (mount("overlay", p->root, "overlay", MS_NODEV, opts) < 0)
       _exit(121);
+    /* the two bind mounts every sandbox has are external to its image (as moat's restore maps them) */
+    char chan_map[4200], guest_map[4200];
+    snprintf(chan_map, sizeof(chan_map), MOAT_CHAN_EXT_KEY ":%s", p->chan);
+    snprintf(guest_map, sizeof(guest_map), "mnt[" MOAT_GUEST_MOUNT_KEY "]:%s", p->guest);
     char *argv[] = {(char *)p->criu, "restore", "-D", (char *)p->images, "-o", "restore.log", "--root",
-                    (char *)p->root, "-d", "--pidfile", (char *)p->pidfile, "--ext-mount-map", "auto",
-                    "--network-lock", "skip", "--manage-cgroups=ignore", NULL};
+                    (char *)p->root, "-d", "--pidfile", (char *)p->pidfile, "--ext-mount-map", chan_map,
+                    "--external", guest_map, "--ext-mount-map", "auto", "--network-lock", "skip",
+                    "--manage-cgroups=ignore", NULL};
     execv(argv[0], argv);
     _exit(127);
   }
@@ -195,6 +207,8 @@ static void *restore_job(void *arg) {
   return NULL;
 }
 
+static char guest[4096]; /* the moat-guest binary's absolute path */
+
 static void bench_one(struct moat_host *h, const char *data, const char *tdir, const char *label, int mib,
                       int runs) {
   printf("\n## %s\n", label);
@@ -212,7 +226,7 @@ static void bench_one(struct moat_host *h, const char *data, const char *tdir, c
                   "open(\"/tmp/held\", \"w\").write(\"1\")\nwhile True: time.sleep(1)' </dev/null >/dev/null 2>&1 &"
                   " while [ ! -e /tmp/held ]; do sleep 0.05; done",
                   mib);
-    sh(s.sock_path, cmd);
+    sh(&s.guest, cmd);
   }
   double *ck = xcalloc((size_t)runs, sizeof(double)), *fr = xcalloc((size_t)runs, sizeof(double)),
          *rs = xcalloc((size_t)runs, sizeof(double)), *pd = xcalloc((size_t)runs, sizeof(double)),
@@ -301,11 +315,17 @@ static void bench_one(struct moat_host *h, const char *data, const char *tdir, c
     _cleanup_free_ char *img = xasprintf("%s/%s-peer%d", data, label, i);
     mkdir(img, 0711);
     _cleanup_free_ char *pid_s = xasprintf("%d", s.pid);
-    char *argv[] = {(char *)criu,   "dump", "-t", pid_s,          "-D",   img, "-o", "dump.log", "--leave-running",
-                    "--ext-mount-map", "auto", "--network-lock", "skip", NULL};
+    char *argv[] = {(char *)criu, "dump", "-t", pid_s, "-D", img, "-o", "dump.log", "--leave-running",
+                    "--external", "mnt[" MOAT_GUEST_SOCK_DIR "]:" MOAT_CHAN_EXT_KEY, "--external",
+                    "mnt[" MOAT_GUEST_MOUNT_INSIDE "]:" MOAT_GUEST_MOUNT_KEY, "--ext-mount-map", "auto",
+                    "--network-lock", "skip", NULL};
     uint64_t t0 = now_ns();
     if (run(argv) != 0) {
-      printf("peer dump failed: see %s/dump.log\n", img);
+      _cleanup_free_ char *lg = xasprintf("grep 'Error (' %s/dump.log | head -3", img);
+      printf("peer dump failed:\n");
+      fflush(stdout);
+      if (system(lg) < 0)
+        perror("system");
       continue;
     }
     pd[npd++] = ms_since(t0);
@@ -316,11 +336,13 @@ static void bench_one(struct moat_host *h, const char *data, const char *tdir, c
     _cleanup_free_ char *base = xasprintf("%s/%s-peerfs%d", data, label, i);
     _cleanup_free_ char *upper = xasprintf("%s/upper", base), *work = xasprintf("%s/work", base),
                         *root = xasprintf("%s/root", base), *lower = xasprintf("%s/lower", base);
-    _cleanup_free_ char *cp = xasprintf("mkdir -p %s %s %s && cp -a %s/upper %s/", work, root, lower, first, base);
+    _cleanup_free_ char *chan = xasprintf("%s/chan", base);
+    _cleanup_free_ char *cp =
+        xasprintf("mkdir -p %s %s %s %s && cp -a %s/upper %s/", work, root, lower, chan, first, base);
     char *cpargv[] = {"/bin/sh", "-c", cp, NULL};
     run(cpargv);
     struct peer_restore p = {.rootfs = rootfs, .upper = upper, .work = work, .root = root, .images = img,
-                             .pidfile = pidfile, .criu = criu, .lower = lower,
+                             .pidfile = pidfile, .criu = criu, .lower = lower, .chan = chan, .guest = guest,
                              .lower_fd = idmapped_rootfs(rootfs, parent_base)};
     t0 = now_ns();
     int rc = peer_restore(&p);
@@ -386,6 +408,10 @@ int main(int argc, char **argv) {
   char data[] = "/var/tmp/moat-criu-bench-XXXXXX";
   if (!mkdtemp(data))
     return 1;
+  if (!realpath("build/moat-guest", guest)) {
+    perror("build/moat-guest");
+    return 1;
+  }
   struct moat_host_config cfg = {.data_dir = data, .template_dir = tdir, .guest_path = "build/moat-guest",
                                  .pool_template = "base", .max_slots = 64};
   struct moat_host *h;
