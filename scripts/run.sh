@@ -20,12 +20,15 @@ else
     echo "run.sh: moatd needs root (namespaces, cgroups, mounts); run make run as root" >&2
     exit 1
   fi
-  # Sandboxes get egress only when asked: MOAT_NET_UPLINK=IFNAME (e.g. the interface of the default
-  # route) masquerades them out of it and turns on IPv4 forwarding; without it they have loopback only.
-  net=()
-  if [ -n "${MOAT_NET_UPLINK:-}" ]; then
-    net=(--net-uplink "$MOAT_NET_UPLINK")
-    echo "Sandboxes get egress through $MOAT_NET_UPLINK (moat's nftables policy applies)"
+  # Sandboxes get the internet through the host's IPv4 default route (moatd's default, --net-uplink
+  # auto: masqueraded, forwarding on for that interface and moat's link only). MOAT_NET_UPLINK=none
+  # gives them loopback only; MOAT_NET_UPLINK=IFNAME picks the interface.
+  uplink=${MOAT_NET_UPLINK:-auto}
+  net=(--net-uplink "$uplink")
+  if [ "$uplink" = none ]; then
+    echo "Sandboxes have loopback only (MOAT_NET_UPLINK=none)"
+  else
+    echo "Sandboxes reach the internet through uplink $uplink (moat's egress policy applies; MOAT_NET_UPLINK=none turns it off)"
   fi
   echo "Starting moatd on $LISTEN (data in $DATA, log in $LOG)"
   # setsid: moatd outlives this script and is not hit by a Ctrl-C in this terminal.

@@ -274,8 +274,11 @@ bool moat_control_can_checkpoint(struct moat_control *c);
 const char *moat_control_criu_status(struct moat_control *c);
 
 /* ---- network (control/network.c) ----
- * Without an uplink (moatd --net-uplink) sandboxes have loopback only: a policy asking for the
- * internet is EINVAL, internet: false is accepted. */
+ * Without an uplink (moatd --net-uplink none, or auto on a host with no default route) sandboxes
+ * have loopback only: a policy asking for the internet is EINVAL, internet: false is accepted. */
+
+/* {internet, uplink} for /healthz (host/net/net.h moat_net_status). New reference. */
+json_t *moat_control_network_status(struct moat_control *c);
 
 /* Validates a policy object for create or PUT. 0 or -1 (EINVAL naming the entry). */
 int moat_control_network_check(struct moat_control *c, json_t *policy, moat_error **err);

@@ -12,14 +12,19 @@ static bool wants_internet(json_t *policy) {
   return !i || !json_is_false(i);
 }
 
+json_t *moat_control_network_status(struct moat_control *c) {
+  return moat_net_status(moat_host_net(c->host));
+}
+
 int moat_control_network_check(struct moat_control *c, json_t *policy, moat_error **err) {
   if (moat_net_policy_check(policy, err) < 0)
     return -1;
   if (!moat_host_net(c->host) && wants_internet(policy))
     return moat_error_set(
         err, EINVAL,
-        "network: this moatd has no uplink (start it with --net-uplink): sandboxes have loopback "
-        "only; ask for {\"internet\": false} or leave network out");
+        "network: this moatd has no uplink (it was started with --net-uplink none, or on a host with "
+        "no IPv4 default route): sandboxes have loopback only; ask for {\"internet\": false} or leave "
+        "network out");
   return 0;
 }
 

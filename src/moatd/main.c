@@ -42,11 +42,16 @@ static void usage(FILE *f) {
           "                       (sparse disks; a write the host cannot store then fails inside with\n"
           "                       ENOSPC/EIO and turns that disk read-only). Default: such a create is\n"
           "                       507 insufficient_storage and every disk is allocated in full\n"
-          "  --net-uplink IF|netns:PATH  give sandboxes egress through interface IF (masqueraded), or\n"
-          "                       through the network namespace at PATH (one standing for the outside\n"
-          "                       world); without it sandboxes have loopback only\n"
-          "  --net-dns-upstream IP[:PORT]  resolver moatd forwards allowed names to (default: the first\n"
-          "                       nameserver of /etc/resolv.conf), reached from the uplink's side\n"
+          "  --net-uplink auto|none|IF|netns:PATH  how sandboxes reach the internet (IPv4). auto (the\n"
+          "                       default): through the interface of this host's IPv4 default route,\n"
+          "                       masqueraded, with forwarding turned on for that interface and moat's\n"
+          "                       own link only; a host with no default route starts without one (a\n"
+          "                       warning says so, /healthz shows uplink none). IF: through interface\n"
+          "                       IF (moatd refuses to start when it does not exist). netns:PATH: through\n"
+          "                       the network namespace at PATH. none: loopback only\n"
+          "  --net-dns-upstream IP[:PORT]  resolver moatd forwards sandboxes' allowed names to (default:\n"
+          "                       the nameservers of /etc/resolv.conf, re-read when it changes; a\n"
+          "                       loopback stub such as 127.0.0.53 works), reached from the uplink's side\n"
           "  --net-pool CIDR      IPv4 pool of per-sandbox /30s (default 10.200.0.0/16: 16,384 /30s)\n"
           "  --net-block-ports P,P,...  TCP/UDP ports always dropped (default: common mining-pool ports)\n"
           "  --net-warm N         network slots prepared ahead (default 8)\n"
@@ -242,7 +247,7 @@ int main(int argc, char **argv) {
   unsigned pool = 4, guest_timeout_ms = 0;
   bool disk_overcommit = false;
   const char *proxy_listen = NULL, *proxy_domain = NULL;
-  struct moat_net_config net = {0};
+  struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
   static const struct option opts[] = {

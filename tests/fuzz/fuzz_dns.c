@@ -47,6 +47,10 @@ static void setup(void) {
   struct net_dns *d = xcalloc(1, sizeof(*d));
   pthread_mutex_init(&d->pend_lock, NULL);
   pthread_mutex_init(&d->tcp_lock, NULL);
+  pthread_mutex_init(&d->up_lock, NULL);
+  d->up[0] = (struct sockaddr_in){
+      .sin_family = AF_INET, .sin_port = htons(53), .sin_addr.s_addr = htonl(0xc6336435)};
+  d->n_up = 1;
   d->n_buckets = net.pool_size + 1;
   d->pend_count = xcalloc(d->n_buckets, sizeof(*d->pend_count));
   d->tcp_count = xcalloc(d->n_buckets, sizeof(*d->tcp_count));
@@ -165,13 +169,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pthread_mutex_lock(&net.dns->pend_lock);
     struct pending *p = pending_new(net.dns, SLOT);
     if (p) {
+      p->to = net.dns->up[0]; /* as send_upstream records it */
       p->kind = (a[2] & 0x40) ? P_LEARN_DENY : P_CLIENT;
       snprintf(p->name, sizeof(p->name), "%s", rc == 0 ? name : "x.test");
       a[0] = (uint8_t)(p->our_id >> 8);
       a[1] = (uint8_t)p->our_id;
     }
     pthread_mutex_unlock(&net.dns->pend_lock);
-    on_answer(&net, a, al);
+    on_answer(&net, a, al, &net.dns->up[0]);
   }
   struct net_slot *s = &net.slots[SLOT];
   if (s->n_learned > NET_LEARN_MAX || s->learned_next >= NET_LEARN_MAX)

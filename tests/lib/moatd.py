@@ -42,6 +42,64 @@ def guest_bin():
     return p if os.path.exists(p) else os.path.join(REPO, "build", "moat-guest")
 
 
+_libc = None
+
+
+def _setns(fd, nstype):
+    global _libc
+    import ctypes
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, nstype) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "setns: " + os.strerror(e))
+
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+
+
+def connect_in_netns(netns, host, port, timeout):
+    """A TCP connection to host:port made from the network namespace at path netns (this thread
+    enters it for the socket() call only and returns to its own)."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(netns, os.O_RDONLY)
+    try:
+        _setns(target, CLONE_NEWNET)
+        try:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        finally:
+            _setns(own, CLONE_NEWNET)
+    finally:
+        os.close(own)
+        os.close(target)
+    s.settimeout(timeout)
+    try:
+        s.connect((host, port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def enter_netns_with_resolv(netns, resolv_conf):
+    """For a child before exec: enter the network namespace at netns and, with resolv_conf, a mount
+    namespace of its own (mounts propagate into it, none out) where resolv_conf is bind-mounted on
+    /etc/resolv.conf."""
+    import ctypes
+    fd = os.open(netns, os.O_RDONLY)
+    _setns(fd, CLONE_NEWNET)
+    os.close(fd)
+    if resolv_conf:
+        libc = ctypes.CDLL(None, use_errno=True)
+        MS_BIND, MS_REC, MS_SLAVE = 4096, 16384, 1 << 19
+        if libc.unshare(CLONE_NEWNS) != 0 or \
+                libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None) != 0 or \
+                libc.mount(resolv_conf.encode(), b"/etc/resolv.conf", None, MS_BIND, None) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "mount namespace for resolv.conf: " + os.strerror(e))
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -64,11 +122,12 @@ class Client:
     """A small client of the v1 API. Methods raise HTTPError unless the status is expected, and
     return (status, body): body is parsed JSON when the response is JSON, else bytes."""
 
-    def __init__(self, port, key, host="127.0.0.1", timeout=600):
+    def __init__(self, port, key, host="127.0.0.1", timeout=600, netns=None):
         self.host, self.port, self.key, self.timeout = host, port, key, timeout
+        self.netns = netns  # path of the network namespace moatd listens in (None: this one)
 
     def with_key(self, key):
-        return Client(self.port, key, self.host, self.timeout)
+        return Client(self.port, key, self.host, self.timeout, self.netns)
 
     def request(self, method, path, body=None, raw=None, query=None, headers=None, expect=None, auth=True,
                 timeout=None):
@@ -86,6 +145,8 @@ class Client:
         if headers:
             h.update(headers)
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
+        if self.netns:
+            conn.sock = connect_in_netns(self.netns, self.host, self.port, timeout or self.timeout)
         try:
             conn.request(method, path, body=data, headers=h)
             resp = conn.getresponse()
@@ -422,8 +483,15 @@ class MoatDaemon:
     """A moatd under test. Use start() / stop(), or as a context manager."""
 
     def __init__(self, pool=2, data_dir=None, extra_args=(), template_dir=None, own_cgroup=True, env=None,
-                 disk_overcommit=True, ignore_signals=()):
+                 disk_overcommit=True, ignore_signals=(), netns=None, resolv_conf=None):
         self.pool = pool
+        # netns: path of a network namespace moatd runs in (the test's own "host" with a fake
+        # internet behind its default route); only then does moatd get its default uplink (auto).
+        # Everywhere else it gets --net-uplink none unless extra_args name one: a test never
+        # masquerades sandboxes out of the real host's default route. resolv_conf: a file moatd
+        # sees as /etc/resolv.conf (in a mount namespace of its own; with netns only).
+        self.netns = netns
+        self.resolv_conf = resolv_conf
         # Signals moatd starts with ignored (SIG_IGN survives exec), as a shell's `cmd &` leaves
         # SIGINT and SIGQUIT for a background job.
         self.ignore_signals = tuple(ignore_signals)
@@ -451,6 +519,7 @@ class MoatDaemon:
             self.cgroups = make_test_cgroup("moat-test-%d-%d" % (os.getpid(), self.port))
         cgs = list(self.cgroups)
         ignore = self.ignore_signals
+        netns, resolv_conf = self.netns, self.resolv_conf
 
         def enter_cgroup():
             for d in cgs:
@@ -461,11 +530,14 @@ class MoatDaemon:
                     pass
             for s in ignore:
                 signal.signal(s, signal.SIG_IGN)
+            if netns:
+                enter_netns_with_resolv(netns, resolv_conf)
 
         argv = [moatd_bin(), "--listen", "127.0.0.1:%d" % self.port, "--data-dir", self.data_dir,
                 "--template-dir", self.template_dir, "--pool", str(self.pool), "--guest", guest_bin(),
                 "--recipes", os.path.join(REPO, "templates")] + \
-            (["--disk-overcommit"] if self.disk_overcommit else []) + self.extra_args
+            (["--disk-overcommit"] if self.disk_overcommit else []) + \
+            ([] if self.netns or "--net-uplink" in self.extra_args else ["--net-uplink", "none"]) + self.extra_args
         env = dict(os.environ)
         for k, v in self.env.items():
             if v is None:
@@ -483,7 +555,7 @@ class MoatDaemon:
 
     def wait_healthy(self, timeout=HEALTH_TIMEOUT_S):
         deadline = time.time() + timeout
-        probe = Client(self.port, None)
+        probe = Client(self.port, None, netns=self.netns)
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("moatd exited with %s; log tail:\n%s%s" % (self.proc.returncode, self.log_tail(),
@@ -496,7 +568,7 @@ class MoatDaemon:
         else:
             raise RuntimeError("moatd not healthy after %ds; log tail:\n%s" % (timeout, self.log_tail()))
         key = self.read_key()
-        self.client = Client(self.port, key)
+        self.client = Client(self.port, key, netns=self.netns)
         if key not in self.keys:
             self.keys.append(key)
         return self.client
@@ -586,7 +658,7 @@ class MoatDaemon:
     def delete_all(self):
         """DELETE every sandbox every known key can see."""
         for key in self.keys:
-            c = Client(self.port, key, timeout=15)
+            c = Client(self.port, key, timeout=15, netns=self.netns)
             try:
                 for sb in c.list():
                     try:

@@ -130,8 +130,10 @@ static int http_status(int port, const char *path) {
 
 /* Starts a daemon on a free port; returns its proc and port (0 on failure). */
 static struct proc start_daemon(int *port, char **log) {
-  char *args[] = {moatd, "--listen", "127.0.0.1:0", "--data-dir", data, "--template-dir",
-                  tdir,  "--pool",   "0",           NULL};
+  char *args[] = {
+      moatd, "--listen", "127.0.0.1:0", "--data-dir",   data,   "--template-dir",
+      tdir,  "--pool",   "0",           "--net-uplink", "none", /* never the host's default route in a test */
+      NULL};
   struct proc p = spawn(args, false);
   *log = read_until(p.out, "listening on http://127.0.0.1:", 60000);
   *port = 0;
@@ -208,6 +210,14 @@ int main(void) {
   char *args_bad[] = {moatd, "--pool", "lots", NULL};
   rc = run_moatd(args_bad, false, &out);
   CHECK(rc == 1 && strstr(out, "--pool"), "rejects --pool lots (rc %d)", rc);
+  free(out);
+
+  /* An uplink that does not exist: refused at start, naming it. */
+  char *args_uplink[] = {moatd, "--listen",     "127.0.0.1:0", "--data-dir", data, "--template-dir",
+                         tdir,  "--net-uplink", "eth9",        NULL};
+  rc = run_moatd(args_uplink, false, &out);
+  CHECK(rc == 1 && strstr(out, "uplink interface eth9 does not exist"),
+        "refuses --net-uplink eth9, naming it (rc %d): %s", rc, out);
   free(out);
 
   /* A real start. */

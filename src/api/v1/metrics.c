@@ -101,8 +101,11 @@ int api_h_healthz(struct api_req *r, json_t *body) {
   struct moat_control *c = api_control(r);
   json_t *ck = json_pack("{s:b, s:s}", "available", c && moat_control_can_checkpoint(c), "criu",
                          c ? moat_control_criu_status(c) : "unknown");
-  return api_reply_json(
-      r, 200, json_pack("{s:s, s:s, s:o}", "status", "ok", "version", api_version(r), "checkpoints", ck));
+  json_t *net =
+      c ? moat_control_network_status(c) : json_pack("{s:b, s:s}", "internet", false, "uplink", "none");
+  return api_reply_json(r, 200,
+                        json_pack("{s:s, s:s, s:o, s:o}", "status", "ok", "version", api_version(r),
+                                  "checkpoints", ck, "network", net));
 }
 
 static void family(struct moat_buf *b, const char *name, const char *type, const char *help) {

@@ -14,9 +14,19 @@
  * takes one of the largest holder's (its oldest query is forgotten, its oldest connection shut
  * down): however many sandboxes flood, each one still gets about an equal share.
  *
+ * Upstreams: the one --net-dns-upstream names, else the IPv4 nameservers of resolv_path (at most
+ * MAX_UPSTREAMS, as glibc reads them), re-read when that file changes (DHCP, a VPN, NetworkManager
+ * rewrite it). A loopback nameserver (systemd-resolved's stub 127.0.0.53, a local dnsmasq) is
+ * reached too: the upstream sockets live in the uplink namespace, which for an interface uplink is
+ * moatd's own. Queries go to the one in use; when a query it was sent has no answer within
+ * FAILOVER_MS the next one is used from then on (the sandbox's resolver retries and reaches it).
+ * An answer counts only from the address and port its query went to. With no upstream a query is
+ * answered SERVFAIL.
+ *
  * State: struct net_dns, one per struct moat_net (n->dns), made by dns_start and freed by
- * dns_stop. Its two locks are leaves (nothing is taken while one is held): pend_lock guards the
- * pending queries, tcp_lock the table of TCP connections.
+ * dns_stop. Its three locks are leaves (nothing is taken while one is held, but up_lock inside
+ * pend_lock): pend_lock guards the pending queries, tcp_lock the table of TCP connections, up_lock
+ * the upstreams.
  */
 #include "net_internal.h"
 
@@ -29,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../../common/log.h"
@@ -40,6 +51,9 @@
 #define PENDING_TIMEOUT_MS 5000
 #define PENDING_PER_SANDBOX 64
 #define SWEEP_MS 100
+#define MAX_UPSTREAMS 3      /* glibc's MAXNS */
+#define FAILOVER_MS 2000     /* a query unanswered this long: the next upstream takes over */
+#define RESOLV_CHECK_MS 2000 /* how often resolv_path is looked at for a change */
 
 enum { P_FREE = 0, P_CLIENT, P_LEARN_DENY };
 
@@ -48,7 +62,9 @@ struct pending {
   uint16_t our_id, client_id;
   struct sockaddr_in client;
   int slot;
-  int64_t deadline_ms;
+  int64_t deadline_ms, sent_ms;
+  struct sockaddr_in to; /* the upstream it was sent to: only its answer counts */
+  bool late;             /* counted towards a failover already */
   char name[MOAT_NET_MAX_NAME + 1];
 };
 
@@ -81,10 +97,174 @@ struct net_dns {
   struct tcp_job *tcp_table[TCP_MAX_CONNS];
   unsigned *tcp_count; /* n_buckets */
   int tcp_conns;       /* atomic: connection threads alive */
+  /* up_lock: up, n_up, up_cur, failover_ms (the UDP thread, inside pend_lock, and the TCP threads
+   * read them; the UDP thread changes them) */
+  pthread_mutex_t up_lock;
+  struct sockaddr_in up[MAX_UPSTREAMS];
+  unsigned n_up, up_cur;
+  int64_t failover_ms;
+  /* the UDP thread's own: resolv_path as last read */
+  struct stat resolv_st;
+  bool resolv_read;
+  int64_t resolv_check_ms;
 };
 
 static unsigned bucket_of(const struct net_dns *d, int slot) {
   return slot >= 0 && (unsigned)slot < d->n_buckets - 1 ? (unsigned)slot : d->n_buckets - 1;
+}
+
+/* ---- upstreams ---- */
+
+/* "IP" or "IP:PORT" into out. 0 or -1. */
+static int parse_addr_port(const char *s, struct sockaddr_in *out) {
+  memset(out, 0, sizeof(*out));
+  out->sin_family = AF_INET;
+  out->sin_port = htons(53);
+  char tmp[64];
+  if (strlen(s) >= sizeof(tmp))
+    return -1;
+  snprintf(tmp, sizeof(tmp), "%s", s);
+  char *colon = strchr(tmp, ':');
+  if (colon) {
+    *colon = '\0';
+    uint64_t p;
+    if (parse_u64(colon + 1, &p) < 0 || p == 0 || p > 65535)
+      return -1;
+    out->sin_port = htons((uint16_t)p);
+  }
+  return inet_pton(AF_INET, tmp, &out->sin_addr) == 1 ? 0 : -1;
+}
+
+int dns_check_fixed(const char *fixed, moat_error **err) {
+  struct sockaddr_in a;
+  if (parse_addr_port(fixed, &a) < 0)
+    return moat_error_set(err, EINVAL, "DNS upstream %s: expected IPv4 address or IP:PORT", fixed);
+  return 0;
+}
+
+static bool same_addr(const struct sockaddr_in *a, const struct sockaddr_in *b) {
+  return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+}
+
+static void addr_text(const struct sockaddr_in *a, char *out, size_t cap) {
+  char ip[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+  snprintf(out, cap, "%s:%u", ip, ntohs(a->sin_port));
+}
+
+/* The IPv4 nameservers of resolv.conf text (glibc's reading: "nameserver ADDR" lines, at most
+ * MAX_UPSTREAMS); *skipped counts the others (IPv6, past the limit). Returns how many. */
+static unsigned parse_resolv(char *text, struct sockaddr_in *out, unsigned *skipped) {
+  unsigned n = 0;
+  *skipped = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char kw[16], addr[64];
+    if (sscanf(line, "%15s %63s", kw, addr) != 2 || strcmp(kw, "nameserver") != 0)
+      continue;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53)};
+    if (n < MAX_UPSTREAMS && inet_pton(AF_INET, addr, &a.sin_addr) == 1)
+      out[n++] = a;
+    else
+      (*skipped)++;
+  }
+  return n;
+}
+
+/* Sets the upstreams (the UDP thread, or dns_start before it runs). */
+static void set_upstreams(struct moat_net *n, const struct sockaddr_in *up, unsigned count) {
+  struct net_dns *d = n->dns;
+  pthread_mutex_lock(&d->up_lock);
+  memcpy(d->up, up, count * sizeof(*up));
+  d->n_up = count;
+  d->up_cur = 0;
+  pthread_mutex_unlock(&d->up_lock);
+}
+
+/* Reads n->resolv_path when it changed since it was last read (or always, with force). */
+static void reload_resolv(struct moat_net *n, bool force) {
+  struct net_dns *d = n->dns;
+  struct stat st;
+  if (stat(n->resolv_path, &st) < 0) {
+    if (force || d->resolv_read)
+      log_warn("dns: %s: %s: sandboxes' lookups %s", n->resolv_path, strerror(errno),
+               d->resolv_read ? "keep the upstreams read before"
+                              : "fail (SERVFAIL) until it has a nameserver");
+    d->resolv_read = false;
+    return;
+  }
+  if (!force && d->resolv_read && st.st_dev == d->resolv_st.st_dev && st.st_ino == d->resolv_st.st_ino &&
+      st.st_size == d->resolv_st.st_size && st.st_mtim.tv_sec == d->resolv_st.st_mtim.tv_sec &&
+      st.st_mtim.tv_nsec == d->resolv_st.st_mtim.tv_nsec)
+    return;
+  _cleanup_free_ char *text = NULL;
+  if (read_file(n->resolv_path, &text, NULL, NULL) < 0)
+    return;
+  d->resolv_st = st;
+  d->resolv_read = true;
+  struct sockaddr_in up[MAX_UPSTREAMS];
+  unsigned skipped;
+  unsigned count = parse_resolv(text, up, &skipped);
+  set_upstreams(n, up, count);
+  char list[MAX_UPSTREAMS * 24] = "";
+  for (unsigned i = 0; i < count; i++) {
+    char a[24];
+    addr_text(&up[i], a, sizeof(a));
+    snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? " " : "", a);
+  }
+  if (!count)
+    log_warn("dns: %s names no IPv4 nameserver%s: sandboxes' lookups fail (SERVFAIL) until it does",
+             n->resolv_path, skipped ? " (IPv6 ones are not used)" : "");
+  else
+    log_info("dns: upstreams from %s: %s%s", n->resolv_path, list,
+             skipped ? " (more, or IPv6, nameservers there are not used)" : "");
+  for (unsigned i = 0; i < count && n->uplink_is_netns; i++)
+    if ((ntohl(up[i].sin_addr.s_addr) >> 24) == 127)
+      log_warn("dns: upstream %s is a loopback address, reached inside the uplink namespace (not moatd's)",
+               inet_ntoa(up[i].sin_addr));
+}
+
+/* The upstream in use into out. false when there is none. */
+static bool upstream_current(struct net_dns *d, struct sockaddr_in *out) {
+  pthread_mutex_lock(&d->up_lock);
+  bool have = d->n_up > 0;
+  if (have)
+    *out = d->up[d->up_cur % d->n_up];
+  pthread_mutex_unlock(&d->up_lock);
+  return have;
+}
+
+/* p, sent to its upstream FAILOVER_MS ago, has no answer: the next upstream takes over, when p
+ * went to the one in use and no switch happened within FAILOVER_MS. */
+static void upstream_failed(struct net_dns *d, const struct pending *p, int64_t now) {
+  pthread_mutex_lock(&d->up_lock);
+  if (d->n_up > 1 && same_addr(&p->to, &d->up[d->up_cur % d->n_up]) && now - d->failover_ms >= FAILOVER_MS) {
+    char was[24], now_a[24];
+    addr_text(&d->up[d->up_cur % d->n_up], was, sizeof(was));
+    d->up_cur = (d->up_cur + 1) % d->n_up;
+    d->failover_ms = now;
+    addr_text(&d->up[d->up_cur], now_a, sizeof(now_a));
+    log_warn("dns: upstream %s did not answer within %d ms: using %s", was, FAILOVER_MS, now_a);
+  }
+  pthread_mutex_unlock(&d->up_lock);
+}
+
+json_t *dns_upstreams_json(struct moat_net *n) {
+  json_t *a = json_array();
+  struct net_dns *d = n->dns;
+  if (!d) {
+    if (n->dns_fixed)
+      json_array_append_new(a, json_string(n->dns_fixed));
+    return a;
+  }
+  pthread_mutex_lock(&d->up_lock);
+  for (unsigned i = 0; i < d->n_up; i++) {
+    char t[24];
+    addr_text(&d->up[(d->up_cur + i) % d->n_up], t, sizeof(t)); /* the one in use first */
+    json_array_append_new(a, json_string(t));
+  }
+  pthread_mutex_unlock(&d->up_lock);
+  return a;
 }
 
 /* Reads a (possibly compressed) name at *off into out (lower case, dotted, no trailing dot).
@@ -299,14 +479,23 @@ static void pending_drop(struct net_dns *d, struct pending *p) {
   p->kind = P_FREE;
 }
 
-/* Frees the entries past their deadline (pend_lock held): the upstream never answered them. */
+/* Frees the entries past their deadline (pend_lock held): the upstream never answered them; one
+ * unanswered for FAILOVER_MS moves the queries after it to the next upstream. */
 static void pending_sweep(struct net_dns *d, int64_t now) {
   if (now - d->last_sweep_ms < SWEEP_MS)
     return;
   d->last_sweep_ms = now;
-  for (unsigned i = 0; i < PENDING; i++)
-    if (d->pend[i].kind != P_FREE && d->pend[i].deadline_ms <= now)
-      pending_drop(d, &d->pend[i]);
+  for (unsigned i = 0; i < PENDING; i++) {
+    struct pending *p = &d->pend[i];
+    if (p->kind == P_FREE)
+      continue;
+    if (!p->late && now - p->sent_ms >= FAILOVER_MS) {
+      p->late = true;
+      upstream_failed(d, p, now);
+    }
+    if (p->deadline_ms <= now)
+      pending_drop(d, p);
+  }
 }
 
 /* The oldest entry of the bucket holding the most entries, if it holds more than mine (pend_lock
@@ -359,15 +548,23 @@ static struct pending *pending_new(struct net_dns *d, int slot) {
   return p;
 }
 
-static void send_upstream(struct moat_net *n, struct pending *p, const uint8_t *q, size_t len) {
+/* Sends q for p to the upstream in use (pend_lock held). false (p dropped) when there is none or
+ * the send failed. */
+static bool send_upstream(struct moat_net *n, struct pending *p, const uint8_t *q, size_t len) {
   uint8_t b[4096];
-  if (len > sizeof(b))
-    return;
+  if (len > sizeof(b) || !upstream_current(n->dns, &p->to)) {
+    pending_drop(n->dns, p);
+    return false;
+  }
   memcpy(b, q, len);
   b[0] = (uint8_t)(p->our_id >> 8);
   b[1] = (uint8_t)p->our_id;
-  if (sendto(n->up_fd, b, len, MSG_DONTWAIT, (struct sockaddr *)&n->upstream, sizeof(n->upstream)) < 0)
+  p->sent_ms = now_unix_ms();
+  if (sendto(n->up_fd, b, len, MSG_DONTWAIT, (struct sockaddr *)&p->to, sizeof(p->to)) < 0) {
     pending_drop(n->dns, p);
+    return false;
+  }
+  return true;
 }
 
 /* A learn-only query for name's A records (for deny_dns). */
@@ -459,8 +656,10 @@ static void on_query(struct moat_net *n, uint8_t *q, size_t len, const struct so
   p->client_id = (uint16_t)(q[0] << 8 | q[1]);
   p->client = *from;
   snprintf(p->name, sizeof(p->name), "%.253s", name);
-  send_upstream(n, p, q, len);
+  bool sent = send_upstream(n, p, q, len);
   pthread_mutex_unlock(&n->dns->pend_lock);
+  if (!sent)
+    reply_rcode(n->dns_fd, q, qend, from, 2 /* SERVFAIL */);
 }
 
 /* An upstream answer for slot's query of name: addresses learned (and, when the sandbox's default
@@ -496,13 +695,13 @@ static bool absorb_answer(struct moat_net *n, int slot, const char *name, const 
   return ok;
 }
 
-static void on_answer(struct moat_net *n, uint8_t *m, size_t len) {
+static void on_answer(struct moat_net *n, uint8_t *m, size_t len, const struct sockaddr_in *from) {
   if (len < 12)
     return;
   uint16_t id = (uint16_t)(m[0] << 8 | m[1]);
   pthread_mutex_lock(&n->dns->pend_lock);
   struct pending *p = &n->dns->pend[id % PENDING];
-  if (p->kind == P_FREE || p->our_id != id) {
+  if (p->kind == P_FREE || p->our_id != id || !same_addr(&p->to, from)) {
     pthread_mutex_unlock(&n->dns->pend_lock);
     return;
   }
@@ -545,11 +744,14 @@ static void set_timeouts(int fd) {
 /* Forwards one query over TCP to the upstream (from the uplink namespace). */
 static int tcp_upstream(struct moat_net *n, const uint8_t *q, size_t len, uint8_t *ans, size_t cap,
                         size_t *alen) {
+  struct sockaddr_in up;
+  if (!upstream_current(n->dns, &up))
+    return -1;
   _cleanup_close_ int fd = net_socket_in(n->outside_fd, AF_INET, SOCK_STREAM, 0, NULL);
   if (fd < 0)
     return -1;
   set_timeouts(fd);
-  if (connect(fd, (struct sockaddr *)&n->upstream, sizeof(n->upstream)) < 0 || write_msg(fd, q, len) < 0)
+  if (connect(fd, (struct sockaddr *)&up, sizeof(up)) < 0 || write_msg(fd, q, len) < 0)
     return -1;
   return read_msg(fd, ans, cap, alen);
 }
@@ -674,6 +876,14 @@ static void *dns_main(void *arg) {
       break;
     if (p[2].revents)
       break;
+    int64_t now = now_unix_ms();
+    if (n->resolv_path && now - n->dns->resolv_check_ms >= RESOLV_CHECK_MS) {
+      n->dns->resolv_check_ms = now;
+      reload_resolv(n, false);
+    }
+    pthread_mutex_lock(&n->dns->pend_lock); /* failovers happen with no new query too */
+    pending_sweep(n->dns, now);
+    pthread_mutex_unlock(&n->dns->pend_lock);
     if (p[3].revents & POLLIN)
       on_tcp_accept(n);
     if (p[0].revents & POLLIN) {
@@ -687,9 +897,8 @@ static void *dns_main(void *arg) {
       struct sockaddr_in from;
       socklen_t fl = sizeof(from);
       ssize_t r = recvfrom(n->up_fd, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
-      if (r > 0 && from.sin_addr.s_addr == n->upstream.sin_addr.s_addr &&
-          from.sin_port == n->upstream.sin_port)
-        on_answer(n, buf, (size_t)r);
+      if (r > 0 && from.sin_family == AF_INET)
+        on_answer(n, buf, (size_t)r, &from);
     }
   }
   return NULL;
@@ -699,11 +908,21 @@ int dns_start(struct moat_net *n, moat_error **err) {
   struct net_dns *d = xcalloc(1, sizeof(*d));
   pthread_mutex_init(&d->pend_lock, NULL);
   pthread_mutex_init(&d->tcp_lock, NULL);
+  pthread_mutex_init(&d->up_lock, NULL);
   d->n_buckets = n->pool_size + 1;
   d->pend_count = xcalloc(d->n_buckets, sizeof(*d->pend_count));
   d->tcp_count = xcalloc(d->n_buckets, sizeof(*d->tcp_count));
   d->next_id = (uint16_t)(now_ns() & 0xffff);
   n->dns = d;
+  if (n->dns_fixed) {
+    struct sockaddr_in a;
+    if (parse_addr_port(n->dns_fixed, &a) < 0)
+      return dns_check_fixed(n->dns_fixed, err);
+    set_upstreams(n, &a, 1);
+  } else {
+    reload_resolv(n, true);
+    d->resolv_check_ms = now_unix_ms();
+  }
   n->dns_fd = net_socket_in(n->router_fd, AF_INET, SOCK_DGRAM, 0, err);
   if (n->dns_fd < 0)
     return -1;
@@ -759,6 +978,7 @@ void dns_stop(struct moat_net *n) {
   if (d && __atomic_load_n(&d->tcp_conns, __ATOMIC_RELAXED) == 0) { /* else threads may still use it */
     pthread_mutex_destroy(&d->pend_lock);
     pthread_mutex_destroy(&d->tcp_lock);
+    pthread_mutex_destroy(&d->up_lock);
     free(d->pend_count);
     free(d->tcp_count);
     free(d);

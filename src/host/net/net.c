@@ -404,7 +404,7 @@ fail:
 }
 
 /* Writes /etc/resolv.conf inside the sandbox's root (no symlink may lead out of it). */
-static int write_resolv(struct moat_net *n, pid_t pid, uid_t uid_base, moat_error **err) {
+int moat_net_write_resolv(struct moat_net *n, pid_t pid, uid_t uid_base, moat_error **err) {
   _cleanup_free_ char *root = xasprintf("/proc/%d/root", pid);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (rfd < 0)
@@ -435,7 +435,7 @@ int moat_net_attach(struct moat_net *n, pid_t pid, bool resolv, uid_t uid_base, 
   int slot = moat_net_attach_fd(n, fd, err);
   if (slot < 0)
     return -1;
-  if (resolv && write_resolv(n, pid, uid_base, err) < 0) {
+  if (resolv && moat_net_write_resolv(n, pid, uid_base, err) < 0) {
     moat_net_release(n, slot);
     return -1;
   }
@@ -479,6 +479,34 @@ json_t *moat_net_saved_policy(struct moat_net *n, const char *id) {
   return j;
 }
 
+/* A copy of policy (NULL = the default) with every field, so that GET shows the effective one. */
+static json_t *policy_filled(json_t *policy) {
+  json_t *pj = policy ? json_deep_copy(policy) : moat_net_policy_default();
+  if (!json_object_get(pj, "internet"))
+    json_object_set_new(pj, "internet", json_true());
+  if (!json_object_get(pj, "egress"))
+    json_object_set_new(pj, "egress", json_string("allow"));
+  if (!json_object_get(pj, "allow"))
+    json_object_set_new(pj, "allow", json_array());
+  if (!json_object_get(pj, "deny"))
+    json_object_set_new(pj, "deny", json_array());
+  return pj;
+}
+
+int moat_net_save_policy(struct moat_net *n, const char *id, json_t *policy, moat_error **err) {
+  if (!n)
+    return 0;
+  if (!id_ok(id))
+    return moat_error_set(err, EINVAL, "sandbox id %s", id ? id : "(null)");
+  if (moat_net_policy_check(policy, err) < 0)
+    return -1;
+  json_t *pj = policy_filled(policy);
+  _cleanup_free_ char *text = json_dumps(pj, JSON_COMPACT);
+  json_decref(pj);
+  _cleanup_free_ char *path = xasprintf("%s/by-id/%s.json", n->state_dir, id);
+  return moat_net_put_file(path, text, err);
+}
+
 void moat_net_forget(struct moat_net *n, const char *id) {
   if (!n || !id_ok(id))
     return;
@@ -493,16 +521,7 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
   struct net_policy p;
   if (net_policy_parse(policy, &p, err) < 0)
     return -1;
-  json_t *pj = policy ? json_deep_copy(policy) : moat_net_policy_default();
-  /* Fill defaults so GET shows the effective policy. */
-  if (!json_object_get(pj, "internet"))
-    json_object_set_new(pj, "internet", json_true());
-  if (!json_object_get(pj, "egress"))
-    json_object_set_new(pj, "egress", json_string("allow"));
-  if (!json_object_get(pj, "allow"))
-    json_object_set_new(pj, "allow", json_array());
-  if (!json_object_get(pj, "deny"))
-    json_object_set_new(pj, "deny", json_array());
+  json_t *pj = policy_filled(policy);
 
   /* policy_lock across the whole change: the slot's nft elements, its link state and its state
    * file always match s->pol (a second bind, a teardown or a DNS answer waits); n->lock only
@@ -787,6 +806,11 @@ static void *worker_main(void *arg) {
         log_warn("network: refresh host addresses: %s", moat_error_msg(e));
         moat_error_free(&e);
       }
+      /* The host may have turned forwarding on (or off) meanwhile: the guard follows. */
+      if (n->uplink_if && net_uplink_guard_changed(n) && nft_uplink_open(n, &e) < 0) {
+        log_warn("network: rebuild the uplink's forward filter: %s", moat_error_msg(e));
+        moat_error_free(&e);
+      }
       pthread_mutex_lock(&n->lock);
       continue;
     }
@@ -989,6 +1013,19 @@ int moat_net_reconcile(struct moat_net *n, moat_error **err) {
 
 /* ---- open / close ---- */
 
+bool moat_net_config_enabled(const struct moat_net_config *cfg) {
+  return cfg && cfg->uplink && cfg->uplink[0] && strcmp(cfg->uplink, "none") != 0;
+}
+
+json_t *moat_net_status(struct moat_net *n) {
+  if (!n)
+    return json_pack("{s:b, s:s}", "internet", false, "uplink", "none");
+  return json_pack("{s:b, s:s}", "internet", true, "uplink",
+                   n->uplink_is_netns ? "netns"
+                   : n->uplink_auto   ? "auto"
+                                      : "interface");
+}
+
 static int parse_cidr(const char *s, uint32_t *addr, unsigned *plen) {
   char tmp[64];
   snprintf(tmp, sizeof(tmp), "%s", s);
@@ -1083,37 +1120,6 @@ static int router_open(struct moat_net *n, moat_error **err) {
   return fd;
 }
 
-static int resolv_upstream(struct sockaddr_in *out) {
-  _cleanup_free_ char *s = NULL;
-  if (read_file("/etc/resolv.conf", &s, NULL, NULL) < 0)
-    return -1;
-  for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n")) {
-    char addr[64];
-    if (sscanf(line, " nameserver %63s", addr) == 1 && inet_pton(AF_INET, addr, &out->sin_addr) == 1)
-      return 0;
-  }
-  return -1;
-}
-
-static int parse_upstream(const char *s, struct sockaddr_in *out) {
-  memset(out, 0, sizeof(*out));
-  out->sin_family = AF_INET;
-  out->sin_port = htons(53);
-  if (!s)
-    return resolv_upstream(out);
-  char tmp[64];
-  snprintf(tmp, sizeof(tmp), "%s", s);
-  char *colon = strchr(tmp, ':');
-  if (colon) {
-    *colon = '\0';
-    uint64_t p;
-    if (parse_u64(colon + 1, &p) < 0 || p == 0 || p > 65535)
-      return -1;
-    out->sin_port = htons((uint16_t)p);
-  }
-  return inet_pton(AF_INET, tmp, &out->sin_addr) == 1 ? 0 : -1;
-}
-
 /* The uplink link: mup0 in the routing ns <-> outside_link in the uplink ns, /30 number 1. */
 static int uplink_open(struct moat_net *n, moat_error **err) {
   char buf[NET_NLBUF];
@@ -1162,7 +1168,7 @@ static int router_setup(struct moat_net *n, moat_error **err) {
 int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, const char *instance,
                   const char *state_dir, moat_error **err) {
   *out = NULL;
-  if (!cfg || !cfg->uplink || !cfg->uplink[0])
+  if (!moat_net_config_enabled(cfg))
     return 0;
   struct moat_net *n = xcalloc(1, sizeof(*n));
   pthread_mutex_init(&n->lock, NULL);
@@ -1195,11 +1201,12 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
       moat_error_set(err, EINVAL, "blocked ports: expected a comma-separated list of numbers");
       goto fail;
     }
-  if (parse_upstream(cfg->dns_upstream, &n->upstream) < 0) {
-    moat_error_set(err, EINVAL,
-                   "DNS upstream %s: expected IP or IP:PORT (or a nameserver in /etc/resolv.conf)",
-                   cfg->dns_upstream ? cfg->dns_upstream : "(none)");
-    goto fail;
+  if (cfg->dns_upstream) {
+    if (dns_check_fixed(cfg->dns_upstream, err) < 0)
+      goto fail;
+    n->dns_fixed = xstrdup(cfg->dns_upstream);
+  } else {
+    n->resolv_path = xstrdup(cfg->resolv_conf ? cfg->resolv_conf : "/etc/resolv.conf");
   }
   n->slots = xcalloc(n->pool_size, sizeof(struct net_slot));
   n->self_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -1207,21 +1214,25 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
     moat_error_errno(err, "open own netns");
     goto fail;
   }
-  if (strncmp(cfg->uplink, "netns:", 6) == 0) {
-    n->uplink_is_netns = true;
-    n->outside_fd = open(cfg->uplink + 6, O_RDONLY | O_CLOEXEC);
-    if (n->outside_fd < 0) {
-      moat_error_errno(err, "uplink netns %s", cfg->uplink + 6);
+  {
+    moat_error *e = NULL;
+    if (net_uplink_resolve(n, cfg->uplink, &e) < 0) {
+      if (strcmp(cfg->uplink, "auto") == 0 && e->status == ENETUNREACH) {
+        /* A host without a default route (an offline box, a netns of its own): moatd serves
+         * sandboxes with loopback only rather than not at all, and says so. */
+        log_warn("network: %s: sandboxes have loopback only (as with --net-uplink none) until moatd is "
+                 "restarted on a host with an IPv4 default route, or with --net-uplink IFNAME",
+                 moat_error_msg(e));
+        moat_error_free(&e);
+        moat_net_close(n);
+        return 0;
+      }
+      if (err && !*err)
+        *err = e;
+      else
+        moat_error_free(&e);
       goto fail;
     }
-  } else {
-    _cleanup_close_ int probe = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (strlen(cfg->uplink) >= IFNAMSIZ || probe < 0 || ifindex_of(probe, cfg->uplink) < 0) {
-      moat_error_set(err, EINVAL, "uplink interface %s does not exist", cfg->uplink);
-      goto fail;
-    }
-    n->uplink_if = xstrdup(cfg->uplink);
-    n->outside_fd = fcntl(n->self_fd, F_DUPFD_CLOEXEC, 3);
   }
   {
     _cleanup_free_ char *by_id = xasprintf("%s/by-id", n->state_dir);
@@ -1239,7 +1250,7 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
     goto fail;
   if (router_setup(n, err) < 0 || uplink_open(n, err) < 0 || nft_open(n, err) < 0)
     goto fail;
-  if (n->uplink_if && nft_uplink_open(n, err) < 0)
+  if (n->uplink_if && (net_uplink_forwarding_on(n, err) < 0 || nft_uplink_open(n, err) < 0))
     goto fail;
   if (dns_start(n, err) < 0 || netlog_start(n, err) < 0)
     goto fail;
@@ -1247,12 +1258,17 @@ int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, cons
     n->slots[i].learned = NULL;
     n->slots[i].log = NULL;
   }
-  char pool[INET_ADDRSTRLEN], up[INET_ADDRSTRLEN];
+  char pool[INET_ADDRSTRLEN];
   uint32_t pb = htonl(n->pool);
   inet_ntop(AF_INET, &pb, pool, sizeof(pool));
-  inet_ntop(AF_INET, &n->upstream.sin_addr, up, sizeof(up));
-  log_info("network: uplink %s, pool %s/%u (%u slots), DNS upstream %s:%u, routing namespace %s", cfg->uplink,
-           pool, plen, n->pool_size - FIRST_SLOT, up, ntohs(n->upstream.sin_port), n->ns_path);
+  json_t *ups = dns_upstreams_json(n);
+  char *up_text = json_dumps(ups, JSON_COMPACT); /* no _cleanup_: the gotos above jump past it */
+  json_decref(ups);
+  log_info("network: uplink %s%s%s, pool %s/%u (%u slots), DNS upstreams %s (%s), routing namespace %s",
+           cfg->uplink, n->uplink_auto ? " = " : "", n->uplink_auto ? n->uplink_if : "", pool, plen,
+           n->pool_size - FIRST_SLOT, up_text, n->dns_fixed ? "--net-dns-upstream" : n->resolv_path,
+           n->ns_path);
+  free(up_text);
   *out = n;
   return 0;
 fail:
@@ -1290,8 +1306,10 @@ void moat_net_close(struct moat_net *n) {
   /* With no sandbox left on it, the routing namespace (and with it every veth, the uplink link
    * and the nft table) goes; otherwise it stays for the next moatd to adopt. */
   bool empty = n->leased == 0;
-  if (n->uplink_if && empty)
+  if (n->uplink_if && empty) {
     nft_uplink_close(n);
+    net_uplink_forwarding_off(n);
+  }
   nft_close(n);
   if (empty && n->ns_path && n->router_fd >= 0) {
     char buf[NET_NLBUF];
@@ -1317,6 +1335,8 @@ void moat_net_close(struct moat_net *n) {
   free(n->ns_path);
   free(n->block_ports);
   free(n->uplink_if);
+  free(n->dns_fixed);
+  free(n->resolv_path);
   pthread_mutex_destroy(&n->lock);
   pthread_mutex_destroy(&n->nl_lock);
   pthread_mutex_destroy(&n->nft_lock);

@@ -30,24 +30,42 @@
 #include "../../common/error.h"
 
 struct moat_net_config {
-  const char *uplink;       /* "IFNAME" or "netns:PATH"; NULL or "" = no networking (loopback only) */
-  const char *dns_upstream; /* "IP" or "IP:PORT"; NULL = first nameserver of /etc/resolv.conf */
+  /* "auto": the interface of moatd's IPv4 default route (resolved once, at open); "IFNAME": that
+   * interface (masqueraded); "netns:PATH": the network namespace at PATH stands for the outside
+   * world. NULL, "" or "none" = no networking (loopback only). */
+  const char *uplink;
+  const char *dns_upstream; /* "IP" or "IP:PORT"; NULL = the nameservers of resolv_conf */
+  const char *resolv_conf;  /* where the upstreams come from without dns_upstream (re-read when it
+                               changes); NULL = /etc/resolv.conf */
   const char *pool;         /* IPv4 CIDR of the /30 pool; NULL = 10.200.0.0/16 (16,384 /30s) */
   const char *block_ports;  /* comma-separated TCP/UDP ports always dropped (mining pools); NULL = default */
   unsigned warm;            /* prepared slots kept ready; 0 = 8 */
   uint16_t api_port;        /* moatd's API port (dropped towards every host address) */
 };
 
+/* Whether cfg asks for networking at all (an uplink other than none). */
+bool moat_net_config_enabled(const struct moat_net_config *cfg);
+
 struct moat_net;
 
 /* Opens (or, after a restart, reopens) the routing namespace of instance, builds the nft table,
  * the uplink link and the DNS server, and starts the worker. state_dir keeps one file per leased
  * slot (its sandbox, org and policy) for adoption. *out is NULL (and 0 returned) when cfg has no
- * uplink. Returns 0 or -1. */
+ * uplink. Returns 0 or -1: EINVAL naming the uplink when it does not exist, ENETUNREACH for
+ * "auto" on a host without an IPv4 default route. */
 int moat_net_open(struct moat_net **out, const struct moat_net_config *cfg, const char *instance,
                   const char *state_dir, moat_error **err);
 /* Stops the worker and DNS. Leased slots stay (their sandboxes outlive moatd). */
 void moat_net_close(struct moat_net *n);
+
+/* What the network is, for the unauthenticated /healthz (no address, no interface name):
+ * {internet: true, uplink: "auto"|"interface"|"netns"}, or with n NULL {internet: false, uplink:
+ * "none"}. New reference. */
+json_t *moat_net_status(struct moat_net *n);
+
+/* Writes /etc/resolv.conf naming moatd's DNS inside the root of pid (a sandbox being built, before
+ * it runs anything of its user's), owned by uid_base. 0 or -1. */
+int moat_net_write_resolv(struct moat_net *n, pid_t pid, uid_t uid_base, moat_error **err);
 
 /* Gives the network namespace of pid a slot: eth0 with its /30, default route, and, with
  * write_resolv, /etc/resolv.conf (inside the sandbox's root, as the range's root uid_base) naming
@@ -94,6 +112,9 @@ json_t *moat_net_policy_default(void);
 int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org, json_t *policy,
                   moat_error **err);
 
+/* Records policy as sandbox id's without a slot (a sandbox created with internet: false has none):
+ * what moat_net_saved_policy returns from now on. 0 or -1. */
+int moat_net_save_policy(struct moat_net *n, const char *id, json_t *policy, moat_error **err);
 /* The policy last bound for sandbox id (kept after its slot is released, for a wake, a rollback
  * or a fork's children), or NULL. New reference. */
 json_t *moat_net_saved_policy(struct moat_net *n, const char *id);

@@ -87,14 +87,22 @@ struct moat_net {
   int self_fd;      /* moatd's netns */
   int router_ioctl; /* AF_INET dgram socket in the routing ns: ifindex lookups without rtnl */
   bool uplink_is_netns;
+  bool uplink_auto;      /* the uplink was "auto" (uplink_if is the default route's interface) */
   char *uplink_if;       /* interface mode: the uplink interface in moatd's netns */
   char outside_link[16]; /* our veth end in the uplink namespace */
-  uint32_t pool;         /* host order, first address */
-  unsigned pool_size;    /* /30s */
+  /* interface mode (uplink.c): IPv4 forwarding is on for outside_link and uplink_if only, never
+   * host-wide. fwd_owned: uplink_if forwarded nothing before moatd turned it on (recorded in
+   * state_dir/uplink-forwarding across restarts; turned off again when the last sandbox goes).
+   * fwd_guard: owned and the host forwards nothing else (conf/all/forwarding 0), so that nft
+   * drops every new flow entering through uplink_if that the host would otherwise forward. */
+  bool fwd_owned, fwd_guard;
+  uint32_t pool;      /* host order, first address */
+  unsigned pool_size; /* /30s */
   unsigned warm;
   uint16_t api_port;
   char *block_ports;
-  struct sockaddr_in upstream;
+  char *dns_fixed;   /* --net-dns-upstream as given, or NULL */
+  char *resolv_path; /* without dns_fixed: where the upstreams come from (dns.c re-reads it) */
 
   /* Locks, each taken only in this order (never one while holding a later one):
    *   policy_lock  ->  lock
@@ -156,6 +164,18 @@ int net_in_ns(int nsfd, int (*fn)(void *), void *arg, moat_error **err);
 /* Socket created in namespace nsfd. fd or -1. */
 int net_socket_in(int nsfd, int domain, int type, int proto, moat_error **err);
 
+/* ---- uplink.c ---- */
+/* Resolves spec ("auto", "IFNAME" or "netns:PATH") into n->outside_fd and n->uplink_if in
+ * moatd's netns (n->self_fd). 0, or -1: EINVAL naming a missing interface or namespace,
+ * ENETUNREACH for auto without an IPv4 default route. */
+int net_uplink_resolve(struct moat_net *n, const char *spec, moat_error **err);
+/* Interface mode: forwarding on outside_link and uplink_if, fwd_owned and fwd_guard set. 0 or -1. */
+int net_uplink_forwarding_on(struct moat_net *n, moat_error **err);
+/* Re-evaluates fwd_guard (the host may have turned forwarding on meanwhile). true when it changed. */
+bool net_uplink_guard_changed(struct moat_net *n);
+/* The last sandbox is gone: uplink_if's forwarding off again if moatd turned it on. */
+void net_uplink_forwarding_off(struct moat_net *n);
+
 /* ---- nft.c ---- */
 /* Appends printf output to the malloc'd string *buf of length *len (both may start NULL / 0). */
 void net_sappend(char **buf, size_t *len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -168,12 +188,17 @@ int nft_run(struct moat_net *n, const char *script, moat_error **err);
 /* Appends to b the "add/delete element" lines of slot's policy p (op "add" or "delete"). */
 void nft_policy_elements(struct moat_net *n, int slot, const struct net_policy *p, const char *op, char **buf,
                          size_t *len);
-/* Interface-mode uplink: masquerade in moatd's own netns. */
+/* Interface-mode uplink: masquerade and the forward filter in moatd's own netns (rebuilt, with
+ * the guard as n->fwd_guard says, when called again). */
 int nft_uplink_open(struct moat_net *n, moat_error **err);
 void nft_uplink_close(struct moat_net *n);
 
 /* ---- dns.c ---- */
+/* Checks n->dns_fixed (EINVAL when it is not IP or IP:PORT). */
+int dns_check_fixed(const char *fixed, moat_error **err);
 int dns_start(struct moat_net *n, moat_error **err);
+/* The upstreams in use, as ["IP:PORT", ...] (empty when none is configured). New reference. */
+json_t *dns_upstreams_json(struct moat_net *n);
 void dns_stop(struct moat_net *n);
 /* Name of addr as last learned by slot's DNS, copied into out (size MOAT_NET_MAX_NAME + 1): "" if none.
  * Call with n->lock held. */

@@ -246,11 +246,17 @@ void nft_close(struct moat_net *n) {
 static char *uplink_table(struct moat_net *n) { return xasprintf("moat_up_%.12s", n->instance); }
 
 int nft_uplink_open(struct moat_net *n, moat_error **err) {
-  if (write_file("/proc/sys/net/ipv4/ip_forward", "1", err) < 0)
-    return moat_error_wrap(err, "enable IPv4 forwarding for the uplink");
   _cleanup_free_ char *t = uplink_table(n);
   char link[INET_ADDRSTRLEN];
   ip_str(htonl(n->pool + 6), link);
+  const char *up = n->uplink_if, *out = n->outside_link;
+  /* Sandboxes' flows (masqueraded to link in the routing namespace) leave by the uplink only,
+   * never towards link-local addresses; nothing enters moat's veth but their replies; and, with
+   * the guard (uplink.c), no new flow in through the uplink is forwarded anywhere. */
+  _cleanup_free_ char *guard =
+      n->fwd_guard
+          ? xasprintf("add rule ip %s fwd iifname \"%s\" ct state != { established, related } drop\n", t, up)
+          : xstrdup("");
   _cleanup_free_ char *s =
       xasprintf("add table ip %s\n"
                 "add chain ip %s post { type nat hook postrouting priority 100; policy accept; }\n"
@@ -258,9 +264,12 @@ int nft_uplink_open(struct moat_net *n, moat_error **err) {
                 "flush chain ip %s post\nflush chain ip %s fwd\n"
                 "add rule ip %s post ip saddr %s oifname \"%s\" masquerade\n"
                 "add rule ip %s fwd iifname \"%s\" oifname != \"%s\" drop\n"
-                "add rule ip %s fwd iifname \"%s\" ip daddr 169.254.0.0/16 drop\n",
-                t, t, t, t, t, t, link, n->uplink_if, t, n->outside_link, n->uplink_if, t, n->outside_link);
-  n->nft_self = ctx_in(n->self_fd, err);
+                "add rule ip %s fwd iifname \"%s\" ip daddr 169.254.0.0/16 drop\n"
+                "add rule ip %s fwd oifname \"%s\" ct state != { established, related } drop\n"
+                "%s",
+                t, t, t, t, t, t, link, up, t, out, up, t, out, t, out, guard);
+  if (!n->nft_self)
+    n->nft_self = ctx_in(n->self_fd, err);
   if (!n->nft_self)
     return -1;
   return run_ctx(n, n->nft_self, s, err);
