@@ -250,22 +250,24 @@ int nft_uplink_open(struct moat_net *n, moat_error **err) {
   char link[INET_ADDRSTRLEN];
   ip_str(htonl(n->pool + 6), link);
   const char *up = n->uplink_if, *out = n->outside_link;
-  /* Sandboxes' flows (masqueraded to link in the routing namespace) leave by the uplink only,
+  /* Chains sb_nat and sb_fwd (not "fwd": an nft keyword). Sandboxes' flows (masqueraded to link
+   * in the routing namespace) leave by the uplink only,
    * never towards link-local addresses; nothing enters moat's veth but their replies; and, with
    * the guard (uplink.c), no new flow in through the uplink is forwarded anywhere. */
   _cleanup_free_ char *guard =
       n->fwd_guard
-          ? xasprintf("add rule ip %s fwd iifname \"%s\" ct state != { established, related } drop\n", t, up)
+          ? xasprintf("add rule ip %s sb_fwd iifname \"%s\" ct state != { established, related } drop\n", t,
+                      up)
           : xstrdup("");
   _cleanup_free_ char *s =
       xasprintf("add table ip %s\n"
-                "add chain ip %s post { type nat hook postrouting priority 100; policy accept; }\n"
-                "add chain ip %s fwd { type filter hook forward priority 0; policy accept; }\n"
-                "flush chain ip %s post\nflush chain ip %s fwd\n"
-                "add rule ip %s post ip saddr %s oifname \"%s\" masquerade\n"
-                "add rule ip %s fwd iifname \"%s\" oifname != \"%s\" drop\n"
-                "add rule ip %s fwd iifname \"%s\" ip daddr 169.254.0.0/16 drop\n"
-                "add rule ip %s fwd oifname \"%s\" ct state != { established, related } drop\n"
+                "add chain ip %s sb_nat { type nat hook postrouting priority 100; policy accept; }\n"
+                "add chain ip %s sb_fwd { type filter hook forward priority 0; policy accept; }\n"
+                "flush chain ip %s sb_nat\nflush chain ip %s sb_fwd\n"
+                "add rule ip %s sb_nat ip saddr %s oifname \"%s\" masquerade\n"
+                "add rule ip %s sb_fwd iifname \"%s\" oifname != \"%s\" drop\n"
+                "add rule ip %s sb_fwd iifname \"%s\" ip daddr 169.254.0.0/16 drop\n"
+                "add rule ip %s sb_fwd oifname \"%s\" ct state != { established, related } drop\n"
                 "%s",
                 t, t, t, t, t, t, link, up, t, out, up, t, out, t, out, guard);
   if (!n->nft_self)

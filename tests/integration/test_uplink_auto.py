@@ -1,0 +1,231 @@
+"""test_uplink_auto.py -- moatd's default uplink (--net-uplink auto: the interface of the IPv4
+default route) for real, with nothing leaving the machine.
+
+The test builds a host of its own: network namespace H (moat-uh-PID-N) whose default route leads,
+over a veth pair, to a fake internet (fakenet.FakeInternet: web servers on 198.51.100.10..14, a fake
+cloud metadata service on 169.254.169.254):
+
+    H: lo, eth0 203.0.113.2/30, default via 203.0.113.1      FI: up0 203.0.113.1/30, lo 198.51.100.x ...
+
+In H run a DNS server on 127.0.0.53 (a loopback stub resolver like systemd-resolved's, reachable from
+H only) answering a zone of its own (*.fake), and a "host service" on 203.0.113.2:8081. moatd runs in
+H with its default flags (no --net-uplink) and /etc/resolv.conf naming 127.0.0.53 (bind-mounted in a
+mount namespace of moatd's own). The test talks to moatd through sockets it opens in H.
+
+Checked: a sandbox reaches the fake internet by IP and by name (its DNS goes to moatd, which forwards
+to the stub as H's resolv.conf says; the deny policy still applies to forwarded names); internet:
+false reaches nothing; the metadata address, moatd's API port and the host service on H's address
+are out of reach of a sandbox (each reachable from H itself, so the check can fail; other sandboxes:
+attack/test_net_isolation, the same rules behind any uplink); forwarding is
+on for the uplink only, never host-wide. And a host with no default route: moatd starts, /healthz
+says uplink none, sandboxes have loopback only.
+"""
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+
+import fakenet  # noqa: E402
+import moatd  # noqa: E402
+from moattest import DaemonTest  # noqa: E402
+from nettest import NetDaemonTest  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+H_ADDR, FI_ADDR = "203.0.113.2", "203.0.113.1"
+STUB = "127.0.0.53"
+HOST_SERVICE_PORT = 8081
+STUB_ZONE = {
+    "web.fake": ["198.51.100.10"],
+    "other.fake": ["198.51.100.13"],
+    "denied.fake": ["198.51.100.11"],
+}
+_counter = itertools.count()
+
+
+def run(*argv):
+    return fakenet.run(*argv)
+
+
+class TestHost:
+    """Network namespace H of the test's own, optionally with a default route into fi."""
+
+    def __init__(self, fi=None):
+        self.name = "moat-uh-%d-%d" % (os.getpid(), next(_counter))
+        self.fi = fi
+        self.stub = None
+        self.resolv = None
+
+    @property
+    def path(self):
+        return "/run/netns/" + self.name
+
+    def start(self):
+        run("ip", "netns", "add", self.name)
+        try:
+            run("ip", "-n", self.name, "link", "set", "lo", "up")
+            if self.fi:
+                run("ip", "-n", self.fi.name, "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns",
+                    self.name)
+                run("ip", "-n", self.fi.name, "addr", "add", FI_ADDR + "/30", "dev", "up0")
+                run("ip", "-n", self.fi.name, "link", "set", "up0", "up")
+                run("ip", "-n", self.name, "addr", "add", H_ADDR + "/30", "dev", "eth0")
+                run("ip", "-n", self.name, "link", "set", "eth0", "up")
+                run("ip", "-n", self.name, "route", "add", "default", "via", FI_ADDR)
+                cfg = {"dns": STUB, "zone": STUB_ZONE, "tcp": [[H_ADDR, HOST_SERVICE_PORT]]}
+                self.stub = subprocess.Popen(["ip", "netns", "exec", self.name, sys.executable,
+                                              os.path.join(HERE, "..", "lib", "fakenet_servers.py"), json.dumps(cfg)],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                if self.stub.stdout.readline().strip() != b"ready":
+                    raise RuntimeError("the stub resolver in %s did not start" % self.name)
+            fd, self.resolv = tempfile.mkstemp(prefix="moat-uh-resolv-", dir="/var/tmp")
+            os.write(fd, ("# the test host's resolver: a loopback stub\nnameserver %s\noptions edns0\n" % STUB).encode())
+            os.close(fd)
+            os.chmod(self.resolv, 0o644)
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def connects(self, host, port):
+        """True when a TCP connection from H itself to host:port is established within 2 s."""
+        code = "import socket,sys\ntry:\n socket.create_connection((%r,%d),2)\nexcept OSError:\n sys.exit(1)" % (
+            host, port)
+        return subprocess.run(["nsenter", "--net=" + self.path, sys.executable, "-c", code], timeout=30).returncode == 0
+
+    def sysctl(self, path):
+        return subprocess.run(["nsenter", "--net=" + self.path, "cat", "/proc/sys/net/ipv4/" + path],
+                              stdout=subprocess.PIPE, timeout=30).stdout.decode().strip()
+
+    def stop(self):
+        if self.stub:
+            self.stub.kill()
+            self.stub.wait(10)
+            self.stub = None
+        subprocess.run(["ip", "netns", "del", self.name], stderr=subprocess.DEVNULL)
+        if self.resolv:
+            try:
+                os.unlink(self.resolv)
+            except OSError:
+                pass
+            self.resolv = None
+
+
+class UplinkAutoTest(NetDaemonTest):
+    pool = 2
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = None
+        cls.fi = fakenet.FakeInternet()
+        cls.fi.start()
+        cls.h = TestHost(cls.fi)
+        try:
+            cls.h.start()
+            # default flags: no --net-uplink, no --net-dns-upstream
+            cls.daemon = moatd.MoatDaemon(pool=cls.pool, netns=cls.h.path, resolv_conf=cls.h.resolv)
+            # on every address of H, so that H's own address serves the API (a sandbox must not reach it)
+            cls.daemon.extra_args += ["--listen", "0.0.0.0:%d" % cls.daemon.port]
+            cls.daemon.start()
+        except Exception:
+            cls.cleanup_net()
+            raise
+        cls.c = cls.daemon.client
+
+    @classmethod
+    def cleanup_net(cls):
+        try:
+            super().cleanup_net()
+        finally:
+            cls.h.stop()
+
+    def test_healthz_and_forwarding(self):
+        h = self.c.request("GET", "/healthz", auth=False)[1]
+        self.assertEqual(h["network"], {"internet": True, "uplink": "auto"}, h)
+        self.assertIn("uplink auto: eth0", self.daemon.log_tail(200))
+        self.assertEqual(self.h.sysctl("conf/eth0/forwarding"), "1", "the uplink forwards")
+        self.assertEqual(self.h.sysctl("conf/all/forwarding"), "0", "forwarding is never turned on host-wide")
+        self.assertEqual(self.h.sysctl("conf/lo/forwarding"), "0")
+
+    def test_reaches_the_internet_by_ip_and_by_name(self):
+        sid = self.sandbox()["id"]
+        self.assertEqual((self.http_get(sid, "198.51.100.10") or "").strip(), "hello from 198.51.100.10")
+        # the sandbox's resolver is moatd's, which forwards to H's stub (127.0.0.53 in H, which the
+        # sandbox itself cannot reach: its own loopback has no such server)
+        r = self.bash(sid, "cat /etc/resolv.conf")
+        self.assertNotIn(STUB, r["stdout"], r)
+        self.assertEqual(self.resolve(sid, "web.fake"), ["198.51.100.10"])
+        self.assertEqual((self.http_get(sid, "web.fake") or "").strip(), "hello from 198.51.100.10")
+        self.assertEqual(self.resolve(sid, "allowed.test"), [], "only the zone H's resolver answers")
+        self.assertEqual(self.c.request("GET", "/v1/sandboxes/%s/network" % sid)[1]["policy"]["internet"], True)
+
+    def test_policy_applies_to_forwarded_names(self):
+        sid = self.sandbox(network={"deny": ["denied.fake"]})["id"]
+        self.assertEqual(self.resolve(sid, "denied.fake"), [])
+        self.assertEqual(self.resolve(sid, "other.fake"), ["198.51.100.13"])
+        sid2 = self.sandbox(network={"egress": "deny", "allow": ["web.fake"]})["id"]
+        self.assertFalse(self.connects(sid2, "198.51.100.13"))
+        self.assertEqual(self.resolve(sid2, "web.fake"), ["198.51.100.10"])
+        self.assertTrue(self.connects(sid2, "198.51.100.10"))
+
+    def test_internet_false_reaches_nothing(self):
+        sid = self.sandbox(network={"internet": False})["id"]
+        self.assertFalse(self.connects(sid, "198.51.100.10"))
+        self.assertEqual(self.resolve(sid, "web.fake"), [])
+        self.assertFalse(self.connects(sid, fakenet.METADATA, 80))
+
+    def test_host_side_addresses_out_of_reach(self):
+        # each is reachable from H itself: the sandbox's failure to reach it is moat's doing
+        self.assertTrue(self.h.connects(fakenet.METADATA, 80))
+        self.assertTrue(self.h.connects(H_ADDR, HOST_SERVICE_PORT))
+        self.assertTrue(self.h.connects(H_ADDR, self.daemon.port))
+        sid = self.sandbox()["id"]
+        self.assertTrue(self.connects(sid, "198.51.100.10"), "the sandbox has the internet")
+        self.assertFalse(self.connects(sid, fakenet.METADATA, 80), "cloud metadata")
+        self.assertFalse(self.connects(sid, H_ADDR, HOST_SERVICE_PORT), "a service on the host's address")
+        self.assertFalse(self.connects(sid, H_ADDR, self.daemon.port), "moatd's API on the host's address")
+        # (other sandboxes: attack/test_net_isolation, through the same routing namespace and rules)
+
+
+class UplinkAutoNoRouteTest(DaemonTest):
+    """A host with no IPv4 default route: auto starts with no uplink and says so."""
+    pool = 0
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = None
+        cls.h = TestHost()
+        try:
+            cls.h.start()
+            cls.daemon = moatd.MoatDaemon(pool=cls.pool, netns=cls.h.path)
+            cls.daemon.start()
+        except Exception:
+            cls.tearDownClass()
+            raise
+        cls.c = cls.daemon.client
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            if cls.daemon is not None:
+                cls.daemon.stop()
+        finally:
+            cls.h.stop()
+
+    def test_starts_without_uplink(self):
+        h = self.c.request("GET", "/healthz", auth=False)[1]
+        self.assertEqual(h["network"], {"internet": False, "uplink": "none"}, h)
+        self.assertIn("no IPv4 default route", self.daemon.log_tail(200))
+        e = self.assertApiError(400, "invalid_request", self.c.create, network={"internet": True})
+        self.assertIn("no IPv4 default route", e.body["message"])
+        sid = self.sandbox()["id"]
+        r = self.c.exec(sid, argv=["cat", "/proc/net/dev"])
+        self.assertEqual([ln.split(":")[0].strip() for ln in r["stdout"].splitlines()[2:]], ["lo"])
+
+
+if __name__ == "__main__":
+    unittest.main()
