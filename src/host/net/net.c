@@ -356,7 +356,7 @@ static void slot_reset(struct net_slot *s) {
   s->n_learned = s->learned_next = 0;
   s->log_seq = 0;
   s->connections = 0;
-  s->link_down = false;
+  s->link_down = s->link_want_down = false;
 }
 
 static void queue_teardown(struct moat_net *n, int slot) {
@@ -544,7 +544,6 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
   const struct net_policy *old = &s->pol; /* stays as it is while policy_lock is held */
   bool is_default = p.internet && !p.egress_deny && !p.n_allow && !p.n_deny;
   bool old_custom = had && !(old->internet && !old->egress_deny && !old->n_allow && !old->n_deny);
-  bool link_change = p.internet == s->link_down;
   /* The nft transaction: old policy's elements out, new ones in, atomically. */
   char *script = NULL;
   size_t len = 0;
@@ -560,28 +559,18 @@ int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org,
     json_decref(pj);
     return moat_error_wrap(err, "apply network policy");
   }
-  /* internet: false: the router side goes down, the sandbox's eth0 loses its carrier. Only a
-   * change is sent: RTM_NEWLINK takes the rtnl lock, which a veth deletion elsewhere may hold
-   * for tens of milliseconds. */
-  bool link_set = false;
-  if (link_change) {
-    char lb[NET_NLBUF], nm[IFNAMSIZ];
-    snprintf(nm, sizeof(nm), "mv%d", slot);
-    struct nlmsghdr *nlh = link_msg(lb, RTM_NEWLINK, 0, 0);
-    struct ifinfomsg *ifi = mnl_nlmsg_get_payload(nlh);
-    ifi->ifi_change = IFF_UP;
-    ifi->ifi_flags = p.internet ? IFF_UP : 0;
-    mnl_attr_put_strz(nlh, IFLA_IFNAME, nm);
-    if (router_talk(n, nlh) < 0)
-      log_warn("network slot %d: set %s %s: %s", slot, nm, p.internet ? "up" : "down", strerror(errno));
-    else
-      link_set = true;
-  }
+  /* internet: false is enforced by nft (above) and moatd's DNS from here on. The router side of
+   * the link also goes down (the sandbox's eth0 loses its carrier, so that its programs fail at
+   * once rather than time out), by the worker, off the request path: RTM_NEWLINK takes the rtnl
+   * lock, which a veth being built or deleted elsewhere may hold for milliseconds. */
   /* The slot may have been released meanwhile (its teardown waits for policy_lock): it is
    * updated all the same, so that the teardown removes what is in nft now. */
   pthread_mutex_lock(&n->lock);
-  if (link_set)
-    s->link_down = !p.internet;
+  s->link_want_down = !p.internet;
+  if (s->link_want_down != s->link_down) {
+    n->link_dirty = true;
+    pthread_cond_broadcast(&n->wake);
+  }
   bool same_sandbox = had && strcmp(s->id, id) == 0;
   net_policy_clear(&s->pol);
   s->pol = p;
@@ -790,6 +779,38 @@ static int teardown_one(struct moat_net *n, struct net_slot *s, bool force) {
   return 0;
 }
 
+/* Sets the router side of every leased slot's link as its policy asks (worker; n->lock held on
+ * entry and return, dropped meanwhile). policy_lock keeps a bind or a teardown from interleaving. */
+static void sync_links(struct moat_net *n) {
+  n->link_dirty = false;
+  pthread_mutex_unlock(&n->lock);
+  pthread_mutex_lock(&n->policy_lock);
+  for (unsigned i = FIRST_SLOT; i < n->pool_size; i++) {
+    pthread_mutex_lock(&n->lock);
+    struct net_slot *s = &n->slots[i];
+    bool todo = s->state == NS_LEASED && s->link_want_down != s->link_down, down = s->link_want_down;
+    pthread_mutex_unlock(&n->lock);
+    if (!todo)
+      continue;
+    char lb[NET_NLBUF], nm[IFNAMSIZ];
+    snprintf(nm, sizeof(nm), "mv%u", i);
+    struct nlmsghdr *nlh = link_msg(lb, RTM_NEWLINK, 0, 0);
+    struct ifinfomsg *ifi = mnl_nlmsg_get_payload(nlh);
+    ifi->ifi_change = IFF_UP;
+    ifi->ifi_flags = down ? 0 : IFF_UP;
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, nm);
+    if (router_talk(n, nlh) < 0) {
+      log_warn("network slot %u: set %s %s: %s", i, nm, down ? "down" : "up", strerror(errno));
+      continue;
+    }
+    pthread_mutex_lock(&n->lock);
+    s->link_down = down;
+    pthread_mutex_unlock(&n->lock);
+  }
+  pthread_mutex_unlock(&n->policy_lock);
+  pthread_mutex_lock(&n->lock);
+}
+
 static void *worker_main(void *arg) {
   struct moat_net *n = arg;
   unsigned next = FIRST_SLOT, failures = 0;
@@ -812,6 +833,10 @@ static void *worker_main(void *arg) {
         moat_error_free(&e);
       }
       pthread_mutex_lock(&n->lock);
+      continue;
+    }
+    if (n->link_dirty) {
+      sync_links(n);
       continue;
     }
     if (n->teardown_head) {

@@ -76,6 +76,7 @@ struct net_slot {
   uint64_t log_seq;          /* entries ever logged */
   uint64_t connections;
   bool link_down;             /* router side set down (internet: false) */
+  bool link_want_down;        /* what the bound policy asks; the worker makes link_down follow */
   uint64_t teardown_since_ns; /* when queued for teardown */
   struct net_slot *next_teardown;
 };
@@ -120,6 +121,7 @@ struct moat_net {
   struct net_slot *slots;      /* pool_size entries */
   unsigned prepared, leased, tearing;
   struct net_slot *teardown_head;
+  bool link_dirty; /* some leased slot's link_want_down differs from its link_down */
   bool stopping;
   pthread_t worker;
   bool worker_started;
