@@ -2,10 +2,13 @@
 """network.py -- issue 5's benchmark: sandbox networking against a fake internet (tests/lib/fakenet.py).
 
   MOAT_BUILD=build python3 bench/network.py [--creates 200] [--idle 1000] [--connects 300] [--mb 200] [--out FILE]
+                                            [--create-only]
 
 (i)   create-to-ready (POST /v1/sandboxes until 201, then DELETE) on a moatd with an uplink (each
       sandbox gets eth0, a /30, resolv.conf, a default policy bound in nftables) vs a moatd without
-      (loopback only), same pool size, same pace, alternating, in the same run. Target: p50 within 1 ms.
+      (loopback only), same pool size, same pace, alternating, in the same run; and on the moatd
+      with an uplink, creates with network {internet: false} in the same rotation. Target: p50
+      within 1 ms each. --create-only stops after (i).
 (ii)  slot build rate: a moatd told to keep 512 slots prepared (--net-warm 512), time until the routing
       namespace holds them; teardown rate: 200 sandboxes with networking deleted at once, time until
       their veths are gone.
@@ -163,6 +166,7 @@ def main():
     ap.add_argument("--connects", type=int, default=300)
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--out")
+    ap.add_argument("--create-only", action="store_true", help="section (i) only")
     a = ap.parse_args()
 
     fi = fakenet.FakeInternet().start()
@@ -179,20 +183,27 @@ def main():
         d0 = daemon(None, pool=4)
         creates(dn, 10, a.pace)
         creates(d0, 10, a.pace)
-        xn, x0, xp = [], [], []
+        xn, x0, xp, xf = [], [], [], []
         for i in range(a.creates // 2):  # one with, one without, alternating: drift hits both alike
             xn += creates(dn, 1, a.pace)
             x0 += creates(d0, 1, a.pace)
+            xf += creates(dn, 1, a.pace, {"network": {"internet": False}})
             if i % 2:
                 xp += creates(dn, 1, a.pace, {"network": POLICY})
         sn = row("create-to-ready, networking (warm shell)", xn)
+        sf = row("create-to-ready, networking, internet: false", xf, "same moatd, same warm pool")
         row("create-to-ready, networking + a 6-entry policy", xp, "egress deny, names, wildcard, CIDRs")
         s0 = row("peer: create-to-ready, loopback only", x0)
         diff = sn["p50"] - s0["p50"]
         row_note = "target within 1 ms: %s" % ("met" if diff <= 1.0 else "missed")
         out("| %-46s |       | %+8.3f |          |          | %s |" % ("difference at p50", diff, row_note))
+        difff = sf["p50"] - sn["p50"]
+        out("| %-46s |       | %+8.3f |          |          | internet: false vs true; target within 1 ms: %s |" %
+            ("difference at p50 (internet: false)", difff, "met" if difff <= 1.0 else "missed"))
         stop(d0)
         d0 = None
+        if a.create_only:
+            return
 
         # (iii) TCP from a sandbox vs from the host side
         sid = dn.client.create(template="code-interpreter")["id"]  # base has python3-minimal (no json)
@@ -263,9 +274,9 @@ def main():
         if hns:
             subprocess.run(["ip", "netns", "del", hns], stderr=subprocess.DEVNULL)
         fi.stop()
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
