@@ -17,7 +17,8 @@ to the stub as H's resolv.conf says; the deny policy still applies to forwarded 
 false reaches nothing; the metadata address, moatd's API port and the host service on H's address
 are out of reach of a sandbox (each reachable from H itself, so the check can fail; other sandboxes:
 attack/test_net_isolation, the same rules behind any uplink); forwarding is
-on for the uplink only, never host-wide. And a host with no default route: moatd starts, /healthz
+on for the uplink only, never host-wide. With a dead resolver named first, lookups fail over to the
+next; a rewritten resolv.conf is followed. And a host with no default route: moatd starts, /healthz
 says uplink none, sandboxes have loopback only.
 """
 import itertools
@@ -26,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -54,9 +56,10 @@ def run(*argv):
 class TestHost:
     """Network namespace H of the test's own, optionally with a default route into fi."""
 
-    def __init__(self, fi=None):
+    def __init__(self, fi=None, nameservers=(STUB,)):
         self.name = "moat-uh-%d-%d" % (os.getpid(), next(_counter))
         self.fi = fi
+        self.nameservers = nameservers
         self.stub = None
         self.resolv = None
 
@@ -83,13 +86,19 @@ class TestHost:
                 if self.stub.stdout.readline().strip() != b"ready":
                     raise RuntimeError("the stub resolver in %s did not start" % self.name)
             fd, self.resolv = tempfile.mkstemp(prefix="moat-uh-resolv-", dir="/var/tmp")
-            os.write(fd, ("# the test host's resolver: a loopback stub\nnameserver %s\noptions edns0\n" % STUB).encode())
             os.close(fd)
             os.chmod(self.resolv, 0o644)
+            self.set_nameservers(self.nameservers)
         except Exception:
             self.stop()
             raise
         return self
+
+    def set_nameservers(self, addrs):
+        """Rewrites the resolv.conf moatd sees, in place (the bind mount shows the same file)."""
+        with open(self.resolv, "w") as f:
+            f.write("# the test host's resolvers\n" + "".join("nameserver %s\n" % a for a in addrs) +
+                    "options edns0\n")
 
     def connects(self, host, port):
         """True when a TCP connection from H itself to host:port is established within 2 s."""
@@ -117,13 +126,14 @@ class TestHost:
 
 class UplinkAutoTest(NetDaemonTest):
     pool = 2
+    nameservers = (STUB,)
 
     @classmethod
     def setUpClass(cls):
         cls.daemon = None
         cls.fi = fakenet.FakeInternet()
         cls.fi.start()
-        cls.h = TestHost(cls.fi)
+        cls.h = TestHost(cls.fi, cls.nameservers)
         try:
             cls.h.start()
             # default flags: no --net-uplink, no --net-dns-upstream
@@ -189,6 +199,35 @@ class UplinkAutoTest(NetDaemonTest):
         self.assertFalse(self.connects(sid, H_ADDR, HOST_SERVICE_PORT), "a service on the host's address")
         self.assertFalse(self.connects(sid, H_ADDR, self.daemon.port), "moatd's API on the host's address")
         # (other sandboxes: attack/test_net_isolation, through the same routing namespace and rules)
+
+
+class UplinkDnsUpstreamsTest(UplinkAutoTest):
+    """resolv.conf names a dead resolver first, then the stub; later it is rewritten."""
+    nameservers = ("127.0.0.9", STUB)  # nothing listens on 127.0.0.9 in H
+
+    def test_failover_and_reread(self):
+        sid = self.sandbox()["id"]
+        # the first query goes to 127.0.0.9 and is lost; 2 s later moatd moves to the stub, which
+        # answers the sandbox resolver's retry
+        self.assertEqual(self.resolve(sid, "web.fake"), ["198.51.100.10"])
+        self.assertIn("upstream 127.0.0.9:53 did not answer", self.daemon.log_tail(200))
+        self.assertEqual(self.resolve(sid, "allowed.test"), [], "the stub does not know the fake internet's zone")
+        # the host's resolver changes (DHCP, a VPN): now the fake internet's own DNS server
+        self.h.set_nameservers([fakenet.DNS])
+        deadline = time.time() + 20
+        got = []
+        while time.time() < deadline:
+            got = self.resolve(sid, "allowed.test")
+            if got:
+                break
+            time.sleep(0.5)
+        self.assertEqual(got, ["198.51.100.10"], "moatd re-reads resolv.conf when it changes")
+        self.assertIn("upstreams from /etc/resolv.conf: %s:53" % fakenet.DNS, self.daemon.log_tail(200))
+
+    # the parent's tests need the stub first: not repeated here
+    test_healthz_and_forwarding = test_reaches_the_internet_by_ip_and_by_name = None
+    test_policy_applies_to_forwarded_names = test_internet_false_reaches_nothing = None
+    test_host_side_addresses_out_of_reach = None
 
 
 class UplinkAutoNoRouteTest(DaemonTest):

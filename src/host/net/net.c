@@ -404,7 +404,7 @@ fail:
 }
 
 /* Writes /etc/resolv.conf inside the sandbox's root (no symlink may lead out of it). */
-int moat_net_write_resolv(struct moat_net *n, pid_t pid, uid_t uid_base, moat_error **err) {
+static int write_resolv(struct moat_net *n, pid_t pid, uid_t uid_base, moat_error **err) {
   _cleanup_free_ char *root = xasprintf("/proc/%d/root", pid);
   _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (rfd < 0)
@@ -435,7 +435,7 @@ int moat_net_attach(struct moat_net *n, pid_t pid, bool resolv, uid_t uid_base, 
   int slot = moat_net_attach_fd(n, fd, err);
   if (slot < 0)
     return -1;
-  if (resolv && moat_net_write_resolv(n, pid, uid_base, err) < 0) {
+  if (resolv && write_resolv(n, pid, uid_base, err) < 0) {
     moat_net_release(n, slot);
     return -1;
   }
@@ -491,20 +491,6 @@ static json_t *policy_filled(json_t *policy) {
   if (!json_object_get(pj, "deny"))
     json_object_set_new(pj, "deny", json_array());
   return pj;
-}
-
-int moat_net_save_policy(struct moat_net *n, const char *id, json_t *policy, moat_error **err) {
-  if (!n)
-    return 0;
-  if (!id_ok(id))
-    return moat_error_set(err, EINVAL, "sandbox id %s", id ? id : "(null)");
-  if (moat_net_policy_check(policy, err) < 0)
-    return -1;
-  json_t *pj = policy_filled(policy);
-  _cleanup_free_ char *text = json_dumps(pj, JSON_COMPACT);
-  json_decref(pj);
-  _cleanup_free_ char *path = xasprintf("%s/by-id/%s.json", n->state_dir, id);
-  return moat_net_put_file(path, text, err);
 }
 
 void moat_net_forget(struct moat_net *n, const char *id) {

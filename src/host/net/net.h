@@ -63,10 +63,6 @@ void moat_net_close(struct moat_net *n);
  * "none"}. New reference. */
 json_t *moat_net_status(struct moat_net *n);
 
-/* Writes /etc/resolv.conf naming moatd's DNS inside the root of pid (a sandbox being built, before
- * it runs anything of its user's), owned by uid_base. 0 or -1. */
-int moat_net_write_resolv(struct moat_net *n, pid_t pid, uid_t uid_base, moat_error **err);
-
 /* Gives the network namespace of pid a slot: eth0 with its /30, default route, and, with
  * write_resolv, /etc/resolv.conf (inside the sandbox's root, as the range's root uid_base) naming
  * moatd's DNS. The slot starts unbound: default policy until moat_net_bind. Returns the slot index
@@ -112,9 +108,6 @@ json_t *moat_net_policy_default(void);
 int moat_net_bind(struct moat_net *n, int slot, const char *id, const char *org, json_t *policy,
                   moat_error **err);
 
-/* Records policy as sandbox id's without a slot (a sandbox created with internet: false has none):
- * what moat_net_saved_policy returns from now on. 0 or -1. */
-int moat_net_save_policy(struct moat_net *n, const char *id, json_t *policy, moat_error **err);
 /* The policy last bound for sandbox id (kept after its slot is released, for a wake, a rollback
  * or a fork's children), or NULL. New reference. */
 json_t *moat_net_saved_policy(struct moat_net *n, const char *id);
