@@ -187,6 +187,14 @@ class UplinkAutoTest(NetDaemonTest):
         self.assertFalse(self.connects(sid, "198.51.100.10"))
         self.assertEqual(self.resolve(sid, "web.fake"), [])
         self.assertFalse(self.connects(sid, fakenet.METADATA, 80))
+        # and eth0 loses its carrier (set by moatd's network worker, after the create answered)
+        deadline, carrier = time.time() + 10, None
+        while time.time() < deadline:
+            carrier = self.bash(sid, "cat /sys/class/net/eth0/carrier 2>/dev/null || echo gone")["stdout"].strip()
+            if carrier in ("0", "gone"):
+                break
+            time.sleep(0.2)
+        self.assertIn(carrier, ("0", "gone"))
 
     def test_host_side_addresses_out_of_reach(self):
         # each is reachable from H itself: the sandbox's failure to reach it is moat's doing

@@ -766,18 +766,18 @@ static int teardown_one(struct moat_net *n, struct net_slot *s, bool force) {
 }
 
 /* Sets the router side of every leased slot's link as its policy asks (worker; n->lock held on
- * entry and return, dropped meanwhile). policy_lock keeps a bind or a teardown from interleaving. */
+ * entry and return, dropped around each netlink round trip, and no other lock taken: a bind
+ * never waits for this). A bind changing link_want_down meanwhile sets link_dirty again, and so
+ * does a change seen after the round trip: the worker comes back. Slots are built and torn down
+ * by this same thread, so mvN is the leased slot's link throughout. */
 static void sync_links(struct moat_net *n) {
   n->link_dirty = false;
-  pthread_mutex_unlock(&n->lock);
-  pthread_mutex_lock(&n->policy_lock);
   for (unsigned i = FIRST_SLOT; i < n->pool_size; i++) {
-    pthread_mutex_lock(&n->lock);
     struct net_slot *s = &n->slots[i];
-    bool todo = s->state == NS_LEASED && s->link_want_down != s->link_down, down = s->link_want_down;
-    pthread_mutex_unlock(&n->lock);
-    if (!todo)
+    if (s->state != NS_LEASED || s->link_want_down == s->link_down)
       continue;
+    bool down = s->link_want_down;
+    pthread_mutex_unlock(&n->lock);
     char lb[NET_NLBUF], nm[IFNAMSIZ];
     snprintf(nm, sizeof(nm), "mv%u", i);
     struct nlmsghdr *nlh = link_msg(lb, RTM_NEWLINK, 0, 0);
@@ -785,16 +785,17 @@ static void sync_links(struct moat_net *n) {
     ifi->ifi_change = IFF_UP;
     ifi->ifi_flags = down ? 0 : IFF_UP;
     mnl_attr_put_strz(nlh, IFLA_IFNAME, nm);
-    if (router_talk(n, nlh) < 0) {
-      log_warn("network slot %u: set %s %s: %s", i, nm, down ? "down" : "up", strerror(errno));
+    int r = router_talk(n, nlh);
+    int saved = errno;
+    pthread_mutex_lock(&n->lock);
+    if (r < 0) {
+      log_warn("network slot %u: set %s %s: %s", i, nm, down ? "down" : "up", strerror(saved));
       continue;
     }
-    pthread_mutex_lock(&n->lock);
     s->link_down = down;
-    pthread_mutex_unlock(&n->lock);
+    if (s->state == NS_LEASED && s->link_want_down != down)
+      n->link_dirty = true;
   }
-  pthread_mutex_unlock(&n->policy_lock);
-  pthread_mutex_lock(&n->lock);
 }
 
 static void *worker_main(void *arg) {
