@@ -15,8 +15,8 @@ mount namespace of moatd's own). The test talks to moatd through sockets it open
 Checked: a sandbox reaches the fake internet by IP and by name (its DNS goes to moatd, which forwards
 to the stub as H's resolv.conf says; the deny policy still applies to forwarded names); internet:
 false reaches nothing; the metadata address, moatd's API port and the host service on H's address
-are out of reach of a sandbox (each reachable from H itself, so the check can fail; other sandboxes:
-attack/test_net_isolation, the same rules behind any uplink); forwarding is
+and another sandbox's listener are out of reach of a sandbox (each reachable from H itself or from
+inside that sandbox, so the check can fail); forwarding is
 on for the uplink only, never host-wide. With a dead resolver named first, lookups fail over to the
 next; a rewritten resolv.conf is followed. And a host with no default route: moatd starts, /healthz
 says uplink none, sandboxes have loopback only.
@@ -47,6 +47,9 @@ STUB_ZONE = {
     "denied.fake": ["198.51.100.11"],
 }
 _counter = itertools.count()
+PY_LISTEN = ("import socket; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+             "s.bind(('0.0.0.0', 8099)); s.listen(8)\n"
+             "while True:\n c,_=s.accept(); c.sendall(b'b'); c.close()")
 
 
 def run(*argv):
@@ -206,7 +209,15 @@ class UplinkAutoTest(NetDaemonTest):
         self.assertFalse(self.connects(sid, fakenet.METADATA, 80), "cloud metadata")
         self.assertFalse(self.connects(sid, H_ADDR, HOST_SERVICE_PORT), "a service on the host's address")
         self.assertFalse(self.connects(sid, H_ADDR, self.daemon.port), "moatd's API on the host's address")
-        # (other sandboxes: attack/test_net_isolation, through the same routing namespace and rules)
+        # another sandbox, whose listener answers on its own loopback
+        b = self.sandbox()["id"]
+        self.c.put_file(b, "/tmp/listen.py", PY_LISTEN.encode())
+        self.c.exec(b, argv=["bash", "-c", "nohup python3 /tmp/listen.py >/dev/null 2>&1 &"])
+        deadline = time.time() + 10
+        while not self.connects(b, "127.0.0.1", 8099) and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertTrue(self.connects(b, "127.0.0.1", 8099), "control: b's listener runs")
+        self.assertFalse(self.connects(sid, self.network(b)["address"], 8099), "another sandbox")
 
 
 class UplinkDnsUpstreamsTest(UplinkAutoTest):
