@@ -210,14 +210,89 @@ class UplinkAutoTest(NetDaemonTest):
         self.assertFalse(self.connects(sid, H_ADDR, HOST_SERVICE_PORT), "a service on the host's address")
         self.assertFalse(self.connects(sid, H_ADDR, self.daemon.port), "moatd's API on the host's address")
         # another sandbox, whose listener answers on its own loopback
+        b = self.listening_sandbox()
+        self.assertFalse(self.connects(sid, self.network(b)["address"], 8099), "another sandbox")
+
+    def listening_sandbox(self):
         b = self.sandbox()["id"]
         self.c.put_file(b, "/tmp/listen.py", PY_LISTEN.encode())
         self.c.exec(b, argv=["bash", "-c", "nohup python3 /tmp/listen.py >/dev/null 2>&1 &"])
         deadline = time.time() + 10
         while not self.connects(b, "127.0.0.1", 8099) and time.time() < deadline:
             time.sleep(0.2)
-        self.assertTrue(self.connects(b, "127.0.0.1", 8099), "control: b's listener runs")
-        self.assertFalse(self.connects(sid, self.network(b)["address"], 8099), "another sandbox")
+        self.assertTrue(self.connects(b, "127.0.0.1", 8099), "control: the sandbox's listener runs")
+        return b
+
+    def from_internet(self, host, port):
+        """True when a TCP connection from the fake internet to host:port is established within 2 s."""
+        code = "import socket,sys\ntry:\n socket.create_connection((%r,%d),2)\nexcept OSError:\n sys.exit(1)" % (
+            host, port)
+        r = subprocess.run(["nsenter", "--net=" + self.fi.path, sys.executable, "-c", code], timeout=30)
+        self.assertIn(r.returncode, (0, 1))
+        return r.returncode == 0
+
+    def test_nothing_comes_in_from_the_internet(self):
+        """The fake internet routes moat's pool to H: no new flow through the uplink reaches a
+        sandbox or moat's routing namespace (the host does not become a router into them)."""
+        b = self.listening_sandbox()
+        addr = self.network(b)["address"]
+        self.assertTrue(self.connects(b, "198.51.100.10"), "b has the internet")
+        dns = self.network(b)["dns"]
+        self.assertTrue(self.connects(b, dns, 53), "control: b reaches moatd's DNS over TCP")
+        fakenet.run("ip", "-n", self.fi.name, "route", "replace", "10.200.0.0/16", "via", H_ADDR)
+        try:
+            self.assertTrue(self.from_internet(H_ADDR, self.daemon.port), "control: the fake internet reaches H")
+            self.assertFalse(self.from_internet(addr, 8099), "the fake internet reached sandbox %s" % b)
+            self.assertFalse(self.from_internet(dns, 53), "the fake internet reached moat's routing namespace")
+        finally:
+            fakenet.run("ip", "-n", self.fi.name, "route", "del", "10.200.0.0/16", check=False)
+        self.assertTrue(self.connects(b, "198.51.100.10"), "b still has the internet")
+
+    def test_host_does_not_become_a_router_for_its_lan(self):
+        """H has a LAN (netns L behind lan0) and forwarded nothing before moatd: with forwarding on
+        for the uplink, a new flow from the fake internet towards the LAN is still dropped."""
+        self.assertEqual(self.h.sysctl("conf/all/forwarding"), "0")
+        lan = "moat-ul-%d-%d" % (os.getpid(), next(_counter))
+        fakenet.run("ip", "netns", "add", lan)
+        self.addCleanup(subprocess.run, ["ip", "netns", "del", lan], stderr=subprocess.DEVNULL)
+        fakenet.run("ip", "-n", self.h.name, "link", "add", "lan0", "type", "veth", "peer", "name", "lan1", "netns", lan)
+        self.addCleanup(subprocess.run, ["ip", "-n", self.h.name, "link", "del", "lan0"], stderr=subprocess.DEVNULL)
+        fakenet.run("ip", "-n", self.h.name, "addr", "add", "192.0.2.1/30", "dev", "lan0")
+        fakenet.run("ip", "-n", self.h.name, "link", "set", "lan0", "up")
+        fakenet.run("ip", "-n", lan, "addr", "add", "192.0.2.2/30", "dev", "lan1")
+        fakenet.run("ip", "-n", lan, "link", "set", "lan1", "up")
+        fakenet.run("ip", "-n", lan, "link", "set", "lo", "up")
+        fakenet.run("ip", "-n", lan, "route", "add", "default", "via", "192.0.2.1")
+        # a UDP receiver in L appends every datagram to a file: one-way packets count (L's replies
+        # would not be forwarded back by H, lan0 forwards nothing: a TCP handshake proves nothing)
+        fd, got = tempfile.mkstemp(prefix="moat-ul-got-", dir="/var/tmp")
+        os.close(fd)
+        self.addCleanup(os.unlink, got)
+        rx = ("import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('192.0.2.2', 8099))\n"
+              "while True:\n d,_=s.recvfrom(100)\n f=open(%r,'ab'); f.write(d+b'\\n'); f.close()" % got)
+        srv = subprocess.Popen(["nsenter", "--net=/run/netns/" + lan, sys.executable, "-c", rx])
+        self.addCleanup(srv.wait, 10)
+        self.addCleanup(srv.kill)
+
+        def send(ns_path, tag):
+            code = ("import socket,time\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                    "for _ in range(5):\n s.sendto(%r, ('192.0.2.2', 8099)); time.sleep(0.1)" % tag.encode())
+            subprocess.run(["nsenter", "--net=" + ns_path, sys.executable, "-c", code], timeout=30, check=True)
+
+        def received():
+            with open(got, "rb") as f:
+                return f.read().split()
+
+        deadline = time.time() + 10
+        while b"from-h" not in received() and time.time() < deadline:
+            send(self.h.path, "from-h")
+        self.assertIn(b"from-h", received(), "control: H reaches its LAN")
+        fakenet.run("ip", "-n", self.fi.name, "route", "replace", "192.0.2.0/30", "via", H_ADDR)
+        self.addCleanup(fakenet.run, "ip", "-n", self.fi.name, "route", "del", "192.0.2.0/30", check=False)
+        self.assertTrue(self.from_internet(H_ADDR, self.daemon.port), "control: the fake internet reaches H")
+        send(self.fi.path, "from-internet")
+        time.sleep(0.5)
+        self.assertNotIn(b"from-internet", received(), "the fake internet reached H's LAN through H")
 
 
 class UplinkDnsUpstreamsTest(UplinkAutoTest):
@@ -246,7 +321,8 @@ class UplinkDnsUpstreamsTest(UplinkAutoTest):
     # the parent's tests need the stub first: not repeated here
     test_healthz_and_forwarding = test_reaches_the_internet_by_ip_and_by_name = None
     test_policy_applies_to_forwarded_names = test_internet_false_reaches_nothing = None
-    test_host_side_addresses_out_of_reach = None
+    test_host_side_addresses_out_of_reach = test_nothing_comes_in_from_the_internet = None
+    test_host_does_not_become_a_router_for_its_lan = None
 
 
 class UplinkAutoNoRouteTest(DaemonTest):
