@@ -325,6 +325,38 @@ class UplinkDnsUpstreamsTest(UplinkAutoTest):
     test_host_does_not_become_a_router_for_its_lan = None
 
 
+class UplinkForwardingFlagTest(unittest.TestCase):
+    """moatd turns the uplink's forwarding flag off again when it stops with no sandbox left, but
+    only if it turned it on: a flag the host had on stays on."""
+
+    def setUp(self):
+        self.fi = fakenet.FakeInternet().start()
+        self.addCleanup(self.fi.stop)
+        self.h = TestHost(self.fi).start()
+        self.addCleanup(self.h.stop)
+
+    def run_moatd(self):
+        d = moatd.MoatDaemon(pool=0, netns=self.h.path, resolv_conf=self.h.resolv)
+        try:
+            d.start()
+            on = self.h.sysctl("conf/eth0/forwarding")
+        finally:
+            d.stop(keep_data=True)
+            fakenet.remove_routing_ns(d.data_dir)
+            d.force_cleanup()
+        return on
+
+    def test_flag_restored(self):
+        self.assertEqual(self.h.sysctl("conf/eth0/forwarding"), "0")
+        self.assertEqual(self.run_moatd(), "1")
+        self.assertEqual(self.h.sysctl("conf/eth0/forwarding"), "0", "moatd turned its own flag off again")
+        subprocess.run(["nsenter", "--net=" + self.h.path, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/eth0/forwarding"],
+                       check=True, timeout=30)
+        self.assertEqual(self.run_moatd(), "1")
+        self.assertEqual(self.h.sysctl("conf/eth0/forwarding"), "1", "a flag the host had on stays on")
+        self.assertEqual(self.h.sysctl("conf/all/forwarding"), "0")
+
+
 class UplinkAutoNoRouteTest(DaemonTest):
     """A host with no IPv4 default route: auto starts with no uplink and says so."""
     pool = 0
