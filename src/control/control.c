@@ -134,6 +134,7 @@ void live_remove(struct moat_control *c, struct live *e) {
 void ctl_set_guest(struct live *e, const struct moat_instance *inst) {
   e->guest = inst->guest;
   snprintf(e->guest.id, sizeof(e->guest.id), "%s", e->id);
+  ctl_oom_reset(e, true); /* a new slot's cgroup is new */
 }
 
 struct live *live_new(const char *id, const char *org) {
@@ -142,6 +143,7 @@ struct live *live_new(const char *id, const char *org) {
   e->org = xstrdup(org);
   e->refs = 1; /* the creator's */
   e->slot = -1;
+  ctl_oom_reset(e, false);
   pthread_mutex_init(&e->m, NULL);
   return e;
 }
@@ -664,9 +666,14 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id,
   _cleanup_strv_ char **env = moat_env_merge(envj, req->env);
   struct moat_exec_req r = *req;
   r.env = env;
+  uint64_t oom_before = ctl_oom_count(c, e);
   /* counted in inflight by acquire_running: the reaper does not expire a busy sandbox, and a
    * checkpoint waits for the call to end */
   int rc = moat_guest_exec(sock, &r, res, err);
+  if (rc == 0) {
+    struct moat_oom_proc p = {.pid = res->pid, .argv = req->argv};
+    res->oom_killed = ctl_oom_ended(c, e, oom_before, &p, res->exit_code, res->signal);
+  }
   int calls = __atomic_sub_fetch(&e->inflight, 1, __ATOMIC_SEQ_CST);
   moat_assert(calls >= 0, "sandbox %s: more guest calls ended than began", e->id);
   pthread_mutex_lock(&e->m);
@@ -833,8 +840,11 @@ static void reap_once(struct moat_control *c) {
           log_warn("sandbox %s: its init (moat-guest, pid %d) died%s", e->id, (int)e->pid,
                    u.oom_kills ? " (out of memory)" : "");
           kill_locked(c, e, reason, NULL);
-        } else if (e->state == MOAT_SB_RUNNING && !busy && e->hibernate_after_s > 0) {
-          tt_reap_idle(c, e, now);
+        } else {
+          if (e->state == MOAT_SB_RUNNING && !busy)
+            ctl_oom_reap(c, e);
+          if (e->state == MOAT_SB_RUNNING && !busy && e->hibernate_after_s > 0)
+            tt_reap_idle(c, e, now);
         }
       }
       pthread_mutex_unlock(&e->m);
@@ -943,6 +953,7 @@ static int recover(struct moat_control *c, moat_error **err) {
       e->pid = (pid_t)r->pid;
       e->start_time = r->start_time;
       ctl_set_guest(e, &inst);
+      ctl_oom_reset(e, false); /* kills before the restart were announced then */
       e->env = parse_object(r->env_json);
       e->ttl_seconds = r->ttl_seconds;
       e->persistent = r->persistent;

@@ -159,6 +159,26 @@ int moat_control_port_connect(struct moat_control *c, const char *org, const cha
 int moat_control_exec(struct moat_control *c, const char *org, const char *id,
                       const struct moat_exec_req *req, struct moat_exec_result *res, moat_error **err);
 
+/* ---- OOM kills (control/oom.c) ----
+ * The source is the kernel's OOM-kill count of the sandbox's memory cgroup. A command counts as
+ * OOM-killed when it ended by SIGKILL, or with exit code 137 (a shell reporting its child's
+ * SIGKILL), and the count rose while it ran: an exit 137 or a SIGKILL alone is not an OOM kill.
+ * Each rise of the count is announced once as an `oom` event ({pid, cmd, argv, tag, kills,
+ * oom_kills, time_ms}) to the sandbox's event subscribers: by the command that claims it, else
+ * (pid, cmd and tag null) by the reaper. */
+struct moat_oom_proc {
+  int pid;           /* in the sandbox's pid namespace; 0 when unknown */
+  char *const *argv; /* or NULL */
+  const char *tag;   /* or NULL */
+};
+/* The OOM-kill count of the running sandbox id now, to hand to moat_control_oom_ended when the
+ * command started after this ends; UINT64_MAX when it cannot tell. */
+uint64_t moat_control_oom_count(struct moat_control *c, const char *org, const char *id);
+/* A command p of sandbox id that started when the count was before ended with exit_code/signal
+ * (signal 0 when it exited): true when it was OOM-killed by the rule above. */
+bool moat_control_oom_ended(struct moat_control *c, const char *org, const char *id, uint64_t before,
+                            const struct moat_oom_proc *p, int exit_code, int signal);
+
 /* Creates a new API key ("moat_" + 64 hex digits) for org in the store under data_dir, which a
  * running moatd may have open. Returns 0 and sets *key (caller frees), or -1. */
 int moat_control_key_create(const char *data_dir, const char *org, char **key, moat_error **err);

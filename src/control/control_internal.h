@@ -48,6 +48,9 @@ struct live {
   int64_t idle_sample_ms;
   int64_t busy_at_ms;          /* reaper: last time CPU use was above the idle threshold */
   struct ckpt_ref *fork_image; /* while paused: the checkpoint a fork took, reused by later forks */
+  /* oom.c: the slot's OOM-kill count that oom events announced already (UINT64_MAX: not known
+   * yet, the reaper's next reading is the baseline), and the count at the reaper's last pass */
+  uint64_t oom_reported, oom_seen;
 };
 struct ckpt_ref; /* timetravel.c */
 
@@ -136,6 +139,20 @@ void ctl_cpu_free(struct ctl_cpu *p);
 /* ---- events.c ---- */
 /* Takes the network's log entries for subscriptions (once the host is up). */
 void ctl_events_open(struct moat_control *c);
+/* Queues entry (an object with "kind" and "time_ms") to every event subscriber of sandbox id. */
+void ctl_events_push(struct moat_control *c, const char *id, json_t *entry);
+
+/* ---- oom.c ---- */
+/* A new slot (create, restore, wake): its cgroup has counted no OOM kill (m held). */
+void ctl_oom_reset(struct live *e, bool known_zero);
+/* e's OOM-kill count now, UINT64_MAX when it cannot tell. */
+uint64_t ctl_oom_count(struct moat_control *c, struct live *e);
+/* A command of e ended: see moat_control_oom_ended. */
+bool ctl_oom_ended(struct moat_control *c, struct live *e, uint64_t before, const struct moat_oom_proc *p,
+                   int exit_code, int signal);
+/* Reaper pass over a running sandbox no exec is busy in (m held): announces OOM kills no ended
+ * command claimed, once the count has stood still for a whole pass. */
+void ctl_oom_reap(struct moat_control *c, struct live *e);
 
 /* ---- contexts.c ---- */
 void ctl_ctx_close(struct moat_control *c);

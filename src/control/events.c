@@ -32,6 +32,8 @@ static void on_conn(const char *id, json_t *entry, void *arg) {
   pthread_mutex_unlock(&c->conn_lock);
 }
 
+void ctl_events_push(struct moat_control *c, const char *id, json_t *entry) { on_conn(id, entry, c); }
+
 void ctl_events_open(struct moat_control *c) { moat_net_set_log_hook(moat_host_net(c->host), on_conn, c); }
 
 struct moat_conn_sub *moat_control_conn_subscribe(struct moat_control *c, const char *org, const char *id,

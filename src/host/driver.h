@@ -114,6 +114,9 @@ struct moat_usage {
   uint64_t oom_kills; /* times the kernel OOM-killed a process of this sandbox */
 };
 int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
+/* moat_usage.oom_kills alone, cheaply (one read): control samples it around every exec. 0 and
+ * *out, or -1 (ENOENT when the slot holds no running sandbox). */
+int moat_host_oom_kills(struct moat_host *h, int slot, uint64_t *out, moat_error **err);
 
 /* The writable layer of the running sandbox in slot, as its root file system reports it. */
 struct moat_disk_usage {
@@ -221,6 +224,8 @@ struct moat_driver_ops {
   void (*capacity)(struct moat_host *h, struct moat_host_capacity *out);
   int (*usage)(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
   int (*disk_usage)(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err);
+  /* optional (NULL: usage is asked) */
+  int (*oom_kills)(struct moat_host *h, int slot, uint64_t *out, moat_error **err);
   int (*port_connect)(struct moat_host *h, int slot, unsigned port, int timeout_ms, moat_error **err);
   /* optional: time travel */
   int (*pause)(struct moat_host *h, int slot, moat_error **err);

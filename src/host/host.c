@@ -59,6 +59,16 @@ int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_
   return h->ops->usage(h, slot, out, err);
 }
 
+int moat_host_oom_kills(struct moat_host *h, int slot, uint64_t *out, moat_error **err) {
+  if (h->ops->oom_kills)
+    return h->ops->oom_kills(h, slot, out, err);
+  struct moat_usage u;
+  if (h->ops->usage(h, slot, &u, err) < 0)
+    return -1;
+  *out = u.oom_kills;
+  return 0;
+}
+
 int moat_host_disk_usage(struct moat_host *h, int slot, struct moat_disk_usage *out, moat_error **err) {
   return h->ops->disk_usage(h, slot, out, err);
 }

@@ -34,7 +34,7 @@ class StreamTest(DaemonTest):
         self.assertEqual(evs[0].name, "start")
         self.assertIsInstance(evs[0].data["pid"], int)
         self.assertEqual(evs[-1].name, "exit")
-        self.assertEqual(evs[-1].data, {"exit_code": 3, "signal": 0, "timed_out": False})
+        self.assertEqual(evs[-1].data, {"exit_code": 3, "signal": 0, "timed_out": False, "oom_killed": False})
         self.assertEqual(output(evs), b"out\n")
         self.assertEqual(output(evs, "stderr"), b"err\n")
         for ev in evs:

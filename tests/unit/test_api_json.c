@@ -326,9 +326,14 @@ static void test_output(void) {
          json_integer_value(json_object_get(j, "signal")) == 9 &&
          json_integer_value(json_object_get(j, "pid")) == 42 &&
          json_integer_value(json_object_get(j, "duration_ms")) == 17 &&
-         json_is_false(json_object_get(j, "timed_out")),
+         json_is_false(json_object_get(j, "timed_out")) && json_is_false(json_object_get(j, "oom_killed")),
      "exec result: flags and numbers");
   json_decref(j);
+  res.oom_killed = true;
+  j = api_exec_result_json(&res);
+  OK(json_is_true(json_object_get(j, "oom_killed")), "exec result: oom_killed");
+  json_decref(j);
+  res.oom_killed = false;
   res.out = "a\0b";
   res.out_len = 3;
   j = api_exec_result_json(&res);

@@ -533,6 +533,7 @@ json_t *api_exec_result_json(const struct moat_exec_result *res) {
   json_object_set_new(o, "signal", json_integer(res->signal));
   json_object_set_new(o, "duration_ms", json_integer((json_int_t)res->duration_ms));
   json_object_set_new(o, "timed_out", json_boolean(res->timed_out));
+  json_object_set_new(o, "oom_killed", json_boolean(res->oom_killed));
   json_object_set_new(o, "truncated", json_boolean(res->stdout_truncated || res->stderr_truncated));
   json_object_set_new(o, "stdout_truncated", json_boolean(res->stdout_truncated));
   json_object_set_new(o, "stderr_truncated", json_boolean(res->stderr_truncated));

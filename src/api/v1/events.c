@@ -8,6 +8,7 @@
  * network slot goes away (hibernate, kill) before the next poll. Replay takes the slot's ring (the last
  * 1,024 entries) once, at subscription. Each poll emits what is new, merged in time order; the
  * writer in v1/stream.c hands it to the client and polls again only when all of it was written.
+ * OOM kills (control.h) reach the same subscription as `oom` events, live only (not replayed).
  * The stream ends after the `killed` event.
  */
 #include <errno.h>
@@ -87,6 +88,18 @@ static json_t *conn_json(json_t *le) {
                    (json_int_t)ms, "seq", json_object_get(le, "seq"));
 }
 
+/* An OOM kill control announced (control.h): its fields but kind and time_ms, and at/at_ms. */
+static json_t *oom_json(json_t *le) {
+  char at[64];
+  int64_t ms = json_integer_value(json_object_get(le, "time_ms"));
+  json_t *d = json_deep_copy(le);
+  json_object_del(d, "kind");
+  json_object_del(d, "time_ms");
+  json_object_set_new(d, "at", json_string(api_rfc3339_ms(ms, at, sizeof(at))));
+  json_object_set_new(d, "at_ms", json_integer(ms));
+  return d;
+}
+
 /* The sandbox's connection log after seq since, or an empty array (no network, not running). */
 static json_t *conns(struct evsrc *e, uint64_t since, unsigned limit) {
   moat_error *err = NULL;
@@ -118,6 +131,10 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
   size_t qi;
   json_t *qe;
   json_array_foreach(q, qi, qe) {
+    if (is(json_string_value(json_object_get(qe, "kind")), "oom")) { /* not in the ring */
+      json_array_append(cs, qe);
+      continue;
+    }
     if (e->skipping && (uint64_t)json_integer_value(json_object_get(qe, "seq")) <= e->skip_seq &&
         json_integer_value(json_object_get(qe, "time_ms")) <= e->skip_ms)
       continue;
@@ -141,7 +158,10 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
       }
       continue;
     }
-    api_sse_format(out, "connection", conn_json(le));
+    if (is(json_string_value(json_object_get(le, "kind")), "oom"))
+      api_sse_format(out, "oom", oom_json(le));
+    else
+      api_sse_format(out, "connection", conn_json(le));
     ci++;
   }
   json_decref(cs);

@@ -22,6 +22,12 @@ struct sse {
   size_t carry_len[2];
   char *desc;
   void *stdin_data; /* exec/stream: the stream's stdin feeder reads it until the stream closes */
+  /* exec/stream: what the end event's oom_killed needs (control.h, OOM kills) */
+  struct moat_control *ctl;
+  char *org, *id, *tag;
+  char **argv;
+  int pid;
+  uint64_t oom_before;
   /* while sse_next runs: the transport's buffer and its end flag */
   struct moat_buf *out;
   bool *done;
@@ -184,13 +190,19 @@ static void pull(struct sse *s, int timeout_ms) {
   case MOAT_PROC_DROPPED:
     sse_event(s, "dropped", json_pack("{s:I}", "bytes", (json_int_t)ev.dropped));
     break;
-  case MOAT_PROC_EXIT:
+  case MOAT_PROC_EXIT: {
     flush_carry(s);
-    sse_event(s, "exit",
-              json_pack("{s:i, s:i, s:b}", "exit_code", ev.exit_code, "signal", ev.signal, "timed_out",
-                        ev.timed_out));
+    json_t *d = json_pack("{s:i, s:i, s:b}", "exit_code", ev.exit_code, "signal", ev.signal, "timed_out",
+                          ev.timed_out);
+    if (s->ctl) { /* an exec/stream: the command ran from start to end under this stream */
+      struct moat_oom_proc p = {.pid = s->pid, .argv = s->argv, .tag = s->tag};
+      bool oom = moat_control_oom_ended(s->ctl, s->org, s->id, s->oom_before, &p, ev.exit_code, ev.signal);
+      json_object_set_new(d, "oom_killed", json_boolean(oom));
+    }
+    sse_event(s, "exit", d);
     *s->done = true;
     break;
+  }
   }
 }
 
@@ -218,6 +230,10 @@ static void sse_free(void *ctx) {
     moat_watch_close(s->w);
   free(s->stdin_data);
   free(s->desc);
+  free(s->org);
+  free(s->id);
+  free(s->tag);
+  strv_free(s->argv);
   free(s);
 }
 
@@ -260,6 +276,7 @@ int api_h_exec_stream(struct api_req *r, json_t *body) {
   };
   struct moat_proc_stream *ps = NULL;
   int pid = 0;
+  uint64_t oom_before = moat_control_oom_count(api_control(r), r->org, r->route.id);
   int rc = moat_guest_exec_start(sock, &rq, &opts, &ps, &pid, &err);
   if (rc < 0) {
     api_exec_req_clear(&req);
@@ -268,6 +285,13 @@ int api_h_exec_stream(struct api_req *r, json_t *body) {
   }
   struct sse *s = sse_new(r);
   s->ps = ps;
+  s->ctl = api_control(r);
+  s->org = xstrdup(r->org);
+  s->id = xstrdup(r->route.id);
+  s->tag = x.tag ? xstrdup(x.tag) : NULL;
+  s->argv = strv_dup(req.argv);
+  s->pid = pid;
+  s->oom_before = oom_before;
   s->stdin_data = (void *)req.stdin_data; /* borrowed by the stream until it closes */
   req.stdin_data = NULL;
   api_exec_req_clear(&req);

@@ -397,6 +397,20 @@ int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out,
   return 0;
 }
 
+int moat_cgroup_oom_kills(struct moat_cgroups *cg, int slot, uint64_t *out, moat_error **err) {
+  const char *base = cg->hybrid ? cg->v1[V1_MEMORY] : cg->v2;
+  const char *file = cg->hybrid ? "memory.oom_control" : "memory.events";
+  _cleanup_free_ char *p = xasprintf("%s/slot-%d/%s", base, slot, file);
+  _cleanup_free_ char *s = NULL;
+  if (read_file(p, &s, NULL, err) < 0)
+    return moat_error_wrap(err, "OOM kills of slot %d", slot);
+  *out = 0;
+  for (char *line = s; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+    if (strncmp(line, "oom_kill ", 9) == 0)
+      *out = strtoull(line + 9, NULL, 10);
+  return 0;
+}
+
 static void collect(const char *base, int **slots, size_t *n, size_t *cap) {
   DIR *d = opendir(base);
   if (!d)

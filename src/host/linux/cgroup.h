@@ -44,6 +44,8 @@ bool moat_cgroup_frozen(struct moat_cgroups *cg, int slot);
 /* True when slot-N exists in the v2 tree and holds processes. */
 bool moat_cgroup_populated(struct moat_cgroups *cg, int slot);
 int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out, moat_error **err);
+/* The slot's OOM-kill count alone (v2 memory.events, v1 memory.oom_control: oom_kill). */
+int moat_cgroup_oom_kills(struct moat_cgroups *cg, int slot, uint64_t *out, moat_error **err);
 /* Slot numbers that have a cgroup dir in any hierarchy (for reconcile). Caller frees *slots. */
 int moat_cgroup_list_slots(struct moat_cgroups *cg, int **slots, size_t *n, moat_error **err);
 

@@ -1008,6 +1008,11 @@ static int linux_usage(struct moat_host *base, int slot, struct moat_usage *out,
   return moat_cgroup_usage(h->cgroups, slot, out, err);
 }
 
+static int linux_oom_kills(struct moat_host *base, int slot, uint64_t *out, moat_error **err) {
+  struct moat_linux *h = moat_linux_of(base);
+  return moat_cgroup_oom_kills(h->cgroups, slot, out, err);
+}
+
 /* ---- reaching into a running sandbox: its root's file system, its network namespace ---- */
 
 /* The init of the running sandbox in slot: its pid and an owned dup of its pidfd, to check once
@@ -1253,6 +1258,7 @@ const struct moat_driver_ops moat_linux_driver = {
     .alive = linux_alive,
     .capacity = linux_capacity,
     .usage = linux_usage,
+    .oom_kills = linux_oom_kills,
     .disk_usage = linux_disk_usage,
     .port_connect = linux_port_connect,
     .pause = linux_pause,

@@ -95,6 +95,7 @@ struct moat_exec_result {
   int signal;    /* 0 unless killed by a signal */
   bool timed_out;
   bool stdout_truncated, stderr_truncated;
+  bool oom_killed; /* not the guest's: control sets it (control.h, OOM kills) */
   uint64_t duration_ms;
   char *out; /* owned, NUL-terminated for convenience (may contain NULs) */
   size_t out_len;
