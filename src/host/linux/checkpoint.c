@@ -72,7 +72,9 @@
 #include "../../proto/client/guest_client.h"
 #include "layer_copy.h"
 #include "shell.h"
+#include "cpus.h"
 #include "linux_internal.h"
+#include "view.h"
 #include "userns.h"
 
 #define META "moat-checkpoint"
@@ -508,6 +510,8 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     argv[a++] = "--unprivileged"; /* CRIU's word for not uid 0: it keeps every capability */
     argv[a++] = "--external";
     argv[a++] = "mnt[" MOAT_GUEST_MOUNT_INSIDE "]:" MOAT_GUEST_MOUNT_KEY;
+    argv[a++] = "--external";
+    argv[a++] = "mnt[" MOAT_VIEW_CPU_ONLINE_INSIDE "]:" MOAT_VIEW_CPU_ONLINE_KEY;
     /* Always: CRIU never ends the tree. A hibernate's stays frozen until the caller has recorded the
      * image and destroys the slot, so a moatd killed before then loses nothing. */
     argv[a++] = "--leave-running";
@@ -858,7 +862,7 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   if (lower_fd < 0)
     goto fail;
   guest_fd = moat_shell_guest_mount(v.guest_path, err);
-  if (guest_fd < 0)
+  if (guest_fd < 0 || moat_view_write(slot_dir, limits, err) < 0)
     goto fail;
   {
     _cleanup_close_ int gfd = open(guest, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* a mount point */
@@ -898,8 +902,10 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                      * namespace (the holder made one) */
                     "--unprivileged",
                     /* checkpoints since the guest got a key; older ones name its host path */
-                    "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest", NULL, NULL, NULL, NULL,
-                    NULL};
+                    "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest",
+                    /* the new slot's view files (view.h), written for the new limits */
+                    "--external", "mnt[" MOAT_VIEW_CPU_ONLINE_KEY "]:" CRIU_SLOT "/" MOAT_VIEW_CPU_ONLINE,
+                    NULL, NULL, NULL, NULL, NULL};
     if (meta_u64(meta, "net_links") > 0) {
       /* The sandbox had a veth to the host's network, whose far end CRIU cannot rebuild ("Unknown
        * peer net namespace"): restore into an empty net namespace, bring its lo up once CRIU made
@@ -963,6 +969,14 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
       goto fail;
   }
   mark("guest answers", &tm);
+  {
+    /* the guest starts every new command: its CPUs are the new limits' (restored ones keep theirs) */
+    moat_error *ce = NULL;
+    if (moat_cpus_apply(pid, n, limits->cpu, &ce) < 0) {
+      log_warn("slot %d: %s", n, moat_error_msg(ce));
+      moat_error_free(&ce);
+    }
+  }
   if (getenv("MOAT_CRIU_KEEP_LOGS")) {
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);

@@ -29,6 +29,8 @@
 #include "../net/net.h"
 #include "cgroup.h"
 #include "disk.h"
+#include "cpus.h"
+#include "view.h"
 #include "linux_internal.h"
 #include "seccomp.h"
 #include "shell.h"
@@ -540,7 +542,9 @@ static int linux_create(struct moat_host *base, const char *template_name, const
     pthread_mutex_unlock(&h->lock);
   }
   if (s && !limits_equal(&s->limits, limits)) {
-    if (moat_cgroup_set_limits(h->cgroups, s->index, limits, err) < 0) {
+    _cleanup_free_ char *dir = slot_path(h, s->index);
+    if (moat_cgroup_set_limits(h->cgroups, s->index, limits, err) < 0 ||
+        moat_view_write(dir, limits, err) < 0) {
       linux_destroy(&h->base, s->index, NULL);
       return moat_error_wrap(err, "create sandbox");
     }
@@ -549,6 +553,11 @@ static int linux_create(struct moat_host *base, const char *template_name, const
   bool from_pool = s != NULL;
   if (!s && build_shell(h, template_name, limits, SLOT_ASSIGNED, &s, err) < 0)
     return -1;
+  moat_error *ce = NULL;
+  if (moat_cpus_apply(s->pid, s->index, limits->cpu, &ce) < 0) { /* only what nproc says: go on */
+    log_warn("slot %d: %s", s->index, moat_error_msg(ce));
+    moat_error_free(&ce);
+  }
   fill_instance(h, s, out);
   out->from_pool = from_pool;
   out->ready_ns = now_ns() - t0;

@@ -33,6 +33,7 @@
 #include "../../common/util.h"
 #include "seccomp.h"
 #include "userns.h"
+#include "view.h"
 
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
@@ -157,6 +158,15 @@ static void setup_proc_sys(struct child_ctx *c) {
                              "root/proc/fs"};
   for (size_t i = 0; i < ARRAY_SIZE(ro); i++)
     CHECK(readonly_path(ro[i]), "make a /proc path read-only");
+  /* The sandbox's own files (view.h) over the machine's, from the slot dir (our cwd); the targets
+   * are in the sysfs and proc mounted just now, which the rootfs cannot redirect. */
+  const unsigned long ro_flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+  for (size_t i = 0; moat_view_files[i].name; i++) {
+    char target[256];
+    snprintf(target, sizeof(target), "root%s", moat_view_files[i].inside);
+    CHECK(mount(moat_view_files[i].name, target, NULL, MS_BIND, NULL), "bind a view file");
+    CHECK(mount(NULL, target, NULL, ro_flags, NULL), "make a view file read-only");
+  }
 }
 
 static void loopback_up(struct child_ctx *c) {
@@ -509,7 +519,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     goto out;
   }
   cg_fd = moat_cgroup_create(spec->cgroups, spec->slot, spec->limits, err);
-  if (cg_fd < 0)
+  if (cg_fd < 0 || moat_view_write(spec->slot_dir, spec->limits, err) < 0)
     goto out;
 
   struct clone_args args;

@@ -1,0 +1,28 @@
+/* view.h -- the sandbox's own view of its computer: files of the slot dir bound read-only over
+ * the machine's (today /sys/devices/system/cpu/online: glibc's get_nprocs, os.cpu_count(),
+ * sysconf(_SC_NPROCESSORS_ONLN) count its cpu limit rounded up) */
+#ifndef MOAT_LINUX_VIEW_H
+#define MOAT_LINUX_VIEW_H
+
+#include "../../common/error.h"
+#include "../driver.h"
+
+/* The one view file today, by name (slot dir), path inside and checkpoint key. */
+#define MOAT_VIEW_CPU_ONLINE "cpu-online"
+#define MOAT_VIEW_CPU_ONLINE_INSIDE "/sys/devices/system/cpu/online"
+#define MOAT_VIEW_CPU_ONLINE_KEY "moat-cpu-online"
+
+struct moat_view_file {
+  const char *name;   /* in the slot dir, written by the host (root's, 0444) */
+  const char *inside; /* the path it covers inside the sandbox */
+  const char *key;    /* the external-mount key a checkpoint names it by */
+};
+/* Terminated by a NULL name. */
+extern const struct moat_view_file moat_view_files[];
+
+/* Writes the view files of slot_dir for limits l: before the shell's child binds them, and again
+ * (in place, visible through the binds) when the slot's limits change. Opens nothing the sandbox
+ * can reach: slot_dir is the host's. 0 or -1. */
+int moat_view_write(const char *slot_dir, const struct moat_limits *l, moat_error **err);
+
+#endif

@@ -1,0 +1,51 @@
+"""test_own_computer.py -- a sandbox sees its own computer: nproc, os.cpu_count() and
+sched_getaffinity and /sys/devices/system/cpu/online report its cpu limit rounded up (its init is
+pinned to that many of moatd's CPUs, round robin by slot, the cfs quota staying the limit; the
+online list is a file of the slot dir bound read-only over sysfs's).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+from moattest import DaemonTest  # noqa: E402
+
+HOST_CPUS = len(os.sched_getaffinity(0))
+PY_CPUS = "import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))"
+
+
+class OwnComputerTest(DaemonTest):
+    pool = 1
+
+    def cpus(self, sid):
+        nproc = int(self.c.sh(sid, "nproc").strip())
+        count, affinity = (int(x) for x in self.c.sh(sid, "python3 -c '%s'" % PY_CPUS).split())
+        return nproc, count, affinity
+
+    def test_nproc_is_cpu_rounded_up(self):
+        for cpu in (0.5, 1, 1.5, 2):
+            want = min(HOST_CPUS, -(-cpu // 1))
+            sid = self.sandbox(memory_mb=512, cpu=cpu)["id"]
+            nproc, count, affinity = self.cpus(sid)
+            self.assertEqual(nproc, want, cpu)
+            self.assertEqual(affinity, want, cpu)
+            self.assertEqual(count, want, cpu)  # sysconf(_SC_NPROCESSORS_ONLN): cpu/online
+            online = self.c.sh(sid, "cat /sys/devices/system/cpu/online").strip()
+            self.assertEqual(online, "0" if want == 1 else "0-%d" % (want - 1), cpu)
+            r = self.c.exec(sid, cmd="echo 0-63 > /sys/devices/system/cpu/online")
+            self.assertNotEqual(r["exit_code"], 0, r)
+            self.assertIn("Read-only", r["stderr"], r)
+
+    def test_fork_and_wake_keep_the_view(self):
+        ck = self.c.request("GET", "/healthz")[1].get("checkpoints") or {}
+        if not ck.get("available"):
+            self.skipTest("no checkpoints here: %s" % ck.get("criu"))
+        sid = self.sandbox(memory_mb=512, cpu=1)["id"]
+        self.c.exec(sid, cmd="sleep 600", background=True, expect=201)
+        out = self.c.request("POST", "/v1/sandboxes/%s/fork" % sid, body={"count": 1}, expect=201,
+                             timeout=300)[1]
+        kid = out["sandboxes"][0]["id"]
+        self.addCleanup(self._delete_quietly, self.c, kid)
+        self.assertEqual(self.c.sh(kid, "cat /sys/devices/system/cpu/online; nproc").split(), ["0", "1"])
+        self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={}, expect=200, timeout=300)
+        self.assertEqual(self.c.sh(sid, "cat /sys/devices/system/cpu/online; nproc").split(), ["0", "1"])
