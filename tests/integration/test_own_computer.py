@@ -1,7 +1,9 @@
 """test_own_computer.py -- a sandbox sees its own computer: nproc, os.cpu_count() and
 sched_getaffinity and /sys/devices/system/cpu/online report its cpu limit rounded up (its init is
 pinned to that many of moatd's CPUs, round robin by slot, the cfs quota staying the limit; the
-online list is a file of the slot dir bound read-only over sysfs's).
+online list is a file of the slot dir bound read-only over sysfs's). /sys/fs/cgroup holds the
+sandbox's own cgroups, read-only, each the root of what it shows (the cgroup namespace): the limits
+a runtime sizes itself from are there.
 """
 
 import os
@@ -11,6 +13,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from moattest import DaemonTest  # noqa: E402
 
 HOST_CPUS = len(os.sched_getaffinity(0))
+HYBRID = os.path.isdir("/sys/fs/cgroup/memory")
+MIB = 1 << 20
 PY_CPUS = "import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))"
 
 
@@ -49,3 +53,24 @@ class OwnComputerTest(DaemonTest):
         self.assertEqual(self.c.sh(kid, "cat /sys/devices/system/cpu/online; nproc").split(), ["0", "1"])
         self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={}, expect=200, timeout=300)
         self.assertEqual(self.c.sh(sid, "cat /sys/devices/system/cpu/online; nproc").split(), ["0", "1"])
+
+    def test_cgroup_files(self):
+        sid = self.sandbox(memory_mb=512, cpu=1, pids=300)["id"]
+        sh = lambda cmd: self.c.sh(sid, cmd).strip()  # noqa: E731
+        self.assertEqual(sh("cat /proc/self/cgroup | cut -d: -f3 | sort -u"), "/")
+        if HYBRID:
+            self.assertEqual(sh("ls /sys/fs/cgroup").split(), ["cpu", "cpuacct", "memory", "pids", "unified"])
+            self.assertEqual(int(sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes")), 512 * MIB)
+            self.assertEqual(sh("cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us").split(),
+                             ["100000", "100000"])
+            self.assertEqual(sh("cat /sys/fs/cgroup/pids/pids.max"), "300")
+            self.assertGreater(int(sh("cat /sys/fs/cgroup/memory/memory.usage_in_bytes")), 0)
+            self.assertGreater(int(sh("cat /sys/fs/cgroup/cpuacct/cpuacct.usage")), 0)
+        else:
+            self.assertEqual(int(sh("cat /sys/fs/cgroup/memory.max")), 512 * MIB)
+            self.assertEqual(sh("cat /sys/fs/cgroup/cpu.max"), "100000 100000")
+            self.assertEqual(sh("cat /sys/fs/cgroup/pids.max"), "300")
+            self.assertGreater(int(sh("cat /sys/fs/cgroup/memory.current")), 0)
+        # mountinfo names each as the root of its hierarchy (the JVM and libuv match it with /proc/self/cgroup)
+        roots = sh("awk '$5 ~ \"^/sys/fs/cgroup/\" && $9 ~ /^cgroup/ {print $4}' /proc/self/mountinfo | sort -u")
+        self.assertEqual(roots, "/")

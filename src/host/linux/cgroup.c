@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -394,6 +395,60 @@ int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out,
     out->cpu_usage_ns = read_u64_at(cg->v1[V1_CPUACCT], slot, "cpuacct.usage");
   out->pids = read_u64_at(cg->v1[V1_PIDS], slot, "pids.current");
   out->oom_kills = read_keyed(cg->v1[V1_MEMORY], slot, "memory.oom_control", "oom_kill");
+  return 0;
+}
+
+void moat_cgroup_view_names(struct moat_cgroups *cg, struct moat_cgroup_view *out) {
+  static const char *keys[V1_COUNT] = {"moat-cg-memory", "moat-cg-cpu", "moat-cg-pids", "moat-cg-cpuacct"};
+  static const char *insides[V1_COUNT] = {"/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu",
+                                          "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpuacct"};
+  memset(out, 0, sizeof(*out));
+  for (int i = 0; i < MOAT_CGROUP_VIEW_MAX; i++)
+    out->fd[i] = -1;
+  if (!cg->hybrid) {
+    out->name[0] = "";
+    out->key[0] = "moat-cg";
+    out->inside[0] = "/sys/fs/cgroup";
+    out->n = 1;
+    return;
+  }
+  for (int i = 0; i < V1_COUNT; i++)
+    if (cg->v1[i]) {
+      out->name[out->n] = v1_names[i];
+      out->key[out->n] = keys[i];
+      out->inside[out->n++] = insides[i];
+    }
+  out->name[out->n] = "unified";
+  out->key[out->n] = "moat-cg-unified";
+  out->inside[out->n++] = "/sys/fs/cgroup/unified";
+}
+
+void moat_cgroup_view_close(struct moat_cgroup_view *v) {
+  for (int i = 0; i < v->n; i++)
+    if (v->fd[i] >= 0) {
+      close(v->fd[i]);
+      v->fd[i] = -1;
+    }
+}
+
+int moat_cgroup_view_open(struct moat_cgroups *cg, int slot, struct moat_cgroup_view *out, moat_error **err) {
+  moat_cgroup_view_names(cg, out);
+  for (int i = 0; i < out->n; i++) {
+    const char *base = cg->v2;
+    for (int k = 0; cg->hybrid && k < V1_COUNT; k++)
+      if (cg->v1[k] && strcmp(out->name[i], v1_names[k]) == 0)
+        base = cg->v1[k];
+    _cleanup_free_ char *d = slot_dir(base, slot);
+    /* moat's own cgroup dirs: nothing of the sandbox's is resolved */
+    out->fd[i] = open_tree(AT_FDCWD, d, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                          MOUNT_ATTR_NOEXEC};
+    if (out->fd[i] < 0 || mount_setattr(out->fd[i], "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+      moat_error_errno(err, "a read-only clone of %s", d);
+      moat_cgroup_view_close(out);
+      return -1;
+    }
+  }
   return 0;
 }
 

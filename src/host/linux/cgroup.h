@@ -44,6 +44,24 @@ bool moat_cgroup_frozen(struct moat_cgroups *cg, int slot);
 /* True when slot-N exists in the v2 tree and holds processes. */
 bool moat_cgroup_populated(struct moat_cgroups *cg, int slot);
 int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out, moat_error **err);
+/* The sandbox's /sys/fs/cgroup: read-only clones of its own cgroup dirs, one per hierarchy. On a
+ * hybrid host each v1 hierarchy moat uses under its controller's name (memory, cpu, pids, cpuacct)
+ * and the v2 tree as "unified", beneath a tmpfs, as the host lays them out; on a v2 host the slot's
+ * v2 dir alone, named "" (mounted at /sys/fs/cgroup itself). With the sandbox's cgroup namespace
+ * rooted at the slot, /proc/self/cgroup and mountinfo inside name "/" for each. */
+#define MOAT_CGROUP_VIEW_MAX 5
+struct moat_cgroup_view {
+  int n;
+  const char *name[MOAT_CGROUP_VIEW_MAX];   /* static strings */
+  const char *key[MOAT_CGROUP_VIEW_MAX];    /* the external-mount key a checkpoint names it by */
+  const char *inside[MOAT_CGROUP_VIEW_MAX]; /* its path inside */
+  int fd[MOAT_CGROUP_VIEW_MAX]; /* detached mounts (open_tree), read-only, nosuid, nodev, noexec */
+};
+/* Opens the view of slot (its cgroups exist). 0, or -1 with nothing left open. */
+int moat_cgroup_view_open(struct moat_cgroups *cg, int slot, struct moat_cgroup_view *out, moat_error **err);
+/* The names and keys alone (fds -1), for a checkpoint's dump. */
+void moat_cgroup_view_names(struct moat_cgroups *cg, struct moat_cgroup_view *out);
+void moat_cgroup_view_close(struct moat_cgroup_view *v);
 /* The slot's OOM-kill count alone (v2 memory.events, v1 memory.oom_control: oom_kill). */
 int moat_cgroup_oom_kills(struct moat_cgroups *cg, int slot, uint64_t *out, moat_error **err);
 /* Slot numbers that have a cgroup dir in any hierarchy (for reconcile). Caller frees *slots. */

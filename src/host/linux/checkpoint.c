@@ -487,7 +487,10 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     _cleanup_free_ char *images = xasprintf("%s/images", dir);
     _cleanup_free_ char *log = xasprintf("%s/dump.log", images);
     _cleanup_free_ char *pid_s = xasprintf("%d", v.pid);
-    char *argv[32];
+    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX];
+    char cg_ext[MOAT_CGROUP_VIEW_MAX][96];
+    struct moat_cgroup_view cgv;
+    moat_cgroup_view_names(v.cgroups, &cgv);
     int a = 0;
     argv[a++] = "criu";
     argv[a++] = "dump";
@@ -512,6 +515,12 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     argv[a++] = "mnt[" MOAT_GUEST_MOUNT_INSIDE "]:" MOAT_GUEST_MOUNT_KEY;
     argv[a++] = "--external";
     argv[a++] = "mnt[" MOAT_VIEW_CPU_ONLINE_INSIDE "]:" MOAT_VIEW_CPU_ONLINE_KEY;
+    /* the cgroup view (cgroup.h): a restore binds the new slot's cgroups there */
+    for (int i = 0; i < cgv.n; i++) {
+      snprintf(cg_ext[i], sizeof(cg_ext[i]), "mnt[%s]:%s", cgv.inside[i], cgv.key[i]);
+      argv[a++] = "--external";
+      argv[a++] = cg_ext[i];
+    }
     /* Always: CRIU never ends the tree. A hibernate's stays frozen until the caller has recorded the
      * image and destroys the slot, so a moatd killed before then loses nothing. */
     argv[a++] = "--leave-running";
@@ -682,6 +691,8 @@ struct restore_ctx {
   const char *lower, *disk, *root, *guest; /* mount points in the slot dir */
   const char *ovl_opts;
   struct moat_cgroups *cgroups;
+  const struct moat_cgroup_view *cgv; /* attached at cg_targets (SLOT/cgroup[/NAME]) */
+  char (*cg_targets)[4096 + 32];
   int slot;
 };
 
@@ -702,6 +713,9 @@ static int restore_child(void *arg) {
       move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
       move_mount(c->guest_fd, "", AT_FDCWD, c->guest, MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return -1;
+  for (int i = 0; i < c->cgv->n; i++)
+    if (move_mount(c->cgv->fd[i], "", AT_FDCWD, c->cg_targets[i], MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return -1;
   if (mount("overlay", c->root, "overlay", MS_NODEV, c->ovl_opts) < 0)
     return -1;
   /* CRIU runs as root of the holder's namespace, the host's uid_base, which may not search the
@@ -827,6 +841,9 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1, userns_fd = -1, timens_fd = -1,
                       utsns_fd = -1, guest_fd = -1;
   char timens_offsets[160];
+  struct moat_cgroup_view cgv = {0};
+  char cg_ext[MOAT_CGROUP_VIEW_MAX][96];
+  char cg_targets[MOAT_CGROUP_VIEW_MAX][4096 + 32];
   struct holder_uts uts;
   struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1, .timens = false};
   pid_t pid = 0;
@@ -862,8 +879,12 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   if (lower_fd < 0)
     goto fail;
   guest_fd = moat_shell_guest_mount(v.guest_path, err);
-  if (guest_fd < 0 || moat_view_write(slot_dir, limits, err) < 0)
+  if (guest_fd < 0 || moat_view_write(slot_dir, limits, err) < 0 ||
+      moat_shell_cgroup_view(slot_dir, v.cgroups, n, &cgv, err) < 0)
     goto fail;
+  for (int i = 0; i < cgv.n; i++)
+    snprintf(cg_targets[i], sizeof(cg_targets[i]), "%s/cgroup%s%s", slot_dir, cgv.name[i][0] ? "/" : "",
+             cgv.name[i]);
   {
     _cleanup_close_ int gfd = open(guest, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* a mount point */
     if (gfd < 0) {
@@ -905,7 +926,18 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                     "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest",
                     /* the new slot's view files (view.h), written for the new limits */
                     "--external", "mnt[" MOAT_VIEW_CPU_ONLINE_KEY "]:" CRIU_SLOT "/" MOAT_VIEW_CPU_ONLINE,
-                    NULL, NULL, NULL, NULL, NULL};
+                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    {
+      size_t k = 0;
+      while (argv[k])
+        k++;
+      for (int i = 0; i < cgv.n; i++) {
+        snprintf(cg_ext[i], sizeof(cg_ext[i]), "mnt[%s]:" CRIU_SLOT "/cgroup%s%s", cgv.key[i],
+                 cgv.name[i][0] ? "/" : "", cgv.name[i]);
+        argv[k++] = "--external";
+        argv[k++] = cg_ext[i];
+      }
+    }
     if (meta_u64(meta, "net_links") > 0) {
       /* The sandbox had a veth to the host's network, whose far end CRIU cannot rebuild ("Unknown
        * peer net namespace"): restore into an empty net namespace, bring its lo up once CRIU made
@@ -935,6 +967,8 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                               .root = root,
                               .ovl_opts = ovl,
                               .cgroups = v.cgroups,
+                              .cgv = &cgv,
+                              .cg_targets = cg_targets,
                               .slot = n};
     moat_linux_restore_begin(h);
     int rr = moat_criu_run(argv, restore_parent, restore_child, &ctx, log, err);
@@ -991,9 +1025,11 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   rm_rf(images, NULL); /* hard links into the checkpoint: they would pin its space and expose it */
   log_debug("slot %d: restored from %s in %.1f ms (%llu bytes of disk)", n, dir, (double)out->ready_ns / 1e6,
             (unsigned long long)copied);
+  moat_cgroup_view_close(&cgv);
   return 0;
 
 fail:
+  moat_cgroup_view_close(&cgv);
   holder_end(&hd);
   if (getenv("MOAT_CRIU_KEEP_LOGS")) { /* debugging: the slot dir goes, its CRIU log stays */
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);

@@ -46,10 +46,11 @@ struct child_report {
 
 struct child_ctx {
   const struct moat_shell_spec *spec;
-  int sync_fd;   /* child's end of the sync socketpair */
-  int slot_fd;   /* O_PATH of the slot dir */
-  int listen_fd; /* guest socket, bound and listening inside (set in the child) */
-  int ready_fd;  /* write end of the ready pipe */
+  int sync_fd;                           /* child's end of the sync socketpair */
+  int slot_fd;                           /* O_PATH of the slot dir */
+  int listen_fd;                         /* guest socket, bound and listening inside (set in the child) */
+  int ready_fd;                          /* write end of the ready pipe */
+  const struct moat_cgroup_view *cgview; /* attached at cgroup/NAME of the slot dir before the go */
 };
 
 /* Capabilities root keeps inside the sandbox (Docker's default set without MKNOD and NET_RAW). */
@@ -147,10 +148,10 @@ static void setup_proc_sys(struct child_ctx *c) {
   CHECK(mount("sysfs", "root/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL),
         "mount /sys");
   static const char *masked[] = {
-      "root/proc/kcore",       "root/proc/keys",           "root/proc/key-users",   "root/proc/timer_list",
-      "root/proc/sched_debug", "root/proc/latency_stats",  "root/proc/kallsyms",    "root/proc/kmsg",
-      "root/proc/acpi",        "root/proc/scsi",           "root/proc/asound",      "root/proc/driver",
-      "root/sys/firmware",     "root/sys/kernel/security", "root/sys/kernel/debug", "root/sys/fs/cgroup"};
+      "root/proc/kcore",       "root/proc/keys",           "root/proc/key-users",  "root/proc/timer_list",
+      "root/proc/sched_debug", "root/proc/latency_stats",  "root/proc/kallsyms",   "root/proc/kmsg",
+      "root/proc/acpi",        "root/proc/scsi",           "root/proc/asound",     "root/proc/driver",
+      "root/sys/firmware",     "root/sys/kernel/security", "root/sys/kernel/debug"};
   const char *dir_mask = NULL;
   for (size_t i = 0; i < ARRAY_SIZE(masked); i++)
     CHECK(mask_path(masked[i], &dir_mask), "mask a /proc or /sys path");
@@ -167,6 +168,27 @@ static void setup_proc_sys(struct child_ctx *c) {
     CHECK(mount(moat_view_files[i].name, target, NULL, MS_BIND, NULL), "bind a view file");
     CHECK(mount(NULL, target, NULL, ro_flags, NULL), "make a view file read-only");
   }
+  /* /sys/fs/cgroup: the sandbox's own cgroups (cgroup.h), read-only, nothing else. */
+  const struct moat_cgroup_view *v = c->cgview;
+  if (v->n == 1 && !v->name[0][0]) {
+    CHECK(mount("cgroup", "root/sys/fs/cgroup", NULL, MS_BIND, NULL), "bind the cgroup view");
+    CHECK(mount(NULL, "root/sys/fs/cgroup", NULL, ro_flags, NULL), "make the cgroup view read-only");
+    return;
+  }
+  CHECK(mount("tmpfs", "root/sys/fs/cgroup", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "mode=755,size=16k,nr_inodes=16"),
+        "mount the cgroup view's tmpfs");
+  for (int i = 0; i < v->n; i++) {
+    char src[64], target[96];
+    snprintf(src, sizeof(src), "cgroup/%s", v->name[i]);
+    snprintf(target, sizeof(target), "root/sys/fs/cgroup/%s", v->name[i]);
+    CHECK(mkdir(target, 0755), "mkdir in the cgroup view");
+    CHECK(mount(src, target, NULL, MS_BIND, NULL), "bind a cgroup of the view");
+    CHECK(mount(NULL, target, NULL, ro_flags, NULL), "make a cgroup of the view read-only");
+  }
+  CHECK(mount(NULL, "root/sys/fs/cgroup", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "mode=755,size=16k,nr_inodes=16"),
+        "make the cgroup view's tmpfs read-only");
 }
 
 static void loopback_up(struct child_ctx *c) {
@@ -362,16 +384,26 @@ static int write_id_maps(pid_t pid, uid_t base, moat_error **err) {
  * sandbox's user namespace, a child of the initial one) and attaches the
  * detached mounts at SLOT/lower, SLOT/disk and SLOT/guest: a detached mount cannot be attached
  * from inside the sandbox's user namespace. Runs in a vfork child: syscalls only. */
-static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3], moat_error **err) {
+static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3],
+                         const struct moat_cgroup_view *cgv, moat_error **err) {
   static const char *names[] = {"lower", "disk", "guest"};
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
   _cleanup_close_ int mntns = open(path, O_RDONLY | O_CLOEXEC);
   if (mntns < 0)
     return moat_error_errno(err, "open %s", path);
-  char targets[3][4096 + 16];
-  for (int i = 0; i < 3; i++)
-    snprintf(targets[i], sizeof(targets[i]), "%s/%s", slot_dir, names[i]);
+  char targets[3 + MOAT_CGROUP_VIEW_MAX][4096 + 32];
+  int all[3 + MOAT_CGROUP_VIEW_MAX];
+  volatile int n = 0; /* read by the vfork child */
+  for (int i = 0; i < 3; i++, n++) {
+    snprintf(targets[n], sizeof(targets[n]), "%s/%s", slot_dir, names[i]);
+    all[n] = fds[i];
+  }
+  for (int i = 0; i < cgv->n; i++, n++) {
+    snprintf(targets[n], sizeof(targets[n]), "%s/cgroup%s%s", slot_dir, cgv->name[i][0] ? "/" : "",
+             cgv->name[i]);
+    all[n] = cgv->fd[i];
+  }
   volatile int failed_errno = 0, failed_index = 0;
   pid_t h = vfork();
   if (h < 0)
@@ -382,8 +414,8 @@ static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3], moat
       failed_index = -1;
       _exit(1);
     }
-    for (int i = 0; i < 3; i++)
-      if (move_mount(fds[i], "", AT_FDCWD, targets[i], MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+    for (int i = 0; i < n; i++)
+      if (move_mount(all[i], "", AT_FDCWD, targets[i], MOVE_MOUNT_F_EMPTY_PATH) < 0) {
         failed_errno = errno;
         failed_index = i;
         _exit(1);
@@ -397,7 +429,10 @@ static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3], moat
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     static const char *what[] = {"template", "disk", "guest binary"};
     errno = failed_errno ? failed_errno : EIO;
-    return moat_error_errno(err, "attach %s", failed_index < 0 ? "(setns)" : what[failed_index]);
+    return moat_error_errno(err, "attach %s",
+                            failed_index < 0   ? "(setns)"
+                            : failed_index < 3 ? what[failed_index]
+                                               : "a cgroup of the view");
   }
   return 0;
 }
@@ -417,6 +452,27 @@ static int idmapped_template(const char *rootfs, pid_t pid, moat_error **err) {
   if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
     return moat_error_errno(err, "idmap %s", rootfs);
   return steal_fd(&fd);
+}
+
+int moat_shell_cgroup_view(const char *slot_dir, struct moat_cgroups *cg, int slot,
+                           struct moat_cgroup_view *out, moat_error **err) {
+  if (moat_cgroup_view_open(cg, slot, out, err) < 0)
+    return -1;
+  _cleanup_free_ char *top = xasprintf("%s/cgroup", slot_dir);
+  if (mkdir(top, 0755) < 0 && errno != EEXIST)
+    goto fail;
+  for (int i = 0; i < out->n; i++) {
+    if (!out->name[i][0])
+      continue;
+    _cleanup_free_ char *d = xasprintf("%s/%s", top, out->name[i]);
+    if (mkdir(d, 0755) < 0 && errno != EEXIST)
+      goto fail;
+  }
+  return 0;
+fail:
+  moat_error_errno(err, "mount points of the cgroup view in %s", slot_dir);
+  moat_cgroup_view_close(out);
+  return -1;
 }
 
 int moat_shell_guest_mount(const char *guest_path, moat_error **err) {
@@ -506,6 +562,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   int sync[2] = {-1, -1}, ready[2] = {-1, -1};
   pid_t pid = -1;
   int ret = -1;
+  struct moat_cgroup_view cgv = {0};
 
   slot_fd = open(spec->slot_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (slot_fd < 0) {
@@ -519,7 +576,8 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     goto out;
   }
   cg_fd = moat_cgroup_create(spec->cgroups, spec->slot, spec->limits, err);
-  if (cg_fd < 0 || moat_view_write(spec->slot_dir, spec->limits, err) < 0)
+  if (cg_fd < 0 || moat_view_write(spec->slot_dir, spec->limits, err) < 0 ||
+      moat_shell_cgroup_view(spec->slot_dir, spec->cgroups, spec->slot, &cgv, err) < 0)
     goto out;
 
   struct clone_args args;
@@ -529,8 +587,12 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   args.pidfd = (uint64_t)(uintptr_t)&pidfd;
   args.exit_signal = SIGCHLD;
   args.cgroup = (uint64_t)cg_fd;
-  struct child_ctx ctx = {
-      .spec = spec, .sync_fd = sync[1], .slot_fd = slot_fd, .listen_fd = -1, .ready_fd = ready[1]};
+  struct child_ctx ctx = {.spec = spec,
+                          .sync_fd = sync[1],
+                          .slot_fd = slot_fd,
+                          .listen_fd = -1,
+                          .ready_fd = ready[1],
+                          .cgview = &cgv};
   /* the sandbox's uid owns its user namespace: its per-user kernel counts are its own */
   pid = moat_userns_clone3(&args, spec->uid_base);
   if (pid < 0) {
@@ -559,7 +621,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     goto fail;
   }
   int fds[3] = {lower_fd, disk_fd, guest_fd};
-  if (attach_mounts(pid, spec->slot_dir, fds, err) < 0)
+  if (attach_mounts(pid, spec->slot_dir, fds, &cgv, err) < 0)
     goto fail;
   if (write(sync[0], "G", 1) != 1) {
     moat_error_errno(err, "start sandbox init");
@@ -585,6 +647,7 @@ out:
     moat_cgroup_kill(spec->cgroups, spec->slot, 2000, NULL);
     moat_cgroup_remove(spec->cgroups, spec->slot, NULL);
   }
+  moat_cgroup_view_close(&cgv);
   if (disk_fd >= 0)
     close(disk_fd);
   for (int i = 0; i < 2; i++) {
