@@ -12,7 +12,10 @@ import re
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
+sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
+import moat  # noqa: E402
 import sse  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
 
@@ -74,6 +77,13 @@ class OomTest(DaemonTest):
             self.assertIs(r["oom_killed"], False, (cmd, r))
         self.assertEqual(self.c.exec(sid, cmd="true")["oom_killed"], False)
         self.assertIsNone(self.next_oom(s, timeout=2.5), "an oom event without an OOM kill")
+
+    def test_python_sdk(self):
+        sb = self.sandbox(memory_mb=512, cpu=1)
+        client = moat.Client("http://127.0.0.1:%d" % self.daemon.port, self.c.key)
+        s = moat.Sandbox(sb, client)
+        self.assertIs(s.exec(HOG).oom_killed, True)
+        self.assertIs(s.exec("exit 137").oom_killed, False)
 
     def test_shell_child_oom_killed(self):
         """A shell whose child the kernel killed exits 137: that is reported as the OOM kill it is."""

@@ -17,7 +17,8 @@ class ExecResult:
     """The result of ``Sandbox.exec``. ``stdout``/``stderr`` are text (bytes that were not UTF-8
     shown as U+FFFD); ``stdout_bytes``/``stderr_bytes`` are the exact bytes. ``exit_code`` is -1 and
     ``signal`` non-zero when the command was killed by a signal (``timed_out`` says if by its
-    timeout). ``truncated``: a stream passed moatd's 16 MiB cap."""
+    timeout). ``truncated``: a stream passed moatd's 16 MiB cap. ``oom_killed``: the kernel
+    killed the command for want of memory (the sandbox's ``memory_mb``)."""
     stdout: str
     stderr: str
     exit_code: int
@@ -28,6 +29,7 @@ class ExecResult:
     pid: Optional[int] = None
     stdout_bytes: bytes = b""
     stderr_bytes: bytes = b""
+    oom_killed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -39,7 +41,8 @@ class ExecResult:
         return cls(stdout=d.get("stdout") or "", stderr=d.get("stderr") or "", exit_code=int(d.get("exit_code", -1)),
                    duration_ms=int(d.get("duration_ms") or 0), timed_out=bool(d.get("timed_out")),
                    truncated=bool(d.get("truncated")), signal=int(d.get("signal") or 0), pid=d.get("pid"),
-                   stdout_bytes=_b(d, "stdout"), stderr_bytes=_b(d, "stderr"))
+                   stdout_bytes=_b(d, "stdout"), stderr_bytes=_b(d, "stderr"),
+                   oom_killed=bool(d.get("oom_killed")))
 
 
 @dataclass
