@@ -1,7 +1,8 @@
 """test_own_computer.py -- a sandbox sees its own computer: nproc, os.cpu_count() and
 sched_getaffinity and /sys/devices/system/cpu/online report its cpu limit rounded up (its init is
 pinned to that many of moatd's CPUs, round robin by slot, the cfs quota staying the limit; the
-online list is a file of the slot dir bound read-only over sysfs's). /sys/fs/cgroup holds the
+online list is a file of the slot dir bound read-only over sysfs's, as are /proc/cpuinfo, cut to
+that many processors, and an empty /proc/swaps). /sys/fs/cgroup holds the
 sandbox's own cgroups, read-only, each the root of what it shows (the cgroup namespace): the limits
 a runtime sizes itself from are there.
 """
@@ -28,7 +29,7 @@ class OwnComputerTest(DaemonTest):
 
     def test_nproc_is_cpu_rounded_up(self):
         for cpu in (0.5, 1, 1.5, 2):
-            want = min(HOST_CPUS, -(-cpu // 1))
+            want = int(min(HOST_CPUS, -(-cpu // 1)))
             sid = self.sandbox(memory_mb=512, cpu=cpu)["id"]
             nproc, count, affinity = self.cpus(sid)
             self.assertEqual(nproc, want, cpu)
@@ -36,6 +37,10 @@ class OwnComputerTest(DaemonTest):
             self.assertEqual(count, want, cpu)  # sysconf(_SC_NPROCESSORS_ONLN): cpu/online
             online = self.c.sh(sid, "cat /sys/devices/system/cpu/online").strip()
             self.assertEqual(online, "0" if want == 1 else "0-%d" % (want - 1), cpu)
+            self.assertEqual(int(self.c.sh(sid, "grep -c ^processor /proc/cpuinfo")), want, cpu)
+            self.assertEqual(self.c.sh(sid, "grep -E '^(siblings|cpu cores)' /proc/cpuinfo | sort -u | "
+                                            "awk -F: '{print $2}' | sort -u").split(), [str(want)], cpu)
+            self.assertEqual(self.c.sh(sid, "wc -l < /proc/swaps").strip(), "1", cpu)  # the header alone
             r = self.c.exec(sid, cmd="echo 0-63 > /sys/devices/system/cpu/online")
             self.assertNotEqual(r["exit_code"], 0, r)
             self.assertIn("Read-only", r["stderr"], r)
@@ -50,9 +55,10 @@ class OwnComputerTest(DaemonTest):
                              timeout=300)[1]
         kid = out["sandboxes"][0]["id"]
         self.addCleanup(self._delete_quietly, self.c, kid)
-        self.assertEqual(self.c.sh(kid, "cat /sys/devices/system/cpu/online; nproc").split(), ["0", "1"])
+        both = "cat /sys/devices/system/cpu/online; nproc; grep -c ^processor /proc/cpuinfo"
+        self.assertEqual(self.c.sh(kid, both).split(), ["0", "1", "1"])
         self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={}, expect=200, timeout=300)
-        self.assertEqual(self.c.sh(sid, "cat /sys/devices/system/cpu/online; nproc").split(), ["0", "1"])
+        self.assertEqual(self.c.sh(sid, both).split(), ["0", "1", "1"])
 
     def test_cgroup_files(self):
         sid = self.sandbox(memory_mb=512, cpu=1, pids=300)["id"]

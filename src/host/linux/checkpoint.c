@@ -487,8 +487,8 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     _cleanup_free_ char *images = xasprintf("%s/images", dir);
     _cleanup_free_ char *log = xasprintf("%s/dump.log", images);
     _cleanup_free_ char *pid_s = xasprintf("%d", v.pid);
-    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX];
-    char cg_ext[MOAT_CGROUP_VIEW_MAX][96];
+    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX + 2 * MOAT_VIEW_FILES];
+    char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96];
     struct moat_cgroup_view cgv;
     moat_cgroup_view_names(v.cgroups, &cgv);
     int a = 0;
@@ -513,8 +513,12 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     argv[a++] = "--unprivileged"; /* CRIU's word for not uid 0: it keeps every capability */
     argv[a++] = "--external";
     argv[a++] = "mnt[" MOAT_GUEST_MOUNT_INSIDE "]:" MOAT_GUEST_MOUNT_KEY;
-    argv[a++] = "--external";
-    argv[a++] = "mnt[" MOAT_VIEW_CPU_ONLINE_INSIDE "]:" MOAT_VIEW_CPU_ONLINE_KEY;
+    for (int i = 0; moat_view_files[i].name; i++) { /* view.h: a restore binds the new slot's */
+      snprintf(view_ext[i], sizeof(view_ext[i]), "mnt[%s]:%s", moat_view_files[i].inside,
+               moat_view_files[i].key);
+      argv[a++] = "--external";
+      argv[a++] = view_ext[i];
+    }
     /* the cgroup view (cgroup.h): a restore binds the new slot's cgroups there */
     for (int i = 0; i < cgv.n; i++) {
       snprintf(cg_ext[i], sizeof(cg_ext[i]), "mnt[%s]:%s", cgv.inside[i], cgv.key[i]);
@@ -842,7 +846,7 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                       utsns_fd = -1, guest_fd = -1;
   char timens_offsets[160];
   struct moat_cgroup_view cgv = {0};
-  char cg_ext[MOAT_CGROUP_VIEW_MAX][96];
+  char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96];
   char cg_targets[MOAT_CGROUP_VIEW_MAX][4096 + 32];
   struct holder_uts uts;
   struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1, .timens = false};
@@ -923,14 +927,20 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                      * namespace (the holder made one) */
                     "--unprivileged",
                     /* checkpoints since the guest got a key; older ones name its host path */
-                    "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest",
-                    /* the new slot's view files (view.h), written for the new limits */
-                    "--external", "mnt[" MOAT_VIEW_CPU_ONLINE_KEY "]:" CRIU_SLOT "/" MOAT_VIEW_CPU_ONLINE,
-                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                    "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest", NULL, NULL, NULL, NULL,
+                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                    NULL, NULL, NULL};
     {
       size_t k = 0;
       while (argv[k])
         k++;
+      /* the new slot's view files (view.h), written for the new limits */
+      for (int i = 0; moat_view_files[i].name; i++) {
+        snprintf(view_ext[i], sizeof(view_ext[i]), "mnt[%s]:" CRIU_SLOT "/%s", moat_view_files[i].key,
+                 moat_view_files[i].name);
+        argv[k++] = "--external";
+        argv[k++] = view_ext[i];
+      }
       for (int i = 0; i < cgv.n; i++) {
         snprintf(cg_ext[i], sizeof(cg_ext[i]), "mnt[%s]:" CRIU_SLOT "/cgroup%s%s", cgv.key[i],
                  cgv.name[i][0] ? "/" : "", cgv.name[i]);

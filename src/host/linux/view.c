@@ -9,10 +9,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../common/buf.h"
 #include "../../common/util.h"
 
 const struct moat_view_file moat_view_files[] = {
     {MOAT_VIEW_CPU_ONLINE, MOAT_VIEW_CPU_ONLINE_INSIDE, MOAT_VIEW_CPU_ONLINE_KEY},
+    {"cpuinfo", "/proc/cpuinfo", "moat-cpuinfo"},
+    {"swaps", "/proc/swaps", "moat-swaps"},
     {NULL, NULL, NULL},
 };
 
@@ -24,23 +27,74 @@ static unsigned whole_cpus(double cpu) {
   return n ? n : 1;
 }
 
+/* Rewritten in place: a bind mount of the file shows the new text. */
+static int put(int dfd, const char *slot_dir, const char *name, const char *text, size_t len,
+               moat_error **err) {
+  _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444);
+  if (fd < 0)
+    return moat_error_errno(err, "create %s/%s", slot_dir, name);
+  if (ftruncate(fd, 0) < 0 || pwrite(fd, text, len, 0) != (ssize_t)len)
+    return moat_error_errno(err, "write %s/%s", slot_dir, name);
+  return 0;
+}
+
+/* The machine's /proc/cpuinfo cut to its first n processors, each saying it has n siblings and
+ * cores. Caller frees. */
+static char *cpuinfo(unsigned n, size_t *len) {
+  _cleanup_free_ char *host = NULL;
+  size_t hl = 0;
+  struct moat_buf b = {0};
+  if (read_file("/proc/cpuinfo", &host, &hl, NULL) < 0) {
+    *len = 0;
+    return xstrdup("");
+  }
+  unsigned seen = 0;
+  for (char *line = host; line && *line;) {
+    char *nl = strchr(line, '\n');
+    size_t ll = nl ? (size_t)(nl - line) : strlen(line);
+    if (strncmp(line, "processor", 9) == 0 && seen++ >= n)
+      break;
+    if (strncmp(line, "siblings", 8) == 0 || strncmp(line, "cpu cores", 9) == 0) {
+      char *colon = memchr(line, ':', ll);
+      if (colon) {
+        char num[32];
+        int k = snprintf(num, sizeof(num), " %u", n);
+        moat_buf_append(&b, line, (size_t)(colon - line) + 1);
+        moat_buf_append(&b, num, (size_t)k);
+        moat_buf_append(&b, "\n", 1);
+        line = nl ? nl + 1 : NULL;
+        continue;
+      }
+    }
+    moat_buf_append(&b, line, ll);
+    moat_buf_append(&b, "\n", 1);
+    line = nl ? nl + 1 : NULL;
+  }
+  *len = b.len;
+  if (!b.p)
+    return xstrdup("");
+  return b.p;
+}
+
 int moat_view_write(const char *slot_dir, const struct moat_limits *l, moat_error **err) {
   _cleanup_close_ int dfd = open(slot_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0)
     return moat_error_errno(err, "open %s", slot_dir);
   char text[64];
   unsigned n = whole_cpus(l->cpu);
+  long host = sysconf(_SC_NPROCESSORS_ONLN);
+  if (host > 0 && n > (unsigned)host)
+    n = (unsigned)host;
   if (n == 1)
     snprintf(text, sizeof(text), "0\n");
   else
     snprintf(text, sizeof(text), "0-%u\n", n - 1);
-  /* Rewritten in place: a bind mount of the file shows the new text. */
-  _cleanup_close_ int fd =
-      openat(dfd, MOAT_VIEW_CPU_ONLINE, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444);
-  if (fd < 0)
-    return moat_error_errno(err, "create %s/cpu-online", slot_dir);
-  size_t len = strlen(text);
-  if (ftruncate(fd, 0) < 0 || pwrite(fd, text, len, 0) != (ssize_t)len)
-    return moat_error_errno(err, "write %s/cpu-online", slot_dir);
-  return 0;
+  if (put(dfd, slot_dir, MOAT_VIEW_CPU_ONLINE, text, strlen(text), err) < 0)
+    return -1;
+  size_t cl;
+  _cleanup_free_ char *ci = cpuinfo(n, &cl);
+  if (put(dfd, slot_dir, "cpuinfo", ci, cl, err) < 0)
+    return -1;
+  static const char swaps[] = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"; /* no swap */
+  return put(dfd, slot_dir, "swaps", swaps, sizeof(swaps) - 1, err);
 }

@@ -1,16 +1,18 @@
 /* view.h -- the sandbox's own view of its computer: files of the slot dir bound read-only over
- * the machine's (today /sys/devices/system/cpu/online: glibc's get_nprocs, os.cpu_count(),
- * sysconf(_SC_NPROCESSORS_ONLN) count its cpu limit rounded up) */
+ * the machine's: /sys/devices/system/cpu/online (glibc's get_nprocs, os.cpu_count(),
+ * sysconf(_SC_NPROCESSORS_ONLN) count its cpu limit rounded up), /proc/cpuinfo (that many
+ * processors) and /proc/swaps (none: a sandbox's memory limit covers swap too) */
 #ifndef MOAT_LINUX_VIEW_H
 #define MOAT_LINUX_VIEW_H
 
 #include "../../common/error.h"
 #include "../driver.h"
 
-/* The one view file today, by name (slot dir), path inside and checkpoint key. */
+/* The first view file, by name (slot dir), path inside and checkpoint key. */
 #define MOAT_VIEW_CPU_ONLINE "cpu-online"
 #define MOAT_VIEW_CPU_ONLINE_INSIDE "/sys/devices/system/cpu/online"
 #define MOAT_VIEW_CPU_ONLINE_KEY "moat-cpu-online"
+#define MOAT_VIEW_FILES 3
 
 struct moat_view_file {
   const char *name;   /* in the slot dir, written by the host (root's, 0444) */
