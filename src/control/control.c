@@ -1027,6 +1027,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
       .max_slots = 16384,
       .net = cfg->net,
       .disk_overcommit = cfg->disk_overcommit,
+      .lxcfs_dir = cfg->lxcfs_dir,
   };
   if (moat_host_init(&c->host, &hc, err) < 0) {
     moat_error_wrap(err, "host");

@@ -100,7 +100,8 @@ struct moat_control_config {
   unsigned pool_size;        /* warm shells of "base" */
   unsigned reap_interval_ms;
   const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net/net.h) */
-  bool disk_overcommit; /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
+  bool disk_overcommit;  /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
+  const char *lxcfs_dir; /* moat_host_config.lxcfs_dir */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every

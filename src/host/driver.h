@@ -38,6 +38,9 @@ struct moat_host_config {
   unsigned max_slots;                /* highest slot count (uid ranges) this host hands out */
   const struct moat_net_config *net; /* sandbox networking (net/net.h); NULL or no uplink = loopback only */
   bool disk_overcommit; /* false: every sandbox's disk_mb is backed by the data dir (else ENOSPC) */
+  /* an lxcfs mount whose proc/{meminfo,stat,uptime,loadavg} sandboxes see as their own (lxcfs
+   * answers each reader from its cgroups); NULL = the machine's */
+  const char *lxcfs_dir;
 };
 
 struct moat_limits {

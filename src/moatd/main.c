@@ -38,6 +38,8 @@ static void usage(FILE *f) {
           "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
           "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
+          "  --lxcfs DIR          an lxcfs mount (lxcfs -l DIR): sandboxes see its proc/meminfo, stat,\n"
+          "                       uptime and loadavg as theirs (default: off)\n"
           "  --disk-overcommit    accept sandboxes whose disk_mb the data dir's free space cannot back\n"
           "                       (sparse disks; a write the host cannot store then fails inside with\n"
           "                       ENOSPC/EIO and turns that disk read-only). Default: such a create is\n"
@@ -246,6 +248,7 @@ int main(int argc, char **argv) {
              *recipes_opt = NULL, *guest_opt = NULL;
   unsigned pool = 4, guest_timeout_ms = 0;
   bool disk_overcommit = false;
+  const char *lxcfs_dir = NULL;
   const char *proxy_listen = NULL, *proxy_domain = NULL;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
@@ -260,6 +263,7 @@ int main(int argc, char **argv) {
       {"guest", required_argument, NULL, 'g'},
       {"pool", required_argument, NULL, 'p'},
       {"disk-overcommit", no_argument, NULL, 0x102},
+      {"lxcfs", required_argument, NULL, 0x103},
       {"log-level", required_argument, NULL, 'L'},
       {"net-uplink", required_argument, NULL, 'U'},
       {"net-dns-upstream", required_argument, NULL, 'D'},
@@ -294,6 +298,9 @@ int main(int argc, char **argv) {
       break;
     case 0x102:
       disk_overcommit = true;
+      break;
+    case 0x103:
+      lxcfs_dir = optarg;
       break;
     case 'd':
       data_opt = optarg;
@@ -476,6 +483,7 @@ int main(int argc, char **argv) {
       .guest_timeout_ms = guest_timeout_ms,
       .pool_size = pool,
       .disk_overcommit = disk_overcommit,
+      .lxcfs_dir = lxcfs_dir,
       .net = &net,
   };
   {

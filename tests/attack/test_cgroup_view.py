@@ -1,4 +1,5 @@
-"""test_cgroup_view.py -- a sandbox's /sys/fs/cgroup shows its own cgroups read-only, and nothing else.
+"""test_cgroup_view.py -- a sandbox's /sys/fs/cgroup shows its own cgroups read-only, and nothing else;
+its view files (cpu/online, cpuinfo, swaps, bound from the host's slot dir) cannot be changed either.
 
 From inside, as root: writing a limit, making a child cgroup, moving a process (cgroup.procs),
 remounting read-write, chmod and unmounting all fail; the sandbox's limits, read on the host from its
@@ -46,12 +47,23 @@ class CgroupViewAttackTest(DaemonTest):
             "chmod 777 %s" % LIMIT,
             "umount %s" % os.path.dirname(LIMIT),
             "umount -l /sys/fs/cgroup",
+            # the view files bound from the host's slot dir
+            "echo 0-63 > /sys/devices/system/cpu/online",
+            "umount /sys/devices/system/cpu/online",
+            "umount -l /proc/cpuinfo",
+            "echo x > /proc/swaps",
+            "ln -sf /etc/passwd /sys/devices/system/cpu/online",
         ]
         for cmd in attempts:
             r = self.c.exec(a, cmd=cmd)
             self.assertNotEqual(r["exit_code"], 0, (cmd, r))
-        # the limit stands, inside and out
+        # the limit stands, inside and out; the host's view files are as moatd wrote them
         self.assertEqual(host_limit(ha["pid"]), 256 * MIB)
+        slot_dir = os.path.join(self.daemon.data_dir, "host", "slots", str(ha["slot"]))
+        with open(os.path.join(slot_dir, "cpu-online")) as f:
+            self.assertEqual(f.read(), "0\n")
+        self.assertFalse(os.path.islink(os.path.join(slot_dir, "cpu-online")))
+        self.assertEqual(self.c.sh(a, "cat /sys/devices/system/cpu/online").strip(), "0")
         self.assertEqual(int(self.c.sh(a, "cat %s" % LIMIT)), 256 * MIB)
         # no cgroup but its own: no other dir at any hierarchy root, only its own processes
         listing = self.c.sh(a, "find /sys/fs/cgroup -mindepth 1 -maxdepth 2 -type d")

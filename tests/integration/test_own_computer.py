@@ -8,9 +8,15 @@ a runtime sizes itself from are there.
 """
 
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
+import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import moatd  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
 
 HOST_CPUS = len(os.sched_getaffinity(0))
@@ -80,3 +86,94 @@ class OwnComputerTest(DaemonTest):
         # mountinfo names each as the root of its hierarchy (the JVM and libuv match it with /proc/self/cgroup)
         roots = sh("awk '$5 ~ \"^/sys/fs/cgroup/\" && $9 ~ /^cgroup/ {print $4}' /proc/self/mountinfo | sort -u")
         self.assertEqual(roots, "/")
+
+
+class LxcfsTest(DaemonTest):
+    """moatd --lxcfs DIR: /proc/meminfo, stat, uptime and loadavg come from a (private) lxcfs, which
+    answers each reader from its own cgroups: free and /proc/meminfo say memory_mb and follow its
+    use, uptime counts from the sandbox's start; a fork's child keeps them (external mounts)."""
+
+    pool = 0
+    lxcfs = None
+
+    @classmethod
+    def setUpClass(cls):
+        if not shutil.which("lxcfs") or not os.path.exists("/dev/fuse"):
+            raise unittest.SkipTest("no lxcfs or /dev/fuse here")
+        cls.lx_dir = tempfile.mkdtemp(prefix="moat-lxcfs-")
+        cls.lxcfs = subprocess.Popen(["lxcfs", "-f", "-l", "--enable-cfs", "-p", cls.lx_dir + ".pid", cls.lx_dir],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while not os.path.exists(os.path.join(cls.lx_dir, "proc", "meminfo")):
+            if time.time() > deadline or cls.lxcfs.poll() is not None:
+                cls._stop_lxcfs()
+                raise RuntimeError("lxcfs did not come up")
+            time.sleep(0.05)
+        cls.daemon = moatd.MoatDaemon(pool=cls.pool, extra_args=("--lxcfs", cls.lx_dir))
+        try:
+            cls.daemon.start()
+        except Exception:
+            cls.daemon.stop()
+            cls._stop_lxcfs()
+            raise
+        cls.c = cls.daemon.client
+
+    @classmethod
+    def _stop_lxcfs(cls):
+        if cls.lxcfs is not None and cls.lxcfs.poll() is None:
+            cls.lxcfs.terminate()
+            try:
+                cls.lxcfs.wait(10)
+            except subprocess.TimeoutExpired:
+                cls.lxcfs.kill()
+                cls.lxcfs.wait()
+        if os.path.ismount(cls.lx_dir):  # lxcfs unmounts itself when it ends
+            subprocess.run(["umount", "-l", cls.lx_dir], stderr=subprocess.DEVNULL)
+        try:
+            os.rmdir(cls.lx_dir)
+            os.unlink(cls.lx_dir + ".pid")
+        except OSError:
+            pass
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls._stop_lxcfs()
+
+    def test_meminfo_uptime_loadavg_stat(self):
+        sid = self.sandbox(memory_mb=512, cpu=1)["id"]
+        sh = lambda cmd: self.c.sh(sid, cmd).strip()  # noqa: E731
+        self.assertEqual(sh("awk '/^MemTotal:/ {print $2}' /proc/meminfo"), str(512 * 1024))
+        self.assertEqual(sh("free -m | awk '/^Mem:/ {print $2}'"), "512")
+        with open("/proc/uptime") as f:
+            host_up = float(f.read().split()[0])
+        up = float(sh("cut -d' ' -f1 /proc/uptime"))
+        self.assertLess(up, min(120, host_up - 1), "uptime is the machine's")
+        self.assertRegex(sh("cat /proc/loadavg"), r"^\d+\.\d\d \d+\.\d\d \d+\.\d\d \d+/\d+ \d+$")
+        # lxcfs's stat counts the cpuset's CPUs (moat pins by affinity, not cpuset): the machine's
+        self.assertGreaterEqual(int(sh("grep -c '^cpu[0-9]' /proc/stat")), 1)
+        # a 300 MB process shows in the sandbox's own used memory
+        self.c.exec(sid, cmd="python3 -c \"b = b'x' * (300 << 20); import time; time.sleep(600)\"",
+                    background=True, expect=201)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            avail = int(sh("awk '/^MemAvailable:/ {print $2}' /proc/meminfo"))
+            if avail < 256 * 1024:
+                break
+            time.sleep(0.2)
+        self.assertLess(avail, 256 * 1024, "MemAvailable does not follow the sandbox's use")
+        r = self.c.exec(sid, cmd="echo x > /proc/meminfo")
+        self.assertNotEqual(r["exit_code"], 0, r)
+
+    def test_fork_keeps_lxcfs(self):
+        ck = self.c.request("GET", "/healthz")[1].get("checkpoints") or {}
+        if not ck.get("available"):
+            self.skipTest("no checkpoints here: %s" % ck.get("criu"))
+        sid = self.sandbox(memory_mb=512, cpu=1)["id"]
+        out = self.c.request("POST", "/v1/sandboxes/%s/fork" % sid, body={"count": 1}, expect=201,
+                             timeout=300)[1]
+        kid = out["sandboxes"][0]["id"]
+        self.addCleanup(self._delete_quietly, self.c, kid)
+        self.assertEqual(self.c.sh(kid, "awk '/^MemTotal:/ {print $2}' /proc/meminfo").strip(), str(512 * 1024))

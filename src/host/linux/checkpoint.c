@@ -487,8 +487,8 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     _cleanup_free_ char *images = xasprintf("%s/images", dir);
     _cleanup_free_ char *log = xasprintf("%s/dump.log", images);
     _cleanup_free_ char *pid_s = xasprintf("%d", v.pid);
-    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX + 2 * MOAT_VIEW_FILES];
-    char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96];
+    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX + 2 * MOAT_VIEW_FILES + 2 * MOAT_LXCFS_FILES];
+    char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96], lx_ext[MOAT_LXCFS_FILES][96];
     struct moat_cgroup_view cgv;
     moat_cgroup_view_names(v.cgroups, &cgv);
     int a = 0;
@@ -518,6 +518,12 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
                moat_view_files[i].key);
       argv[a++] = "--external";
       argv[a++] = view_ext[i];
+    }
+    for (int i = 0; moat_view_has_lxcfs(v.pid) && moat_lxcfs_files[i]; i++) { /* view.h */
+      snprintf(lx_ext[i], sizeof(lx_ext[i]), "mnt[/proc/%s]:moat-lxcfs-%s", moat_lxcfs_files[i],
+               moat_lxcfs_files[i]);
+      argv[a++] = "--external";
+      argv[a++] = lx_ext[i];
     }
     /* the cgroup view (cgroup.h): a restore binds the new slot's cgroups there */
     for (int i = 0; i < cgv.n; i++) {
@@ -846,7 +852,7 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                       utsns_fd = -1, guest_fd = -1;
   char timens_offsets[160];
   struct moat_cgroup_view cgv = {0};
-  char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96];
+  char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96], lx_ext[MOAT_LXCFS_FILES][4200];
   char cg_targets[MOAT_CGROUP_VIEW_MAX][4096 + 32];
   struct holder_uts uts;
   struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1, .timens = false};
@@ -929,11 +935,18 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                     /* checkpoints since the guest got a key; older ones name its host path */
                     "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest", NULL, NULL, NULL, NULL,
                     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                    NULL, NULL, NULL};
+                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     {
       size_t k = 0;
       while (argv[k])
         k++;
+      /* lxcfs files (view.h): this host's lxcfs answers the restored sandbox from its new cgroups */
+      for (int i = 0; v.lxcfs_dir && moat_lxcfs_files[i]; i++) {
+        snprintf(lx_ext[i], sizeof(lx_ext[i]), "mnt[moat-lxcfs-%s]:%s/proc/%s", moat_lxcfs_files[i],
+                 v.lxcfs_dir, moat_lxcfs_files[i]);
+        argv[k++] = "--external";
+        argv[k++] = lx_ext[i];
+      }
       /* the new slot's view files (view.h), written for the new limits */
       for (int i = 0; moat_view_files[i].name; i++) {
         snprintf(view_ext[i], sizeof(view_ext[i]), "mnt[%s]:" CRIU_SLOT "/%s", moat_view_files[i].key,

@@ -66,6 +66,7 @@ struct moat_linux {
   struct moat_host base; /* first (driver.h) */
   char *data_dir, *slots_dir, *disks_dir, *template_dir, *guest_path, *pool_template;
   char *chan_base; /* MOAT_CHAN_ROOT/INSTANCE: the slots' guest channel dirs */
+  char *lxcfs_dir; /* driver.h's lxcfs_dir, checked; NULL: none */
   char instance[17];
   unsigned pool_size, max_slots;
   bool prjquota;             /* the data dir's fs enforces project quotas: no loop images */
@@ -436,6 +437,7 @@ static int build_shell(struct moat_linux *h, const char *template_name, const st
                                  .chan_dir = chan_dir,
                                  .rootfs = rootfs,
                                  .guest_path = h->guest_path,
+                                 .lxcfs_dir = h->lxcfs_dir,
                                  .disk_fd = disk,
                                  .seccomp = &h->seccomp,
                                  .cgroups = h->cgroups,
@@ -702,6 +704,7 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
   h->pool_template = cfg->pool_template ? xstrdup(cfg->pool_template) : NULL;
   h->pool_size = cfg->pool_size;
   h->disk_overcommit = cfg->disk_overcommit;
+  h->lxcfs_dir = cfg->lxcfs_dir && *cfg->lxcfs_dir ? xstrdup(cfg->lxcfs_dir) : NULL;
   h->max_slots = cfg->max_slots ? cfg->max_slots : 16384;
   instance_name(h->data_dir, h->instance);
   h->chan_base = xasprintf(MOAT_CHAN_ROOT "/%s", h->instance);
@@ -723,6 +726,8 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
     moat_error_errno(err, "guest binary %s", h->guest_path);
     goto out;
   }
+  if (h->lxcfs_dir && moat_view_lxcfs_check(h->lxcfs_dir, err) < 0)
+    goto out;
   if (mkdir_p(h->slots_dir, 0711, err) < 0 || mkdir_p(h->disks_dir, 0700, err) < 0 ||
       mkdir_p(RANGES_DIR, 0755, err) < 0 || mkdir_p(h->chan_base, 0711, err) < 0)
     goto out;
@@ -822,6 +827,7 @@ static void linux_free(struct moat_linux *h) {
   free(h->chan_base);
   free(h->template_dir);
   free(h->guest_path);
+  free(h->lxcfs_dir);
   free(h->pool_template);
   pthread_mutex_destroy(&h->lock);
   pthread_cond_destroy(&h->wake);
@@ -1158,6 +1164,7 @@ int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, con
   out->disks_dir = h->disks_dir;
   out->template_dir = h->template_dir;
   out->guest_path = h->guest_path;
+  out->lxcfs_dir = h->lxcfs_dir;
   return n;
 }
 

@@ -29,6 +29,7 @@ struct moat_slot_view {
   struct moat_cgroups *cgroups;          /* the host's, not owned */
   const char *disks_dir;                 /* the host's, not owned */
   const char *template_dir, *guest_path; /* the host's (reserve only), not owned */
+  const char *lxcfs_dir;                 /* the host's (reserve only), not owned; NULL: none */
 };
 
 /* A running (assigned) sandbox's slot. 0, or -1 (ENOENT when the slot holds no sandbox). The

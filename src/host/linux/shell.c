@@ -168,6 +168,14 @@ static void setup_proc_sys(struct child_ctx *c) {
     CHECK(mount(moat_view_files[i].name, target, NULL, MS_BIND, NULL), "bind a view file");
     CHECK(mount(NULL, target, NULL, ro_flags, NULL), "make a view file read-only");
   }
+  /* lxcfs (view.h): by the host's path, in our copy of the host's mount namespace */
+  for (size_t i = 0; c->spec->lxcfs_dir && moat_lxcfs_files[i]; i++) {
+    char src[4200], target[64];
+    snprintf(src, sizeof(src), "%s/proc/%s", c->spec->lxcfs_dir, moat_lxcfs_files[i]);
+    snprintf(target, sizeof(target), "root/proc/%s", moat_lxcfs_files[i]);
+    CHECK(mount(src, target, NULL, MS_BIND, NULL), "bind an lxcfs file");
+    CHECK(mount(NULL, target, NULL, ro_flags, NULL), "make an lxcfs file read-only");
+  }
   /* /sys/fs/cgroup: the sandbox's own cgroups (cgroup.h), read-only, nothing else. */
   const struct moat_cgroup_view *v = c->cgview;
   if (v->n == 1 && !v->name[0][0]) {

@@ -31,6 +31,7 @@ struct moat_shell_spec {
   const char *chan_dir;   /* host dir of the guest channel (MOAT_CHAN_ROOT/INSTANCE/SLOT) */
   const char *rootfs;     /* template root image (read-only, root-owned) */
   const char *guest_path; /* static moat-guest binary */
+  const char *lxcfs_dir;  /* an lxcfs mount (view.h), or NULL */
   int disk_fd;            /* detached mount of the writable layer (disk.h); consumed */
   const struct sock_fprog *seccomp;
   struct moat_cgroups *cgroups;

@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "../../common/buf.h"
@@ -97,4 +99,29 @@ int moat_view_write(const char *slot_dir, const struct moat_limits *l, moat_erro
     return -1;
   static const char swaps[] = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"; /* no swap */
   return put(dfd, slot_dir, "swaps", swaps, sizeof(swaps) - 1, err);
+}
+
+const char *const moat_lxcfs_files[MOAT_LXCFS_FILES + 1] = {"meminfo", "stat", "uptime", "loadavg", NULL};
+
+int moat_view_lxcfs_check(const char *dir, moat_error **err) {
+  _cleanup_free_ char *p = xasprintf("%s/proc/meminfo", dir);
+  struct statfs sf;
+  struct stat st;
+  if (statfs(p, &sf) < 0 || stat(p, &st) < 0)
+    return moat_error_errno(err, "--lxcfs %s: %s", dir, p);
+  if ((unsigned long)sf.f_type != 0x65735546UL) /* FUSE_SUPER_MAGIC */
+    return moat_error_set(err, EINVAL, "--lxcfs %s: %s is not on a FUSE (lxcfs) mount", dir, p);
+  if (!(st.st_mode & S_IROTH))
+    return moat_error_set(err, EACCES, "--lxcfs %s: %s is not readable by others (lxcfs -o allow_other)", dir,
+                          p);
+  return 0;
+}
+
+bool moat_view_has_lxcfs(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
+  _cleanup_free_ char *s = NULL;
+  if (read_file(path, &s, NULL, NULL) < 0)
+    return false;
+  return strstr(s, " /proc/meminfo ") && strstr(s, " - fuse.lxcfs ");
 }

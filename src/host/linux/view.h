@@ -5,6 +5,9 @@
 #ifndef MOAT_LINUX_VIEW_H
 #define MOAT_LINUX_VIEW_H
 
+#include <stdbool.h>
+#include <sys/types.h>
+
 #include "../../common/error.h"
 #include "../driver.h"
 
@@ -21,6 +24,15 @@ struct moat_view_file {
 };
 /* Terminated by a NULL name. */
 extern const struct moat_view_file moat_view_files[];
+
+/* The lxcfs files a sandbox sees as its own when moatd has an lxcfs mount (driver.h): each
+ * LXCFS/proc/NAME bound read-only over /proc/NAME; a checkpoint names them moat-lxcfs-NAME. */
+#define MOAT_LXCFS_FILES 4
+extern const char *const moat_lxcfs_files[MOAT_LXCFS_FILES + 1]; /* NULL-terminated */
+/* dir is an lxcfs (FUSE) mount with proc/meminfo that others than root may read. 0 or -1. */
+int moat_view_lxcfs_check(const char *dir, moat_error **err);
+/* True when the sandbox whose init is pid has lxcfs files bound (its mountinfo says fuse.lxcfs). */
+bool moat_view_has_lxcfs(pid_t pid);
 
 /* Writes the view files of slot_dir for limits l: before the shell's child binds them, and again
  * (in place, visible through the binds) when the slot's limits change. Opens nothing the sandbox
