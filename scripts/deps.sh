@@ -12,6 +12,7 @@ pkgs=(
   python3                           # integration and attack tests
   python3-pip python3-venv          # pip install ./sdk/python into a venv (test_sdk_python.py)
   curl                              # scripts/run.sh checks moatd's /healthz with it
+  lxcfs                             # make run: sandboxes' own /proc/meminfo, stat, uptime, loadavg
   bubblewrap                        # the benchmark's peer
   nodejs                            # E2B SDK, MCP client and TypeScript SDK tests (tests/node)
   clang-14 libclang-rt-14-dev       # the libFuzzer targets (make FUZZ=1, scripts/fuzz.sh)

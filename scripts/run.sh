@@ -30,9 +30,29 @@ else
   else
     echo "Sandboxes reach the internet through uplink $uplink (moat's egress policy applies; MOAT_NET_UPLINK=none turns it off)"
   fi
+  # /proc/meminfo, stat, uptime and loadavg of a sandbox are its own when moatd binds them from an
+  # lxcfs mount (moatd --lxcfs): one of its own in $DATA/lxcfs, started here and left running with
+  # moatd. MOAT_LXCFS=none: the machine's.
+  lx=()
+  if [ "${MOAT_LXCFS:-auto}" != none ] && command -v lxcfs >/dev/null 2>&1 && [ -e /dev/fuse ]; then
+    mkdir -p "$DATA/lxcfs"
+    if ! mountpoint -q "$DATA/lxcfs"; then
+      lxcfs -l --enable-cfs -p "$DATA/lxcfs.pid" "$DATA/lxcfs" >>"$LOG" 2>&1 </dev/null || true
+      for _ in $(seq 1 50); do
+        mountpoint -q "$DATA/lxcfs" && break
+        sleep 0.1
+      done
+    fi
+    if mountpoint -q "$DATA/lxcfs"; then
+      lx=(--lxcfs "$DATA/lxcfs")
+      echo "Sandboxes see their own memory, uptime and load (lxcfs in $DATA/lxcfs, pid $(cat "$DATA/lxcfs.pid" 2>/dev/null || echo "?"))"
+    else
+      echo "lxcfs did not mount $DATA/lxcfs (see $LOG): sandboxes see the machine's /proc/meminfo"
+    fi
+  fi
   echo "Starting moatd on $LISTEN (data in $DATA, log in $LOG)"
   # setsid: moatd outlives this script and is not hit by a Ctrl-C in this terminal.
-  setsid build/moatd --listen "$LISTEN" --data-dir "$DATA" "${net[@]}" >>"$LOG" 2>&1 </dev/null &
+  setsid build/moatd --listen "$LISTEN" --data-dir "$DATA" "${net[@]}" "${lx[@]}" >>"$LOG" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$DATA/moatd.pid"
   for _ in $(seq 1 300); do
@@ -56,7 +76,7 @@ if [ "$state" != "ready" ]; then
   echo "progress in $LOG). The sandbox create below waits for it."
 fi
 
-cmd='uname -a; cat /etc/os-release'
+cmd='uname -a; grep PRETTY /etc/os-release; nproc; free -m'
 echo "\$ build/moat run -- sh -c '$cmd'"
 t0=$(date +%s.%N)
 set +e
@@ -75,4 +95,7 @@ Try:  build/moat create            (prints an id)
       build/moat rm ID
 Stop it with:  kill $pid
 MSG
+if [ -f "$DATA/lxcfs.pid" ] && mountpoint -q "$DATA/lxcfs"; then
+  echo "               kill $(cat "$DATA/lxcfs.pid")   (lxcfs, once moatd has stopped)"
+fi
 exit $rc
