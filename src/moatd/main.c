@@ -407,6 +407,7 @@ int main(int argc, char **argv) {
     die("must run as root (it creates namespaces, cgroups and mounts for sandboxes)");
 
   _cleanup_free_ char *data_dir = absolute(data_opt);
+  _cleanup_free_ char *lxcfs_abs = lxcfs_dir ? absolute(lxcfs_dir) : NULL; /* sandboxes bind from it */
   moat_error *err = NULL;
   if (mkdir_p(data_dir, 0700, &err) < 0)
     die("data dir: %s", moat_error_msg(err));
@@ -483,7 +484,7 @@ int main(int argc, char **argv) {
       .guest_timeout_ms = guest_timeout_ms,
       .pool_size = pool,
       .disk_overcommit = disk_overcommit,
-      .lxcfs_dir = lxcfs_dir,
+      .lxcfs_dir = lxcfs_abs,
       .net = &net,
   };
   {
