@@ -7,6 +7,7 @@ prints "ok NAME" and exits 0; it kills every sandbox it made, also when it fails
 timeout, so a hang is a failure.
 """
 
+import http.client
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import moatd  # noqa: E402
@@ -40,7 +42,7 @@ class E2BTest(DaemonTest):
         for k in list(e):
             if k.startswith("E2B_"):
                 del e[k]
-        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": self.c.key, "MOAT_URL": url})
+        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "e2b_" + self.c.key[5:], "MOAT_URL": url})
         e.update(env or {})
         try:
             p = subprocess.run([NODE, os.path.join(NODE_DIR, script), name], cwd=NODE_DIR, env=e,
@@ -183,6 +185,41 @@ class E2BTest(DaemonTest):
             self.c.request("GET", "/hello.txt", auth=False, headers={"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "8000"})
         self.assertEqual(cm.exception.status, 401)
 
+    def test_unversioned_routes_and_paging(self):
+        """POST /sandboxes and POST /sandboxes/{id}/connect (E2B's OpenAPI has both beside /v2);
+        lists newest first, nextToken pages on without repeats or gaps, the state filter."""
+        key = {"X-API-KEY": "e2b_" + self.c.key[5:]}
+        tag = "pg-%d" % os.getpid()
+        ids = []
+        for i in range(3):
+            st, sb = self.c.request("POST", "/sandboxes", body={"templateID": "base", "timeout": 120,
+                                                                "metadata": {"suite": tag}},
+                                    auth=False, headers=key, expect=201)
+            self.addCleanup(self._delete_quietly, self.c, sb["sandboxID"])
+            ids.append(sb["sandboxID"])
+        st, info = self.c.request("POST", "/sandboxes/%s/connect" % ids[0], body={"timeout": 300}, auth=False,
+                                  headers=key, expect=200)
+        self.assertEqual(info["sandboxID"], ids[0])
+        got, token = [], None
+        for _ in range(4):
+            q = {"metadata": "suite=" + tag, "limit": "1", "state": "running"}
+            if token:
+                q["nextToken"] = token
+            conn = http.client.HTTPConnection("127.0.0.1", self.daemon.port, timeout=60)
+            conn.request("GET", "/v2/sandboxes?" + urllib.parse.urlencode(q), headers=key)
+            resp = conn.getresponse()
+            page = json.loads(resp.read())
+            token = resp.getheader("x-next-token")
+            conn.close()
+            self.assertEqual(resp.status, 200, page)
+            got += [s["sandboxID"] for s in page]
+            if not token:
+                break
+        self.assertEqual(got, ids[::-1])
+        st, paused = self.c.request("GET", "/sandboxes", query={"metadata": "suite=" + tag, "state": "paused"},
+                                    auth=False, headers=key, expect=200)
+        self.assertEqual(paused, [])
+
     def test_control_errors(self):
         key = {"X-API-KEY": self.c.key}
         cases = [
@@ -195,6 +232,17 @@ class E2BTest(DaemonTest):
             ("GET", "/v2/sandboxes?state=dead", None, 400),
             ("GET", "/v2/sandboxes?limit=0", None, 400),
             ("GET", "/v2/sandboxes?nextToken=zzz", None, 400),
+            ("GET", "/sandboxes?nextToken=zzz", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=12.", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=.sb-0000000000000000x", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=-1.sb-0000000000000000x", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=99999999999999999999999.sb-0000000000000000x", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=1.../../etc", None, 400),
+            ("GET", "/v2/sandboxes?limit=abc", None, 400),
+            ("GET", "/v2/sandboxes?limit=-1", None, 400),
+            ("POST", "/sandboxes/sb-0000000000000000x/connect", {}, 404),
+            ("POST", "/sandboxes", {"templateID": "base", "allow_internet_access": "yes"}, 400),
             ("GET", "/sandboxes/sb-0000000000000000x", None, 404),
             ("DELETE", "/sandboxes/sb-0000000000000000x", None, 404),
             ("POST", "/sandboxes/sb-0000000000000000x/timeout", {"timeout": 10}, 404),

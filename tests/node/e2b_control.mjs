@@ -89,8 +89,9 @@ const scenarios = {
     const page2 = await pager.nextItems()
     assert.equal(page2.length, 1)
     assert.ok(!pager.hasNext)
-    const ids = [...page1, ...page2].map((s) => s.sandboxId).sort()
-    assert.deepEqual(ids, made.slice(0, 3).sort())
+    // newest first, as E2B lists
+    const ids = [...page1, ...page2].map((s) => s.sandboxId)
+    assert.deepEqual(ids, made.slice(0, 3).reverse())
     for (const s of [...page1, ...page2]) {
       assert.equal(s.metadata.suite, tag)
       assert.equal(s.state, 'running')

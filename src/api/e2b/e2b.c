@@ -454,10 +454,20 @@ static int h_create(struct api_req *r) {
     } else if (strcmp(key, "timeout") == 0) {
       if (timeout_field(r, v, &ttl) < 0)
         goto out;
+    } else if (strcmp(key, "allow_internet_access") == 0) {
+      /* true or absent: the sandbox gets what a v1 create without 'network' gets (the internet
+       * through moatd's uplink; loopback only when the operator runs moatd without one). false:
+       * v1's network {internet: false}, loopback only. */
+      if (!json_is_boolean(v) && !json_is_null(v)) {
+        ret = e2b_error(r, 400, "'allow_internet_access' must be a boolean");
+        goto out;
+      }
+      if (json_is_false(v))
+        json_object_set_new(v1, "network", json_pack("{s:b}", "internet", 0));
     } else if (strcmp(key, "autoPause") == 0 || strcmp(key, "secure") == 0 ||
-               strcmp(key, "allow_internet_access") == 0 || strcmp(key, "autoPauseMemory") == 0) {
+               strcmp(key, "autoPauseMemory") == 0) {
       /* secure: every moat sandbox gets an access token. The others must be absent or false:
-       * moat has no pause-on-timeout and sandboxes have loopback only. */
+       * moat has no pause-on-timeout. */
       if (strcmp(key, "secure") == 0 ? !json_is_boolean(v) && !json_is_null(v) : !falsy(v)) {
         ret = e2b_error(r, 400, "'%s' is not supported by moat (see docs/e2b-compat.md)", key);
         goto out;
@@ -589,7 +599,7 @@ static int h_timeout(struct api_req *r, const char *id) {
   return ret;
 }
 
-/* POST /v2/sandboxes/{id}/connect {timeout}: a running sandbox answers 200, a paused one would be
+/* POST [/v2]/sandboxes/{id}/connect {timeout}: a running sandbox answers 200, a paused one would be
  * resumed (201); its TTL is raised to timeout when that is later than its current end. */
 static int h_connect(struct api_req *r, const char *id, bool legacy_resume) {
   json_t *body = NULL;
@@ -920,12 +930,12 @@ static json_t *parse_meta_filter(struct api_req *r, const char *q) {
 static int cmp_created(const void *a, const void *b) {
   const struct moat_sandbox_info *x = a, *y = b;
   if (x->created_at_ms != y->created_at_ms)
-    return x->created_at_ms < y->created_at_ms ? -1 : 1;
-  return strcmp(x->id, y->id);
+    return x->created_at_ms > y->created_at_ms ? -1 : 1;
+  return -strcmp(x->id, y->id);
 }
 
-/* GET /v2/sandboxes?metadata=&state=running,paused&limit=&nextToken= (also GET /sandboxes). Oldest
- * first; nextToken is "CREATED_MS.ID" of the last sandbox of the page before. */
+/* GET /v2/sandboxes?metadata=&state=running,paused&limit=&nextToken= (also GET /sandboxes). Newest
+ * first (ties: id descending); nextToken is "CREATED_MS.ID" of the last sandbox of the page before. */
 static int h_list(struct api_req *r) {
   bool want_running = true, want_paused = true;
   long limit = E2B_LIST_DEFAULT_LIMIT;
@@ -996,7 +1006,7 @@ static int h_list(struct api_req *r) {
     if (!(is_e2b_running(s->state) ? want_running : is_e2b_paused(s->state) ? want_paused : false))
       continue;
     if (after_ms >= 0 &&
-        (s->created_at_ms < after_ms || (s->created_at_ms == after_ms && strcmp(s->id, after_id) <= 0)))
+        (s->created_at_ms > after_ms || (s->created_at_ms == after_ms && strcmp(s->id, after_id) >= 0)))
       continue;
     if ((long)json_array_size(arr) == limit) {
       snprintf(next, sizeof(next), "%lld.%s", (long long)last->created_at_ms, last->id);
@@ -1132,7 +1142,7 @@ static void control_dispatch(struct api_req *r) {
     }
     if (p.n == 3) {
       const char *what = p.seg[2];
-      if (strcmp(what, "connect") == 0 && p.v2) {
+      if (strcmp(what, "connect") == 0) {
         post ? h_connect(r, id, false) : method_not_allowed(r);
         return;
       }
