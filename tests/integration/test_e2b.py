@@ -85,6 +85,9 @@ class E2BTest(DaemonTest):
     def test_interp_state_and_png(self):
         self.scenario("e2b_interp.mjs", "state_and_png")
 
+    def test_interp_kernel_compat(self):
+        self.scenario("e2b_interp.mjs", "kernel_compat")
+
     def test_interp_error(self):
         self.scenario("e2b_interp.mjs", "error")
 

@@ -221,7 +221,14 @@ static void run_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done
       const char *k;
       json_t *v;
       json_object_foreach(ev.result, k, v) {
-        if (!json_is_null(v))
+        if (json_is_null(v))
+          continue;
+        const char *t = json_string_value(v);
+        size_t tl = json_string_length(v);
+        if (strcmp(k, "text") == 0 && t && tl >= 2 && (t[0] == '\'' || t[0] == '"') && t[tl - 1] == t[0])
+          /* E2B's server strips the quotes of a str's repr: 'x' is shown as x */
+          json_object_set_new(j, k, json_stringn(t + 1, tl - 2));
+        else
           json_object_set(j, k, v);
       }
       line_add(out, j);
