@@ -1,8 +1,9 @@
-"""test_e2b.py -- the unmodified npm E2B SDKs (`e2b`, `@e2b/code-interpreter`) against a real moatd.
+"""test_e2b.py -- the unmodified npm E2B SDKs (`e2b` 2.51 and 2.45, `@e2b/code-interpreter`) against a real moatd.
 
 Each test runs one scenario of a Node script in tests/node/ (e2b_control.mjs: control plane;
-e2b_interp.mjs: the code interpreter) with the environment an E2B user would set to switch to moat:
-E2B_API_URL and E2B_SANDBOX_URL = moatd's own listener, E2B_API_KEY = moatd's API key. A scenario
+e2b_interp.mjs: the code interpreter; e2b_245.mjs: npm e2b 2.45, which checks the key's shape)
+with the environment an E2B user would set to switch to moat: E2B_API_URL and E2B_SANDBOX_URL =
+moatd's own listener, E2B_API_KEY = moatd's API key in E2B form (e2b_ + its hex). A scenario
 prints "ok NAME" and exits 0; it kills every sandbox it made, also when it fails. Each run has a
 timeout, so a hang is a failure.
 """
@@ -80,6 +81,11 @@ class E2BTest(DaemonTest):
 
     def test_envd_version_gates(self):
         self.scenario("e2b_control.mjs", "envd_version_gates")
+
+    def test_sdk_245_keys_and_lifecycle(self):
+        if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "e2b-245")):
+            self.skipTest("npm e2b 2.45 (e2b-245) is missing; scripts/deps.sh installs it")
+        self.scenario("e2b_245.mjs", "keys_and_lifecycle")
 
     # code interpreter (e2b_interp.mjs)
     def test_interp_state_and_png(self):
