@@ -225,6 +225,28 @@ class E2BTest(DaemonTest):
             if not token:
                 break
         self.assertEqual(got, ids[::-1])
+
+        def lst(**q):
+            q.setdefault("metadata", "suite=" + tag)
+            return [s["sandboxID"] for s in self.c.request("GET", "/v2/sandboxes", query=q, auth=False,
+                                                           headers=key, expect=200)[1]]
+        # order=asc pages oldest first, with the token of asc
+        conn = http.client.HTTPConnection("127.0.0.1", self.daemon.port, timeout=60)
+        conn.request("GET", "/v2/sandboxes?" + urllib.parse.urlencode(
+            {"metadata": "suite=" + tag, "limit": "2", "order": "asc"}), headers=key)
+        resp = conn.getresponse()
+        first = [s["sandboxID"] for s in json.loads(resp.read())]
+        tok = resp.getheader("x-next-token")
+        conn.close()
+        self.assertEqual(first, ids[:2])
+        self.assertEqual(lst(order="asc", nextToken=tok), ids[2:])
+        self.assertEqual(lst(order="desc"), ids[::-1])
+        # template: E2B's name or moat's; startedAfter: at or after
+        self.assertEqual(lst(template="base"), ids[::-1])
+        self.assertEqual(lst(template="code-interpreter-v1"), [])
+        st, info = self.c.request("GET", "/sandboxes/" + ids[1], auth=False, headers=key, expect=200)
+        self.assertEqual(lst(startedAfter=info["startedAt"]), [ids[2], ids[1]])
+        self.assertEqual(lst(startedAfter="2999-01-01T00:00:00Z"), [])
         st, paused = self.c.request("GET", "/sandboxes", query={"metadata": "suite=" + tag, "state": "paused"},
                                     auth=False, headers=key, expect=200)
         self.assertEqual(paused, [])
@@ -249,6 +271,9 @@ class E2BTest(DaemonTest):
             ("GET", "/v2/sandboxes?nextToken=99999999999999999999999.sb-0000000000000000x", None, 400),
             ("GET", "/v2/sandboxes?nextToken=1.../../etc", None, 400),
             ("GET", "/v2/sandboxes?limit=abc", None, 400),
+            ("GET", "/v2/sandboxes?order=up", None, 400),
+            ("GET", "/v2/sandboxes?startedAfter=yesterday", None, 400),
+            ("GET", "/v2/sandboxes?startedAfter=2026-13-01T00:00:00Z", None, 400),
             ("GET", "/v2/sandboxes?limit=-1", None, 400),
             ("POST", "/sandboxes/sb-0000000000000000x/connect", {}, 404),
             ("POST", "/sandboxes", {"templateID": "base", "allow_internet_access": "yes"}, 400),

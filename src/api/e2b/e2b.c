@@ -927,21 +927,33 @@ static json_t *parse_meta_filter(struct api_req *r, const char *q) {
   return m;
 }
 
-static int cmp_created(const void *a, const void *b) {
-  const struct moat_sandbox_info *x = a, *y = b;
-  if (x->created_at_ms != y->created_at_ms)
-    return x->created_at_ms > y->created_at_ms ? -1 : 1;
-  return -strcmp(x->id, y->id);
+/* Oldest first, ties by id: the order of order=asc (desc is its reverse). */
+static int cmp_created_at(int64_t at, const char *id, const struct moat_sandbox_info *y) {
+  if (at != y->created_at_ms)
+    return at < y->created_at_ms ? -1 : 1;
+  return strcmp(id, y->id);
 }
 
-/* GET /v2/sandboxes?metadata=&state=running,paused&limit=&nextToken= (also GET /sandboxes). Newest
- * first (ties: id descending); nextToken is "CREATED_MS.ID" of the last sandbox of the page before. */
+static int cmp_asc(const void *a, const void *b) {
+  const struct moat_sandbox_info *x = a;
+  return cmp_created_at(x->created_at_ms, x->id, b);
+}
+
+static int cmp_desc(const void *a, const void *b) { return -cmp_asc(a, b); }
+
+/* GET /v2/sandboxes?metadata=&state=running,paused&template=&startedAfter=&order=&limit=&nextToken=
+ * (also GET /sandboxes). order=desc (the default: newest first, ties by id descending) or asc;
+ * template: E2B's or moat's name; startedAfter: RFC 3339, started at or after it. nextToken is
+ * "CREATED_MS.ID" of the last sandbox of the page before. */
 static int h_list(struct api_req *r) {
   bool want_running = true, want_paused = true;
   long limit = E2B_LIST_DEFAULT_LIMIT;
   int64_t after_ms = -1;
   char after_id[MOAT_ID_LEN + 1] = "";
   json_t *meta = NULL;
+  bool asc = false;
+  int64_t started_after = INT64_MIN;
+  const char *want_template = NULL;
   int ret;
   for (size_t i = 0; i < r->args.n; i++) {
     const char *k = r->args.v[i].key, *val = r->args.v[i].value;
@@ -981,9 +993,19 @@ static int h_list(struct api_req *r) {
       }
       after_ms = (int64_t)ms;
       snprintf(after_id, sizeof(after_id), "%s", dot + 1);
-    } else if (strcmp(k, "startedAfter") == 0 || strcmp(k, "template") == 0 || strcmp(k, "order") == 0) {
-      json_decref(meta);
-      return e2b_error(r, 400, "list filter '%s' is not supported by moat (see docs/e2b-compat.md)", k);
+    } else if (strcmp(k, "order") == 0) {
+      if (strcmp(val, "asc") != 0 && strcmp(val, "desc") != 0) {
+        json_decref(meta);
+        return e2b_error(r, 400, "'order' must be asc or desc, not '%.32s'", val);
+      }
+      asc = strcmp(val, "asc") == 0;
+    } else if (strcmp(k, "startedAfter") == 0) {
+      if (api_parse_time_ms(val, &started_after) < 0) {
+        json_decref(meta);
+        return e2b_error(r, 400, "'startedAfter' must be an RFC 3339 time, not '%.40s'", val);
+      }
+    } else if (strcmp(k, "template") == 0) {
+      want_template = *val ? val : NULL;
     } else {
       json_decref(meta);
       return e2b_error(r, 400, "unknown query parameter '%.64s'", k);
@@ -997,7 +1019,7 @@ static int h_list(struct api_req *r) {
   if (rc < 0)
     return e2b_moat_error(r, &err);
   if (n > 1)
-    qsort(v, n, sizeof(*v), cmp_created);
+    qsort(v, n, sizeof(*v), asc ? cmp_asc : cmp_desc);
   json_t *arr = json_array();
   char next[64] = "";
   const struct moat_sandbox_info *last = NULL;
@@ -1006,7 +1028,12 @@ static int h_list(struct api_req *r) {
     if (!(is_e2b_running(s->state) ? want_running : is_e2b_paused(s->state) ? want_paused : false))
       continue;
     if (after_ms >= 0 &&
-        (s->created_at_ms > after_ms || (s->created_at_ms == after_ms && strcmp(s->id, after_id) >= 0)))
+        (asc ? cmp_created_at(after_ms, after_id, s) >= 0 : cmp_created_at(after_ms, after_id, s) <= 0))
+      continue;
+    if (s->created_at_ms < started_after)
+      continue;
+    if (want_template && strcmp(want_template, e2b_template_of(s->template_name)) != 0 &&
+        strcmp(want_template, s->template_name ? s->template_name : "base") != 0)
       continue;
     if ((long)json_array_size(arr) == limit) {
       snprintf(next, sizeof(next), "%lld.%s", (long long)last->created_at_ms, last->id);
