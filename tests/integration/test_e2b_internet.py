@@ -22,6 +22,10 @@ def e2b_create(t, path="/v2/sandboxes", **body):
     return sb["sandboxID"]
 
 
+def info(t, sid):
+    return t.c.request("GET", "/sandboxes/" + sid, auth=False, headers={"X-API-KEY": t.c.key}, expect=200)[1]
+
+
 def bad_values(t):
     for bad in ("yes", 1, 0, [], {}, "false"):
         with t.assertRaises(moatd.HTTPError) as cm:
@@ -39,12 +43,26 @@ class E2BInternetTest(NetDaemonTest):
             sid = e2b_create(self, path, **body)
             self.assertTrue(self.network(sid)["policy"]["internet"], (path, body))
             self.assertEqual(self.http_get(sid, "allowed.test"), "hello from 198.51.100.10\n", (path, body))
+            self.assertIs(info(self, sid)["allowInternetAccess"], True)
 
     def test_false_is_loopback_only(self):
         sid = e2b_create(self, "/sandboxes", allow_internet_access=False)
         self.assertFalse(self.network(sid)["policy"]["internet"])
         self.assertFalse(self.connects(sid, "198.51.100.10"))
         self.assertEqual(self.resolve(sid, "allowed.test"), [])
+        self.assertIs(info(self, sid)["allowInternetAccess"], False)
+
+    def test_network_allow_public_traffic_false(self):
+        """E2B's secure sandboxes send network: {allowPublicTraffic: false}: moat's sandbox URLs always
+        need the token, so that is accepted; anything else in 'network' stays 400."""
+        sid = e2b_create(self, "/sandboxes", network={"allowPublicTraffic": False}, secure=True)
+        self.assertEqual(info(self, sid)["sandboxID"], sid)
+        for bad in ({"allowPublicTraffic": True}, {"allowOut": ["1.1.1.1"]},
+                    {"allowPublicTraffic": False, "denyOut": ["0.0.0.0/0"]}, {"allowPublicTraffic": "no"}):
+            with self.assertRaises(moatd.HTTPError) as cm:
+                self.c.request("POST", "/sandboxes", body={"templateID": "base", "network": bad}, auth=False,
+                               headers={"X-API-KEY": self.c.key})
+            self.assertEqual(cm.exception.status, 400, bad)
 
     def test_bad_values(self):
         bad_values(self)
@@ -58,6 +76,7 @@ class E2BNoUplinkTest(DaemonTest):
             sid = e2b_create(self, "/sandboxes", allow_internet_access=v)
             net = self.c.request("GET", "/v1/sandboxes/%s/network" % sid)[1]
             self.assertFalse(net["policy"]["internet"], v)
+            self.assertIs(info(self, sid)["allowInternetAccess"], False)
             r = self.c.exec(sid, argv=["cat", "/proc/net/dev"])
             self.assertEqual([ln.split(":")[0].strip() for ln in r["stdout"].splitlines()[2:]], ["lo"])
         bad_values(self)

@@ -106,6 +106,12 @@ const scenarios = {
     assert.equal(py.cwd, '/tmp')
     const r1 = await sbx.runCode('import os\ny = 7\nos.getcwd()', { context: py })
     assert.equal(r1.text, '/tmp')
+    // a cwd only root can enter (E2B's Jupyter runs as root): the context runs as root there
+    const rootCtx = await sbx.createCodeContext({ language: 'python', cwd: '/root' })
+    assert.equal(rootCtx.cwd, '/root')
+    assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: rootCtx })).text, '/root')
+    assert.equal((await sbx.listCodeContexts()).find((c) => c.id === rootCtx.id)?.cwd, '/root')
+    await sbx.removeCodeContext(rootCtx.id)
     const r2 = await sbx.runCode('y * 6', { context: py })
     assert.equal(r2.text, '42')
     // the default context does not see y

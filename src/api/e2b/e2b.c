@@ -391,7 +391,14 @@ static json_t *sandbox_json(const struct api_req *r, const struct moat_sandbox_i
     json_object_set_new(o, "trafficAccessToken", json_string(tok));
     free(tok);
     json_object_set_new(o, "domain", json_null());
-    json_object_set_new(o, "allowInternetAccess", json_false());
+    /* the network's policy now (v1's network state): false without an uplink or network */
+    moat_error *nerr = NULL;
+    json_t *net = moat_control_network_get(api_control(r), r->org, s->id, &nerr);
+    moat_error_free(&nerr);
+    json_t *pol = net ? json_object_get(net, "policy") : NULL;
+    json_object_set_new(o, "allowInternetAccess",
+                        json_boolean(pol && json_is_true(json_object_get(pol, "internet"))));
+    json_decref(net);
   }
   return o;
 }
@@ -477,6 +484,10 @@ static int h_create(struct api_req *r) {
         ret = e2b_error(r, 400, "'autoResume' is not supported by moat (see docs/e2b-compat.md)");
         goto out;
       }
+    } else if (strcmp(key, "network") == 0 && json_is_object(v) &&
+               json_object_size(v) == (size_t)(json_object_get(v, "allowPublicTraffic") != NULL) &&
+               falsy(json_object_get(v, "allowPublicTraffic"))) {
+      /* {allowPublicTraffic: false}: moat's sandbox URLs always need the access token */
     } else if (strcmp(key, "network") == 0 || strcmp(key, "mcp") == 0 || strcmp(key, "volumeMounts") == 0 ||
                strcmp(key, "iam") == 0) {
       if (!json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&

@@ -380,8 +380,15 @@ static int h_ctx_create(struct api_req *r, json_t *body) {
     return interp_error(r, 400, "invalid_request", "'cwd' must be an absolute path");
   char cid[17];
   random_id(cid, 16);
-  if (moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, E2B_CODE_USER,
-                      &err) < 0) {
+  int rc =
+      moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, E2B_CODE_USER, &err);
+  if (rc < 0 && err && (err->status == EACCES || err->status == EPERM)) {
+    /* E2B's Jupyter runs as root, so any cwd works there: a cwd the default user cannot enter
+     * (E2B's own tests use /root) gets a context running as root */
+    moat_error_free(&err);
+    rc = moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, "root", &err);
+  }
+  if (rc < 0) {
     api_exec_enoent(r, err);
     return api_reply_moat_error(r, &err);
   }
