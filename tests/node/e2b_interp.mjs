@@ -4,7 +4,7 @@
 // tests/integration/test_e2b.py). Prints "ok SCENARIO" or the failure (exit 1); the sandbox is
 // killed in every case.
 import assert from 'node:assert/strict'
-import { Sandbox, NotFoundError, SandboxError } from '@e2b/code-interpreter'
+import { Sandbox, NotFoundError, SandboxError, TimeoutError } from '@e2b/code-interpreter'
 
 let sbx = null
 
@@ -167,7 +167,14 @@ const scenarios = {
     await assert.rejects(sbx.runCode('1', { context: ctx, language: 'python' }), /context or language/)
     await assert.rejects(sbx.runCode('1', { language: 'cobol' }), (e) => e instanceof SandboxError && /400/.test(e.message))
     await assert.rejects(sbx.runCode('1', { envs: { '1A': 'b' } }), (e) => e instanceof SandboxError && /400/.test(e.message))
+    // killed while a cell runs: the connection drops and the SDK, finding the sandbox gone, says so
+    const running = sbx.runCode('import time; time.sleep(300)', { timeoutMs: 300_000 })
+    const outcome = running.then(() => 'resolved', (e) => e)
+    await new Promise((res) => setTimeout(res, 1500))
     await sbx.kill()
+    const e = await outcome
+    assert.ok(e instanceof TimeoutError, `runCode on a killed sandbox: ${e?.constructor?.name}: ${e?.message ?? e}`)
+    assert.match(e.message, /sandbox was killed while the request was in progress/)
     const t0 = Date.now()
     await assert.rejects(sbx.runCode('1'), (e) => e instanceof Error)
     assert.ok(Date.now() - t0 < 20000)

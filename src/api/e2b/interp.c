@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <time.h>
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,10 @@ static bool null_or_empty(json_t *v) {
 
 struct e2b_run {
   struct moat_ctx_run *u;
+  struct moat_control *ctl;
+  char *org;
+  char id[MOAT_ID_LEN + 1];
+  bool cut;                /* the sandbox is gone: drop the connection as E2B's proxy would */
   struct moat_buf pend[2]; /* output text not yet written as a line */
   uint64_t pend_ns[2];     /* when pend[i] became non-empty */
   bool ended;
@@ -205,6 +210,31 @@ static void error_line(struct moat_buf *out, json_t *e) {
   free(b.p);
 }
 
+/* Whether the run's sandbox is killed or killed now (a kill stops the kernel a moment before the
+ * state says so: asked for up to E2B_GONE_WAIT_MS). */
+#define E2B_GONE_WAIT_MS 2000
+static bool sandbox_gone(struct e2b_run *x) {
+  for (int waited = 0;; waited += 100) {
+    struct moat_sandbox_info info;
+    memset(&info, 0, sizeof(info));
+    moat_error *err = NULL;
+    int rc = moat_control_get(x->ctl, x->org, x->id, &info, &err);
+    bool gone = rc < 0 ? err && err->status == ENOENT : info.state == MOAT_SB_KILLED;
+    bool running = rc == 0 && info.state == MOAT_SB_RUNNING;
+    moat_error_free(&err);
+    if (rc == 0)
+      moat_sandbox_info_clear(&info);
+    if (gone)
+      return true;
+    if (waited >= E2B_GONE_WAIT_MS || !running)
+      return false;
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static bool run_aborted(void *ctx) { return ((struct e2b_run *)ctx)->cut; }
+
 static void run_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
   struct e2b_run *x = ctx;
   struct moat_ctx_event ev;
@@ -236,6 +266,11 @@ static void run_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done
       x->ended = true;
       flush_text(x, out, true);
       const struct moat_ctx_outcome *o = moat_ctx_run_outcome(x->u);
+      if ((o->error || o->restarted) && sandbox_gone(x)) {
+        x->cut = true;
+        *done = true;
+        return;
+      }
       if (o->error)
         error_line(out, o->error);
       line_add(out, json_pack("{s:s, s:i}", "type", "number_of_executions", "execution_count",
@@ -261,6 +296,7 @@ static void run_gone(void *ctx) { moat_ctx_run_interrupt(((struct e2b_run *)ctx)
 static void run_free(void *ctx) {
   struct e2b_run *x = ctx;
   moat_ctx_run_close(x->u);
+  free(x->org);
   free(x->pend[0].p);
   free(x->pend[1].p);
   free(x);
@@ -285,10 +321,14 @@ static int run_code(struct api_req *r, const char *cid, json_t *code, json_t *en
   }
   struct e2b_run *x = xcalloc(1, sizeof(*x));
   x->u = u;
+  x->ctl = api_control(r);
+  x->org = xstrdup(r->org);
+  snprintf(x->id, sizeof(x->id), "%s", r->route.id);
   struct api_stream_source src = {.next = run_next,
                                   .gone = run_gone,
                                   .stopping = run_stopping,
                                   .free = run_free,
+                                  .aborted = run_aborted,
                                   .ctx = x,
                                   .keepalive = "{\"type\":\"keepalive\"}\n", /* a type parseOutput skips */
                                   .poll_ms = 500};

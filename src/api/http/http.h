@@ -344,6 +344,9 @@ struct api_stream_source {
   void (*gone)(void *ctx);
   void (*stopping)(void *ctx, struct moat_buf *out);
   void (*free)(void *ctx);
+  /* May be NULL. True: once what next wrote is sent, the connection is cut without the stream's
+   * end (as a proxy in front of a sandbox that vanished would), instead of ending it cleanly. */
+  bool (*aborted)(void *ctx);
   void *ctx;
   const char *keepalive; /* written after 15 s of silence; NULL: an SSE comment */
   int poll_ms;           /* the longest next may wait; 0: 500 */
