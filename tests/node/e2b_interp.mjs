@@ -138,6 +138,8 @@ const scenarios = {
     const ba = await sbx.runCode('echo "${E2B_RUN_VAR-unset} $HOME"', { language: 'bash' })
     assert.equal(ba.logs.stdout.join(''), 'unset /home/user\n')
     const all = await sbx.listCodeContexts()
+    // E2B's default python and javascript contexts are listed (started at boot there)
+    assert.ok(['python', 'javascript'].every((l) => all.some((c) => c.language === l)), JSON.stringify(all))
     const listed = all.map((c) => c.id)
     assert.ok(listed.includes(py.id) && listed.includes(js.id), JSON.stringify(listed))
     assert.equal(all.find((c) => c.id === js.id).language, 'javascript')

@@ -439,6 +439,14 @@ static int h_ctx_list(struct api_req *r) {
   moat_error *err = NULL;
   struct moat_ctx *v = NULL;
   size_t n = 0;
+  /* E2B's server starts its default python and javascript contexts at boot, so a list shows
+   * them: moat starts them here if runCode has not yet (languages[0] and [2]); one the template
+   * cannot run (no node in base) is left out */
+  for (size_t i = 0; i <= 2; i += 2) {
+    if (moat_ctx_ensure(api_control(r), r->org, r->route.id, languages[i].cid, languages[i].moat,
+                        E2B_DEFAULT_CWD, E2B_CODE_USER, &err) < 0)
+      moat_error_free(&err);
+  }
   if (moat_ctx_list(api_control(r), r->org, r->route.id, &v, &n, &err) < 0)
     return api_reply_moat_error(r, &err);
   json_t *arr = json_array();
