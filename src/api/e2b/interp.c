@@ -449,12 +449,18 @@ static int h_ctx_list(struct api_req *r) {
   }
   if (moat_ctx_list(api_control(r), r->org, r->route.id, &v, &n, &err) < 0)
     return api_reply_moat_error(r, &err);
+  /* the default ones first (E2B's exist from boot), then the others as moat lists them */
   json_t *arr = json_array();
-  for (size_t i = 0; i < n; i++) /* "javascript": E2B's name for moat's node contexts */
-    json_array_append_new(arr,
-                          json_pack("{s:s, s:s, s:s, s:o}", "id", v[i].id, "language",
-                                    strcmp(v[i].language, "node") == 0 ? "javascript" : v[i].language, "cwd",
-                                    v[i].cwd, "created_at", api_time_json(v[i].created_at_ms, false)));
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < n; i++) {
+      if ((strncmp(v[i].id, "e2bdefault", 10) == 0) != (pass == 0))
+        continue;
+      /* "javascript": E2B's name for moat's node contexts */
+      json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o}", "id", v[i].id, "language",
+                                           strcmp(v[i].language, "node") == 0 ? "javascript" : v[i].language,
+                                           "cwd", v[i].cwd, "created_at",
+                                           api_time_json(v[i].created_at_ms, false)));
+    }
   moat_ctxs_free(v, n);
   return api_reply_json(r, 200, arr);
 }
