@@ -98,6 +98,11 @@ def interp():
     assert e.text == "42", e
     e = sbx.run_code("!echo shell $((6 * 7))")
     assert e.logs.stdout == ["shell 42\n"], e.logs
+    seen = []
+    e = sbx.run_code('import sys; print("cb"); print("eb", file=sys.stderr)', on_stdout=seen.append,
+                     on_stderr=seen.append)
+    assert [(m.line, m.error) for m in seen] == [("cb\n", False), ("eb\n", True)], seen
+    assert all(m.timestamp for m in seen), seen
     e = sbx.run_code("1 / 0")
     assert e.error and e.error.name == "ZeroDivisionError", e.error
     ctx = sbx.create_code_context(language="javascript")

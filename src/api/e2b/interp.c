@@ -181,7 +181,9 @@ static void flush_text(struct e2b_run *x, struct moat_buf *out, bool all) {
       continue;
     size_t sl;
     char *s = api_utf8_sanitize(b->p, n, &sl, NULL);
-    line_add(out, json_pack("{s:s, s:s%}", "type", stream_names[w], "text", s, sl));
+    /* timestamp: as E2B's server (the Jupyter message's date); the Python SDK reads it */
+    line_add(out, json_pack("{s:s, s:s%, s:o}", "type", stream_names[w], "text", s, sl, "timestamp",
+                            api_time_json(now_unix_ms(), false)));
     free(s);
     memmove(b->p, b->p + n, b->len - n);
     b->len -= n;
