@@ -49,6 +49,8 @@ def control():
         ids += [s.sandbox_id for s in pager.next_items()]
         assert len(ids) <= 2, ids
     assert ids == [b.sandbox_id, a.sandbox_id], ids
+    m = a.get_metrics()
+    assert m and m[-1].cpu_count >= 1 and m[-1].mem_total > 0, m
     a.set_timeout(200)
     c = Sandbox.connect(a.sandbox_id)
     assert c.commands.run("echo $GREETING").stdout == "hi py\n"

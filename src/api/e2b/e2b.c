@@ -1132,7 +1132,8 @@ static int e2b_metrics(struct api_req *r, const char *id) {
   /* The SDK rounds start/end to whole seconds: a window ending this second includes now. */
   if (now_s + 1 >= start && now_s <= end) {
     json_t *m =
-        json_pack("{s:o, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", api_time_json(u.at_ms, false),
+        json_pack("{s:o, s:I, s:i, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", api_time_json(u.at_ms, false),
+                  "timestampUnix", (json_int_t)now_s, "memCache", 0, /* not sampled: memUsed includes it */
                   "cpuCount", (int)u.limits.cpu + (u.limits.cpu > (int)u.limits.cpu), "cpuUsedPct",
                   round_to(pct.pct, 100), "memUsed", (json_int_t)u.u.memory_bytes, "memTotal",
                   (json_int_t)(u.limits.memory_mb << 20), "diskUsed", (json_int_t)u.disk_used_bytes,
