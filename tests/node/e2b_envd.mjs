@@ -202,7 +202,12 @@ const scenarios = {
     await sbx.commands.run('rm -rf /e2bnew /home/user/dir/c.txt', { user: 'root' })
     // a relative target is reported absolute, as E2B's envd does
     await sbx.commands.run('ln -s a.txt /home/user/dir/rel && ln -s ../dir/./a.txt /home/user/dir/up')
-    assert.equal((await sbx.files.getInfo('dir/rel')).symlinkTarget, '/home/user/dir/a.txt')
+    const rel = await sbx.files.getInfo('dir/rel')
+    assert.equal(rel.symlinkTarget, '/home/user/dir/a.txt')
+    assert.equal(rel.type, 'file', 'getInfo gives the type of what a link points to, as E2B')
+    await sbx.commands.run('ln -s /nowhere /home/user/dir/dangling')
+    assert.equal((await sbx.files.getInfo('dir/dangling')).type, 'symlink')
+    await sbx.commands.run('rm /home/user/dir/dangling')
     assert.equal((await sbx.files.getInfo('dir/up')).symlinkTarget, '/home/user/dir/a.txt')
     await sbx.commands.run('rm /home/user/dir/rel /home/user/dir/up')
     assert.equal(await sbx.files.read('dir/link'), 'one')

@@ -252,6 +252,18 @@ static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, cons
   memset(&e, 0, sizeof(e));
   if (moat_guest_stat(sock, path, user, &e, &err) < 0)
     return cx_reply_moat_error(r, &err);
+  if (e.type == 'l' && e.link_target) {
+    /* E2B's getInfo of a symlink gives the type of what it points to (symlinkTarget says it is
+     * a link); a dangling link stays a symlink */
+    _cleanup_free_ char *abs = abs_link_target(e.path ? e.path : path, e.link_target);
+    struct moat_file_entry t;
+    memset(&t, 0, sizeof(t));
+    moat_error *terr = NULL;
+    if (moat_guest_stat(sock, abs, user, &t, &terr) == 0 && t.type != 'l')
+      e.type = t.type;
+    moat_error_free(&terr);
+    moat_file_entry_clear(&t);
+  }
   struct names n = {.fs = e2b_state(r)->fs, .sock = sock, .user = user};
   int ret = cx_reply(r, json_pack("{s:o}", "entry", entry_json(&n, &e)));
   names_clear(&n);
