@@ -730,6 +730,15 @@ static char *new_key(void) {
   return k;
 }
 
+/* 64 lowercase hex digits and nothing else: the secret part of a key new_key makes. */
+static bool is_key_hex(const char *s) {
+  size_t n = 0;
+  for (; s[n]; n++)
+    if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
+      return false;
+  return n == 64;
+}
+
 static void trim(char *s) {
   size_t n = strlen(s);
   while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
@@ -786,9 +795,21 @@ int moat_control_key_create(const char *data_dir, const char *org, char **key, m
   return 0;
 }
 
+char *moat_control_key_e2b_form(const char *key) {
+  if (strncmp(key, "moat_", 5) != 0 || !is_key_hex(key + 5))
+    return NULL;
+  return xasprintf("e2b_%s", key + 5);
+}
+
 int moat_control_auth(struct moat_control *c, const char *api_key, char **org, moat_error **err) {
   if (!api_key || !*api_key || strlen(api_key) > 512)
     return moat_error_set(err, EACCES, "missing or invalid API key");
+  /* "e2b_" + the hex of a moat key is that key: the store holds only the moat form's hash. */
+  char alias[5 + 64 + 1];
+  if (strncmp(api_key, "e2b_", 4) == 0 && is_key_hex(api_key + 4)) {
+    snprintf(alias, sizeof(alias), "moat_%s", api_key + 4);
+    api_key = alias;
+  }
   char hash[2 * MOAT_SHA256_LEN + 1];
   moat_sha256_hex(api_key, strlen(api_key), hash);
   moat_error *e2 = NULL;

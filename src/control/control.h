@@ -183,6 +183,10 @@ bool moat_control_oom_ended(struct moat_control *c, const char *org, const char 
 /* Creates a new API key ("moat_" + 64 hex digits) for org in the store under data_dir, which a
  * running moatd may have open. Returns 0 and sets *key (caller frees), or -1. */
 int moat_control_key_create(const char *data_dir, const char *org, char **key, moat_error **err);
+/* The E2B-shaped form of a key new_key made ("e2b_" + the same 64 hex digits; E2B's SDKs accept
+ * only ^e2b_[0-9a-f]+$), or NULL for a key of another shape. Caller frees. moat_control_auth takes
+ * either form for the same org; the secret is the same, so only the key's own org is reached. */
+char *moat_control_key_e2b_form(const char *key);
 
 /* ---- time travel (control/timetravel.c) ----
  *

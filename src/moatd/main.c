@@ -236,6 +236,11 @@ static int key_create(int argc, char **argv) {
     return 1;
   }
   printf("%s\n", key);
+  fflush(stdout); /* the key line first, also where stdout and stderr are one stream */
+  char *e2b = moat_control_key_e2b_form(key);
+  if (e2b) /* stderr: stdout stays the one key line scripts read */
+    fprintf(stderr, "moatd: the same key for E2B's SDKs (E2B_API_KEY): %s\n", e2b);
+  free(e2b);
   free(key);
   return 0;
 }

@@ -1,12 +1,14 @@
-"""test_e2b.py -- the unmodified npm E2B SDKs (`e2b`, `@e2b/code-interpreter`) against a real moatd.
+"""test_e2b.py -- the unmodified npm E2B SDKs (`e2b` 2.51 and 2.45, `@e2b/code-interpreter`) against a real moatd.
 
 Each test runs one scenario of a Node script in tests/node/ (e2b_control.mjs: control plane;
-e2b_interp.mjs: the code interpreter) with the environment an E2B user would set to switch to moat:
-E2B_API_URL and E2B_SANDBOX_URL = moatd's own listener, E2B_API_KEY = moatd's API key. A scenario
+e2b_interp.mjs: the code interpreter; e2b_245.mjs: npm e2b 2.45, which checks the key's shape)
+with the environment an E2B user would set to switch to moat: E2B_API_URL and E2B_SANDBOX_URL =
+moatd's own listener, E2B_API_KEY = moatd's API key in E2B form (e2b_ + its hex). A scenario
 prints "ok NAME" and exits 0; it kills every sandbox it made, also when it fails. Each run has a
 timeout, so a hang is a failure.
 """
 
+import http.client
 import json
 import os
 import shutil
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import time
 import unittest
+import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import moatd  # noqa: E402
@@ -40,7 +43,7 @@ class E2BTest(DaemonTest):
         for k in list(e):
             if k.startswith("E2B_"):
                 del e[k]
-        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": self.c.key, "MOAT_URL": url})
+        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "e2b_" + self.c.key[5:], "MOAT_URL": url})
         e.update(env or {})
         try:
             p = subprocess.run([NODE, os.path.join(NODE_DIR, script), name], cwd=NODE_DIR, env=e,
@@ -79,9 +82,17 @@ class E2BTest(DaemonTest):
     def test_envd_version_gates(self):
         self.scenario("e2b_control.mjs", "envd_version_gates")
 
+    def test_sdk_245_keys_and_lifecycle(self):
+        if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "e2b-245")):
+            self.skipTest("npm e2b 2.45 (e2b-245) is missing; scripts/deps.sh installs it")
+        self.scenario("e2b_245.mjs", "keys_and_lifecycle")
+
     # code interpreter (e2b_interp.mjs)
     def test_interp_state_and_png(self):
         self.scenario("e2b_interp.mjs", "state_and_png")
+
+    def test_interp_kernel_compat(self):
+        self.scenario("e2b_interp.mjs", "kernel_compat")
 
     def test_interp_error(self):
         self.scenario("e2b_interp.mjs", "error")
@@ -113,7 +124,8 @@ class E2BTest(DaemonTest):
         # the interpreter port, by Host too (a base sandbox has python3)
         st, ctxs = self.c.request("GET", "/contexts", auth=False, expect=200, headers={
             "Host": "49999-%s.moat.example" % sid, "E2B-Traffic-Access-Token": tok})
-        self.assertEqual(ctxs, [])
+        # the default contexts E2B's server starts at boot (base has python3, no node)
+        self.assertEqual([(x["id"], x["language"]) for x in ctxs], [("e2bdefaultpython", "python")])
         # no token, a token of another sandbox, a forged one: 401 {"code": 401, "message"}
         other = self.e2b_create()
         for bad in (None, other["envdAccessToken"], tok[:-1] + ("0" if tok[-1] != "0" else "1"), "e2b1__00"):
@@ -183,6 +195,63 @@ class E2BTest(DaemonTest):
             self.c.request("GET", "/hello.txt", auth=False, headers={"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "8000"})
         self.assertEqual(cm.exception.status, 401)
 
+    def test_unversioned_routes_and_paging(self):
+        """POST /sandboxes and POST /sandboxes/{id}/connect (E2B's OpenAPI has both beside /v2);
+        lists newest first, nextToken pages on without repeats or gaps, the state filter."""
+        key = {"X-API-KEY": "e2b_" + self.c.key[5:]}
+        tag = "pg-%d" % os.getpid()
+        ids = []
+        for i in range(3):
+            st, sb = self.c.request("POST", "/sandboxes", body={"templateID": "base", "timeout": 120,
+                                                                "metadata": {"suite": tag}},
+                                    auth=False, headers=key, expect=201)
+            self.addCleanup(self._delete_quietly, self.c, sb["sandboxID"])
+            ids.append(sb["sandboxID"])
+        st, info = self.c.request("POST", "/sandboxes/%s/connect" % ids[0], body={"timeout": 300}, auth=False,
+                                  headers=key, expect=200)
+        self.assertEqual(info["sandboxID"], ids[0])
+        got, token = [], None
+        for _ in range(4):
+            q = {"metadata": "suite=" + tag, "limit": "1", "state": "running"}
+            if token:
+                q["nextToken"] = token
+            conn = http.client.HTTPConnection("127.0.0.1", self.daemon.port, timeout=60)
+            conn.request("GET", "/v2/sandboxes?" + urllib.parse.urlencode(q), headers=key)
+            resp = conn.getresponse()
+            page = json.loads(resp.read())
+            token = resp.getheader("x-next-token")
+            conn.close()
+            self.assertEqual(resp.status, 200, page)
+            got += [s["sandboxID"] for s in page]
+            if not token:
+                break
+        self.assertEqual(got, ids[::-1])
+
+        def lst(**q):
+            q.setdefault("metadata", "suite=" + tag)
+            return [s["sandboxID"] for s in self.c.request("GET", "/v2/sandboxes", query=q, auth=False,
+                                                           headers=key, expect=200)[1]]
+        # order=asc pages oldest first, with the token of asc
+        conn = http.client.HTTPConnection("127.0.0.1", self.daemon.port, timeout=60)
+        conn.request("GET", "/v2/sandboxes?" + urllib.parse.urlencode(
+            {"metadata": "suite=" + tag, "limit": "2", "order": "asc"}), headers=key)
+        resp = conn.getresponse()
+        first = [s["sandboxID"] for s in json.loads(resp.read())]
+        tok = resp.getheader("x-next-token")
+        conn.close()
+        self.assertEqual(first, ids[:2])
+        self.assertEqual(lst(order="asc", nextToken=tok), ids[2:])
+        self.assertEqual(lst(order="desc"), ids[::-1])
+        # template: E2B's name or moat's; startedAfter: at or after
+        self.assertEqual(lst(template="base"), ids[::-1])
+        self.assertEqual(lst(template="code-interpreter-v1"), [])
+        st, info = self.c.request("GET", "/sandboxes/" + ids[1], auth=False, headers=key, expect=200)
+        self.assertEqual(lst(startedAfter=info["startedAt"]), [ids[2], ids[1]])
+        self.assertEqual(lst(startedAfter="2999-01-01T00:00:00Z"), [])
+        st, paused = self.c.request("GET", "/sandboxes", query={"metadata": "suite=" + tag, "state": "paused"},
+                                    auth=False, headers=key, expect=200)
+        self.assertEqual(paused, [])
+
     def test_control_errors(self):
         key = {"X-API-KEY": self.c.key}
         cases = [
@@ -195,6 +264,20 @@ class E2BTest(DaemonTest):
             ("GET", "/v2/sandboxes?state=dead", None, 400),
             ("GET", "/v2/sandboxes?limit=0", None, 400),
             ("GET", "/v2/sandboxes?nextToken=zzz", None, 400),
+            ("GET", "/sandboxes?nextToken=zzz", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=12.", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=.sb-0000000000000000x", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=-1.sb-0000000000000000x", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=99999999999999999999999.sb-0000000000000000x", None, 400),
+            ("GET", "/v2/sandboxes?nextToken=1.../../etc", None, 400),
+            ("GET", "/v2/sandboxes?limit=abc", None, 400),
+            ("GET", "/v2/sandboxes?order=up", None, 400),
+            ("GET", "/v2/sandboxes?startedAfter=yesterday", None, 400),
+            ("GET", "/v2/sandboxes?startedAfter=2026-13-01T00:00:00Z", None, 400),
+            ("GET", "/v2/sandboxes?limit=-1", None, 400),
+            ("POST", "/sandboxes/sb-0000000000000000x/connect", {}, 404),
+            ("POST", "/sandboxes", {"templateID": "base", "allow_internet_access": "yes"}, 400),
             ("GET", "/sandboxes/sb-0000000000000000x", None, 404),
             ("DELETE", "/sandboxes/sb-0000000000000000x", None, 404),
             ("POST", "/sandboxes/sb-0000000000000000x/timeout", {"timeout": 10}, 404),

@@ -38,7 +38,7 @@ class EnvdTest(DaemonTest):
             self.skipTest("node or the e2b npm package (tests/node/node_modules) is missing; scripts/deps.sh installs it")
         url = "http://127.0.0.1:%d" % self.daemon.port
         e = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": self.c.key})
+        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "e2b_" + self.c.key[5:]})
         try:
             p = subprocess.run([NODE, os.path.join(NODE_DIR, "e2b_envd.mjs"), name], cwd=NODE_DIR, env=e,
                                capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S)

@@ -233,7 +233,7 @@ class MetricsTest(DaemonTest):
     def test_e2b_get_metrics(self):
         url = "http://127.0.0.1:%d" % self.daemon.port
         e = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": self.c.key, "MOAT_URL": url})
+        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "e2b_" + self.c.key[5:], "MOAT_URL": url})
         try:
             p = subprocess.run([NODE, os.path.join(NODE_DIR, "e2b_metrics.mjs"), "get_metrics"], cwd=NODE_DIR, env=e,
                                capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S)

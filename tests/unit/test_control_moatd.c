@@ -248,8 +248,13 @@ int main(void) {
   /* key create while the daemon runs. */
   char *args_key[] = {moatd, "key", "create", "--data-dir", data, "--org", "other-org", NULL};
   rc = run_moatd(args_key, false, &out);
-  out[strcspn(out, "\n")] = 0;
+  char *second = out + strcspn(out, "\n");
+  char want_e2b[80] = "";
+  if (*second)
+    *second++ = 0;
   CHECK(rc == 0 && strncmp(out, "moat_", 5) == 0 && strlen(out) == 69, "key create prints a key: %s", out);
+  snprintf(want_e2b, sizeof(want_e2b), "E2B_API_KEY): e2b_%s", out + 5);
+  CHECK(strstr(second, want_e2b) != NULL, "then its E2B form (e2b_ + the same hex): %s", second);
   struct moat_store *s = NULL;
   char hash[65], *org = NULL;
   moat_sha256_hex(out, strlen(out), hash);

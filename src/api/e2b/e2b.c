@@ -391,7 +391,14 @@ static json_t *sandbox_json(const struct api_req *r, const struct moat_sandbox_i
     json_object_set_new(o, "trafficAccessToken", json_string(tok));
     free(tok);
     json_object_set_new(o, "domain", json_null());
-    json_object_set_new(o, "allowInternetAccess", json_false());
+    /* the network's policy now (v1's network state): false without an uplink or network */
+    moat_error *nerr = NULL;
+    json_t *net = moat_control_network_get(api_control(r), r->org, s->id, &nerr);
+    moat_error_free(&nerr);
+    json_t *pol = net ? json_object_get(net, "policy") : NULL;
+    json_object_set_new(o, "allowInternetAccess",
+                        json_boolean(pol && json_is_true(json_object_get(pol, "internet"))));
+    json_decref(net);
   }
   return o;
 }
@@ -454,10 +461,20 @@ static int h_create(struct api_req *r) {
     } else if (strcmp(key, "timeout") == 0) {
       if (timeout_field(r, v, &ttl) < 0)
         goto out;
+    } else if (strcmp(key, "allow_internet_access") == 0) {
+      /* true or absent: the sandbox gets what a v1 create without 'network' gets (the internet
+       * through moatd's uplink; loopback only when the operator runs moatd without one). false:
+       * v1's network {internet: false}, loopback only. */
+      if (!json_is_boolean(v) && !json_is_null(v)) {
+        ret = e2b_error(r, 400, "'allow_internet_access' must be a boolean");
+        goto out;
+      }
+      if (json_is_false(v))
+        json_object_set_new(v1, "network", json_pack("{s:b}", "internet", 0));
     } else if (strcmp(key, "autoPause") == 0 || strcmp(key, "secure") == 0 ||
-               strcmp(key, "allow_internet_access") == 0 || strcmp(key, "autoPauseMemory") == 0) {
+               strcmp(key, "autoPauseMemory") == 0) {
       /* secure: every moat sandbox gets an access token. The others must be absent or false:
-       * moat has no pause-on-timeout and sandboxes have loopback only. */
+       * moat has no pause-on-timeout. */
       if (strcmp(key, "secure") == 0 ? !json_is_boolean(v) && !json_is_null(v) : !falsy(v)) {
         ret = e2b_error(r, 400, "'%s' is not supported by moat (see docs/e2b-compat.md)", key);
         goto out;
@@ -467,6 +484,10 @@ static int h_create(struct api_req *r) {
         ret = e2b_error(r, 400, "'autoResume' is not supported by moat (see docs/e2b-compat.md)");
         goto out;
       }
+    } else if (strcmp(key, "network") == 0 && json_is_object(v) &&
+               json_object_size(v) == (size_t)(json_object_get(v, "allowPublicTraffic") != NULL) &&
+               falsy(json_object_get(v, "allowPublicTraffic"))) {
+      /* {allowPublicTraffic: false}: moat's sandbox URLs always need the access token */
     } else if (strcmp(key, "network") == 0 || strcmp(key, "mcp") == 0 || strcmp(key, "volumeMounts") == 0 ||
                strcmp(key, "iam") == 0) {
       if (!json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0) &&
@@ -589,7 +610,7 @@ static int h_timeout(struct api_req *r, const char *id) {
   return ret;
 }
 
-/* POST /v2/sandboxes/{id}/connect {timeout}: a running sandbox answers 200, a paused one would be
+/* POST [/v2]/sandboxes/{id}/connect {timeout}: a running sandbox answers 200, a paused one would be
  * resumed (201); its TTL is raised to timeout when that is later than its current end. */
 static int h_connect(struct api_req *r, const char *id, bool legacy_resume) {
   json_t *body = NULL;
@@ -917,21 +938,33 @@ static json_t *parse_meta_filter(struct api_req *r, const char *q) {
   return m;
 }
 
-static int cmp_created(const void *a, const void *b) {
-  const struct moat_sandbox_info *x = a, *y = b;
-  if (x->created_at_ms != y->created_at_ms)
-    return x->created_at_ms < y->created_at_ms ? -1 : 1;
-  return strcmp(x->id, y->id);
+/* Oldest first, ties by id: the order of order=asc (desc is its reverse). */
+static int cmp_created_at(int64_t at, const char *id, const struct moat_sandbox_info *y) {
+  if (at != y->created_at_ms)
+    return at < y->created_at_ms ? -1 : 1;
+  return strcmp(id, y->id);
 }
 
-/* GET /v2/sandboxes?metadata=&state=running,paused&limit=&nextToken= (also GET /sandboxes). Oldest
- * first; nextToken is "CREATED_MS.ID" of the last sandbox of the page before. */
+static int cmp_asc(const void *a, const void *b) {
+  const struct moat_sandbox_info *x = a;
+  return cmp_created_at(x->created_at_ms, x->id, b);
+}
+
+static int cmp_desc(const void *a, const void *b) { return -cmp_asc(a, b); }
+
+/* GET /v2/sandboxes?metadata=&state=running,paused&template=&startedAfter=&order=&limit=&nextToken=
+ * (also GET /sandboxes). order=desc (the default: newest first, ties by id descending) or asc;
+ * template: E2B's or moat's name; startedAfter: RFC 3339, started at or after it. nextToken is
+ * "CREATED_MS.ID" of the last sandbox of the page before. */
 static int h_list(struct api_req *r) {
   bool want_running = true, want_paused = true;
   long limit = E2B_LIST_DEFAULT_LIMIT;
   int64_t after_ms = -1;
   char after_id[MOAT_ID_LEN + 1] = "";
   json_t *meta = NULL;
+  bool asc = false;
+  int64_t started_after = INT64_MIN;
+  const char *want_template = NULL;
   int ret;
   for (size_t i = 0; i < r->args.n; i++) {
     const char *k = r->args.v[i].key, *val = r->args.v[i].value;
@@ -971,9 +1004,19 @@ static int h_list(struct api_req *r) {
       }
       after_ms = (int64_t)ms;
       snprintf(after_id, sizeof(after_id), "%s", dot + 1);
-    } else if (strcmp(k, "startedAfter") == 0 || strcmp(k, "template") == 0 || strcmp(k, "order") == 0) {
-      json_decref(meta);
-      return e2b_error(r, 400, "list filter '%s' is not supported by moat (see docs/e2b-compat.md)", k);
+    } else if (strcmp(k, "order") == 0) {
+      if (strcmp(val, "asc") != 0 && strcmp(val, "desc") != 0) {
+        json_decref(meta);
+        return e2b_error(r, 400, "'order' must be asc or desc, not '%.32s'", val);
+      }
+      asc = strcmp(val, "asc") == 0;
+    } else if (strcmp(k, "startedAfter") == 0) {
+      if (api_parse_time_ms(val, &started_after) < 0) {
+        json_decref(meta);
+        return e2b_error(r, 400, "'startedAfter' must be an RFC 3339 time, not '%.40s'", val);
+      }
+    } else if (strcmp(k, "template") == 0) {
+      want_template = *val ? val : NULL;
     } else {
       json_decref(meta);
       return e2b_error(r, 400, "unknown query parameter '%.64s'", k);
@@ -987,7 +1030,7 @@ static int h_list(struct api_req *r) {
   if (rc < 0)
     return e2b_moat_error(r, &err);
   if (n > 1)
-    qsort(v, n, sizeof(*v), cmp_created);
+    qsort(v, n, sizeof(*v), asc ? cmp_asc : cmp_desc);
   json_t *arr = json_array();
   char next[64] = "";
   const struct moat_sandbox_info *last = NULL;
@@ -996,7 +1039,12 @@ static int h_list(struct api_req *r) {
     if (!(is_e2b_running(s->state) ? want_running : is_e2b_paused(s->state) ? want_paused : false))
       continue;
     if (after_ms >= 0 &&
-        (s->created_at_ms < after_ms || (s->created_at_ms == after_ms && strcmp(s->id, after_id) <= 0)))
+        (asc ? cmp_created_at(after_ms, after_id, s) >= 0 : cmp_created_at(after_ms, after_id, s) <= 0))
+      continue;
+    if (s->created_at_ms < started_after)
+      continue;
+    if (want_template && strcmp(want_template, e2b_template_of(s->template_name)) != 0 &&
+        strcmp(want_template, s->template_name ? s->template_name : "base") != 0)
       continue;
     if ((long)json_array_size(arr) == limit) {
       snprintf(next, sizeof(next), "%lld.%s", (long long)last->created_at_ms, last->id);
@@ -1084,7 +1132,8 @@ static int e2b_metrics(struct api_req *r, const char *id) {
   /* The SDK rounds start/end to whole seconds: a window ending this second includes now. */
   if (now_s + 1 >= start && now_s <= end) {
     json_t *m =
-        json_pack("{s:o, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", api_time_json(u.at_ms, false),
+        json_pack("{s:o, s:I, s:i, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp", api_time_json(u.at_ms, false),
+                  "timestampUnix", (json_int_t)now_s, "memCache", 0, /* not sampled: memUsed includes it */
                   "cpuCount", (int)u.limits.cpu + (u.limits.cpu > (int)u.limits.cpu), "cpuUsedPct",
                   round_to(pct.pct, 100), "memUsed", (json_int_t)u.u.memory_bytes, "memTotal",
                   (json_int_t)(u.limits.memory_mb << 20), "diskUsed", (json_int_t)u.disk_used_bytes,
@@ -1132,7 +1181,7 @@ static void control_dispatch(struct api_req *r) {
     }
     if (p.n == 3) {
       const char *what = p.seg[2];
-      if (strcmp(what, "connect") == 0 && p.v2) {
+      if (strcmp(what, "connect") == 0) {
         post ? h_connect(r, id, false) : method_not_allowed(r);
         return;
       }

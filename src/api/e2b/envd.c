@@ -208,13 +208,75 @@ static void upload_free(struct envd_upload *u) {
   free(u);
 }
 
+/* E2B's envd runs as root: an upload as another user into directories that do not exist yet gets
+ * them made (by root, wherever they are) and handed to that user. Here: the missing directories
+ * of absolute path's parent are made as root in the sandbox and chowned (-R from the first missing
+ * one) to user. The sandbox's root is reachable through the same API (user "root"), so this gives
+ * the caller nothing it did not have. 0 when made, -1 otherwise. */
+static int make_parents_for(struct envd_upload *u, const char *path) {
+  if (path[0] != '/' || strcmp(u->user, "root") == 0)
+    return -1;
+  _cleanup_free_ char *dir = xstrdup(path);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir)
+    return -1;
+  *slash = '\0';
+  /* the first missing ancestor: walk up while stat (as root) says ENOENT */
+  _cleanup_free_ char *first = NULL;
+  _cleanup_free_ char *probe = xstrdup(dir);
+  for (;;) {
+    struct moat_file_entry e;
+    memset(&e, 0, sizeof(e));
+    moat_error *serr = NULL;
+    int rc = moat_guest_stat(u->sock, probe, "root", &e, &serr);
+    moat_file_entry_clear(&e);
+    bool missing = rc < 0 && serr && serr->status == ENOENT;
+    moat_error_free(&serr);
+    if (rc == 0)
+      break;
+    if (!missing)
+      return -1;
+    free(first);
+    first = xstrdup(probe);
+    char *s = strrchr(probe, '/');
+    if (!s || s == probe)
+      break;
+    *s = '\0';
+  }
+  if (!first)
+    return -1;
+  _cleanup_free_ char *owner = xasprintf("%s:", u->user);
+  char *argv[] = {"/bin/sh", "-c", "mkdir -p -- \"$1\" && chown -R -- \"$2\" \"$3\"", "sh", dir, owner,
+                  first,     NULL};
+  struct moat_exec_req req = {.argv = argv, .user = NULL, .timeout_ms = 30000, .max_output = 4096};
+  struct moat_exec_result res;
+  memset(&res, 0, sizeof(res));
+  moat_error *xerr = NULL;
+  int rc = moat_guest_exec(u->sock, &req, &res, &xerr);
+  bool ok = rc == 0 && res.exit_code == 0;
+  moat_error_free(&xerr);
+  moat_exec_result_free(&res);
+  return ok ? 0 : -1;
+}
+
 static int part_open(struct envd_upload *u, const char *path, moat_error **err) {
   if (api_check_path("path", path, strlen(path), err) < 0)
     return -1;
   if (++u->nfiles > ENVD_MAX_FILES)
     return moat_error_set(err, E2BIG, "more than %d files in one upload", ENVD_MAX_FILES);
-  if (moat_guest_write_open(u->sock, path, u->user, 0644, &u->w, err) < 0) {
+  moat_error *oerr = NULL;
+  int orc = moat_guest_write_open(u->sock, path, u->user, 0644, &u->w, &oerr);
+  if (orc < 0 && oerr && (oerr->status == EACCES || oerr->status == EPERM) &&
+      make_parents_for(u, path) == 0) {
+    moat_error_free(&oerr);
+    orc = moat_guest_write_open(u->sock, path, u->user, 0644, &u->w, &oerr);
+  }
+  if (orc < 0) {
     u->w = NULL;
+    if (err && !*err)
+      *err = oerr;
+    else
+      moat_error_free(&oerr);
     return -1;
   }
   free(u->cur_path);

@@ -186,6 +186,48 @@ static const char *file_type(char t) {
   }
 }
 
+/* A symlink's target as E2B's envd reports it: absolute, a relative target taken from the link's
+ * directory, "." and ".." segments resolved lexically (caller frees). */
+static char *abs_link_target(const char *link_path, const char *target) {
+  struct moat_buf b = {0};
+  if (target[0] != '/') {
+    const char *slash = strrchr(link_path, '/');
+    if (slash)
+      moat_buf_append(&b, link_path, (size_t)(slash - link_path));
+  }
+  moat_buf_append(&b, "/", 1);
+  moat_buf_append(&b, target, strlen(target));
+  moat_buf_append(&b, "", 1);
+  /* clean in place: segments kept in out, ".." drops the last one */
+  char *out = xmalloc(b.len + 1);
+  size_t o = 0;
+  for (const char *p = b.p; *p;) {
+    while (*p == '/')
+      p++;
+    const char *q = p;
+    while (*q && *q != '/')
+      q++;
+    size_t l = (size_t)(q - p);
+    if (l == 0 || (l == 1 && p[0] == '.')) {
+    } else if (l == 2 && p[0] == '.' && p[1] == '.') {
+      while (o > 0 && out[o - 1] != '/')
+        o--;
+      if (o > 0)
+        o--;
+    } else {
+      out[o++] = '/';
+      memcpy(out + o, p, l);
+      o += l;
+    }
+    p = q;
+  }
+  if (o == 0)
+    out[o++] = '/';
+  out[o] = '\0';
+  free(b.p);
+  return out;
+}
+
 static json_t *entry_json(struct names *n, const struct moat_file_entry *e) {
   char perms[11], size[24], t[32];
   perm_string(e->type, e->mode, perms);
@@ -194,8 +236,11 @@ static json_t *entry_json(struct names *n, const struct moat_file_entry *e) {
                         "type", file_type(e->type), "path", api_str_json(e->path), "size", size, "mode",
                         (int)(e->mode & 0777), "permissions", perms, "owner", name_of(n, 0, e->uid), "group",
                         name_of(n, 1, e->gid), "modifiedTime", api_rfc3339_ms(e->mtime_ms, t, sizeof(t)));
-  if (e->link_target)
-    json_object_set_new(j, "symlinkTarget", api_str_json(e->link_target));
+  if (e->link_target) {
+    char *abs = abs_link_target(e->path ? e->path : "/", e->link_target);
+    json_object_set_new(j, "symlinkTarget", api_str_json(abs));
+    free(abs);
+  }
   return j;
 }
 
@@ -207,6 +252,18 @@ static int reply_entry(struct api_req *r, const struct moat_guest_ep *sock, cons
   memset(&e, 0, sizeof(e));
   if (moat_guest_stat(sock, path, user, &e, &err) < 0)
     return cx_reply_moat_error(r, &err);
+  if (e.type == 'l' && e.link_target) {
+    /* E2B's getInfo of a symlink gives the type of what it points to (symlinkTarget says it is
+     * a link); a dangling link stays a symlink */
+    _cleanup_free_ char *abs = abs_link_target(e.path ? e.path : path, e.link_target);
+    struct moat_file_entry t;
+    memset(&t, 0, sizeof(t));
+    moat_error *terr = NULL;
+    if (moat_guest_stat(sock, abs, user, &t, &terr) == 0 && t.type != 'l')
+      e.type = t.type;
+    moat_error_free(&terr);
+    moat_file_entry_clear(&t);
+  }
   struct names n = {.fs = e2b_state(r)->fs, .sock = sock, .user = user};
   int ret = cx_reply(r, json_pack("{s:o}", "entry", entry_json(&n, &e)));
   names_clear(&n);

@@ -52,9 +52,12 @@ static void proc_pull(struct cx_stream *s, int timeout_ms) {
   }
   if (rc < 0)
     return cx_end_moat_error(s, &err);
-  if (rc == 0)
-    return cx_end(s, "unavailable",
-                  "the process stream ended without an exit status (the sandbox went away)");
+  if (rc == 0) {
+    /* no exit status: the sandbox went away. E2B's proxy drops the connection then, and the SDK
+     * (seeing its health check fail) says the sandbox was killed or reached its end of life. */
+    s->cut = true;
+    return;
+  }
   switch (ev.type) {
   case MOAT_PROC_STDOUT:
     send_data(s, c->pty ? "pty" : "stdout", ev.data, ev.len);

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <time.h>
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,10 @@ static bool null_or_empty(json_t *v) {
 
 struct e2b_run {
   struct moat_ctx_run *u;
+  struct moat_control *ctl;
+  char *org;
+  char id[MOAT_ID_LEN + 1];
+  bool cut;                /* the sandbox is gone: drop the connection as E2B's proxy would */
   struct moat_buf pend[2]; /* output text not yet written as a line */
   uint64_t pend_ns[2];     /* when pend[i] became non-empty */
   bool ended;
@@ -176,7 +181,9 @@ static void flush_text(struct e2b_run *x, struct moat_buf *out, bool all) {
       continue;
     size_t sl;
     char *s = api_utf8_sanitize(b->p, n, &sl, NULL);
-    line_add(out, json_pack("{s:s, s:s%}", "type", stream_names[w], "text", s, sl));
+    /* timestamp: as E2B's server (the Jupyter message's date); the Python SDK reads it */
+    line_add(out, json_pack("{s:s, s:s%, s:o}", "type", stream_names[w], "text", s, sl, "timestamp",
+                            api_time_json(now_unix_ms(), false)));
     free(s);
     memmove(b->p, b->p + n, b->len - n);
     b->len -= n;
@@ -205,6 +212,31 @@ static void error_line(struct moat_buf *out, json_t *e) {
   free(b.p);
 }
 
+/* Whether the run's sandbox is killed or killed now (a kill stops the kernel a moment before the
+ * state says so: asked for up to E2B_GONE_WAIT_MS). */
+#define E2B_GONE_WAIT_MS 2000
+static bool sandbox_gone(struct e2b_run *x) {
+  for (int waited = 0;; waited += 100) {
+    struct moat_sandbox_info info;
+    memset(&info, 0, sizeof(info));
+    moat_error *err = NULL;
+    int rc = moat_control_get(x->ctl, x->org, x->id, &info, &err);
+    bool gone = rc < 0 ? err && err->status == ENOENT : info.state == MOAT_SB_KILLED;
+    bool running = rc == 0 && info.state == MOAT_SB_RUNNING;
+    moat_error_free(&err);
+    if (rc == 0)
+      moat_sandbox_info_clear(&info);
+    if (gone)
+      return true;
+    if (waited >= E2B_GONE_WAIT_MS || !running)
+      return false;
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static bool run_aborted(void *ctx) { return ((struct e2b_run *)ctx)->cut; }
+
 static void run_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
   struct e2b_run *x = ctx;
   struct moat_ctx_event ev;
@@ -221,7 +253,14 @@ static void run_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done
       const char *k;
       json_t *v;
       json_object_foreach(ev.result, k, v) {
-        if (!json_is_null(v))
+        if (json_is_null(v))
+          continue;
+        const char *t = json_string_value(v);
+        size_t tl = json_string_length(v);
+        if (strcmp(k, "text") == 0 && t && tl >= 2 && (t[0] == '\'' || t[0] == '"') && t[tl - 1] == t[0])
+          /* E2B's server strips the quotes of a str's repr: 'x' is shown as x */
+          json_object_set_new(j, k, json_stringn(t + 1, tl - 2));
+        else
           json_object_set(j, k, v);
       }
       line_add(out, j);
@@ -229,6 +268,11 @@ static void run_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done
       x->ended = true;
       flush_text(x, out, true);
       const struct moat_ctx_outcome *o = moat_ctx_run_outcome(x->u);
+      if ((o->error || o->restarted) && sandbox_gone(x)) {
+        x->cut = true;
+        *done = true;
+        return;
+      }
       if (o->error)
         error_line(out, o->error);
       line_add(out, json_pack("{s:s, s:i}", "type", "number_of_executions", "execution_count",
@@ -254,6 +298,7 @@ static void run_gone(void *ctx) { moat_ctx_run_interrupt(((struct e2b_run *)ctx)
 static void run_free(void *ctx) {
   struct e2b_run *x = ctx;
   moat_ctx_run_close(x->u);
+  free(x->org);
   free(x->pend[0].p);
   free(x->pend[1].p);
   free(x);
@@ -278,10 +323,14 @@ static int run_code(struct api_req *r, const char *cid, json_t *code, json_t *en
   }
   struct e2b_run *x = xcalloc(1, sizeof(*x));
   x->u = u;
+  x->ctl = api_control(r);
+  x->org = xstrdup(r->org);
+  snprintf(x->id, sizeof(x->id), "%s", r->route.id);
   struct api_stream_source src = {.next = run_next,
                                   .gone = run_gone,
                                   .stopping = run_stopping,
                                   .free = run_free,
+                                  .aborted = run_aborted,
                                   .ctx = x,
                                   .keepalive = "{\"type\":\"keepalive\"}\n", /* a type parseOutput skips */
                                   .poll_ms = 500};
@@ -373,8 +422,15 @@ static int h_ctx_create(struct api_req *r, json_t *body) {
     return interp_error(r, 400, "invalid_request", "'cwd' must be an absolute path");
   char cid[17];
   random_id(cid, 16);
-  if (moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, E2B_CODE_USER,
-                      &err) < 0) {
+  int rc =
+      moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, E2B_CODE_USER, &err);
+  if (rc < 0 && err && (err->status == EACCES || err->status == EPERM)) {
+    /* E2B's Jupyter runs as root, so any cwd works there: a cwd the default user cannot enter
+     * (E2B's own tests use /root) gets a context running as root */
+    moat_error_free(&err);
+    rc = moat_ctx_ensure(api_control(r), r->org, r->route.id, cid, languages[li].moat, cwd, "root", &err);
+  }
+  if (rc < 0) {
     api_exec_enoent(r, err);
     return api_reply_moat_error(r, &err);
   }
@@ -385,14 +441,28 @@ static int h_ctx_list(struct api_req *r) {
   moat_error *err = NULL;
   struct moat_ctx *v = NULL;
   size_t n = 0;
+  /* E2B's server starts its default python and javascript contexts at boot, so a list shows
+   * them: moat starts them here if runCode has not yet (languages[0] and [2]); one the template
+   * cannot run (no node in base) is left out */
+  for (size_t i = 0; i <= 2; i += 2) {
+    if (moat_ctx_ensure(api_control(r), r->org, r->route.id, languages[i].cid, languages[i].moat,
+                        E2B_DEFAULT_CWD, E2B_CODE_USER, &err) < 0)
+      moat_error_free(&err);
+  }
   if (moat_ctx_list(api_control(r), r->org, r->route.id, &v, &n, &err) < 0)
     return api_reply_moat_error(r, &err);
+  /* the default ones first (E2B's exist from boot), then the others as moat lists them */
   json_t *arr = json_array();
-  for (size_t i = 0; i < n; i++) /* "javascript": E2B's name for moat's node contexts */
-    json_array_append_new(arr,
-                          json_pack("{s:s, s:s, s:s, s:o}", "id", v[i].id, "language",
-                                    strcmp(v[i].language, "node") == 0 ? "javascript" : v[i].language, "cwd",
-                                    v[i].cwd, "created_at", api_time_json(v[i].created_at_ms, false)));
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < n; i++) {
+      if ((strncmp(v[i].id, "e2bdefault", 10) == 0) != (pass == 0))
+        continue;
+      /* "javascript": E2B's name for moat's node contexts */
+      json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o}", "id", v[i].id, "language",
+                                           strcmp(v[i].language, "node") == 0 ? "javascript" : v[i].language,
+                                           "cwd", v[i].cwd, "created_at",
+                                           api_time_json(v[i].created_at_ms, false)));
+    }
   moat_ctxs_free(v, n);
   return api_reply_json(r, 200, arr);
 }

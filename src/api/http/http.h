@@ -149,6 +149,9 @@ const char *api_arg_get(const struct api_args *a, const char *key);
 int api_args_check(const struct api_args *a, const char *const *allowed, moat_error **err);
 /* Query parameter parsers: 0 and *out, or -1 EINVAL naming the parameter. */
 int api_arg_bool(const struct api_args *a, const char *key, bool def, bool *out, moat_error **err);
+/* A time as RFC 3339 ("2026-01-02T03:04:05.678Z", "+01:00" offsets) or Unix milliseconds -> *ms.
+ * 0, or -1 when it is neither. */
+int api_parse_time_ms(const char *s, int64_t *ms);
 int api_arg_path(const struct api_args *a, const char *key, const char **out, moat_error **err);
 int api_arg_user(const struct api_args *a, const char **out, moat_error **err);
 int api_arg_depth(const struct api_args *a, uint32_t *out, moat_error **err);
@@ -341,6 +344,9 @@ struct api_stream_source {
   void (*gone)(void *ctx);
   void (*stopping)(void *ctx, struct moat_buf *out);
   void (*free)(void *ctx);
+  /* May be NULL. True: once what next wrote is sent, the connection is cut without the stream's
+   * end (as a proxy in front of a sandbox that vanished would), instead of ending it cleanly. */
+  bool (*aborted)(void *ctx);
   void *ctx;
   const char *keepalive; /* written after 15 s of silence; NULL: an SSE comment */
   int poll_ms;           /* the longest next may wait; 0: 500 */

@@ -54,6 +54,8 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
       return (ssize_t)n;
     }
     s->out.len = s->out_pos = 0;
+    if (s->src.aborted && s->src.aborted(s->src.ctx))
+      return MHD_CONTENT_READER_END_WITH_ERROR;
     if (s->done)
       return MHD_CONTENT_READER_END_OF_STREAM;
     if (api_stopping(s->api)) {

@@ -172,61 +172,6 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
   }
 }
 
-/* since: RFC 3339 ("2026-01-02T03:04:05.678Z", "+01:00" offsets) or Unix milliseconds. */
-static int parse_since(const char *s, int64_t *ms) {
-  char *end;
-  if (*s >= '0' && *s <= '9' && strspn(s, "0123456789") == strlen(s)) {
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || strlen(s) > 15)
-      return -1;
-    *ms = v;
-    return 0;
-  }
-  struct tm tm = {0};
-  int used = 0;
-  if (sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-             &tm.tm_min, &tm.tm_sec, &used) != 6 ||
-      used != 19)
-    return -1;
-  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
-      tm.tm_min > 59 || tm.tm_sec > 60)
-    return -1;
-  const char *p = s + used;
-  int64_t frac = 0;
-  if (*p == '.') {
-    int digits = 0;
-    for (p++; *p >= '0' && *p <= '9'; p++, digits++)
-      if (digits < 3)
-        frac = frac * 10 + (*p - '0');
-    if (digits == 0)
-      return -1;
-    for (; digits < 3; digits++)
-      frac *= 10;
-  }
-  int64_t off = 0;
-  if (*p == 'Z' || *p == 'z') {
-    p++;
-  } else if (*p == '+' || *p == '-') {
-    int hh, mm, k = 0;
-    if (sscanf(p + 1, "%2d:%2d%n", &hh, &mm, &k) != 2 || k != 5 || hh > 23 || mm > 59)
-      return -1;
-    off = (hh * 60 + mm) * 60 * (*p == '+' ? 1 : -1);
-    p += 6;
-  } else {
-    return -1;
-  }
-  if (*p)
-    return -1;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  time_t t = timegm(&tm);
-  if (t == (time_t)-1)
-    return -1;
-  *ms = ((int64_t)t - off) * 1000 + frac;
-  return 0;
-}
-
 int api_h_events(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"since", "replay", NULL};
   moat_error *err = NULL;
@@ -236,7 +181,7 @@ int api_h_events(struct api_req *r, json_t *body) {
     return api_reply_moat_error(r, &err);
   const char *since_s = api_arg_get(&r->args, "since");
   int64_t since = 0;
-  if (since_s && parse_since(since_s, &since) < 0)
+  if (since_s && api_parse_time_ms(since_s, &since) < 0)
     return api_reply_error(r, 400, "invalid_request",
                            "query parameter 'since' must be an RFC 3339 time or Unix milliseconds");
   bool from_start = replay || since_s;

@@ -153,6 +153,61 @@ def loads(s):
     return _dec(s)
 
 
+def _shell(cmd, capture=False):
+    """`!cmd` in a cell (as IPython): runs cmd with /bin/sh, its output on fds 1 and 2; with
+    `x = !cmd`, returns its stdout as a list of lines. The exit status goes to _exit_code."""
+    import subprocess
+    sys.stdout.flush()
+    if capture:
+        p = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        rc, out = p.returncode, p.stdout.decode("utf-8", "replace").splitlines()
+    else:
+        rc, out = subprocess.call(cmd, shell=True, stdin=subprocess.DEVNULL), None
+    for ns in _USER_NS:
+        ns["_exit_code"] = rc
+    return out
+
+
+_ASSIGN_SH = None
+_USER_NS = []
+
+
+def transform_cell(code):
+    """IPython's cell transforms that E2B's users rely on: leading blank lines dropped, the first
+    line's indentation removed from every line (leading_indent), and `!cmd` / `x = !cmd` shell
+    escapes outside multi-line strings. Anything else is Python as is."""
+    global _ASSIGN_SH
+    import re
+    if _ASSIGN_SH is None:
+        _ASSIGN_SH = re.compile(r"^(\s*)([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)\s*=\s*!(.*)$")
+    lines = code.splitlines(True)
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if lines:
+        first = lines[0]
+        indent = first[:len(first) - len(first.lstrip(" \t"))]
+        if indent:
+            lines = [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines]
+    out, quote = [], None
+    for ln in lines:
+        if quote is None:
+            body = ln.rstrip("\r\n")
+            eol = ln[len(body):]
+            st = body.lstrip(" \t")
+            ind = body[:len(body) - len(st)]
+            m = _ASSIGN_SH.match(body)
+            if st.startswith("!") and not st.startswith("!="):
+                ln = "%s_moat_shell(%r)%s" % (ind, st[1:], eol)
+            elif m:
+                ln = "%s%s = _moat_shell(%r, capture=True)%s" % (m.group(1), m.group(2), m.group(3), eol)
+        for q in ('"""', "'''"):
+            n = ln.count(q)
+            if quote in (None, q) and n % 2 == 1:
+                quote = q if quote is None else None
+        out.append(ln)
+    return "".join(out)
+
+
 class Kernel:
     def __init__(self):
         # Private copies of the real channels; fds 0, 1 and 2 are then replaced.
@@ -168,7 +223,8 @@ class Kernel:
         self.running = False
         self.cur_id = None
         self.count = 0
-        self.ns = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.ns = {"__name__": "__main__", "__builtins__": __builtins__, "_moat_shell": _shell}
+        _USER_NS.append(self.ns)
         self.drained = {}
         self.pipes = {}
         for fd, kind in ((1, "stdout"), (2, "stderr")):
@@ -314,6 +370,8 @@ class Kernel:
         self.running = True
         try:
             try:
+                code = transform_cell(code)
+                linecache.cache[fname] = (len(code), None, code.splitlines(True), fname)
                 tree = ast.parse(code, fname, "exec")
                 last = None
                 if tree.body and isinstance(tree.body[-1], ast.Expr):
