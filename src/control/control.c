@@ -691,10 +691,6 @@ int moat_control_exec(struct moat_control *c, const char *org, const char *id,
   return rc < 0 ? moat_error_wrap(err, "exec in %s", id) : 0;
 }
 
-struct moat_templates *moat_control_templates(struct moat_control *c) {
-  return c->templates;
-}
-
 uint64_t moat_control_host_memory_mb(const struct moat_control *c) { return c->bounds.host_memory_mb; }
 
 bool moat_control_template_exists(struct moat_control *c, const char *name) {

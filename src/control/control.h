@@ -358,8 +358,6 @@ int moat_control_template_list(struct moat_control *c, struct moat_template_info
 /* Builds template name unless it is built, blocking until it is (also when another call builds it).
  * ENOENT: no such recipe; EAGAIN when moatd has no templates. */
 int moat_control_template_build(struct moat_control *c, const char *name, moat_error **err);
-/* The handle itself (for the E2B front end until it uses the calls above). */
-struct moat_templates *moat_control_templates(struct moat_control *c);
 
 /* ---- metrics (control/usage.c) ---- */
 

@@ -502,8 +502,7 @@ static int h_create(struct api_req *r) {
   }
   tmpl = moat_template_of(tmpl);
   bool snap = strncmp(tmpl, "snap-", 5) == 0;
-  struct moat_templates *t = moat_control_templates(api_control(r));
-  if (!snap && (!api_valid_template_name(tmpl) || !t || !moat_template_exists(t, tmpl))) {
+  if (!snap && (!api_valid_template_name(tmpl) || !moat_control_template_exists(api_control(r), tmpl))) {
     ret = e2b_error(r, 404, "template '%.64s' not found (moat has base and code-interpreter-v1)", tmpl);
     goto out;
   }
