@@ -511,6 +511,15 @@ static bool reusable(const struct port_fwd *f) {
   return false;
 }
 
+/* Hands f's connection back to the pool as soon as the server's response is read in full, before
+ * its last bytes reach the client: a client's next request then finds it there. */
+static void release_when_done(struct port_fwd *f) {
+  if (reusable(f)) {
+    pool_put(f->pool, f->id, f->port, f->fd);
+    f->fd = -1;
+  }
+}
+
 void port_fwd_free(void *p) {
   struct port_fwd *f = p;
   if (!f)
@@ -787,6 +796,8 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
       return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     f->remaining -= (uint64_t)n;
+    if (f->remaining == 0)
+      release_when_done(f);
     return n;
   }
   case PORT_BODY_CLOSE: {
@@ -828,8 +839,10 @@ static ssize_t body_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     case CH_TRAILER:
       if (chunk_line(f, line, sizeof(line)) < 0)
         goto broken;
-      if (!line[0])
+      if (!line[0]) {
         f->ch = CH_DONE;
+        release_when_done(f);
+      }
       break;
     case CH_DONE:
       return MHD_CONTENT_READER_END_OF_STREAM;
@@ -1083,6 +1096,8 @@ struct MHD_Response *port_fwd_respond(struct port_fwd *f, unsigned *status, moat
   if (f->set_cookie)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, f->set_cookie);
   f->answered = true;
+  if (f->framing == PORT_BODY_NONE || (f->framing == PORT_BODY_LENGTH && f->remaining == 0))
+    release_when_done(f);
   return resp;
 }
 
