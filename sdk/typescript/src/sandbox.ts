@@ -123,6 +123,8 @@ export interface ExecResult {
   signal: number;
   durationMs: number;
   timedOut: boolean;
+  /** The kernel killed the command because the sandbox ran out of memory (its memoryMb). */
+  oomKilled: boolean;
   /** Some output was dropped (each stream keeps its first 16 MiB). */
   truncated: boolean;
   pid: number;
@@ -388,6 +390,7 @@ export class Sandbox {
       signal: (j.signal as number) ?? 0,
       durationMs: j.duration_ms as number,
       timedOut: Boolean(j.timed_out),
+      oomKilled: Boolean(j.oom_killed),
       truncated: Boolean(j.truncated),
       pid: j.pid as number,
     };

@@ -99,11 +99,20 @@ describe('exec', () => {
     const k = await sb.exec('kill -9 $$');
     assert.equal(k.exitCode, -1);
     assert.equal(k.signal, 9);
+    assert.equal(k.oomKilled, false);
     assert.equal((await sb.exec('no-such-command-xyz')).exitCode, 127);
     const t0 = Date.now();
     const t = await sb.exec('sleep 30', { timeoutMs: 300 });
     assert.equal(t.timedOut, true);
     assert.ok(Date.now() - t0 < 10_000);
+  });
+
+  it('an OOM kill is reported', async () => {
+    const small = await sandbox({ memoryMb: 512, cpu: 1 });
+    const r = await small.exec(['python3', '-c', "b = b'x' * (700 << 20); print(len(b))"]);
+    assert.equal(r.oomKilled, true, JSON.stringify(r));
+    assert.equal(r.signal, 9);
+    assert.equal((await small.exec('true')).oomKilled, false);
   });
 
   it('concurrent calls on one sandbox', async () => {
