@@ -200,6 +200,14 @@ class FairnessTest(DaemonTest):
         except ConnectionError:
             return True
 
+    def test_recently_used_connections_are_kept(self):
+        """Over --max-idle-per-org, a connection idle for less than 5 s is not closed: a client may be
+        sending its next request on it at that moment (a POST lost so is not sent again)."""
+        conns = self.keepalive(self.a, 3 * IDLE_ORG)
+        time.sleep(1)  # five passes of the watchdog
+        closed = [i for i, s in enumerate(conns) if self.is_closed(s)]
+        self.assertEqual(closed, [], "connections idle 1 s were closed")
+
     def test_idle_keepalive_connections_per_org(self):
         b_conns = self.keepalive(self.b, IDLE_ORG - 1)
         a_conns = self.keepalive(self.a, 3 * IDLE_ORG)

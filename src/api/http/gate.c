@@ -24,6 +24,10 @@
 #include "framing.h"
 
 #define WATCH_PERIOD_MS 200
+/* An org's idle connections beyond max_idle_per_org are closed once idle this long: a client
+ * reusing a keep-alive connection as the server closes it loses its request (a POST is not sent
+ * again), and common clients drop idle connections sooner themselves (undici, Node's fetch: 4 s). */
+#define IDLE_EXCESS_GRACE_MS 5000
 #define MAX_FDS (1u << 20)
 #define DRAIN_S 2
 #define DRAIN_MAX (64u << 20)
@@ -334,7 +338,7 @@ static void watch_pass(void) {
         what = 2;
     } else if (now - g->idle_since_ns > idle_ns) {
       what = 3;
-    } else if (g->org) {
+    } else if (g->org && now - g->idle_since_ns >= IDLE_EXCESS_GRACE_MS * 1000000ULL) {
       if (n == cap) {
         cap = cap ? cap * 2 : 64;
         idle = xrealloc(idle, cap * sizeof(*idle));

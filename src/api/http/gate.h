@@ -13,7 +13,8 @@
  *   - runs a watchdog thread that closes connections whose request head has not arrived within
  *     the header timeout (counted from the connection's accept for its first request, from the first
  *     byte of a head for later ones; answered 408), keep-alive connections idle for longer than the
- *     idle timeout, and, per org, the oldest idle keep-alive connections beyond max_idle_per_org;
+ *     idle timeout, and, per org, the oldest idle keep-alive connections beyond max_idle_per_org (once idle 5
+ * s);
  *   - knows which org each connection last served (api_gate_attribute) for that cap.
  * Connections busy with a request (from a complete head to the request's end), and upgraded ones,
  * are never closed by the gate.
