@@ -193,13 +193,17 @@ int write_file_once(const char *path, const char *content, mode_t mode, moat_err
   errno = saved;
   if (lr < 0)
     return moat_error_errno(err, "create %s", path);
+  fsync_parent(path);
+  return 0;
+}
+
+void fsync_parent(const char *path) {
   const char *slash = strrchr(path, '/');
   _cleanup_free_ char *dir =
       slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
   _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0)
     fsync(dfd);
-  return 0;
 }
 
 int read_file(const char *path, char **out, size_t *len, moat_error **err) {

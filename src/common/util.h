@@ -72,6 +72,8 @@ int write_file_at(int dirfd, const char *path, const char *content, moat_error *
  * directory is fsynced; a crash never leaves path empty or partial, and link() fails with EEXIST
  * (as O_EXCL would) when another process made path meanwhile. 0 or -1. */
 int write_file_once(const char *path, const char *content, mode_t mode, moat_error **err);
+/* fsyncs the directory holding path (best effort: a rename or link into it is then durable). */
+void fsync_parent(const char *path);
 /* Reads a whole (small, < 16 MiB) file into a NUL-terminated buffer the caller frees. */
 int read_file(const char *path, char **out, size_t *len, moat_error **err);
 

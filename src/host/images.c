@@ -31,15 +31,6 @@ int moat_image_dir_fresh(const char *dir, moat_error **err) {
   return 0;
 }
 
-static void fsync_parent(const char *path) {
-  const char *slash = strrchr(path, '/');
-  _cleanup_free_ char *parent =
-      slash ? xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : xstrdup(".");
-  _cleanup_close_ int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0)
-    fsync(fd);
-}
-
 int moat_image_dir_commit(const char *part, const char *dir, moat_error **err) {
   moat_image_dir_remove(dir);
   if (rename(part, dir) < 0) {

@@ -744,25 +744,6 @@ static int restore_child(void *arg) {
   return unshare(CLONE_NEWNS);
 }
 
-/* Idmapped, read-only clone of the template for the user namespace of pid. */
-static int idmapped_lower(const char *rootfs, pid_t pid, moat_error **err) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
-  _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
-  if (userns < 0)
-    return moat_error_errno(err, "open %s", path);
-  _cleanup_close_ int fd = moat_fault(MOAT_FAULT_MOUNT)
-                               ? (errno = ENOMEM, -1)
-                               : open_tree(AT_FDCWD, rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-  if (fd < 0)
-    return moat_error_errno(err, "open_tree %s", rootfs);
-  struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV,
-                            .userns_fd = (uint64_t)userns};
-  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-    return moat_error_errno(err, "idmap %s", rootfs);
-  return steal_fd(&fd);
-}
-
 /* CRIU's action script for a restore into an empty net namespace: lo up at setup-namespaces. */
 static int write_script(const char *path, moat_error **err) {
   static const char text[] = "#!/bin/sh\n"
@@ -885,7 +866,8 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
       moat_criu_images_link(src_images, images, v.uid_base, err) < 0 ||
       holder_start(&hd, v.uid_base, &uts, clocks ? timens_offsets : NULL, err) < 0)
     goto fail;
-  lower_fd = idmapped_lower(rootfs, hd.pid, err);
+  lower_fd = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, moat_error_errno(err, "open_tree %s", rootfs))
+                                          : moat_shell_idmapped_template(rootfs, hd.pid, err);
   if (lower_fd < 0)
     goto fail;
   guest_fd = moat_shell_guest_mount(v.guest_path, err);

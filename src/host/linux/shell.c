@@ -445,8 +445,7 @@ static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3],
   return 0;
 }
 
-/* Idmapped, read-only clone of the template for the sandbox's user namespace. */
-static int idmapped_template(const char *rootfs, pid_t pid, moat_error **err) {
+int moat_shell_idmapped_template(const char *rootfs, pid_t pid, moat_error **err) {
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/ns/user", pid);
   _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
@@ -617,7 +616,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   if (write_id_maps(pid, spec->uid_base, err) < 0 ||
       moat_cgroup_attach_v1(spec->cgroups, spec->slot, pid, err) < 0)
     goto fail;
-  lower_fd = idmapped_template(spec->rootfs, pid, err);
+  lower_fd = moat_shell_idmapped_template(spec->rootfs, pid, err);
   if (lower_fd < 0)
     goto fail;
   guest_fd = moat_shell_guest_mount(spec->guest_path, err);

@@ -71,6 +71,9 @@ extern const struct moat_guest_channel_ops moat_linux_guest_channel_ops;
 /* A detached, read-only (nosuid, nodev) bind mount of the guest binary, for
  * move_mount onto SLOT/guest. Returns its fd (the caller closes it), or -1. */
 int moat_shell_guest_mount(const char *guest_path, moat_error **err);
+/* A detached, idmapped, read-only (nodev) clone of the template rootfs for the user namespace of
+ * pid. Returns its fd (the caller closes it), or -1. */
+int moat_shell_idmapped_template(const char *rootfs, pid_t pid, moat_error **err);
 /* Opens the slot's cgroup view (cgroup.h) and makes its mount points, SLOT_DIR/cgroup[/NAME]. 0 or
  * -1 (nothing left open). */
 int moat_shell_cgroup_view(const char *slot_dir, struct moat_cgroups *cg, int slot,
