@@ -41,7 +41,7 @@ lib_pkg() {
   esac
 }
 # shellcheck disable=SC2013
-for lib in $(grep -o -- '-l[A-Za-z0-9_+.-]*' Makefile | sed 's/^-l//' | sort -u); do
+for lib in $(grep -oE -- '(^|[[:space:]])-l[A-Za-z0-9_+.-]+' Makefile | sed 's/^[[:space:]]*-l//' | sort -u); do
   # shellcheck disable=SC2207
   pkgs+=($(lib_pkg "$lib"))
 done

@@ -30,31 +30,9 @@ else
   else
     echo "Sandboxes reach the internet through uplink $uplink (moat's egress policy applies; MOAT_NET_UPLINK=none turns it off)"
   fi
-  # /proc/meminfo, stat, uptime and loadavg of a sandbox are its own when moatd binds them from an
-  # lxcfs mount (moatd --lxcfs): one lxcfs for the machine (it answers each reader from the
-  # reader's own cgroups), started here unless one is mounted at $LXCFS already, and left running.
-  # Not under $DATA: sandboxes must be able to reach it, and $DATA is root's alone (0700).
-  # MOAT_LXCFS=none: sandboxes see the machine's.
-  LXCFS=/run/moat/lxcfs
-  lx=()
-  if [ "${MOAT_LXCFS:-auto}" != none ] && command -v lxcfs >/dev/null 2>&1 && [ -e /dev/fuse ]; then
-    mkdir -p "$LXCFS"
-    if ! mountpoint -q "$LXCFS"; then
-      # in the foreground of a session of its own, as moatd below (lxcfs's own daemon mode ends
-      # this script's make)
-      setsid lxcfs -f -l --enable-cfs -p "$LXCFS.pid" "$LXCFS" >>"$LOG" 2>&1 </dev/null &
-      for _ in $(seq 1 50); do
-        mountpoint -q "$LXCFS" && break
-        sleep 0.1
-      done
-    fi
-    if mountpoint -q "$LXCFS"; then
-      lx=(--lxcfs "$LXCFS")
-      echo "Sandboxes see their own memory, uptime and load (lxcfs at $LXCFS, pid $(cat "$LXCFS.pid" 2>/dev/null || echo "?"))"
-    else
-      echo "lxcfs did not mount $LXCFS (see $LOG): sandboxes see the machine's /proc/meminfo"
-    fi
-  fi
+  # /proc/meminfo, stat, uptime and loadavg of a sandbox are its own: moatd finds the machine's
+  # lxcfs or starts one (--lxcfs auto, its default). MOAT_LXCFS=none: the machine's files.
+  lx=(--lxcfs "${MOAT_LXCFS:-auto}")
   echo "Starting moatd on $LISTEN (data in $DATA, log in $LOG)"
   # setsid: moatd outlives this script and is not hit by a Ctrl-C in this terminal.
   setsid build/moatd --listen "$LISTEN" --data-dir "$DATA" "${net[@]}" "${lx[@]}" >>"$LOG" 2>&1 </dev/null &
@@ -100,7 +78,7 @@ Try:  build/moat create            (prints an id)
       build/moat rm ID
 Stop it with:  kill $pid
 MSG
-if [ -f /run/moat/lxcfs.pid ] && mountpoint -q /run/moat/lxcfs; then
-  echo "               kill $(cat /run/moat/lxcfs.pid)   (lxcfs, once no moatd uses it)"
+if [ -f /run/moat/lxcfs.d/pid ] && mountpoint -q /run/moat/lxcfs.d/mnt; then
+  echo "               kill $(cat /run/moat/lxcfs.d/pid)   (the lxcfs moatd started, once no moatd uses it)"
 fi
 exit $rc

@@ -28,6 +28,9 @@ struct moat_host;
 struct moat_net;
 struct moat_net_config;
 
+/* moat_host_config.lxcfs_dir's value for "find or start the machine's lxcfs" */
+#define MOAT_HOST_LXCFS_AUTO "auto"
+
 struct moat_host_config {
   const char *driver;                /* driver name ("linux"); NULL or "" = the first built in (linux) */
   const char *data_dir;              /* moatd's data dir; the host keeps slots/ and disks/ under it */
@@ -39,7 +42,8 @@ struct moat_host_config {
   const struct moat_net_config *net; /* sandbox networking (net/net.h); NULL or no uplink = loopback only */
   bool disk_overcommit; /* false: every sandbox's disk_mb is backed by the data dir (else ENOSPC) */
   /* an lxcfs mount whose proc/{meminfo,stat,uptime,loadavg} sandboxes see as their own (lxcfs
-   * answers each reader from its cgroups); NULL = the machine's */
+   * answers each reader from its cgroups); MOAT_HOST_LXCFS_AUTO = the driver finds or starts the
+   * machine's (none found nor started: the machine's files); NULL = the machine's */
   const char *lxcfs_dir;
 };
 

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"
+#include "host/driver.h"
 #include "host/net/net.h"
 #include "secret.h"
 
@@ -38,8 +39,12 @@ static void usage(FILE *f) {
           "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
           "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
-          "  --lxcfs DIR          an lxcfs mount (lxcfs -l DIR): sandboxes see its proc/meminfo, stat,\n"
-          "                       uptime and loadavg as theirs (default: off)\n"
+          "  --lxcfs auto|none|DIR  where sandboxes' /proc/meminfo, stat, uptime and loadavg come\n"
+          "                       from (their own memory, CPU time and load). auto (the default): the\n"
+          "                       machine's lxcfs (Debian's service at /var/lib/lxcfs, or one at\n"
+          "                       /run/moat/lxcfs.d/mnt, which moatd starts if needed and leaves running);\n"
+          "                       without lxcfs or /dev/fuse, the machine's files and a warning.\n"
+          "                       none: the machine's. DIR: that lxcfs mount (else moatd refuses to start)\n"
           "  --disk-overcommit    accept sandboxes whose disk_mb the data dir's free space cannot back\n"
           "                       (sparse disks; a write the host cannot store then fails inside with\n"
           "                       ENOSPC/EIO and turns that disk read-only). Default: such a create is\n"
@@ -253,7 +258,7 @@ int main(int argc, char **argv) {
              *recipes_opt = NULL, *guest_opt = NULL;
   unsigned pool = 4, guest_timeout_ms = 0;
   bool disk_overcommit = false;
-  const char *lxcfs_dir = NULL;
+  const char *lxcfs_dir = MOAT_HOST_LXCFS_AUTO;
   const char *proxy_listen = NULL, *proxy_domain = NULL;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
@@ -412,7 +417,10 @@ int main(int argc, char **argv) {
     die("must run as root (it creates namespaces, cgroups and mounts for sandboxes)");
 
   _cleanup_free_ char *data_dir = absolute(data_opt);
-  _cleanup_free_ char *lxcfs_abs = lxcfs_dir ? absolute(lxcfs_dir) : NULL; /* sandboxes bind from it */
+  /* sandboxes bind from it */
+  _cleanup_free_ char *lxcfs_abs = strcmp(lxcfs_dir, "none") == 0                 ? NULL
+                                   : strcmp(lxcfs_dir, MOAT_HOST_LXCFS_AUTO) == 0 ? xstrdup(lxcfs_dir)
+                                                                                  : absolute(lxcfs_dir);
   moat_error *err = NULL;
   if (mkdir_p(data_dir, 0700, &err) < 0)
     die("data dir: %s", moat_error_msg(err));

@@ -84,6 +84,17 @@ def envd():
     assert sbx.files.exists("/home/user/deep/er/hello.txt")
     sbx.files.remove("/home/user/deep")
     assert not sbx.files.exists("/home/user/deep")
+    # watch_dir (the sync SDK polls GetWatcherEvents): a write is envd's create, chmod, write
+    from e2b import FilesystemEventType as T
+    sbx.files.make_dir("/home/user/w/sub")
+    wh = sbx.files.watch_dir("/home/user/w", recursive=True)
+    sbx.files.write("/home/user/w/sub/f.txt", "watched")
+    events, deadline = [], time.time() + 10
+    while len(events) < 3 and time.time() < deadline:
+        events += [(e.type, e.name) for e in wh.get_new_events()]
+        time.sleep(0.05)
+    wh.stop()
+    assert events == [(T.CREATE, "sub/f.txt"), (T.CHMOD, "sub/f.txt"), (T.WRITE, "sub/f.txt")], events
     h = sbx.commands.run("sleep 60", background=True)
     assert h.pid > 0
     assert sbx.commands.kill(h.pid)

@@ -177,3 +177,85 @@ class LxcfsTest(DaemonTest):
         kid = out["sandboxes"][0]["id"]
         self.addCleanup(self._delete_quietly, self.c, kid)
         self.assertEqual(self.c.sh(kid, "awk '/^MemTotal:/ {print $2}' /proc/meminfo").strip(), str(512 * 1024))
+
+
+def _proc_status(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+class LxcfsAutoTest(DaemonTest):
+    """Plain moatd (--lxcfs auto, the default) finds the machine's lxcfs or starts one at
+    /run/moat/lxcfs.d/mnt, left running for the next moatd: sandboxes see their own memory and
+    uptime with no flag. The daemons run in a mount namespace of the test's own, with an empty
+    tmpfs on /run/moat/lxcfs.d, so the lxcfs they start is the test's alone (it sits in the test
+    daemon's cgroup, whose cleanup ends it) and the machine's is never touched."""
+
+    pool = 0
+    HOME = "/run/moat/lxcfs.d"
+
+    @classmethod
+    def setUpClass(cls):
+        if not shutil.which("lxcfs") or not os.path.exists("/dev/fuse"):
+            raise unittest.SkipTest("no lxcfs or /dev/fuse here")
+        # moatd starts with SIGINT and SIGQUIT ignored, as `moatd &` from a script does
+        import signal
+        cls.daemon = moatd.MoatDaemon(pool=cls.pool, extra_args=("--lxcfs", "auto"), private_tmpfs=(cls.HOME,),
+                                      ignore_signals=(signal.SIGINT, signal.SIGQUIT))
+        try:
+            cls.daemon.start()
+        except Exception:
+            cls.daemon.stop()
+            raise
+        cls.c = cls.daemon.client
+        cls.root = "/proc/%d/root" % cls.daemon.proc.pid  # the daemon's mount namespace
+
+    def lxcfs_pid(self):
+        """The pid of the lxcfs moatd started, or None when it adopted Debian's service's."""
+        if "lxcfs at /var/lib/lxcfs" in self.daemon.log_tail(400):
+            return None
+        with open(self.root + self.HOME + "/pid") as f:
+            return int(f.read().split()[0])
+
+    def test_sandbox_sees_its_own_memory_without_flags(self):
+        sid = self.sandbox(memory_mb=512, cpu=1)["id"]
+        self.assertEqual(self.c.sh(sid, "awk '/^MemTotal:/ {print $2}' /proc/meminfo").strip(), str(512 * 1024))
+        with open("/proc/uptime") as f:
+            host_up = float(f.read().split()[0])
+        self.assertLess(float(self.c.sh(sid, "cut -d' ' -f1 /proc/uptime").strip()), min(120, host_up - 1))
+        self.assertRegex(self.daemon.log_tail(400), r"lxcfs at (/run/moat/lxcfs\.d/mnt|/var/lib/lxcfs)")
+
+    def test_started_lxcfs_is_detached_with_default_signals(self):
+        pid = self.lxcfs_pid()
+        if pid is None:
+            self.skipTest("this machine runs Debian's lxcfs service: moatd adopted it")
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().split(b"\0")
+        self.assertTrue(argv[0].endswith(b"lxcfs"), argv)
+        self.assertIn((self.HOME + "/mnt").encode(), argv)
+        st = _proc_status(pid)
+        self.assertEqual(int(st["SigIgn"], 16), 0, "lxcfs inherited moatd's ignored signals")
+        self.assertEqual(int(st["SigBlk"], 16), 0)
+        self.assertNotEqual(int(st["PPid"]), self.daemon.proc.pid, "lxcfs is moatd's child: it would be reaped")
+        # a session of its own (its launcher led it and exited: lxcfs can take no terminal)
+        self.assertNotEqual(os.getsid(pid), os.getsid(self.daemon.proc.pid), "lxcfs is in moatd's session")
+        self.assertEqual(os.getpgid(pid), os.getsid(pid))
+
+    def test_second_moatd_adopts_it_and_it_outlives_moatd(self):
+        pid = self.lxcfs_pid()
+        if pid is None:
+            self.skipTest("this machine runs Debian's lxcfs service: moatd adopted it")
+        second = moatd.MoatDaemon(pool=0, extra_args=("--lxcfs", "auto"),
+                                  mountns="/proc/%d/ns/mnt" % self.daemon.proc.pid)
+        try:
+            second.start()
+            c2 = second.client
+            st, body = c2.request("POST", "/v1/sandboxes", body={"template": "base", "memory_mb": 256}, expect=201)
+            sid = body["id"]
+            self.assertEqual(c2.sh(sid, "awk '/^MemTotal:/ {print $2}' /proc/meminfo").strip(), str(256 * 1024))
+            self.assertIn("lxcfs at %s/mnt" % self.HOME, second.log_tail(400))
+            with open(self.root + self.HOME + "/pid") as f:
+                self.assertEqual(int(f.read().split()[0]), pid, "a second lxcfs was started")
+        finally:
+            second.stop()
+        os.kill(pid, 0)  # still running after that moatd ended

@@ -100,6 +100,23 @@ def enter_netns_with_resolv(netns, resolv_conf):
             raise OSError(e, "mount namespace for resolv.conf: " + os.strerror(e))
 
 
+def enter_private_tmpfs(paths):
+    """For a child before exec: a mount namespace of its own (mounts propagate into it, none out)
+    with an empty tmpfs on each of paths, so that what moatd mounts or writes there (the machine's
+    lxcfs that --lxcfs auto starts) is the test's alone and ends with it."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_REC, MS_SLAVE = 16384, 1 << 19
+    if libc.unshare(CLONE_NEWNS) != 0 or libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "private mount namespace: " + os.strerror(e))
+    for p in paths:
+        os.makedirs(p, exist_ok=True)
+        if libc.mount(b"tmpfs", p.encode(), b"tmpfs", 0, b"mode=0755,size=16m") != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "tmpfs on %s: %s" % (p, os.strerror(e)))
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -483,15 +500,20 @@ class MoatDaemon:
     """A moatd under test. Use start() / stop(), or as a context manager."""
 
     def __init__(self, pool=2, data_dir=None, extra_args=(), template_dir=None, own_cgroup=True, env=None,
-                 disk_overcommit=True, ignore_signals=(), netns=None, resolv_conf=None):
+                 disk_overcommit=True, ignore_signals=(), netns=None, resolv_conf=None, private_tmpfs=(),
+                 mountns=None):
         self.pool = pool
         # netns: path of a network namespace moatd runs in (the test's own "host" with a fake
         # internet behind its default route); only then does moatd get its default uplink (auto).
         # Everywhere else it gets --net-uplink none unless extra_args name one: a test never
-        # masquerades sandboxes out of the real host's default route. resolv_conf: a file moatd
+        # masquerades sandboxes out of the real host's default route. Nor does one start the
+        # machine's lxcfs (moatd's default, --lxcfs auto) unless extra_args name --lxcfs: the tests
+        # that use lxcfs run a private one. resolv_conf: a file moatd
         # sees as /etc/resolv.conf (in a mount namespace of its own; with netns only).
         self.netns = netns
         self.resolv_conf = resolv_conf
+        self.private_tmpfs = tuple(private_tmpfs)  # enter_private_tmpfs's paths
+        self.mountns = mountns  # path of a mount namespace moatd starts in (another daemon's)
         # Signals moatd starts with ignored (SIG_IGN survives exec), as a shell's `cmd &` leaves
         # SIGINT and SIGQUIT for a background job.
         self.ignore_signals = tuple(ignore_signals)
@@ -519,7 +541,7 @@ class MoatDaemon:
             self.cgroups = make_test_cgroup("moat-test-%d-%d" % (os.getpid(), self.port))
         cgs = list(self.cgroups)
         ignore = self.ignore_signals
-        netns, resolv_conf = self.netns, self.resolv_conf
+        netns, resolv_conf, private_tmpfs, mountns = self.netns, self.resolv_conf, self.private_tmpfs, self.mountns
 
         def enter_cgroup():
             for d in cgs:
@@ -532,12 +554,19 @@ class MoatDaemon:
                 signal.signal(s, signal.SIG_IGN)
             if netns:
                 enter_netns_with_resolv(netns, resolv_conf)
+            if private_tmpfs:
+                enter_private_tmpfs(private_tmpfs)
+            if mountns:
+                fd = os.open(mountns, os.O_RDONLY)
+                _setns(fd, CLONE_NEWNS)
+                os.close(fd)
 
         argv = [moatd_bin(), "--listen", "127.0.0.1:%d" % self.port, "--data-dir", self.data_dir,
                 "--template-dir", self.template_dir, "--pool", str(self.pool), "--guest", guest_bin(),
                 "--recipes", os.path.join(REPO, "templates")] + \
             (["--disk-overcommit"] if self.disk_overcommit else []) + \
-            ([] if self.netns or "--net-uplink" in self.extra_args else ["--net-uplink", "none"]) + self.extra_args
+            ([] if self.netns or "--net-uplink" in self.extra_args else ["--net-uplink", "none"]) + \
+            ([] if "--lxcfs" in self.extra_args else ["--lxcfs", "none"]) + self.extra_args
         env = dict(os.environ)
         for k, v in self.env.items():
             if v is None:

@@ -239,8 +239,9 @@ const scenarios = {
     const h = await sbx.files.watchDir('/home/user/w', (ev) => events.push(ev))
     await sbx.files.write('/home/user/w/f1', 'x')
     for (let i = 0; i < 50 && !events.some((e) => e.type === 'write'); i++) await sleep(100)
-    // files.write reads as envd's direct write: create + write of f1, no temporary names
-    assert.deepEqual(events.map((e) => `${e.type}:${e.name}`), ['create:f1', 'write:f1'])
+    // files.write reads as envd's direct write (open O_CREAT, chown to the user, write): create,
+    // chmod and write of f1, no temporary names
+    assert.deepEqual(events.map((e) => `${e.type}:${e.name}`), ['create:f1', 'chmod:f1', 'write:f1'])
     await sbx.commands.run('echo more >> /home/user/w/f1; mv /home/user/w/f1 /home/user/w/f2; rm /home/user/w/f2')
     for (let i = 0; i < 50 && !events.some((e) => e.type === 'remove'); i++) await sleep(100)
     await h.stop()

@@ -426,7 +426,8 @@ static bool upload_temp(const char *path) {
 
 /* Appends the FilesystemEvents of one guest event to arr: a rename is envd's (fsnotify's)
  * RENAME of the old name plus CREATE of the new one. An upload's temporary file stays invisible:
- * its rename onto the target reads as envd's direct write, CREATE and WRITE of the target. */
+ * its rename onto the target reads as envd's direct write (open O_CREAT, chown to the user,
+ * write), CREATE, CHMOD and WRITE of the target. */
 static void fs_events(const struct watch_src *ws, const struct moat_watch_event *ev, json_t *arr) {
   const char *type = event_type(ev->event);
   if (!type) {
@@ -437,6 +438,7 @@ static void fs_events(const struct watch_src *ws, const struct moat_watch_event 
   if (upload_temp(ev->path)) {
     if (rename && ev->path2 && !upload_temp(ev->path2)) {
       json_array_append_new(arr, fs_event(ws, "EVENT_TYPE_CREATE", ev->path2));
+      json_array_append_new(arr, fs_event(ws, "EVENT_TYPE_CHMOD", ev->path2));
       json_array_append_new(arr, fs_event(ws, "EVENT_TYPE_WRITE", ev->path2));
     }
     return;

@@ -30,6 +30,7 @@
 #include "cgroup.h"
 #include "disk.h"
 #include "cpus.h"
+#include "lxcfs.h"
 #include "view.h"
 #include "linux_internal.h"
 #include "seccomp.h"
@@ -704,7 +705,16 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
   h->pool_template = cfg->pool_template ? xstrdup(cfg->pool_template) : NULL;
   h->pool_size = cfg->pool_size;
   h->disk_overcommit = cfg->disk_overcommit;
-  h->lxcfs_dir = cfg->lxcfs_dir && *cfg->lxcfs_dir ? xstrdup(cfg->lxcfs_dir) : NULL;
+  if (cfg->lxcfs_dir && strcmp(cfg->lxcfs_dir, MOAT_HOST_LXCFS_AUTO) == 0) {
+    _cleanup_free_ char *why = NULL;
+    h->lxcfs_dir = moat_lxcfs_auto(&why);
+    if (h->lxcfs_dir)
+      log_info("lxcfs at %s: sandboxes see their own /proc/meminfo, stat, uptime and loadavg", h->lxcfs_dir);
+    else
+      log_warn("no lxcfs (%s): sandboxes see the machine's /proc/meminfo, stat, uptime and loadavg", why);
+  } else {
+    h->lxcfs_dir = cfg->lxcfs_dir && *cfg->lxcfs_dir ? xstrdup(cfg->lxcfs_dir) : NULL;
+  }
   h->max_slots = cfg->max_slots ? cfg->max_slots : 16384;
   instance_name(h->data_dir, h->instance);
   h->chan_base = xasprintf(MOAT_CHAN_ROOT "/%s", h->instance);
