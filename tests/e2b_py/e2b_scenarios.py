@@ -98,6 +98,17 @@ def envd():
     h = sbx.commands.run("sleep 60", background=True)
     assert h.pid > 0
     assert sbx.commands.kill(h.pid)
+    # a command whose sandbox is killed: the stream is reset (as E2B's proxy resets the HTTP/2
+    # stream), the SDK's health probe finds the sandbox gone and says so
+    from e2b import TimeoutException
+    gone = track(Sandbox.create("base", timeout=120))
+    h = gone.commands.run("sleep 60", background=True)
+    gone.kill()
+    try:
+        h.wait()
+        raise AssertionError("wait() on a killed sandbox's command returned")
+    except TimeoutException as e:
+        assert "sandbox was killed or reached its end of life" in str(e), str(e)
 
 
 def interp():

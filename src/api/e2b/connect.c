@@ -232,8 +232,10 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
       return (ssize_t)n;
     }
     s->out.len = s->out_pos = 0;
-    if (s->cut)
+    if (s->cut) {
+      api_conn_reset(s->client_fd);
       return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
     if (s->done)
       return MHD_CONTENT_READER_END_OF_STREAM;
     if (api_stopping(s->api)) {

@@ -52,7 +52,7 @@ struct cx_stream {
   struct moat_buf out; /* envelopes not yet handed to MHD */
   size_t out_pos;
   bool done;             /* the end-of-stream envelope is in out */
-  bool cut;              /* once out is sent, drop the connection without an end (sandbox gone) */
+  bool cut;              /* once out is sent, reset the connection without an end (sandbox gone) */
   uint64_t last_ns;      /* last byte handed to MHD */
   uint64_t deadline_ns;  /* Connect-Timeout-Ms; 0 = none */
   uint64_t keepalive_ns; /* Keepalive-Ping-Interval; 0 = none */

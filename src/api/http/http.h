@@ -368,6 +368,10 @@ void api_release(struct moat_api *a);
 int api_conn_fd(const struct api_req *r);
 /* True when the client on fd (from api_conn_fd; -1: never) hung up or its socket failed. */
 bool api_client_gone(int fd);
+/* Resets the TCP connection on fd (from api_conn_fd; -1: nothing) now: an RST, not a FIN, so
+ * that a response cut short reads as a dropped connection, as an HTTP/2 stream reset does, not as
+ * a body that ended early. Bytes not yet sent are lost; the fd stays the server's to close. */
+void api_conn_reset(int fd);
 /* A response of size bytes streamed from rd in API_FILE_BLOCK pieces (GET .../files and E2B's
  * GET /files). rd is owned by the response from here on, also when NULL (out of memory) is
  * returned; desc names the file in logs. */

@@ -260,6 +260,15 @@ bool api_client_gone(int fd) {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
+void api_conn_reset(int fd) {
+  if (fd < 0)
+    return;
+  /* connect(AF_UNSPEC) disconnects an established TCP socket with an RST (tcp_disconnect);
+   * libmicrohttpd's shutdown(SHUT_WR) on close would send a FIN first */
+  struct sockaddr sa = {.sa_family = AF_UNSPEC};
+  (void)connect(fd, &sa, sizeof(sa));
+}
+
 /* A guest file, streamed as the response body. */
 struct read_state {
   struct moat_guest_reader *reader;
