@@ -21,6 +21,7 @@ from moattest import DaemonTest  # noqa: E402
 
 HOST_CPUS = len(os.sched_getaffinity(0))
 HYBRID = os.path.isdir("/sys/fs/cgroup/memory")
+HOST_CPUSET = os.path.isdir("/sys/fs/cgroup/cpuset") if HYBRID else None  # (v2: cpuset may not be delegated)
 MIB = 1 << 20
 PY_CPUS = "import os; print(os.cpu_count(), len(os.sched_getaffinity(0)))"
 
@@ -51,6 +52,23 @@ class OwnComputerTest(DaemonTest):
             self.assertNotEqual(r["exit_code"], 0, r)
             self.assertIn("Read-only", r["stderr"], r)
 
+    def test_affinity_cannot_widen_beyond_the_cpus(self):
+        """sched_setaffinity to every CPU from inside: the slot's cpuset keeps the sandbox on its
+        own CPUs (nproc stays cpu rounded up); without a cpuset the mask would widen."""
+        if HOST_CPUS < 2:
+            self.skipTest("one CPU: nothing to widen to")
+        sid = self.sandbox(memory_mb=512, cpu=1)["id"]
+        if HYBRID and not HOST_CPUSET:
+            self.skipTest("no v1 cpuset hierarchy on this host")
+        if not HYBRID and self.c.sh(sid, "test -e /sys/fs/cgroup/cpuset.cpus && echo y || echo n").strip() == "n":
+            self.skipTest("cpuset is not delegated to moat's cgroups on this v2 host")
+        widen = "import os\ntry:\n    os.sched_setaffinity(0, range(%d))\nexcept OSError:\n    pass\n" \
+                "print(len(os.sched_getaffinity(0)))\n" % HOST_CPUS
+        self.c.put_file(sid, "/tmp/widen.py", widen.encode())
+        out = self.c.sh(sid, "python3 /tmp/widen.py")
+        self.assertEqual(out.strip(), "1", out)
+        self.assertEqual(self.c.sh(sid, "taskset -c 0-%d nproc 2>/dev/null || nproc" % (HOST_CPUS - 1)).strip(), "1")
+
     def test_fork_and_wake_keep_the_view(self):
         ck = self.c.request("GET", "/healthz")[1].get("checkpoints") or {}
         if not ck.get("available"):
@@ -71,7 +89,8 @@ class OwnComputerTest(DaemonTest):
         sh = lambda cmd: self.c.sh(sid, cmd).strip()  # noqa: E731
         self.assertEqual(sh("cat /proc/self/cgroup | cut -d: -f3 | sort -u"), "/")
         if HYBRID:
-            self.assertEqual(sh("ls /sys/fs/cgroup").split(), ["cpu", "cpuacct", "memory", "pids", "unified"])
+            want = ["cpu", "cpuacct", "memory", "pids", "unified"] + (["cpuset"] if HOST_CPUSET else [])
+            self.assertEqual(sorted(sh("ls /sys/fs/cgroup").split()), sorted(want))
             self.assertEqual(int(sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes")), 512 * MIB)
             self.assertEqual(sh("cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us").split(),
                              ["100000", "100000"])
@@ -152,8 +171,12 @@ class LxcfsTest(DaemonTest):
         up = float(sh("cut -d' ' -f1 /proc/uptime"))
         self.assertLess(up, min(120, host_up - 1), "uptime is the machine's")
         self.assertRegex(sh("cat /proc/loadavg"), r"^\d+\.\d\d \d+\.\d\d \d+\.\d\d \d+/\d+ \d+$")
-        # lxcfs's stat counts the cpuset's CPUs (moat pins by affinity, not cpuset): the machine's
-        self.assertGreaterEqual(int(sh("grep -c '^cpu[0-9]' /proc/stat")), 1)
+        # lxcfs's stat counts the cpuset's CPUs: the slot's own where moat has a cpuset
+        ncpu = int(sh("grep -c '^cpu[0-9]' /proc/stat"))
+        if HOST_CPUSET:
+            self.assertEqual(ncpu, 1)
+        else:
+            self.assertGreaterEqual(ncpu, 1)
         # a 300 MB process shows in the sandbox's own used memory
         self.c.exec(sid, cmd="python3 -c \"b = b'x' * (300 << 20); import time; time.sleep(600)\"",
                     background=True, expect=201)

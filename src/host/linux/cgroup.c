@@ -14,12 +14,14 @@
 
 #include "../../common/log.h"
 #include "../../common/util.h"
+#include "cpus.h"
 
-enum { V1_MEMORY, V1_CPU, V1_PIDS, V1_CPUACCT, V1_COUNT };
-static const char *v1_names[V1_COUNT] = {"memory", "cpu", "pids", "cpuacct"};
+enum { V1_MEMORY, V1_CPU, V1_PIDS, V1_CPUACCT, V1_CPUSET, V1_COUNT };
+static const char *v1_names[V1_COUNT] = {"memory", "cpu", "pids", "cpuacct", "cpuset"};
 
 struct moat_cgroups {
   bool hybrid;
+  bool v2_cpuset;     /* pure v2 with the cpuset controller delegated to the slots */
   char *v2;           /* OWN/moat-INSTANCE in the v2 tree */
   char *v1[V1_COUNT]; /* OWN/moat-INSTANCE in each v1 hierarchy (hybrid only; NULL if absent) */
 };
@@ -123,6 +125,39 @@ static int enable_v2_controllers(const char *v2_mnt, const char *own, const char
   return 0;
 }
 
+/* Pure v2: cpuset for the slots too, where OWN may delegate it (optional: affinity alone then
+ * sizes what a sandbox sees). */
+static bool enable_v2_cpuset(const char *v2_mnt, const char *own, const char *inst) {
+  _cleanup_free_ char *ctl =
+      xasprintf("%s%s/cgroup.subtree_control", v2_mnt, strcmp(own, "/") == 0 ? "" : own);
+  _cleanup_free_ char *inst_ctl = xasprintf("%s/cgroup.subtree_control", inst);
+  return write_file(ctl, "+cpuset", NULL) == 0 && write_file(inst_ctl, "+cpuset", NULL) == 0;
+}
+
+/* A v1 cpuset cgroup starts with no CPUs and no memory nodes (no task may join it): dir takes
+ * those of parent where it has none. */
+static int cpuset_inherit(const char *parent, const char *dir, moat_error **err) {
+  static const char *files[] = {"cpuset.cpus", "cpuset.mems"};
+  for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+    _cleanup_free_ char *mine = xasprintf("%s/%s", dir, files[i]),
+                        *theirs = xasprintf("%s/%s", parent, files[i]);
+    _cleanup_free_ char *have = NULL, *want = NULL;
+    if (read_file(mine, &have, NULL, err) < 0 || read_file(theirs, &want, NULL, err) < 0)
+      return -1;
+    if (have[strspn(have, " \n")] == '\0' && write_file(mine, want, err) < 0)
+      return moat_error_wrap(err, "cpuset of %s", dir);
+  }
+  return 0;
+}
+
+static char *parent_dir(const char *dir) {
+  char *p = xstrdup(dir);
+  char *slash = strrchr(p, '/');
+  if (slash && slash != p)
+    *slash = '\0';
+  return p;
+}
+
 int moat_cgroups_open(struct moat_cgroups **out, const char *instance, moat_error **err) {
   _cleanup_free_ char *v2_mnt = NULL, *v2_own = NULL;
   char *v1_mnt[V1_COUNT] = {0}, *v1_own[V1_COUNT] = {0};
@@ -145,6 +180,9 @@ int moat_cgroups_open(struct moat_cgroups **out, const char *instance, moat_erro
         moat_error_errno(err, "mkdir %s", cg->v1[i]);
         goto out;
       }
+      _cleanup_free_ char *parent = parent_dir(cg->v1[i]);
+      if (i == V1_CPUSET && cpuset_inherit(parent, cg->v1[i], err) < 0)
+        goto out;
     }
     if (!cg->v1[V1_CPU] || !cg->v1[V1_PIDS]) {
       moat_error_set(err, ENOTSUP, "hybrid cgroups without the v1 cpu or pids controller");
@@ -152,6 +190,8 @@ int moat_cgroups_open(struct moat_cgroups **out, const char *instance, moat_erro
     }
   } else if (enable_v2_controllers(v2_mnt, v2_own, cg->v2, err) < 0) {
     goto out;
+  } else {
+    cg->v2_cpuset = enable_v2_cpuset(v2_mnt, v2_own, cg->v2);
   }
   log_info("cgroups: %s, sandboxes beneath %s%s%s", cg->hybrid ? "hybrid v1+v2" : "v2", cg->v2,
            cg->hybrid ? " and " : "", cg->hybrid ? cg->v1[V1_MEMORY] : "");
@@ -188,8 +228,24 @@ static int write_at(const char *dir, const char *file, const char *value, moat_e
   return write_file(p, value, err);
 }
 
+/* The slot's cpuset holds the CPUs moat_cpus_apply pins it to (where moatd has a cpuset). */
+static int set_cpuset(struct moat_cgroups *cg, int slot, double cpu, moat_error **err) {
+  const char *base = cg->hybrid ? cg->v1[V1_CPUSET] : cg->v2_cpuset ? cg->v2 : NULL;
+  if (!base)
+    return 0;
+  cpu_set_t set;
+  char list[1024];
+  if (moat_cpus_pick(slot, cpu, &set, err) < 0)
+    return -1;
+  moat_cpus_format(&set, list, sizeof(list));
+  _cleanup_free_ char *d = slot_dir(base, slot);
+  return write_at(d, "cpuset.cpus", list, err);
+}
+
 int moat_cgroup_set_limits(struct moat_cgroups *cg, int slot, const struct moat_limits *l, moat_error **err) {
   char mem[32], cpu[64], pids[32];
+  if (set_cpuset(cg, slot, l->cpu, err) < 0)
+    return moat_error_wrap(err, "set the CPUs of slot %d", slot);
   uint64_t quota = (uint64_t)(l->cpu * 100000.0 + 0.5);
   if (quota < 1000)
     quota = 1000;
@@ -231,6 +287,8 @@ int moat_cgroup_create(struct moat_cgroups *cg, int slot, const struct moat_limi
       _cleanup_free_ char *d = slot_dir(cg->v1[i], slot);
       if (mkdir(d, 0755) < 0 && errno != EEXIST)
         return moat_error_errno(err, "mkdir %s", d);
+      if (i == V1_CPUSET && cpuset_inherit(cg->v1[i], d, err) < 0)
+        return -1;
     }
   if (moat_cgroup_set_limits(cg, slot, limits, err) < 0)
     return -1;
@@ -399,9 +457,11 @@ int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out,
 }
 
 void moat_cgroup_view_names(struct moat_cgroups *cg, struct moat_cgroup_view *out) {
-  static const char *keys[V1_COUNT] = {"moat-cg-memory", "moat-cg-cpu", "moat-cg-pids", "moat-cg-cpuacct"};
+  static const char *keys[V1_COUNT] = {"moat-cg-memory", "moat-cg-cpu", "moat-cg-pids", "moat-cg-cpuacct",
+                                       "moat-cg-cpuset"};
   static const char *insides[V1_COUNT] = {"/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu",
-                                          "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpuacct"};
+                                          "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpuacct",
+                                          "/sys/fs/cgroup/cpuset"};
   memset(out, 0, sizeof(*out));
   for (int i = 0; i < MOAT_CGROUP_VIEW_MAX; i++)
     out->fd[i] = -1;

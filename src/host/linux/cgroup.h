@@ -45,11 +45,11 @@ bool moat_cgroup_frozen(struct moat_cgroups *cg, int slot);
 bool moat_cgroup_populated(struct moat_cgroups *cg, int slot);
 int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out, moat_error **err);
 /* The sandbox's /sys/fs/cgroup: read-only clones of its own cgroup dirs, one per hierarchy. On a
- * hybrid host each v1 hierarchy moat uses under its controller's name (memory, cpu, pids, cpuacct)
+ * hybrid host each v1 hierarchy moat uses under its controller's name (memory, cpu, pids, cpuacct, cpuset)
  * and the v2 tree as "unified", beneath a tmpfs, as the host lays them out; on a v2 host the slot's
  * v2 dir alone, named "" (mounted at /sys/fs/cgroup itself). With the sandbox's cgroup namespace
  * rooted at the slot, /proc/self/cgroup and mountinfo inside name "/" for each. */
-#define MOAT_CGROUP_VIEW_MAX 5
+#define MOAT_CGROUP_VIEW_MAX 6
 struct moat_cgroup_view {
   int n;
   const char *name[MOAT_CGROUP_VIEW_MAX];   /* static strings */
