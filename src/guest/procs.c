@@ -863,6 +863,14 @@ static void conn_frames(struct conn *c) {
   moat_msg_free(&m);
 }
 
+/* True when the host closed the connection (both ways), not just its write side: a disconnect,
+ * which ends a process that dies with its connection (conn_drop) and leaves the input of one that
+ * outlives it open (a pty's shell gets no ^D). */
+static bool peer_closed(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0;
+}
+
 static void conn_read(struct conn *c, bool hup) {
   while (!c->rd_eof && !c->dead && c->kind != C_DONE) {
     if (c->kind == C_STREAM && c->p && buf_pending(&c->p->inq) > STDIN_HIGH)
@@ -891,8 +899,8 @@ static void conn_read(struct conn *c, bool hup) {
         conn_error(c, EPROTO, "guest protocol: connection closed inside a frame");
       else
         c->dead = true;
-    } else if (c->kind == C_STREAM && c->primary && c->p) {
-      proc_close_stdin(c->p); /* the host shut its side: end of input, as before */
+    } else if (c->kind == C_STREAM && c->primary && c->p && !hup && !peer_closed(c->fd)) {
+      proc_close_stdin(c->p); /* the host shut its write side only: end of input */
     }
   }
   if (hup && !c->dead) /* the host is gone */

@@ -98,6 +98,19 @@ def envd():
     h = sbx.commands.run("sleep 60", background=True)
     assert h.pid > 0
     assert sbx.commands.kill(h.pid)
+    # a pty outlives its stream: after a disconnect the shell lives on with its input open (the
+    # guest once took the dropped connection for end of input and sent the shell ^D)
+    from e2b.sandbox.commands.command_handle import PtySize
+    t = sbx.pty.create(PtySize(80, 24), envs={"FOO": "bar"})
+    sbx.pty.send_stdin(t.pid, b"echo $FOO\n")
+    t.disconnect()
+    time.sleep(1)
+    assert t.pid in [p.pid for p in sbx.commands.list()], "the pty's shell ended with its stream"
+    again = sbx.pty.connect(t.pid)
+    sbx.pty.send_stdin(t.pid, b"echo again-$FOO\nexit\n")
+    out = []
+    end = again.wait(on_pty=lambda d: out.append(d.decode(errors="replace")))
+    assert end.exit_code == 0 and "again-bar" in "".join(out), (end, out)
     # a command whose sandbox is killed: the stream is reset (as E2B's proxy resets the HTTP/2
     # stream), the SDK's health probe finds the sandbox gone and says so
     from e2b import TimeoutException

@@ -341,6 +341,18 @@ const scenarios = {
     assert.match(out, /30 100/)
     assert.equal(await sbx.pty.kill(h.pid), true)
     await rejects(h.wait(), CommandExitError, 'pty wait after kill', 10000)
+    // a pty outlives its stream: disconnect, let moatd notice, connect again; the shell is alive
+    // and its input open (no end-of-input, no ^D), as in envd
+    const t = await sbx.pty.create({ cols: 80, rows: 24, envs: { FOO: 'bar' }, onData: () => {} })
+    await sbx.pty.sendInput(t.pid, new TextEncoder().encode('echo $FOO\n'))
+    await t.disconnect()
+    await sleep(1500)
+    let again = ''
+    const r = await sbx.pty.connect(t.pid, { onData: (d) => { again += dec.decode(d, { stream: true }) } })
+    await sbx.pty.sendInput(t.pid, new TextEncoder().encode('echo again-$FOO\nexit\n'))
+    const end = await r.wait()
+    assert.equal(end.exitCode, 0)
+    assert.match(again, /again-bar/)
   },
 
   // A command silent for longer than moatd's connection timeout (60 s): the stream stays up
