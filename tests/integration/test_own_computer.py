@@ -1,10 +1,11 @@
 """test_own_computer.py -- a sandbox sees its own computer: nproc, os.cpu_count() and
 sched_getaffinity and /sys/devices/system/cpu/online report its cpu limit rounded up (its init is
 pinned to that many of moatd's CPUs, round robin by slot, the cfs quota staying the limit; the
-online list is a file of the slot dir bound read-only over sysfs's, as are /proc/cpuinfo, cut to
+online list is a file of moatd's read-only share bound over sysfs's, as are /proc/cpuinfo, cut to
 that many processors, and an empty /proc/swaps). /sys/fs/cgroup holds the
 sandbox's own cgroups, read-only, each the root of what it shows (the cgroup namespace): the limits
-a runtime sizes itself from are there.
+a runtime sizes itself from are there. df lists the sandbox's own filesystems only: the share and
+the guest channel's tmpfs have no size (f_blocks 0), and mountinfo names no path of the host's.
 """
 
 import os
