@@ -1,10 +1,11 @@
 """test_own_computer.py -- a sandbox sees its own computer: nproc, os.cpu_count() and
 sched_getaffinity and /sys/devices/system/cpu/online report its cpu limit rounded up (its init is
 pinned to that many of moatd's CPUs, round robin by slot, the cfs quota staying the limit; the
-online list is a file of the slot dir bound read-only over sysfs's, as are /proc/cpuinfo, cut to
+online list is a file of moatd's read-only share bound over sysfs's, as are /proc/cpuinfo, cut to
 that many processors, and an empty /proc/swaps). /sys/fs/cgroup holds the
 sandbox's own cgroups, read-only, each the root of what it shows (the cgroup namespace): the limits
-a runtime sizes itself from are there.
+a runtime sizes itself from are there. df lists the sandbox's own filesystems only: the share and
+the guest channel's tmpfs have no size (f_blocks 0), and mountinfo names no path of the host's.
 """
 
 import os
@@ -105,6 +106,62 @@ class OwnComputerTest(DaemonTest):
         # mountinfo names each as the root of its hierarchy (the JVM and libuv match it with /proc/self/cgroup)
         roots = sh("awk '$5 ~ \"^/sys/fs/cgroup/\" && $9 ~ /^cgroup/ {print $4}' /proc/self/mountinfo | sort -u")
         self.assertEqual(roots, "/")
+
+    def test_df_shows_the_sandbox_filesystems_only(self):
+        sid = self.sandbox(memory_mb=512, cpu=1)["id"]
+        sh = lambda cmd, **kw: self.c.sh(sid, cmd, **kw)  # noqa: E731
+        # df -P: "Filesystem 1024-blocks Used Available Capacity Mounted on"; without -a, df lists
+        # what has blocks (statfs f_blocks > 0), one line per device
+        own = {"/": ("overlay",), "/dev": ("tmpfs",), "/dev/shm": ("shm", "tmpfs"), "/run": ("tmpfs",),
+               "/sys/fs/cgroup": ("tmpfs", "cgroup", "cgroup2")}
+        for flags in ("-P", "-hP", "-P -x tmpfs", "-P -T"):
+            rows = [line.split() for line in sh("df %s" % flags).splitlines()[1:]]
+            self.assertTrue(rows, flags)
+            for row in rows:
+                fs, target = row[0], row[-1]
+                self.assertIn(target, own, (flags, row))
+                self.assertIn(fs, own[target], (flags, row))
+            self.assertIn("/", [r[-1] for r in rows], flags)
+        # df -a lists every mount: none is of a block device (the host's disk)
+        for line in sh("df -aP").splitlines()[1:]:
+            row = line.split()
+            self.assertFalse(row[0].startswith("/dev/"), row)  # a block device: the host's disk
+        mountinfo = sh("cat /proc/self/mountinfo")
+        for host_path in (os.path.realpath(self.daemon.data_dir), os.path.realpath(moatd.guest_bin()),
+                          "/run/moat/chan", "/run/moat/channels", "/var/tmp", " /work/"):
+            self.assertNotIn(host_path, mountinfo)
+        for line in mountinfo.splitlines():  # the sandbox's mounts are of no block device
+            fields = line.split()
+            source = fields[fields.index("-") + 2]
+            self.assertFalse(source.startswith("/dev/"), line)
+        # the devices still work (open /dev/tty: ENXIO without a controlling terminal)
+        self.assertEqual(sh("head -c 5 /dev/zero | od -An -tx1").split(), ["00"] * 5)
+        self.assertEqual(sh("head -c 16 /dev/urandom | wc -c").strip(), "16")
+        self.assertEqual(sh("head -c 16 /dev/random | wc -c").strip(), "16")
+        self.assertEqual(sh("echo x > /dev/null; wc -c < /dev/null").strip(), "0")
+        r = self.c.exec(sid, argv=["python3", "-c", "import os\nfd = os.open('/dev/full', os.O_WRONLY)\ntry:\n"
+                                   " os.write(fd, b'x')\nexcept OSError as e:\n print(e.errno)"])
+        self.assertEqual(r["stdout"].strip(), "28", r)  # ENOSPC
+        r = self.c.exec(sid, argv=["python3", "-c", "import os\ntry:\n os.open('/dev/tty', os.O_RDWR)\n"
+                                   "except OSError as e:\n print(e.errno)"])
+        self.assertEqual(r["stdout"].strip(), "6", r)  # ENXIO
+        # root inside can neither write nor remount them read-write; the host's copies stay as they were
+        before = {p: os.stat(p) for p in ("/dev/null", "/dev/zero", "/dev/urandom")}
+        for cmd in ("echo 0-63 > /sys/devices/system/cpu/online", "echo x >> /proc/cpuinfo",
+                    "echo x >> /proc/swaps", "mount -o remount,rw /proc/cpuinfo",
+                    "mount -o remount,rw /proc/swaps", "mount -o remount,rw /sys/devices/system/cpu/online",
+                    "mount -o remount,rw /run/moat/moat-guest", "echo x >> /run/moat/moat-guest",
+                    "mount -o remount,rw /dev/null", "mount -o remount,rw,bind /dev/null",
+                    "rm -f /dev/null", "mknod /dev/x c 1 3", "touch /run/moat/.sock/x",
+                    "mkdir /run/moat/.sock/d", "chmod 666 /dev/null"):
+            r = self.c.exec(sid, cmd=cmd, user="root")
+            self.assertNotEqual(r["exit_code"], 0, (cmd, r))
+        for p, st in before.items():
+            now = os.stat(p)
+            self.assertEqual((now.st_mode, now.st_rdev, now.st_uid), (st.st_mode, st.st_rdev, st.st_uid), p)
+        self.assertEqual(sh("stat -c %a /dev/null"), "666\n")
+        self.assertEqual(sh("wc -l < /proc/swaps").strip(), "1")
+        self.assertEqual(sh("cat /sys/devices/system/cpu/online").strip(), "0")
 
 
 class LxcfsTest(DaemonTest):

@@ -670,7 +670,10 @@ class MoatDaemon:
             db.close()
         if not row or row[0] <= 0:
             raise RuntimeError("sandbox %s has no init recorded" % sid)
-        return {"pid": row[0], "slot": row[1], "chan": "/run/moat/chan/%s/%d" % (self.instance(), row[1])}
+        # the machine's tmpfs of channel dirs, or (moatd in a mount namespace of its own) the legacy root
+        chans = ["%s/%s/%d" % (root, self.instance(), row[1]) for root in ("/run/moat/channels", "/run/moat/chan")]
+        chan = next((c for c in chans if os.path.isdir(c)), chans[0])
+        return {"pid": row[0], "slot": row[1], "chan": chan}
 
     def log_tail(self, n=60):
         try:

@@ -74,6 +74,7 @@
 #include "shell.h"
 #include "cpus.h"
 #include "linux_internal.h"
+#include "share.h"
 #include "view.h"
 #include "userns.h"
 
@@ -438,6 +439,41 @@ static int dump_child(void *arg) {
   return moat_userns_become_owner(c->owner);
 }
 
+/* Most binds of the share's device nodes a sandbox has: its /dev nodes and the /proc masks. */
+#define SHARE_BINDS 32
+
+/* Fills out[] with CRIU's --external argument for each bind of a device node of the share
+ * (share.h) in the mount namespace of pid, "mnt[MOUNTPOINT]:" MOAT_SHARE_DEV_KEY "NAME", from its
+ * mountinfo (the view files and the guest binary, from the share too, have keys of their own).
+ * Returns how many. A restore maps each key to the new slot's share. */
+static int share_binds(pid_t pid, char out[SHARE_BINDS][160]) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
+  _cleanup_free_ char *s = NULL;
+  if (read_file(path, &s, NULL, NULL) < 0)
+    return 0;
+  int n = 0;
+  for (char *line = s, *next; line && *line && n < SHARE_BINDS; line = next) {
+    next = strchr(line, '\n');
+    if (next)
+      *next++ = '\0';
+    /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS */
+    char root[128], target[128], fstype[32], source[64];
+    const char *dash = strstr(line, " - ");
+    if (!dash || sscanf(line, "%*s %*s %*s %127s %127s", root, target) != 2 ||
+        sscanf(dash, " - %31s %63s", fstype, source) != 2)
+      continue;
+    if (strcmp(source, MOAT_SHARE_SOURCE) != 0 || root[0] != '/')
+      continue;
+    for (int d = 0; moat_share_devs[d]; d++)
+      if (strcmp(root + 1, moat_share_devs[d]) == 0) {
+        snprintf(out[n++], sizeof(out[0]), "mnt[%s]:" MOAT_SHARE_DEV_KEY "%s", target, moat_share_devs[d]);
+        break;
+      }
+  }
+  return n;
+}
+
 int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
                           struct moat_checkpoint_info *info, moat_error **err) {
   uint64_t t0 = now_ns();
@@ -487,8 +523,9 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     _cleanup_free_ char *images = xasprintf("%s/images", dir);
     _cleanup_free_ char *log = xasprintf("%s/dump.log", images);
     _cleanup_free_ char *pid_s = xasprintf("%d", v.pid);
-    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX + 2 * MOAT_VIEW_FILES + 2 * MOAT_LXCFS_FILES];
+    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX + 2 * MOAT_VIEW_FILES + 2 * MOAT_LXCFS_FILES + 2 * SHARE_BINDS];
     char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96], lx_ext[MOAT_LXCFS_FILES][96];
+    char share_ext[SHARE_BINDS][160];
     struct moat_cgroup_view cgv;
     moat_cgroup_view_names(v.cgroups, &cgv);
     int a = 0;
@@ -524,6 +561,11 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
                moat_lxcfs_files[i]);
       argv[a++] = "--external";
       argv[a++] = lx_ext[i];
+    }
+    /* the share's device nodes (share.h), at /dev and under the /proc masks */
+    for (int i = 0, k = share_binds(v.pid, share_ext); i < k; i++) {
+      argv[a++] = "--external";
+      argv[a++] = share_ext[i];
     }
     /* the cgroup view (cgroup.h): a restore binds the new slot's cgroups there */
     for (int i = 0; i < cgv.n; i++) {
@@ -693,12 +735,12 @@ fail:
 
 /* What the CRIU helper needs between fork and exec (syscalls only). */
 struct restore_ctx {
-  int lower_fd, disk_fd, cg_fd, guest_fd;
+  int lower_fd, disk_fd, cg_fd, share_fd;
   int userns_fd; /* the holder's user namespace */
   int timens_fd; /* the holder's time namespace for children, or -1 */
   int utsns_fd;  /* the holder's UTS namespace */
   const char *slot_dir;
-  const char *lower, *disk, *root, *guest; /* mount points in the slot dir */
+  const char *lower, *disk, *root, *share; /* mount points in the slot dir */
   const char *ovl_opts;
   struct moat_cgroups *cgroups;
   const struct moat_cgroup_view *cgv; /* attached at cg_targets (SLOT/cgroup[/NAME]) */
@@ -721,7 +763,7 @@ static int restore_child(void *arg) {
     return -1;
   if (move_mount(c->lower_fd, "", AT_FDCWD, c->lower, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
       move_mount(c->disk_fd, "", AT_FDCWD, c->disk, MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
-      move_mount(c->guest_fd, "", AT_FDCWD, c->guest, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      move_mount(c->share_fd, "", AT_FDCWD, c->share, MOVE_MOUNT_F_EMPTY_PATH) < 0)
     return -1;
   for (int i = 0; i < c->cgv->n; i++)
     if (move_mount(c->cgv->fd[i], "", AT_FDCWD, c->cg_targets[i], MOVE_MOUNT_F_EMPTY_PATH) < 0)
@@ -818,7 +860,7 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   _cleanup_free_ char *lower = xasprintf("%s/lower", slot_dir);
   _cleanup_free_ char *diskp = xasprintf("%s/disk", slot_dir);
   _cleanup_free_ char *root = xasprintf("%s/root", slot_dir);
-  _cleanup_free_ char *guest = xasprintf("%s/guest", slot_dir);
+  _cleanup_free_ char *share = xasprintf("%s/" MOAT_SHARE_DIR, slot_dir);
   _cleanup_free_ char *img = xasprintf("%s/%d.img", v.disks_dir, n);
   _cleanup_free_ char *src_images = xasprintf("%s/images", dir);
   _cleanup_free_ char *images = xasprintf("%s/images", slot_dir);
@@ -830,10 +872,11 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   _cleanup_free_ char *ovl =
       xasprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", lower, diskp, diskp);
   _cleanup_close_ int cg_fd = -1, disk = -1, lower_fd = -1, pidfd = -1, userns_fd = -1, timens_fd = -1,
-                      utsns_fd = -1, guest_fd = -1;
+                      utsns_fd = -1, share_fd = -1;
   char timens_offsets[160];
   struct moat_cgroup_view cgv = {0};
   char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96], lx_ext[MOAT_LXCFS_FILES][4200];
+  char dev_ext[MOAT_SHARE_DEVS][96];
   char cg_targets[MOAT_CGROUP_VIEW_MAX][4096 + 32];
   struct holder_uts uts;
   struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1, .timens = false};
@@ -841,7 +884,7 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   uint64_t copied = 0;
 
   if (mkdir(slot_dir, 0711) < 0 || mkdir(lower, 0755) < 0 || mkdir(diskp, 0755) < 0 ||
-      mkdir(root, 0755) < 0) {
+      mkdir(root, 0755) < 0 || mkdir(share, 0755) < 0) {
     moat_error_errno(err, "mkdir %s", slot_dir);
     goto fail;
   }
@@ -870,20 +913,12 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                                           : moat_shell_idmapped_template(rootfs, hd.pid, err);
   if (lower_fd < 0)
     goto fail;
-  guest_fd = moat_shell_guest_mount(v.guest_path, err);
-  if (guest_fd < 0 || moat_view_write(slot_dir, limits, err) < 0 ||
-      moat_shell_cgroup_view(slot_dir, v.cgroups, n, &cgv, err) < 0)
+  share_fd = moat_share_clone(v.share_fd, err);
+  if (share_fd < 0 || moat_shell_cgroup_view(slot_dir, v.cgroups, n, &cgv, err) < 0)
     goto fail;
   for (int i = 0; i < cgv.n; i++)
     snprintf(cg_targets[i], sizeof(cg_targets[i]), "%s/cgroup%s%s", slot_dir, cgv.name[i][0] ? "/" : "",
              cgv.name[i]);
-  {
-    _cleanup_close_ int gfd = open(guest, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* a mount point */
-    if (gfd < 0) {
-      moat_error_errno(err, "create %s", guest);
-      goto fail;
-    }
-  }
   {
     char ns_path[64];
     snprintf(ns_path, sizeof(ns_path), "/proc/%d/ns/user", hd.pid);
@@ -906,18 +941,20 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   mark("images, holder, idmap", &tm);
   {
     /* paths as CRIU sees them (CRIU_SLOT) */
-    char *argv[] = {"criu", "restore", "-D", CRIU_SLOT "/images", "-W", CRIU_SLOT "/images", "-o",
-                    "restore.log", getenv("MOAT_CRIU_KEEP_LOGS") ? "-v4" : "-v2", "--root", CRIU_SLOT "/root",
-                    "--restore-detached", "--pidfile", CRIU_SLOT "/images/criu.pid", "--ext-mount-map",
-                    chan_map, "--ext-mount-map", "auto", "--manage-cgroups=ignore", "--network-lock", "skip",
-                    /* CRIU's word for not being the host's root: it then sets socket buffers
-                     * without SO_*BUFFORCE (CAP_NET_ADMIN of the host) and makes no time
-                     * namespace (the holder made one) */
-                    "--unprivileged",
-                    /* checkpoints since the guest got a key; older ones name its host path */
-                    "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/guest", NULL, NULL, NULL, NULL,
-                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    /* the fixed arguments below, then the keys' maps (lxcfs, view, devices, cgroup view), the
+     * network's four and the terminating NULL */
+    char *argv[32 + 2 * (MOAT_LXCFS_FILES + MOAT_VIEW_FILES + MOAT_SHARE_DEVS + MOAT_CGROUP_VIEW_MAX) + 4 +
+               1] = {
+        "criu", "restore", "-D", CRIU_SLOT "/images", "-W", CRIU_SLOT "/images", "-o", "restore.log",
+        getenv("MOAT_CRIU_KEEP_LOGS") ? "-v4" : "-v2", "--root", CRIU_SLOT "/root", "--restore-detached",
+        "--pidfile", CRIU_SLOT "/images/criu.pid", "--ext-mount-map", chan_map, "--ext-mount-map", "auto",
+        "--manage-cgroups=ignore", "--network-lock", "skip",
+        /* CRIU's word for not being the host's root: it then sets socket buffers
+         * without SO_*BUFFORCE (CAP_NET_ADMIN of the host) and makes no time
+         * namespace (the holder made one) */
+        "--unprivileged",
+        /* checkpoints since the guest got a key; older ones name its host path */
+        "--external", "mnt[" MOAT_GUEST_MOUNT_KEY "]:" CRIU_SLOT "/" MOAT_SHARE_DIR "/" MOAT_SHARE_GUEST};
     {
       size_t k = 0;
       while (argv[k])
@@ -929,12 +966,24 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
         argv[k++] = "--external";
         argv[k++] = lx_ext[i];
       }
-      /* the new slot's view files (view.h), written for the new limits */
+      /* the view files (view.h) for the new limits, from the new slot's share; checkpoints
+       * from before the share have the same keys */
       for (int i = 0; moat_view_files[i].name; i++) {
-        snprintf(view_ext[i], sizeof(view_ext[i]), "mnt[%s]:" CRIU_SLOT "/%s", moat_view_files[i].key,
-                 moat_view_files[i].name);
+        char name[64];
+        moat_view_name(&moat_view_files[i], moat_view_cpus(limits), name, sizeof(name));
+        snprintf(view_ext[i], sizeof(view_ext[i]), "mnt[%s]:" CRIU_SLOT "/" MOAT_SHARE_DIR "/%s",
+                 moat_view_files[i].key, name);
         argv[k++] = "--external";
         argv[k++] = view_ext[i];
+      }
+      /* the share's device nodes (share_binds); checkpoints from before the share bound the host's
+       * devtmpfs, which --ext-mount-map auto finds again */
+      for (int i = 0; moat_share_devs[i]; i++) {
+        snprintf(dev_ext[i], sizeof(dev_ext[i]),
+                 "mnt[" MOAT_SHARE_DEV_KEY "%s]:" CRIU_SLOT "/" MOAT_SHARE_DIR "/%s", moat_share_devs[i],
+                 moat_share_devs[i]);
+        argv[k++] = "--external";
+        argv[k++] = dev_ext[i];
       }
       for (int i = 0; i < cgv.n; i++) {
         snprintf(cg_ext[i], sizeof(cg_ext[i]), "mnt[%s]:" CRIU_SLOT "/cgroup%s%s", cgv.key[i],
@@ -961,8 +1010,8 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
     struct restore_ctx ctx = {.lower_fd = lower_fd,
                               .disk_fd = disk,
                               .cg_fd = cg_fd,
-                              .guest_fd = guest_fd,
-                              .guest = guest,
+                              .share_fd = share_fd,
+                              .share = share,
                               .userns_fd = userns_fd,
                               .timens_fd = timens_fd,
                               .utsns_fd = utsns_fd,

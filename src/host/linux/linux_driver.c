@@ -31,6 +31,7 @@
 #include "disk.h"
 #include "cpus.h"
 #include "lxcfs.h"
+#include "share.h"
 #include "view.h"
 #include "linux_internal.h"
 #include "seccomp.h"
@@ -66,7 +67,8 @@ struct slot {
 struct moat_linux {
   struct moat_host base; /* first (driver.h) */
   char *data_dir, *slots_dir, *disks_dir, *template_dir, *guest_path, *pool_template;
-  char *chan_base; /* MOAT_CHAN_ROOT/INSTANCE: the slots' guest channel dirs */
+  char *chan_base; /* the slots' guest channel dirs (moat_share_chan_base) */
+  int share_fd;    /* the share's detached mount (share.h) */
   char *lxcfs_dir; /* driver.h's lxcfs_dir, checked; NULL: none */
   char instance[17];
   unsigned pool_size, max_slots;
@@ -394,8 +396,7 @@ static int build_shell(struct moat_linux *h, const char *template_name, const st
   _cleanup_free_ char *dir = slot_path(h, n);
   _cleanup_free_ char *img = xasprintf("%s/%d.img", h->disks_dir, n);
   int ret = -1;
-  static const char *sub[] = {"lower", "disk", "root"};
-  _cleanup_free_ char *guest_target = xasprintf("%s/guest", dir);
+  static const char *sub[] = {"lower", "disk", "root", MOAT_SHARE_DIR};
   _cleanup_free_ char *fs_dir = xasprintf("%s/fs", dir);
   _cleanup_free_ char *chan_dir = chan_path(h, n);
   if (mkdir(dir, 0711) < 0 && errno != EEXIST) {
@@ -406,13 +407,6 @@ static int build_shell(struct moat_linux *h, const char *template_name, const st
     _cleanup_free_ char *p = xasprintf("%s/%s", dir, sub[i]);
     if (mkdir(p, 0755) < 0 && errno != EEXIST) {
       moat_error_errno(err, "mkdir %s", p);
-      goto out;
-    }
-  }
-  {
-    _cleanup_close_ int gfd = open(guest_target, O_WRONLY | O_CREAT | O_CLOEXEC, 0755);
-    if (gfd < 0) {
-      moat_error_errno(err, "create %s", guest_target);
       goto out;
     }
   }
@@ -437,7 +431,8 @@ static int build_shell(struct moat_linux *h, const char *template_name, const st
                                  .slot_dir = dir,
                                  .chan_dir = chan_dir,
                                  .rootfs = rootfs,
-                                 .guest_path = h->guest_path,
+                                 .share_fd = h->share_fd,
+                                 .view_cpus = moat_view_cpus(limits),
                                  .lxcfs_dir = h->lxcfs_dir,
                                  .disk_fd = disk,
                                  .seccomp = &h->seccomp,
@@ -546,8 +541,9 @@ static int linux_create(struct moat_host *base, const char *template_name, const
   }
   if (s && !limits_equal(&s->limits, limits)) {
     _cleanup_free_ char *dir = slot_path(h, s->index);
+    unsigned cpus = moat_view_cpus(limits);
     if (moat_cgroup_set_limits(h->cgroups, s->index, limits, err) < 0 ||
-        moat_view_write(dir, limits, err) < 0) {
+        (cpus != moat_view_cpus(&s->limits) && moat_shell_view_rebind(s->pid, h->share_fd, cpus, err) < 0)) {
       linux_destroy(&h->base, s->index, NULL);
       return moat_error_wrap(err, "create sandbox");
     }
@@ -686,6 +682,7 @@ static void linux_free(struct moat_linux *h);
 
 static int linux_init(struct moat_host **out, const struct moat_host_config *cfg, moat_error **err) {
   struct moat_linux *h = xcalloc(1, sizeof(*h));
+  h->share_fd = -1;
   h->base.guest_channel.ops = &moat_linux_guest_channel_ops;
   moat_guest_channel_configure(&h->base.guest_channel, 0, NULL, NULL);
   pthread_mutex_init(&h->lock, NULL);
@@ -717,7 +714,6 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
   }
   h->max_slots = cfg->max_slots ? cfg->max_slots : 16384;
   instance_name(h->data_dir, h->instance);
-  h->chan_base = xasprintf(MOAT_CHAN_ROOT "/%s", h->instance);
   _cleanup_free_ char *hostdir = xasprintf("%s/host", h->data_dir);
   int ret = -1;
   if (geteuid() != 0) {
@@ -738,12 +734,11 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
   }
   if (h->lxcfs_dir && moat_view_lxcfs_check(h->lxcfs_dir, err) < 0)
     goto out;
-  if (mkdir_p(h->slots_dir, 0711, err) < 0 || mkdir_p(h->disks_dir, 0700, err) < 0 ||
-      mkdir_p(RANGES_DIR, 0755, err) < 0 || mkdir_p(h->chan_base, 0711, err) < 0)
+  if ((h->share_fd = moat_share_make(h->guest_path, err)) < 0)
     goto out;
-  /* the sandboxes' roots (and CRIU restoring them) pass through to their channel dirs */
-  chmod(MOAT_CHAN_ROOT, 0711);
-  chmod(h->chan_base, 0711);
+  if (mkdir_p(h->slots_dir, 0711, err) < 0 || mkdir_p(h->disks_dir, 0700, err) < 0 ||
+      mkdir_p(RANGES_DIR, 0755, err) < 0 || !(h->chan_base = moat_share_chan_base(h->instance, err)))
+    goto out;
   chmod(h->slots_dir, 0711);
   chmod(hostdir, 0711);
   /* The sandbox's init enters its slot dir as the host's root, then drops to the range: the
@@ -837,6 +832,8 @@ static void linux_free(struct moat_linux *h) {
   free(h->chan_base);
   free(h->template_dir);
   free(h->guest_path);
+  if (h->share_fd >= 0)
+    close(h->share_fd);
   free(h->lxcfs_dir);
   free(h->pool_template);
   pthread_mutex_destroy(&h->lock);
@@ -1173,7 +1170,7 @@ int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, con
   snprintf(out->template_name, sizeof(out->template_name), "%s", template_name);
   out->disks_dir = h->disks_dir;
   out->template_dir = h->template_dir;
-  out->guest_path = h->guest_path;
+  out->share_fd = h->share_fd;
   out->lxcfs_dir = h->lxcfs_dir;
   return n;
 }

@@ -26,10 +26,11 @@ struct moat_slot_view {
   char *chan_dir; /* owned: the guest channel's host dir (shell.h) */
   char template_name[64];
   struct moat_limits limits;
-  struct moat_cgroups *cgroups;          /* the host's, not owned */
-  const char *disks_dir;                 /* the host's, not owned */
-  const char *template_dir, *guest_path; /* the host's (reserve only), not owned */
-  const char *lxcfs_dir;                 /* the host's (reserve only), not owned; NULL: none */
+  struct moat_cgroups *cgroups; /* the host's, not owned */
+  const char *disks_dir;        /* the host's, not owned */
+  const char *template_dir;     /* the host's (reserve only), not owned */
+  int share_fd;                 /* the host's share (share.h; reserve only), not owned */
+  const char *lxcfs_dir;        /* the host's (reserve only), not owned; NULL: none */
 };
 
 /* A running (assigned) sandbox's slot. 0, or -1 (ENOENT when the slot holds no sandbox). The

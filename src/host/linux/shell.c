@@ -32,6 +32,7 @@
 
 #include "../../common/util.h"
 #include "seccomp.h"
+#include "share.h"
 #include "userns.h"
 #include "view.h"
 
@@ -84,7 +85,7 @@ static int touch_file(const char *path, mode_t mode) {
   return 0;
 }
 
-/* Binds /dev/null over a file, or an empty read-only tmpfs over a directory, if it exists. The
+/* Binds the share's null over a file, or an empty read-only tmpfs over a directory, if it exists. The
  * first masked directory gets the tmpfs (*dir_mask is then set to it); the others get read-only
  * bind mounts of that one, so that a checkpoint carries one empty tmpfs, not one per path (CRIU
  * archives every tmpfs's contents on dump and unpacks them on restore: ~4 ms each). */
@@ -93,7 +94,7 @@ static int mask_path(const char *path, const char **dir_mask) {
   if (lstat(path, &st) < 0)
     return errno == ENOENT ? 0 : -1;
   if (!S_ISDIR(st.st_mode))
-    return mount("/dev/null", path, NULL, MS_BIND, NULL);
+    return mount(MOAT_SHARE_DIR "/" MOAT_SHARE_NULL, path, NULL, MS_BIND, NULL);
   const unsigned long ro = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
   if (!*dir_mask) {
     if (mount("tmpfs", path, "tmpfs", ro, "size=0,mode=000") < 0)
@@ -117,11 +118,12 @@ static int readonly_path(const char *path) {
 static void setup_dev(struct child_ctx *c) {
   CHECK(mount("tmpfs", "root/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k,nr_inodes=4096"),
         "mount /dev");
-  static const char *nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+  /* the nodes of the share (share.h), read-only binds: they open as devices do on a read-only
+   * mount (writes go to the device), but cannot be removed, chmod'ed or replaced */
   char src[64], dst[64];
-  for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
-    snprintf(src, sizeof(src), "/dev/%s", nodes[i]);
-    snprintf(dst, sizeof(dst), "root/dev/%s", nodes[i]);
+  for (size_t i = 0; moat_share_devs[i]; i++) {
+    snprintf(src, sizeof(src), MOAT_SHARE_DIR "/%s", moat_share_devs[i]);
+    snprintf(dst, sizeof(dst), "root/dev/%s", moat_share_devs[i]);
     CHECK(touch_file(dst, 0666), "create /dev node");
     CHECK(mount(src, dst, NULL, MS_BIND, NULL), "bind /dev node");
   }
@@ -159,13 +161,16 @@ static void setup_proc_sys(struct child_ctx *c) {
                              "root/proc/fs"};
   for (size_t i = 0; i < ARRAY_SIZE(ro); i++)
     CHECK(readonly_path(ro[i]), "make a /proc path read-only");
-  /* The sandbox's own files (view.h) over the machine's, from the slot dir (our cwd); the targets
-   * are in the sysfs and proc mounted just now, which the rootfs cannot redirect. */
+  /* The sandbox's own files (view.h) over the machine's, from the share (share.h) in the slot
+   * dir (our cwd); the targets are in the sysfs and proc mounted just now, which the rootfs
+   * cannot redirect. */
   const unsigned long ro_flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
   for (size_t i = 0; moat_view_files[i].name; i++) {
-    char target[256];
+    char target[256], name[64], src[96];
     snprintf(target, sizeof(target), "root%s", moat_view_files[i].inside);
-    CHECK(mount(moat_view_files[i].name, target, NULL, MS_BIND, NULL), "bind a view file");
+    moat_view_name(&moat_view_files[i], c->spec->view_cpus, name, sizeof(name));
+    snprintf(src, sizeof(src), MOAT_SHARE_DIR "/%s", name);
+    CHECK(mount(src, target, NULL, MS_BIND, NULL), "bind a view file");
     CHECK(mount(NULL, target, NULL, ro_flags, NULL), "make a view file read-only");
   }
   /* lxcfs (view.h): by the host's path, in our copy of the host's mount namespace */
@@ -282,7 +287,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   /* Until the guest runs, die with the thread that created us (it waits for our ready byte). */
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   close_other_fds(c);
-  wait_go(c); /* lower/ (idmapped template), disk/ (writable layer) and guest are attached now */
+  wait_go(c); /* lower/ (idmapped template), disk/ (writable layer) and share/ are attached now */
   /* Still the host's root's filesystem uid here (moat_userns_clone3 switched only the euid): enter
    * the slot dir (0711, beneath root's 0700 data dir) before becoming the range's root. */
   /* By path, in our own mount namespace: an fd from before clone points into the host's. */
@@ -302,7 +307,8 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   CHECK(mount("tmpfs", "root/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=16384k"), "mount /run");
   CHECK(mkdir("root/run/moat", 0755), "mkdir /run/moat");
   CHECK(touch_file("root/run/moat/moat-guest", 0755), "create /run/moat/moat-guest");
-  CHECK(mount("guest", "root/run/moat/moat-guest", NULL, MS_BIND, NULL), "bind guest");
+  CHECK(mount(MOAT_SHARE_DIR "/" MOAT_SHARE_GUEST, "root/run/moat/moat-guest", NULL, MS_BIND, NULL),
+        "bind guest");
   /* The guest channel's directory is the host's spec->chan_dir: a mount point inside (the sandbox
    * can neither move nor remove it), a directory of the host's outside, where moatd connects. */
   CHECK(mkdir("root" MOAT_GUEST_SOCK_DIR, 0755), "mkdir " MOAT_GUEST_SOCK_DIR);
@@ -390,11 +396,11 @@ static int write_id_maps(pid_t pid, uid_t base, moat_error **err) {
 
 /* Enters the sandbox's mount namespace (as the host's root, whose capabilities cover the
  * sandbox's user namespace, a child of the initial one) and attaches the
- * detached mounts at SLOT/lower, SLOT/disk and SLOT/guest: a detached mount cannot be attached
+ * detached mounts at SLOT/lower, SLOT/disk and SLOT/share: a detached mount cannot be attached
  * from inside the sandbox's user namespace. Runs in a vfork child: syscalls only. */
 static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3],
                          const struct moat_cgroup_view *cgv, moat_error **err) {
-  static const char *names[] = {"lower", "disk", "guest"};
+  static const char *names[] = {"lower", "disk", MOAT_SHARE_DIR};
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
   _cleanup_close_ int mntns = open(path, O_RDONLY | O_CLOEXEC);
@@ -435,7 +441,7 @@ static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3],
     if (errno != EINTR)
       return moat_error_errno(err, "wait mount helper");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    static const char *what[] = {"template", "disk", "guest binary"};
+    static const char *what[] = {"template", "disk", "share"};
     errno = failed_errno ? failed_errno : EIO;
     return moat_error_errno(err, "attach %s",
                             failed_index < 0   ? "(setns)"
@@ -443,6 +449,70 @@ static int attach_mounts(pid_t pid, const char *slot_dir, const int fds[3],
                                                : "a cgroup of the view");
   }
   return 0;
+}
+
+/* In a vfork child that enters mntns: replaces the mount on each targets[i] by fds[i]. 0 or -1. */
+static int move_over(int mntns, const int *fds, const char *const *targets, int n, moat_error **err) {
+  volatile int failed_errno = 0, failed_index = -1; /* written by the vfork child */
+  pid_t hp = vfork();
+  if (hp < 0)
+    return moat_error_errno(err, "vfork mount helper");
+  if (hp == 0) {
+    if (setns(mntns, CLONE_NEWNS) < 0) {
+      failed_errno = errno;
+      _exit(1);
+    }
+    for (int i = 0; i < n; i++)
+      if (umount2(targets[i], MNT_DETACH) < 0 ||
+          move_mount(fds[i], "", AT_FDCWD, targets[i], MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+        failed_errno = errno;
+        failed_index = i;
+        _exit(1);
+      }
+    _exit(0);
+  }
+  int status;
+  while (waitpid(hp, &status, __WALL) < 0)
+    if (errno != EINTR)
+      return moat_error_errno(err, "wait mount helper");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    errno = failed_errno ? failed_errno : EIO;
+    return moat_error_errno(err, "rebind %s", failed_index < 0 ? "(setns)" : targets[failed_index]);
+  }
+  return 0;
+}
+
+int moat_shell_view_rebind(pid_t pid, int share_fd, unsigned cpus, moat_error **err) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
+  _cleanup_close_ int mntns = open(path, O_RDONLY | O_CLOEXEC);
+  if (mntns < 0)
+    return moat_error_errno(err, "open %s", path);
+  int fds[MOAT_VIEW_FILES];
+  const char *targets[MOAT_VIEW_FILES];
+  int n = 0, ret = -1;
+  for (int i = 0; moat_view_files[i].name; i++) {
+    if (!moat_view_files[i].per_cpu)
+      continue;
+    char name[64];
+    moat_view_name(&moat_view_files[i], cpus, name, sizeof(name));
+    int fd = open_tree(share_fd, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                          MOUNT_ATTR_NOEXEC};
+    if (fd < 0 || mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+      moat_error_errno(err, "clone the share's %s", name);
+      if (fd >= 0)
+        close(fd);
+      goto out;
+    }
+    fds[n] = fd;
+    targets[n++] = moat_view_files[i].inside;
+  }
+  ret = move_over(mntns, fds, targets, n, err);
+out:
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
+  return ret;
 }
 
 int moat_shell_idmapped_template(const char *rootfs, pid_t pid, moat_error **err) {
@@ -480,16 +550,6 @@ fail:
   moat_error_errno(err, "mount points of the cgroup view in %s", slot_dir);
   moat_cgroup_view_close(out);
   return -1;
-}
-
-int moat_shell_guest_mount(const char *guest_path, moat_error **err) {
-  _cleanup_close_ int fd = open_tree(AT_FDCWD, guest_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-  if (fd < 0)
-    return moat_error_errno(err, "open_tree %s", guest_path);
-  struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID};
-  if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-    return moat_error_errno(err, "make %s read-only", guest_path);
-  return steal_fd(&fd);
 }
 
 int moat_shell_chan_prepare(const char *dir, uid_t uid_base, moat_error **err) {
@@ -565,7 +625,7 @@ static int wait_ready(int ready_fd, int sync_fd, int pidfd, moat_error **err) {
 int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out, moat_error **err) {
   uint64_t t0 = now_ns();
   int disk_fd = spec->disk_fd;
-  _cleanup_close_ int keep_disk = -1, slot_fd = -1, cg_fd = -1, pidfd = -1, lower_fd = -1, guest_fd = -1;
+  _cleanup_close_ int keep_disk = -1, slot_fd = -1, cg_fd = -1, pidfd = -1, lower_fd = -1, share_fd = -1;
   int sync[2] = {-1, -1}, ready[2] = {-1, -1};
   pid_t pid = -1;
   int ret = -1;
@@ -583,8 +643,7 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
     goto out;
   }
   cg_fd = moat_cgroup_create(spec->cgroups, spec->slot, spec->limits, err);
-  if (cg_fd < 0 || moat_view_write(spec->slot_dir, spec->limits, err) < 0 ||
-      moat_shell_cgroup_view(spec->slot_dir, spec->cgroups, spec->slot, &cgv, err) < 0)
+  if (cg_fd < 0 || moat_shell_cgroup_view(spec->slot_dir, spec->cgroups, spec->slot, &cgv, err) < 0)
     goto out;
 
   struct clone_args args;
@@ -619,15 +678,15 @@ int moat_shell_create(const struct moat_shell_spec *spec, struct moat_shell *out
   lower_fd = moat_shell_idmapped_template(spec->rootfs, pid, err);
   if (lower_fd < 0)
     goto fail;
-  guest_fd = moat_shell_guest_mount(spec->guest_path, err);
-  if (guest_fd < 0)
+  share_fd = moat_share_clone(spec->share_fd, err);
+  if (share_fd < 0)
     goto fail;
   keep_disk = fcntl(disk_fd, F_DUPFD_CLOEXEC, 3);
   if (keep_disk < 0) {
     moat_error_errno(err, "dup disk mount");
     goto fail;
   }
-  int fds[3] = {lower_fd, disk_fd, guest_fd};
+  int fds[3] = {lower_fd, disk_fd, share_fd};
   if (attach_mounts(pid, spec->slot_dir, fds, &cgv, err) < 0)
     goto fail;
   if (write(sync[0], "G", 1) != 1) {

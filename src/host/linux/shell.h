@@ -13,26 +13,29 @@
 
 #define MOAT_UID_RANGE 65536u
 /* The guest channel. A host directory of the slot's, MOAT_CHAN_ROOT/INSTANCE/SLOT (every
- * component root's and 0711, so that the sandbox's root -- and CRIU restoring it -- can reach it),
+ * component root's and 0711, so that the sandbox's root -- and CRIU restoring it -- can reach it;
+ * moat_share_chan_base says which root),
  * is bind-mounted at MOAT_GUEST_SOCK_DIR inside; the guest binds guest.sock there as the sandbox's
  * root, after which moatd gives the directory to the host's root (unmapped inside, 0700): the
  * sandbox can neither move the mount, nor remove, rename or replace the socket, and moatd connects
  * to CHAN_DIR/guest.sock on the host without resolving anything inside the sandbox. CRIU dumps the
  * mount as external (MOAT_CHAN_EXT_KEY) and a restore binds it to the new slot's channel dir. */
-#define MOAT_CHAN_ROOT "/run/moat/chan"
+#define MOAT_CHAN_ROOT "/run/moat/channels" /* a tmpfs (share.h) */
+#define MOAT_CHAN_ROOT_LEGACY "/run/moat/chan"
 #define MOAT_GUEST_SOCK_DIR "/run/moat/.sock"
 #define MOAT_GUEST_SOCK_INSIDE MOAT_GUEST_SOCK_DIR "/guest.sock"
 #define MOAT_CHAN_EXT_KEY "moat-chan"
 
 struct moat_shell_spec {
   int slot;
-  uid_t uid_base;         /* root inside maps to uid_base outside; MOAT_UID_RANGE ids */
-  const char *slot_dir;   /* host dir: lower/ disk/ root/ mount points */
-  const char *chan_dir;   /* host dir of the guest channel (MOAT_CHAN_ROOT/INSTANCE/SLOT) */
-  const char *rootfs;     /* template root image (read-only, root-owned) */
-  const char *guest_path; /* static moat-guest binary */
-  const char *lxcfs_dir;  /* an lxcfs mount (view.h), or NULL */
-  int disk_fd;            /* detached mount of the writable layer (disk.h); consumed */
+  uid_t uid_base;        /* root inside maps to uid_base outside; MOAT_UID_RANGE ids */
+  const char *slot_dir;  /* host dir: lower/ disk/ root/ mount points */
+  const char *chan_dir;  /* host dir of the guest channel (MOAT_CHAN_ROOT/INSTANCE/SLOT) */
+  const char *rootfs;    /* template root image (read-only, root-owned) */
+  int share_fd;          /* moatd's share (share.h), cloned for the sandbox; not consumed */
+  unsigned view_cpus;    /* the view files' CPU count (moat_view_cpus of limits) */
+  const char *lxcfs_dir; /* an lxcfs mount (view.h), or NULL */
+  int disk_fd;           /* detached mount of the writable layer (disk.h); consumed */
   const struct sock_fprog *seccomp;
   struct moat_cgroups *cgroups;
   const struct moat_limits *limits;
@@ -68,9 +71,10 @@ void moat_shell_chan_ep(const struct moat_guest_channel *ch, const char *chan_di
  * from the cgroup's events file. */
 extern const struct moat_guest_channel_ops moat_linux_guest_channel_ops;
 
-/* A detached, read-only (nosuid, nodev) bind mount of the guest binary, for
- * move_mount onto SLOT/guest. Returns its fd (the caller closes it), or -1. */
-int moat_shell_guest_mount(const char *guest_path, moat_error **err);
+/* Rebinds the view files (view.h) of the sandbox whose init is pid to the share's for cpus
+ * whole CPUs. Only for a pooled shell that has run nothing but moat-guest: it resolves the view
+ * files' paths in the sandbox's mount namespace. 0 or -1. */
+int moat_shell_view_rebind(pid_t pid, int share_fd, unsigned cpus, moat_error **err);
 /* A detached, idmapped, read-only (nodev) clone of the template rootfs for the user namespace of
  * pid. Returns its fd (the caller closes it), or -1. */
 int moat_shell_idmapped_template(const char *rootfs, pid_t pid, moat_error **err);
@@ -80,8 +84,8 @@ int moat_shell_cgroup_view(const char *slot_dir, struct moat_cgroups *cg, int sl
                            struct moat_cgroup_view *out, moat_error **err);
 
 /* The guest binary's mount point inside a sandbox; a checkpoint names it by the external-mount
- * key MOAT_GUEST_MOUNT_KEY, which a restore maps to a fresh bind of the host's guest binary (so
- * CRIU never looks it up by its host path). */
+ * key MOAT_GUEST_MOUNT_KEY, which a restore maps to the share's copy (so CRIU never looks it up by
+ * a host path). */
 #define MOAT_GUEST_MOUNT_INSIDE "/run/moat/moat-guest"
 #define MOAT_GUEST_MOUNT_KEY "moat-guest"
 

@@ -1,6 +1,6 @@
-/* view.c -- files of the sandbox's own computer that the host writes in the slot dir and the
- * sandbox sees read-only in place of the machine's (bind mounts made by the shell's child and
- * carried by checkpoints as external mounts) */
+/* view.c -- files of the sandbox's own computer that moatd writes once in its share (share.h)
+ * and a sandbox sees read-only in place of the machine's (bind mounts made by the shell's child
+ * and carried by checkpoints as external mounts) */
 #include "view.h"
 
 #include <errno.h>
@@ -15,28 +15,38 @@
 #include "../../common/util.h"
 
 const struct moat_view_file moat_view_files[] = {
-    {MOAT_VIEW_CPU_ONLINE, MOAT_VIEW_CPU_ONLINE_INSIDE, MOAT_VIEW_CPU_ONLINE_KEY},
-    {"cpuinfo", "/proc/cpuinfo", "moat-cpuinfo"},
-    {"swaps", "/proc/swaps", "moat-swaps"},
-    {NULL, NULL, NULL},
+    {MOAT_VIEW_CPU_ONLINE, MOAT_VIEW_CPU_ONLINE_INSIDE, MOAT_VIEW_CPU_ONLINE_KEY, true},
+    {"cpuinfo", "/proc/cpuinfo", "moat-cpuinfo", true},
+    {"swaps", "/proc/swaps", "moat-swaps", false},
+    {NULL, NULL, NULL, false},
 };
 
-/* Whole CPUs the sandbox has: cpu rounded up, at least 1. */
-static unsigned whole_cpus(double cpu) {
+unsigned moat_view_cpus(const struct moat_limits *l) {
+  double cpu = l->cpu;
   unsigned n = (unsigned)cpu;
   if (cpu > (double)n + 1e-9)
     n++;
-  return n ? n : 1;
+  if (!n)
+    n = 1;
+  long host = sysconf(_SC_NPROCESSORS_ONLN);
+  if (host > 0 && n > (unsigned)host)
+    n = (unsigned)host;
+  return n;
 }
 
-/* Rewritten in place: a bind mount of the file shows the new text. */
-static int put(int dfd, const char *slot_dir, const char *name, const char *text, size_t len,
-               moat_error **err) {
-  _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444);
+void moat_view_name(const struct moat_view_file *f, unsigned cpus, char *buf, size_t size) {
+  if (f->per_cpu)
+    snprintf(buf, size, "%s-%u", f->name, cpus);
+  else
+    snprintf(buf, size, "%s", f->name);
+}
+
+static int put(int dfd, const char *name, const char *text, size_t len, moat_error **err) {
+  _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
   if (fd < 0)
-    return moat_error_errno(err, "create %s/%s", slot_dir, name);
-  if (ftruncate(fd, 0) < 0 || pwrite(fd, text, len, 0) != (ssize_t)len)
-    return moat_error_errno(err, "write %s/%s", slot_dir, name);
+    return moat_error_errno(err, "create %s", name);
+  if (write_all(fd, text, len) < 0)
+    return moat_error_errno(err, "write %s", name);
   return 0;
 }
 
@@ -78,27 +88,25 @@ static char *cpuinfo(unsigned n, size_t *len) {
   return b.p;
 }
 
-int moat_view_write(const char *slot_dir, const struct moat_limits *l, moat_error **err) {
-  _cleanup_close_ int dfd = open(slot_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dfd < 0)
-    return moat_error_errno(err, "open %s", slot_dir);
-  char text[64];
-  unsigned n = whole_cpus(l->cpu);
-  long host = sysconf(_SC_NPROCESSORS_ONLN);
-  if (host > 0 && n > (unsigned)host)
-    n = (unsigned)host;
-  if (n == 1)
-    snprintf(text, sizeof(text), "0\n");
-  else
-    snprintf(text, sizeof(text), "0-%u\n", n - 1);
-  if (put(dfd, slot_dir, MOAT_VIEW_CPU_ONLINE, text, strlen(text), err) < 0)
-    return -1;
-  size_t cl;
-  _cleanup_free_ char *ci = cpuinfo(n, &cl);
-  if (put(dfd, slot_dir, "cpuinfo", ci, cl, err) < 0)
-    return -1;
+int moat_view_fill(int dfd, unsigned host_cpus, moat_error **err) {
+  char name[64], text[64];
+  for (unsigned n = 1; n <= host_cpus; n++) {
+    struct moat_limits l = {.cpu = n};
+    moat_view_name(&moat_view_files[0], n, name, sizeof(name));
+    if (n == 1)
+      snprintf(text, sizeof(text), "0\n");
+    else
+      snprintf(text, sizeof(text), "0-%u\n", n - 1);
+    if (put(dfd, name, text, strlen(text), err) < 0)
+      return -1;
+    size_t cl;
+    _cleanup_free_ char *ci = cpuinfo(moat_view_cpus(&l), &cl);
+    moat_view_name(&moat_view_files[1], n, name, sizeof(name));
+    if (put(dfd, name, ci, cl, err) < 0)
+      return -1;
+  }
   static const char swaps[] = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"; /* no swap */
-  return put(dfd, slot_dir, "swaps", swaps, sizeof(swaps) - 1, err);
+  return put(dfd, moat_view_files[2].name, swaps, sizeof(swaps) - 1, err);
 }
 
 const char *const moat_lxcfs_files[MOAT_LXCFS_FILES + 1] = {"meminfo", "stat", "uptime", "loadavg", NULL};

@@ -1,7 +1,7 @@
-/* view.h -- the sandbox's own view of its computer: files of the slot dir bound read-only over
- * the machine's: /sys/devices/system/cpu/online (glibc's get_nprocs, os.cpu_count(),
- * sysconf(_SC_NPROCESSORS_ONLN) count its cpu limit rounded up), /proc/cpuinfo (that many
- * processors) and /proc/swaps (none: a sandbox's memory limit covers swap too) */
+/* view.h -- the sandbox's own view of its computer: files of moatd's share (share.h) bound
+ * read-only over the machine's, for the sandbox's whole CPUs: /sys/devices/system/cpu/online (glibc's
+ * get_nprocs, os.cpu_count(), sysconf(_SC_NPROCESSORS_ONLN) count its cpu limit rounded up), /proc/cpuinfo
+ * (that many processors) and /proc/swaps (none: a sandbox's memory limit covers swap too) */
 #ifndef MOAT_LINUX_VIEW_H
 #define MOAT_LINUX_VIEW_H
 
@@ -18,9 +18,10 @@
 #define MOAT_VIEW_FILES 3
 
 struct moat_view_file {
-  const char *name;   /* in the slot dir, written by the host (root's, 0444) */
+  const char *name;   /* in the share (root's, 0444): NAME-N for N CPUs when per_cpu, else NAME */
   const char *inside; /* the path it covers inside the sandbox */
   const char *key;    /* the external-mount key a checkpoint names it by */
+  bool per_cpu;
 };
 /* Terminated by a NULL name. */
 extern const struct moat_view_file moat_view_files[];
@@ -34,9 +35,13 @@ int moat_view_lxcfs_check(const char *dir, moat_error **err);
 /* True when the sandbox whose init is pid has lxcfs files bound (its mountinfo says fuse.lxcfs). */
 bool moat_view_has_lxcfs(pid_t pid);
 
-/* Writes the view files of slot_dir for limits l: before the shell's child binds them, and again
- * (in place, visible through the binds) when the slot's limits change. Opens nothing the sandbox
- * can reach: slot_dir is the host's. 0 or -1. */
-int moat_view_write(const char *slot_dir, const struct moat_limits *l, moat_error **err);
+/* The whole CPUs a sandbox with limits l has: its cpu rounded up, at least 1, at most the host's. */
+unsigned moat_view_cpus(const struct moat_limits *l);
+/* The name in the share of file f for a sandbox of cpus whole CPUs (no malloc: the shell's child
+ * calls it). */
+void moat_view_name(const struct moat_view_file *f, unsigned cpus, char *buf, size_t size);
+/* Writes every view file for each count of CPUs from 1 to host_cpus into the directory dfd (the
+ * share being made), where none is yet. 0 or -1. */
+int moat_view_fill(int dfd, unsigned host_cpus, moat_error **err);
 
 #endif
