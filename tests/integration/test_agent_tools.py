@@ -56,6 +56,9 @@ class AgentToolsTest(DaemonTest):
         self.assertRegex(self.run_ok(sid, "curl --version")["stdout"], r"^curl 7\.")
         self.assertRegex(self.run_ok(sid, "wget --version")["stdout"], r"^GNU Wget ")
         self.assertIn("UnZip", self.run_ok(sid, "unzip -v")["stdout"])
+        self.assertRegex(self.run_ok(sid, "python --version")["stdout"], r"^Python 3\.")  # as user too
+        self.assertRegex(self.run_ok(sid, "python -c 'import sys; print(sys.executable)'", user="user")["stdout"],
+                         r"^/usr/bin/python\n$")
         self.assertIn("ps", self.run_ok(sid, "ps -o comm= -p $$; pgrep -x sh >/dev/null && echo ps")["stdout"])
         # a repository made and committed to as user, then read by root
         self.run_ok(sid, "cd && git init -q r && cd r && echo x > f && git add f && "
