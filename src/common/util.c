@@ -7,11 +7,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -370,4 +372,25 @@ int parse_u64(const char *s, uint64_t *out) {
   }
   *out = v;
   return 0;
+}
+
+/* The kernel's struct sigaction for rt_sigaction(2) (x86_64 and the generic layout of arm64). */
+struct kernel_sigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)(void);
+  uint64_t mask;
+};
+
+/* Every signal to its default action and none blocked, as a new program expects to start: execve
+ * keeps ignored signals and the mask, and both may come from anywhere above us (the guest blocks
+ * SIGCHLD/SIGUSR2 and ignores SIGPIPE; moatd may have inherited SIGINT and SIGQUIT ignored from a
+ * shell's `&`). util.h. */
+void reset_signals_raw(void) {
+  struct kernel_sigaction dfl = {.handler = SIG_DFL};
+  for (int sig = 1; sig <= 64; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP)
+      syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
+  uint64_t none = 0;
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
 }

@@ -74,6 +74,10 @@ int write_file_at(int dirfd, const char *path, const char *content, moat_error *
 int write_file_once(const char *path, const char *content, mode_t mode, moat_error **err);
 /* fsyncs the directory holding path (best effort: a rename or link into it is then durable). */
 void fsync_parent(const char *path);
+/* Every signal (glibc's reserved 32 and 33 too) to its default action and none blocked, as a new
+ * program expects to start: execve keeps ignored signals and the mask. Raw system calls only
+ * (safe between fork and exec of a threaded process); about 10 us for all 64. */
+void reset_signals_raw(void);
 /* Reads a whole (small, < 16 MiB) file into a NUL-terminated buffer the caller frees. */
 int read_file(const char *path, char **out, size_t *len, moat_error **err);
 

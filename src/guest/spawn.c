@@ -73,32 +73,10 @@ static int child_setup_fail(struct child_args *a, const char *what) {
   _exit(127);
 }
 
-/* The kernel's struct sigaction for rt_sigaction(2) (x86_64 and the generic layout of arm64). */
-struct kernel_sigaction {
-  void (*handler)(int);
-  unsigned long flags;
-  void (*restorer)(void);
-  uint64_t mask;
-};
-
-/* Every signal to its default action and none blocked, as a new program expects to start: execve
- * keeps ignored signals and the mask, and both may come from anywhere above us (the guest blocks
- * SIGCHLD/SIGUSR2 and ignores SIGPIPE; moatd may have inherited SIGINT and SIGQUIT ignored from a
- * shell's `&`). Raw system calls, so that glibc's reserved signals (32, 33) are reset too; about
- * 10 us for all 64. */
-static void reset_signals(void) {
-  struct kernel_sigaction dfl = {.handler = SIG_DFL};
-  for (int sig = 1; sig <= 64; sig++)
-    if (sig != SIGKILL && sig != SIGSTOP)
-      syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
-  uint64_t none = 0;
-  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none));
-}
-
 /* Runs in the cloned child: only system calls and stack memory from here on. */
 static int child_main(void *arg) {
   struct child_args *a = arg;
-  reset_signals();
+  reset_signals_raw();
   if (setsid() < 0)
     child_setup_fail(a, "setsid");
   if (dup2(a->in_fd, 0) < 0 || dup2(a->out_fd, 1) < 0 || dup2(a->err_fd, 2) < 0)

@@ -16,7 +16,7 @@ import sse  # noqa: E402
 import ws  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
 
-INHERITED = (signal.SIGINT, signal.SIGQUIT)
+INHERITED = (signal.SIGINT, signal.SIGQUIT, 32)  # 32: glibc's reserved SIGCANCEL, reset by raw syscall only
 # CPython ignores SIGPIPE and SIGXFSZ for itself (and restores both for the processes it starts).
 CPYTHON_IGN = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
 

@@ -55,6 +55,17 @@ def _setns(fd, nstype):
         raise OSError(e, "setns: " + os.strerror(e))
 
 
+def ignore_signal_raw(sig):
+    """SIG_IGN for sig by the rt_sigaction system call (x86_64), which glibc (and so Python) refuses
+    for its reserved signals 32 and 33; an exec'd program inherits it unless it resets them itself."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    act = (ctypes.c_ulong * 4)(1, 0, 0, 0)  # handler SIG_IGN, flags, restorer, mask
+    if libc.syscall(13, sig, ctypes.byref(act), None, 8) != 0:  # SYS_rt_sigaction
+        e = ctypes.get_errno()
+        raise OSError(e, "rt_sigaction(%d): %s" % (sig, os.strerror(e)))
+
+
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 
@@ -551,7 +562,10 @@ class MoatDaemon:
                 except OSError:
                     pass
             for s in ignore:
-                signal.signal(s, signal.SIG_IGN)
+                if 32 <= s <= 33:
+                    ignore_signal_raw(s)
+                else:
+                    signal.signal(s, signal.SIG_IGN)
             if netns:
                 enter_netns_with_resolv(netns, resolv_conf)
             if private_tmpfs:

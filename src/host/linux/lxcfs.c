@@ -56,13 +56,7 @@ static int spawn_detached(const char *exe, const char *dir, const char *pidfile,
     pid_t q = fork();
     if (q != 0)
       _exit(q < 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    struct sigaction dfl = {.sa_handler = SIG_DFL};
-    for (int s = 1; s < NSIG; s++)
-      if (s != SIGKILL && s != SIGSTOP)
-        sigaction(s, &dfl, NULL);
+    reset_signals_raw();
     int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
     int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
