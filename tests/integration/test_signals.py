@@ -57,7 +57,7 @@ class SignalsTest(DaemonTest):
         with open("/proc/%d/status" % self.daemon.proc.pid) as f:
             ign = sig_fields(f.read())["SigIgn"]
         for s in INHERITED:
-            self.assertTrue(ign & (1 << (s - 1)), "moatd does not ignore %s: SigIgn %#x" % (s.name, ign))
+            self.assertTrue(ign & (1 << (s - 1)), "moatd does not ignore %s: SigIgn %#x" % (getattr(s, "name", s), ign))
 
     def test_exec_background_pty_start_clean(self):
         r = self.c.exec(self.sid, argv=["cat", "/proc/self/status"])
