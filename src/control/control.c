@@ -297,6 +297,12 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
                           (long long)MOAT_MAX_TTL_S);
   if (spec->hibernate_after_seconds > 0 && !spec->persistent)
     return moat_error_set(err, EINVAL, "idle.hibernate_after_seconds needs persistent: true");
+  if (moat_volume_mounts_check(spec->volumes, spec->n_volumes, err) < 0)
+    return -1;
+  if (spec->n_volumes && (spec->from_snapshot || spec->hibernate_after_seconds > 0))
+    return moat_error_set(err, EINVAL,
+                          "volumes cannot be used with %s (volumes are not part of a checkpoint)",
+                          spec->from_snapshot ? "from_snapshot" : "idle.hibernate_after_seconds");
   if (spec->from_snapshot)
     return tt_create_from_snapshot(c, org, spec, out, err);
   const char *tmpl = spec->template_name ? spec->template_name : "base";
@@ -307,8 +313,12 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
       .env = spec->env,
       .hibernate_after_s = spec->hibernate_after_seconds,
       .network = spec->network,
+      .volumes = spec->volumes,
+      .n_volumes = spec->n_volumes,
   };
   if (spec->network && moat_control_network_check(c, spec->network, err) < 0)
+    return -1;
+  if (ctl_volumes_precheck(c, org, spec->volumes, spec->n_volumes, err) < 0)
     return -1;
   if (!moat_template_exists(c->templates, tmpl))
     return moat_error_set(err, EINVAL, "unknown template '%s'", tmpl);
@@ -375,17 +385,24 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
 
   struct moat_instance inst;
   memset(&inst, 0, sizeof(inst));
-  int rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, tmpl, &limits, &inst, err)
-                          : moat_host_create(c->host, tmpl, &limits, &inst, err);
+  /* volumes are claimed once the row exists: a claim is live while its sandbox's row is */
+  int rc = n->n_volumes ? ctl_volumes_claim(c, org, id, n->volumes, n->n_volumes, err) : 0;
+  bool claimed = rc == 0;
+  if (claimed)
+    rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, tmpl, &limits, &inst, err)
+                        : moat_host_create(c->host, tmpl, &limits, &inst, err);
   uint64_t ready_us = (now_ns() - t0) / 1000;
   if (rc < 0) {
     /* The spec was validated above: a host failure is ours (500), unless it says "no capacity"
      * (EAGAIN: 503), "out of disk" (ENOSPC: 507) or "no checkpoints here". */
-    if (err && *err && (*err)->status == ENOSYS)
+    if (!claimed)
+      ; /* the claim's own error: the volume is missing or held */
+    else if (err && *err && (*err)->status == ENOSYS)
       (*err)->status = MOAT_E_NO_CHECKPOINTS;
     else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
       (*err)->status = EIO;
-    moat_error_wrap(err, "%s sandbox", n->restore_dir ? "restore" : "create");
+    if (claimed)
+      moat_error_wrap(err, "%s sandbox", n->restore_dir ? "restore" : "create");
     log_warn("create %s failed: %s", id, moat_error_msg(*err));
     moat_error *e2 = NULL;
     if (moat_store_sandbox_transition(c->store, id, "creating", "killed", "error", &e2) < 0) {
@@ -405,7 +422,8 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   e->pid = inst.pid;
   e->start_time = inst.start_time;
   ctl_set_guest(e, &inst);
-  if (ctl_net_bind(c, id, org, inst.slot, n->network, n->forked_from, err) < 0 ||
+  if ((n->n_volumes && ctl_volumes_attach(c, id, inst.slot, err) < 0) ||
+      ctl_net_bind(c, id, org, inst.slot, n->network, n->forked_from, err) < 0 ||
       moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
                                      err) < 0) {
     moat_error_wrap(err, "create sandbox");

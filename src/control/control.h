@@ -50,6 +50,14 @@ const char *moat_sandbox_state_name(enum moat_sandbox_state s);
 /* Returns 0 and sets *out for a known state name, else -1. */
 int moat_sandbox_state_parse(const char *name, enum moat_sandbox_state *out);
 
+/* A volume a create mounts (control/volumes.c): all borrowed. */
+#define MOAT_MAX_SANDBOX_VOLUMES 8
+struct moat_volume_mount {
+  const char *name;
+  const char *path; /* absolute, not /, nor under /proc, /sys, /dev or /run/moat */
+  bool read_only;
+};
+
 struct moat_sandbox_spec {
   const char *template_name; /* NULL = "base" */
   int64_t ttl_seconds;       /* 0 = default */
@@ -63,6 +71,8 @@ struct moat_sandbox_spec {
                                       or the same; zero limits default to the snapshot's */
   int64_t hibernate_after_seconds; /* persistent only: hibernate after this long idle; 0 = never */
   json_t *network;                 /* network policy (host/net/net.h) or NULL for the default; borrowed */
+  struct moat_volume_mount volumes[MOAT_MAX_SANDBOX_VOLUMES];
+  size_t n_volumes;
 };
 
 struct moat_sandbox_info {
@@ -358,6 +368,53 @@ int moat_control_template_list(struct moat_control *c, struct moat_template_info
 /* Builds template name unless it is built, blocking until it is (also when another call builds it).
  * ENOENT: no such recipe; EAGAIN when moatd has no templates. */
 int moat_control_template_build(struct moat_control *c, const char *name, moat_error **err);
+
+/* ---- volumes (control/volumes.c) ----
+ * A volume is an org's file system that outlives its sandboxes: mounted read-write by at most one
+ * live sandbox at a time and read-only by any number (also while one writes). A volume of another
+ * org is reported as a missing one. Volumes are not part of a checkpoint: hibernate, snapshot,
+ * fork, explore and rollback of a sandbox with a volume attached are MOAT_E_VOLUME_ATTACHED. */
+#define MOAT_MIN_VOLUME_MB 16
+#define MOAT_E_VOLUME_IN_USE ETXTBSY       /* API 409 volume_in_use */
+#define MOAT_E_NO_VOLUME ENOMEDIUM         /* API 404 volume_not_found */
+#define MOAT_E_VOLUME_ATTACHED EMEDIUMTYPE /* API 409 volume_attached */
+
+struct moat_volume_attachment {
+  char *sandbox_id;
+  char *path;
+  bool read_only;
+};
+struct moat_volume_info {
+  char *name;
+  uint64_t size_mb;
+  uint64_t used_bytes; /* as its file system reports it */
+  int64_t created_at_ms;
+  struct moat_volume_attachment *attached; /* live sandboxes mounting it */
+  size_t n_attached;
+};
+void moat_volume_info_clear(struct moat_volume_info *v);
+void moat_volume_infos_free(struct moat_volume_info *v, size_t n);
+/* True for [a-z0-9][a-z0-9_.-]{0,62}. Pure. */
+bool moat_volume_name_valid(const char *name);
+/* Checks a create's volumes (at most MOAT_MAX_SANDBOX_VOLUMES, valid names, paths as
+ * struct moat_volume_mount says, no path twice): 0 or -1 EINVAL naming the entry. Pure. */
+int moat_volume_mounts_check(const struct moat_volume_mount *v, size_t n, moat_error **err);
+
+/* EINVAL for a bad name or size_mb outside [MOAT_MIN_VOLUME_MB, the data dir's size]; EEXIST when
+ * org has one of that name; ENOSPC when the data dir cannot back it. */
+int moat_control_volume_create(struct moat_control *c, const char *org, const char *name, uint64_t size_mb,
+                               struct moat_volume_info *out, moat_error **err);
+/* MOAT_E_NO_VOLUME when org has none of that name. */
+int moat_control_volume_get(struct moat_control *c, const char *org, const char *name,
+                            struct moat_volume_info *out, moat_error **err);
+int moat_control_volume_list(struct moat_control *c, const char *org, struct moat_volume_info **out,
+                             size_t *n, moat_error **err);
+/* MOAT_E_VOLUME_IN_USE (naming the sandbox) while a live sandbox mounts it; its storage goes. */
+int moat_control_volume_delete(struct moat_control *c, const char *org, const char *name, moat_error **err);
+/* A directory fd of the root of org's volume name (caller closes) for host/vfiles.h's operations,
+ * which never follow a link in it. */
+int moat_control_volume_root(struct moat_control *c, const char *org, const char *name, int *fd,
+                             moat_error **err);
 
 /* ---- metrics (control/usage.c) ---- */
 

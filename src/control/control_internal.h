@@ -126,11 +126,26 @@ struct ctl_new {
   const char *from_snapshot; /* recorded, may be NULL */
   int64_t hibernate_after_s;
   json_t *network; /* network policy, borrowed; NULL = default (a fork: its parent's) */
+  const struct moat_volume_mount *volumes; /* borrowed, n_volumes of them, checked */
+  size_t n_volumes;
 };
 /* Creates (records, builds or restores, marks running) a sandbox; fills out when not NULL and
  * id (MOAT_ID_LEN + 1) when not NULL. On failure nothing is left but a row recorded killed. */
 int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n, char *id,
                struct moat_sandbox_info *out, moat_error **err);
+
+/* ---- volumes.c ---- */
+/* Before a create records anything: every volume is org's and no read-write one is held. */
+int ctl_volumes_precheck(struct moat_control *c, const char *org, const struct moat_volume_mount *v, size_t n,
+                         moat_error **err);
+/* Records sandbox id's volumes (its row exists), atomically against other creates. */
+int ctl_volumes_claim(struct moat_control *c, const char *org, const char *id,
+                      const struct moat_volume_mount *v, size_t n, moat_error **err);
+/* Mounts the claimed volumes into the sandbox in slot, in order. */
+int ctl_volumes_attach(struct moat_control *c, const char *id, int slot, moat_error **err);
+/* MOAT_E_VOLUME_ATTACHED naming the volume when org's sandbox id mounts one (what: "hibernate"...). */
+int ctl_volumes_refuse(struct moat_control *c, const char *org, const char *id, const char *what,
+                       moat_error **err);
 
 /* ---- cpu.c ---- */
 struct ctl_cpu *ctl_cpu_new(void);

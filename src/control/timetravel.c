@@ -457,6 +457,8 @@ void tt_forget_hibernated(struct moat_control *c, const char *id) {
 }
 
 int moat_control_hibernate(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  if (ctl_volumes_refuse(c, org, id, "hibernate", err) < 0)
+    return -1;
   struct live *e = lock_live(c, org, id, err);
   if (!e)
     return -1;
@@ -561,6 +563,8 @@ static bool valid_snapshot_id(const char *sid) {
 
 int moat_control_snapshot_create(struct moat_control *c, const char *org, const char *id, json_t *metadata,
                                  struct moat_snapshot_info *out, moat_error **err) {
+  if (ctl_volumes_refuse(c, org, id, "snapshot", err) < 0)
+    return -1;
   if (moat_spec_check_metadata(metadata, err) < 0)
     return -1;
   if (!moat_host_can_checkpoint(c->host))
@@ -895,6 +899,8 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
 int moat_control_fork(struct moat_control *c, const char *org, const char *id, unsigned count,
                       struct moat_sandbox_info **children, moat_error **err) {
   *children = NULL;
+  if (ctl_volumes_refuse(c, org, id, "fork", err) < 0)
+    return -1;
   if (count < 1 || count > MOAT_EXPLORE_MAX_BRANCHES)
     return moat_error_set(err, EINVAL, "count: must be between 1 and %d", MOAT_EXPLORE_MAX_BRANCHES);
   char(*ids)[MOAT_ID_LEN + 1] = xcalloc(count, sizeof(*ids));
@@ -919,6 +925,8 @@ int moat_control_fork(struct moat_control *c, const char *org, const char *id, u
 
 int moat_control_rollback(struct moat_control *c, const char *org, const char *id, const char *snapshot_id,
                           moat_error **err) {
+  if (ctl_volumes_refuse(c, org, id, "roll back", err) < 0)
+    return -1;
   if (!snapshot_id || !valid_snapshot_id(snapshot_id))
     return moat_error_set(err, ENOENT, "no snapshot %.64s", snapshot_id ? snapshot_id : "");
   struct moat_store_snapshot r;

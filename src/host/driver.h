@@ -194,6 +194,29 @@ const char *moat_host_criu_status(struct moat_host *h);
  * found). */
 bool moat_host_can_checkpoint(struct moat_host *h);
 
+/* ---- volumes: file systems that outlive sandboxes ----
+ * A volume is named by an id control chooses ([a-z0-9-]{1,40}); its files belong to ids 0..65535
+ * as every sandbox sees them, whatever its uid range. */
+
+/* Makes volume vid's storage: size_mb is a hard limit (writes past it fail with ENOSPC inside),
+ * backed by the data dir unless moatd overcommits disks (ENOSPC when it cannot be). 0, or -1 with
+ * nothing left behind. */
+int moat_host_volume_create(struct moat_host *h, const char *vid, uint64_t size_mb, moat_error **err);
+/* Removes volume vid's storage (absent: 0). Sandboxes that still mount it keep it until they end. */
+int moat_host_volume_remove(struct moat_host *h, const char *vid, moat_error **err);
+/* A directory fd of the root of volume vid's files, in no mount namespace (caller closes), for the
+ * host's own file operations (host/vfiles.h: nothing in it is followed). -1 (ENOENT: no storage). */
+int moat_host_volume_root(struct moat_host *h, const char *vid, moat_error **err);
+/* Mounts volume vid at path (absolute, checked by the caller: no "..", not /) in the running
+ * sandbox in slot, its files owned as the sandbox sees them (idmapped), read-only when read_only
+ * (EROFS inside). Directories missing on the way are made; a symbolic link on the way fails (ELOOP).
+ * 0 or -1. */
+int moat_host_volume_attach(struct moat_host *h, int slot, const char *vid, const char *path, bool read_only,
+                            moat_error **err);
+/* Size and use of volume vid's file system. */
+int moat_host_volume_usage(struct moat_host *h, const char *vid, struct moat_disk_usage *out,
+                           moat_error **err);
+
 /* ---- network (net/net.h) ---- */
 
 /* The host's sandbox network, or NULL when moatd runs without an uplink (loopback only). */
@@ -245,6 +268,13 @@ struct moat_driver_ops {
   bool (*can_checkpoint)(struct moat_host *h);
   /* optional: the guest's sessions (NULL: -1, cannot tell) */
   int (*guest_sessions)(struct moat_host *h, int slot);
+  /* optional: volumes (NULL: ENOSYS) */
+  int (*volume_create)(struct moat_host *h, const char *vid, uint64_t size_mb, moat_error **err);
+  int (*volume_remove)(struct moat_host *h, const char *vid, moat_error **err);
+  int (*volume_root)(struct moat_host *h, const char *vid, moat_error **err);
+  int (*volume_attach)(struct moat_host *h, int slot, const char *vid, const char *path, bool read_only,
+                       moat_error **err);
+  int (*volume_usage)(struct moat_host *h, const char *vid, struct moat_disk_usage *out, moat_error **err);
   /* optional: network hooks (NULL: no network, no network slot) */
   struct moat_net *(*net)(struct moat_host *h);
   int (*net_slot)(struct moat_host *h, int slot);

@@ -124,3 +124,27 @@ struct moat_net *moat_host_net(struct moat_host *h) {
 int moat_host_net_slot(struct moat_host *h, int slot) {
   return h->ops->net_slot ? h->ops->net_slot(h, slot) : -1;
 }
+
+int moat_host_volume_create(struct moat_host *h, const char *vid, uint64_t size_mb, moat_error **err) {
+  return h->ops->volume_create ? h->ops->volume_create(h, vid, size_mb, err)
+                               : unsupported(h, "keep volumes", err);
+}
+
+int moat_host_volume_remove(struct moat_host *h, const char *vid, moat_error **err) {
+  return h->ops->volume_remove ? h->ops->volume_remove(h, vid, err) : unsupported(h, "keep volumes", err);
+}
+
+int moat_host_volume_root(struct moat_host *h, const char *vid, moat_error **err) {
+  return h->ops->volume_root ? h->ops->volume_root(h, vid, err) : unsupported(h, "keep volumes", err);
+}
+
+int moat_host_volume_attach(struct moat_host *h, int slot, const char *vid, const char *path, bool read_only,
+                            moat_error **err) {
+  return h->ops->volume_attach ? h->ops->volume_attach(h, slot, vid, path, read_only, err)
+                               : unsupported(h, "keep volumes", err);
+}
+
+int moat_host_volume_usage(struct moat_host *h, const char *vid, struct moat_disk_usage *out,
+                           moat_error **err) {
+  return h->ops->volume_usage ? h->ops->volume_usage(h, vid, out, err) : unsupported(h, "keep volumes", err);
+}

@@ -79,12 +79,27 @@ static const char *const migrations[] = {
     "  env TEXT NOT NULL DEFAULT '{}',"
     "  sandbox_metadata TEXT NOT NULL DEFAULT '{}');"
     "CREATE INDEX snapshots_org_sandbox ON snapshots(org, sandbox_id);",
+    /* 3 -> 4: volumes and which sandboxes mount them (live while the sandbox is not killed) */
+    "CREATE TABLE volumes ("
+    "  id TEXT PRIMARY KEY,"
+    "  org TEXT NOT NULL REFERENCES orgs(id),"
+    "  name TEXT NOT NULL,"
+    "  size_mb INTEGER NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  UNIQUE (org, name));"
+    "CREATE TABLE volume_attachments ("
+    "  volume_id TEXT NOT NULL REFERENCES volumes(id) ON DELETE CASCADE,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  path TEXT NOT NULL,"
+    "  read_only INTEGER NOT NULL,"
+    "  PRIMARY KEY (volume_id, sandbox_id, path));"
+    "CREATE INDEX volume_attachments_sandbox ON volume_attachments(sandbox_id);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,
                "MOAT_STORE_SCHEMA_VERSION must equal the number of migrations");
 
-#define STMT_CACHE 40
+#define STMT_CACHE 56
 
 struct moat_store {
   pthread_mutex_t lock; /* guards db and the statement cache */
@@ -1024,6 +1039,278 @@ int moat_store_snapshot_delete(struct moat_store *s, const char *org, const char
         ret = 0;
     }
   }
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+/* ---- volumes ---- */
+
+void moat_store_volume_clear(struct moat_store_volume *v) {
+  if (!v)
+    return;
+  free(v->id);
+  free(v->org);
+  free(v->name);
+  memset(v, 0, sizeof(*v));
+}
+
+void moat_store_volumes_free(struct moat_store_volume *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    moat_store_volume_clear(&v[i]);
+  free(v);
+}
+
+void moat_store_attachments_free(struct moat_store_attachment *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) {
+    free(v[i].volume_id);
+    free(v[i].sandbox_id);
+    free(v[i].path);
+    free(v[i].volume_name);
+  }
+  free(v);
+}
+
+#define VOLUME_COLS "id, org, name, size_mb, created_at_ms"
+
+static void read_volume(sqlite3_stmt *st, struct moat_store_volume *v) {
+  memset(v, 0, sizeof(*v));
+  v->id = col_text(st, 0);
+  v->org = col_text(st, 1);
+  v->name = col_text(st, 2);
+  v->size_mb = (uint64_t)sqlite3_column_int64(st, 3);
+  v->created_at_ms = sqlite3_column_int64(st, 4);
+}
+
+int moat_store_volume_insert(struct moat_store *s, const struct moat_store_volume *v, moat_error **err) {
+  static const char sql[] = "INSERT INTO volumes (" VOLUME_COLS ") VALUES (?1, ?2, ?3, ?4, ?5)";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  if (ensure_org(s, v->org, err) < 0)
+    goto fail;
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto fail;
+  bind_text(st, 1, v->id);
+  bind_text(st, 2, v->org);
+  bind_text(st, 3, v->name);
+  sqlite3_bind_int64(st, 4, (int64_t)v->size_mb);
+  sqlite3_bind_int64(st, 5, v->created_at_ms);
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    if ((rc & 0xff) == SQLITE_CONSTRAINT)
+      moat_error_set(err, EEXIST, "volume '%s' exists", v->name);
+    else
+      db_error(s, rc, err, "insert volume");
+    goto fail;
+  }
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+/* org's volume name into out (lock held). 0, or -1 (ENOENT). */
+static int volume_get_locked(struct moat_store *s, const char *org, const char *name,
+                             struct moat_store_volume *out, moat_error **err) {
+  static const char sql[] = "SELECT " VOLUME_COLS " FROM volumes WHERE org = ?1 AND name = ?2";
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    return -1;
+  bind_text(st, 1, org);
+  bind_text(st, 2, name);
+  int rc = sqlite3_step(st), ret = -1;
+  if (rc == SQLITE_ROW) {
+    read_volume(st, out);
+    ret = 0;
+  } else if (rc == SQLITE_DONE) {
+    moat_error_set(err, ENOENT, "no volume '%s'", name);
+  } else {
+    db_error(s, rc, err, "read volume");
+  }
+  sqlite3_reset(st);
+  return ret;
+}
+
+int moat_store_volume_get(struct moat_store *s, const char *org, const char *name,
+                          struct moat_store_volume *out, moat_error **err) {
+  pthread_mutex_lock(&s->lock);
+  int ret = volume_get_locked(s, org, name, out, err);
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_volume_list(struct moat_store *s, const char *org, struct moat_store_volume **out, size_t *n,
+                           moat_error **err) {
+  static const char sql[] =
+      "SELECT " VOLUME_COLS " FROM volumes WHERE (?1 IS NULL OR org = ?1) ORDER BY created_at_ms, rowid";
+  struct moat_store_volume *v = NULL;
+  size_t len = 0, cap = 0;
+  int ret = -1;
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    goto out;
+  bind_text(st, 1, org);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 16;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    read_volume(st, &v[len++]);
+  }
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    db_error(s, rc, err, "list volumes");
+    moat_store_volumes_free(v, len);
+    goto out;
+  }
+  if (len)
+    *out = v;
+  else
+    free(v);
+  *n = len;
+  ret = 0;
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+/* Live attachments (their sandbox not killed) of volume_id and/or sandbox_id (NULL: any); lock held. */
+static int attachments_locked(struct moat_store *s, const char *volume_id, const char *sandbox_id,
+                              struct moat_store_attachment **out, size_t *n, moat_error **err) {
+  static const char sql[] = "SELECT a.volume_id, a.sandbox_id, a.path, a.read_only, v.name FROM "
+                            "volume_attachments a JOIN sandboxes s ON s.id = a.sandbox_id JOIN volumes v "
+                            "ON v.id = a.volume_id WHERE s.state != 'killed' AND "
+                            "(?1 IS NULL OR a.volume_id = ?1) AND (?2 IS NULL OR a.sandbox_id = ?2) "
+                            "ORDER BY a.rowid";
+  struct moat_store_attachment *v = NULL;
+  size_t len = 0, cap = 0;
+  *out = NULL;
+  *n = 0;
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st)
+    return -1;
+  bind_text(st, 1, volume_id);
+  bind_text(st, 2, sandbox_id);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 8;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    v[len].volume_id = col_text(st, 0);
+    v[len].sandbox_id = col_text(st, 1);
+    v[len].path = col_text(st, 2);
+    v[len].read_only = sqlite3_column_int(st, 3) != 0;
+    v[len].volume_name = col_text(st, 4);
+    len++;
+  }
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE) {
+    moat_store_attachments_free(v, len);
+    return db_error(s, rc, err, "list volume attachments");
+  }
+  *out = v;
+  *n = len;
+  return 0;
+}
+
+int moat_store_attachments(struct moat_store *s, const char *volume_id, const char *sandbox_id,
+                           struct moat_store_attachment **out, size_t *n, moat_error **err) {
+  pthread_mutex_lock(&s->lock);
+  int ret = attachments_locked(s, volume_id, sandbox_id, out, n, err);
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_volume_delete(struct moat_store *s, const char *org, const char *name, char **id,
+                             moat_error **err) {
+  static const char sql[] = "DELETE FROM volumes WHERE id = ?1";
+  struct moat_store_volume v = {0};
+  struct moat_store_attachment *a = NULL;
+  size_t na = 0;
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  if (volume_get_locked(s, org, name, &v, err) < 0 || attachments_locked(s, v.id, NULL, &a, &na, err) < 0)
+    goto fail;
+  if (na) {
+    moat_error_set(err, EBUSY, "volume '%s' is attached to sandbox %s", name, a[0].sandbox_id);
+    goto fail;
+  }
+  sqlite3_stmt *st = stmt(s, sql, err);
+  if (!st || step_done(s, st, err, "delete volume") < 0 || commit(s, err) < 0)
+    goto fail;
+  *id = v.id;
+  v.id = NULL;
+  ret = 0;
+  goto out;
+fail:
+  rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  moat_store_attachments_free(a, na);
+  moat_store_volume_clear(&v);
+  return ret;
+}
+
+int moat_store_volume_claim(struct moat_store *s, const char *org, const char *sandbox_id,
+                            struct moat_store_claim *claims, size_t n, moat_error **err) {
+  static const char sql[] =
+      "INSERT INTO volume_attachments (volume_id, sandbox_id, path, read_only) VALUES (?1, ?2, ?3, ?4)";
+  int ret = -1;
+  pthread_mutex_lock(&s->lock);
+  if (begin(s, err) < 0)
+    goto out;
+  for (size_t i = 0; i < n; i++) {
+    struct moat_store_volume v = {0};
+    if (volume_get_locked(s, org, claims[i].name, &v, err) < 0)
+      goto fail;
+    free(claims[i].volume_id);
+    claims[i].volume_id = v.id;
+    v.id = NULL;
+    moat_store_volume_clear(&v);
+    struct moat_store_attachment *a = NULL;
+    size_t na = 0;
+    if (attachments_locked(s, claims[i].volume_id, NULL, &a, &na, err) < 0)
+      goto fail;
+    const char *holder = NULL;
+    for (size_t j = 0; j < na && !holder && !claims[i].read_only; j++)
+      if (!a[j].read_only)
+        holder = a[j].sandbox_id;
+    for (size_t j = 0; j < i && !holder && !claims[i].read_only; j++)
+      if (strcmp(claims[j].volume_id, claims[i].volume_id) == 0 && !claims[j].read_only)
+        holder = sandbox_id;
+    if (holder)
+      moat_error_set(err, EBUSY, "volume '%s' is attached read-write to sandbox %s", claims[i].name, holder);
+    moat_store_attachments_free(a, na);
+    if (holder)
+      goto fail;
+    sqlite3_stmt *st = stmt(s, sql, err);
+    if (!st)
+      goto fail;
+    bind_text(st, 1, claims[i].volume_id);
+    bind_text(st, 2, sandbox_id);
+    bind_text(st, 3, claims[i].path);
+    sqlite3_bind_int(st, 4, claims[i].read_only ? 1 : 0);
+    if (step_done(s, st, err, "attach volume") < 0)
+      goto fail;
+  }
+  ret = commit(s, err);
+  goto out;
+fail:
+  rollback(s);
+out:
   pthread_mutex_unlock(&s->lock);
   return ret;
 }

@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 3 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 4 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -169,6 +169,51 @@ int moat_store_snapshot_list(struct moat_store *s, const char *org, const char *
                              struct moat_store_snapshot **out, size_t *n, moat_error **err);
 /* ENOENT when unknown (or another org's). */
 int moat_store_snapshot_delete(struct moat_store *s, const char *org, const char *id, moat_error **err);
+
+/* ---- volumes (schema 4) ----
+ * A volume is org's by name; an attachment (volume, sandbox, path, read_only) is live while its
+ * sandbox's row is not killed (a create that failed, a kill, a forgotten row all end it). */
+struct moat_store_volume {
+  char *id; /* the host's name of its storage */
+  char *org;
+  char *name;
+  uint64_t size_mb;
+  int64_t created_at_ms;
+};
+struct moat_store_attachment {
+  char *volume_id, *sandbox_id, *path, *volume_name;
+  bool read_only;
+};
+void moat_store_volume_clear(struct moat_store_volume *v);
+void moat_store_volumes_free(struct moat_store_volume *v, size_t n);
+void moat_store_attachments_free(struct moat_store_attachment *v, size_t n);
+/* EEXIST when org has a volume of that name. */
+int moat_store_volume_insert(struct moat_store *s, const struct moat_store_volume *v, moat_error **err);
+/* ENOENT ("no volume 'NAME'") when org has none of that name. */
+int moat_store_volume_get(struct moat_store *s, const char *org, const char *name,
+                          struct moat_store_volume *out, moat_error **err);
+/* org NULL = every org's; oldest first. */
+int moat_store_volume_list(struct moat_store *s, const char *org, struct moat_store_volume **out, size_t *n,
+                           moat_error **err);
+/* Live attachments of volume_id and/or sandbox_id (NULL: any), oldest first; free with
+ * moat_store_attachments_free (*out may be NULL when *n is 0). */
+int moat_store_attachments(struct moat_store *s, const char *volume_id, const char *sandbox_id,
+                           struct moat_store_attachment **out, size_t *n, moat_error **err);
+/* Removes org's volume name and its attachment rows, unless one is live: EBUSY naming the sandbox.
+ * ENOENT when unknown. *id: the removed volume's id (caller frees). */
+int moat_store_volume_delete(struct moat_store *s, const char *org, const char *name, char **id,
+                             moat_error **err);
+/* One volume a create asks for; volume_id is filled (owned: the caller frees it). */
+struct moat_store_claim {
+  const char *name, *path;
+  bool read_only;
+  char *volume_id;
+};
+/* Records sandbox_id's attachments in one transaction, or none: ENOENT ("no volume 'NAME'") for a
+ * name org has no volume of; EBUSY naming the holder for a read-write claim of a volume that has
+ * a live read-write attachment (read-only claims never conflict). */
+int moat_store_volume_claim(struct moat_store *s, const char *org, const char *sandbox_id,
+                            struct moat_store_claim *claims, size_t n, moat_error **err);
 
 /* Lifecycle events of a sandbox, oldest first. */
 struct moat_store_event {

@@ -64,6 +64,15 @@ unsigned api_errno_http(int status, const char **code) {
   case MOAT_E_CTX_BUSY:
     *code = "context_busy";
     return 409;
+  case MOAT_E_VOLUME_IN_USE:
+    *code = "volume_in_use";
+    return 409;
+  case MOAT_E_NO_VOLUME:
+    *code = "volume_not_found";
+    return 404;
+  case MOAT_E_VOLUME_ATTACHED:
+    *code = "volume_attached";
+    return 409;
   case MOAT_E_NO_CHECKPOINTS:
     *code = "checkpoints_unavailable";
     return 503;

@@ -207,6 +207,42 @@ int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_
           return -1;
         spec->hibernate_after_seconds = x;
       }
+    } else if (strcmp(k, "volumes") == 0) {
+      /* [{name, path, read_only}]: control checks names and paths (control/volumes.c) */
+      if (json_is_null(v))
+        continue;
+      if (!json_is_array(v))
+        return moat_error_set(err, EINVAL, "field 'volumes' must be an array of {name, path, read_only}");
+      if (json_array_size(v) > MOAT_MAX_SANDBOX_VOLUMES)
+        return moat_error_set(err, EINVAL, "field 'volumes' holds more than %d entries",
+                              MOAT_MAX_SANDBOX_VOLUMES);
+      size_t i;
+      json_t *ent;
+      json_array_foreach(v, i, ent) {
+        struct moat_volume_mount *m = &spec->volumes[i];
+        if (!json_is_object(ent))
+          return moat_error_set(err, EINVAL, "volumes[%zu] must be an object {name, path, read_only}", i);
+        const char *vk;
+        json_t *vv;
+        json_object_foreach(ent, vk, vv) {
+          char what[32];
+          snprintf(what, sizeof(what), "volumes[%zu].%s", i, strcmp(vk, "name") == 0 ? "name" : "path");
+          if (strcmp(vk, "name") == 0 || strcmp(vk, "path") == 0) {
+            if (want_string(vv, what, strcmp(vk, "name") == 0 ? 63 : 1024,
+                            strcmp(vk, "name") == 0 ? &m->name : &m->path, err) < 0)
+              return -1;
+          } else if (strcmp(vk, "read_only") == 0) {
+            if (want_bool(vv, "read_only", &m->read_only, err) < 0)
+              return -1;
+          } else {
+            return moat_error_set(err, EINVAL, "unknown field 'volumes[%zu].%.64s' (name, path, read_only)",
+                                  i, vk);
+          }
+        }
+        if (!m->name || !m->path)
+          return moat_error_set(err, EINVAL, "volumes[%zu] needs a name and a path", i);
+      }
+      spec->n_volumes = json_array_size(v);
     } else if (strcmp(k, "network") == 0) {
       /* {internet, egress, allow, deny}: control checks the entries (control/network.c) */
       if (json_is_null(v))

@@ -4,6 +4,9 @@
 static const struct api_route_hooks files_put = {
     .begin = api_files_put_open, .body = api_files_put_chunk, .finish = api_files_put_finish};
 
+static const struct api_route_hooks volume_put = {
+    .begin = api_volume_put_open, .body = api_volume_put_chunk, .finish = api_volume_put_finish};
+
 #define SB "/v1/sandboxes/{id}"
 
 static const struct api_route_def v1_routes[] = {
@@ -60,6 +63,14 @@ static const struct api_route_def v1_routes[] = {
 
     {"GET", "/v1/templates", "templates.list", api_h_templates_list, 0, NULL},
     {"POST", "/v1/templates/{name}/build", "templates.build", api_h_template_build, 0, NULL},
+
+    {"GET", "/v1/volumes", "volumes.list", api_h_volumes_list, 0, NULL},
+    {"POST", "/v1/volumes", "volumes.create", api_h_volumes_create, API_RT_JSON, NULL},
+    {"GET", "/v1/volumes/{name}", "volume.get", api_h_volume_get, 0, NULL},
+    {"DELETE", "/v1/volumes/{name}", "volume.delete", api_h_volume_delete, 0, NULL},
+    {"GET", "/v1/volumes/{name}/files", "volume.files.get", api_h_volume_files_get, 0, NULL},
+    {"PUT", "/v1/volumes/{name}/files", "volume.files.put", NULL, 0, &volume_put},
+    {"DELETE", "/v1/volumes/{name}/files", "volume.files.delete", api_h_volume_files_delete, 0, NULL},
 };
 
 static void v1_routes_add(struct api_router *rt) { api_router_add(rt, v1_routes, ARRAY_SIZE(v1_routes)); }

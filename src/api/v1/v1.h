@@ -28,6 +28,17 @@ bool api_files_put_open(struct api_req *r);
 int api_files_put_chunk(struct api_req *r, const char *data, size_t len, moat_error **err);
 int api_files_put_finish(struct api_req *r);
 
+/* Volumes (volumes.c): the routes' handlers, and PUT .../files streamed as files.c's. */
+int api_h_volumes_create(struct api_req *r, json_t *body);
+int api_h_volumes_list(struct api_req *r, json_t *body);
+int api_h_volume_get(struct api_req *r, json_t *body);
+int api_h_volume_delete(struct api_req *r, json_t *body);
+int api_h_volume_files_get(struct api_req *r, json_t *body);
+int api_h_volume_files_delete(struct api_req *r, json_t *body);
+bool api_volume_put_open(struct api_req *r);
+int api_volume_put_chunk(struct api_req *r, const char *data, size_t len, moat_error **err);
+int api_volume_put_finish(struct api_req *r);
+
 /* Streams, processes, the PTY WebSocket and watches (stream.c, procs.c, pty.c, files.c). */
 int api_h_exec_stream(struct api_req *r, json_t *body);
 int api_h_procs_list(struct api_req *r, json_t *body);

@@ -1,6 +1,7 @@
 /* disk.c -- sparse ext4 images on autoclear loop devices, mounted with the new mount API */
 #include "disk.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -172,6 +173,23 @@ int moat_disk_reserve(int img_fd, uint64_t size_mb, moat_error **err) {
   return 0;
 }
 
+/* Mounts the ext4 file system on the block device at dev_path, detached. The mount fd, or -1. */
+static int mount_ext4(const char *dev_path, moat_error **err) {
+  _cleanup_close_ int fs = fsopen("ext4", FSOPEN_CLOEXEC);
+  if (fs < 0)
+    return moat_error_errno(err, "fsopen ext4");
+  if (fsconfig(fs, FSCONFIG_SET_STRING, "source", dev_path, 0) < 0 ||
+      fsconfig(fs, FSCONFIG_SET_FLAG, "nodelalloc", NULL, 0) < 0 ||
+      fsconfig(fs, FSCONFIG_SET_STRING, "errors", "remount-ro", 0) < 0 ||
+      fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+    return moat_error_errno(err, "mount ext4 on %s", dev_path);
+  int mnt = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1)
+                                         : fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
+  if (mnt < 0)
+    return moat_error_errno(err, "fsmount %s", dev_path);
+  return mnt;
+}
+
 int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, int *img_fd, moat_error **err) {
   unlink(img_path);
   _cleanup_free_ char *golden = golden_image(img_path, size_mb, err);
@@ -190,18 +208,9 @@ int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, int *i
   if (loop < 0)
     return -1;
   /* The loop device autoclears on its last close: mount before closing it. */
-  _cleanup_close_ int fs = fsopen("ext4", FSOPEN_CLOEXEC);
-  if (fs < 0)
-    return moat_error_errno(err, "fsopen ext4");
-  if (fsconfig(fs, FSCONFIG_SET_STRING, "source", loop_path, 0) < 0 ||
-      fsconfig(fs, FSCONFIG_SET_FLAG, "nodelalloc", NULL, 0) < 0 ||
-      fsconfig(fs, FSCONFIG_SET_STRING, "errors", "remount-ro", 0) < 0 ||
-      fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-    return moat_error_errno(err, "mount ext4 on %s", loop_path);
-  int mnt = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, -1)
-                                         : fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID);
+  int mnt = mount_ext4(loop_path, err);
   if (mnt < 0)
-    return moat_error_errno(err, "fsmount %s", loop_path);
+    return -1;
   static const char *dirs[] = {"upper", "work"};
   for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
     if (mkdirat(mnt, dirs[i], 0755) < 0 || fchownat(mnt, dirs[i], owner, owner, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -215,6 +224,83 @@ int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, int *i
   if (img_fd)
     *img_fd = steal_fd(&img);
   return mnt;
+}
+
+/* ---- persistent images (volumes) ---- */
+
+int moat_disk_image_make(const char *img_path, uint64_t size_mb, bool reserve, moat_error **err) {
+  _cleanup_free_ char *golden = golden_image(img_path, size_mb, err);
+  if (!golden)
+    return -1;
+  _cleanup_free_ char *tmp = xasprintf("%s.tmp", img_path);
+  unlink(tmp);
+  if (copy_sparse(golden, tmp, err) < 0)
+    goto fail;
+  {
+    _cleanup_close_ int fd = open(tmp, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      moat_error_errno(err, "open %s", tmp);
+      goto fail;
+    }
+    if (reserve && moat_disk_reserve(fd, size_mb, err) < 0)
+      goto fail;
+    if (fsync(fd) < 0) {
+      moat_error_errno(err, "fsync %s", tmp);
+      goto fail;
+    }
+  }
+  if (rename(tmp, img_path) < 0) {
+    moat_error_errno(err, "rename %s", tmp);
+    goto fail;
+  }
+  fsync_parent(img_path);
+  return 0;
+fail:
+  unlink(tmp);
+  return -1;
+}
+
+/* The loop device whose backing file is img_path (an absolute path), into dev; true if found. */
+static bool find_loop(const char *img_path, char *dev, size_t dev_len) {
+  DIR *d = opendir("/sys/block");
+  if (!d)
+    return false;
+  bool found = false;
+  struct dirent *de;
+  while (!found && (de = readdir(d))) {
+    if (strncmp(de->d_name, "loop", 4) != 0)
+      continue;
+    char path[300];
+    snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", de->d_name);
+    _cleanup_free_ char *b = NULL;
+    if (read_file(path, &b, NULL, NULL) < 0)
+      continue;
+    b[strcspn(b, "\n")] = '\0';
+    if (strcmp(b, img_path) == 0) {
+      snprintf(dev, dev_len, "/dev/%.40s", de->d_name);
+      found = true;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+int moat_disk_image_mount(const char *img_path, moat_error **err) {
+  char loop_path[64];
+  /* An image still mounted (a sandbox's namespace holds it after moatd restarted) is mounted again
+   * through the same loop device: one superblock; a second loop device would be a second one. */
+  if (find_loop(img_path, loop_path, sizeof(loop_path))) {
+    int mnt = mount_ext4(loop_path, NULL);
+    if (mnt >= 0)
+      return mnt;
+  }
+  _cleanup_close_ int img = open(img_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (img < 0)
+    return moat_error_errno(err, "open %s", img_path);
+  _cleanup_close_ int loop = loop_attach(img, loop_path, sizeof(loop_path), err);
+  if (loop < 0)
+    return -1;
+  return mount_ext4(loop_path, err);
 }
 
 /* ---- project quotas (XFS prjquota) ---- */

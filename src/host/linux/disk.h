@@ -26,6 +26,17 @@ int moat_disk_create(const char *img_path, uint64_t size_mb, uid_t owner, int *i
  * sparse, as it was). */
 int moat_disk_reserve(int img_fd, uint64_t size_mb, moat_error **err);
 
+/* A volume's image: a sparse ext4 image of size_mb at img_path (written as img_path.tmp, renamed
+ * into place), every block allocated when reserve (ENOSPC when the file system cannot hold it).
+ * Files in it are owned by ids 0..65535 as a sandbox sees them (idmapped mounts map them). 0, or -1
+ * with nothing left at img_path. */
+int moat_disk_image_make(const char *img_path, uint64_t size_mb, bool reserve, moat_error **err);
+
+/* Mounts the image at img_path (absolute) detached, through the loop device that backs it already
+ * when it is still mounted somewhere (so there is one superblock per image), else a new autoclear
+ * loop device. The mount fd (caller closes; the loop device goes once no mount holds it), or -1. */
+int moat_disk_image_mount(const char *img_path, moat_error **err);
+
 /* True when dir's file system enforces project quotas (XFS or ext4 mounted with prjquota; the
  * kernel needs CONFIG_QUOTA / CONFIG_XFS_QUOTA): then moat_disk_create_prjquota replaces the
  * loop-mounted image. */

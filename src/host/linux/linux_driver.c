@@ -79,6 +79,7 @@ struct moat_linux {
   struct moat_cgroups *cgroups;
   struct sock_fprog seccomp;
   struct moat_net *net; /* NULL: loopback only */
+  struct moat_volumes *volumes;
 
   /* lock guards slots[] and every struct slot's state and fields, live, pooled, building,
    * disk_pending_mb, the reservation and teardown queues and stopping. It is a leaf: nothing else
@@ -750,6 +751,12 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
     if (moat_net_open(&h->net, cfg->net, h->instance, net_state, err) < 0)
       goto out;
   }
+  {
+    _cleanup_free_ char *vdir = xasprintf("%s/host/volumes", h->data_dir);
+    h->volumes = moat_volumes_open(vdir, h->disk_overcommit, err);
+    if (!h->volumes)
+      goto out;
+  }
   h->prjquota = moat_disk_prjquota_available(h->slots_dir);
   log_info("writable layers: %s, %s",
            h->prjquota ? "directories under XFS project quotas" : "ext4 images on loop devices",
@@ -824,6 +831,7 @@ static void linux_free(struct moat_linux *h) {
   }
   free(h->slots);
   moat_net_close(h->net);
+  moat_volumes_free(h->volumes);
   moat_cgroups_close(h->cgroups);
   free(h->seccomp.filter);
   free(h->data_dir);
@@ -1250,6 +1258,10 @@ void moat_linux_restore_end(struct moat_linux *h) {
 
 static struct moat_net *linux_net(struct moat_host *h) { return moat_linux_of(h)->net; }
 
+struct moat_volumes *moat_linux_volumes(struct moat_linux *h) {
+  return h->volumes;
+}
+
 static int linux_net_slot(struct moat_host *base, int slot) {
   struct moat_linux *h = moat_linux_of(base);
   if (slot < 0 || slot >= MOAT_MAX_RANGES)
@@ -1293,4 +1305,9 @@ const struct moat_driver_ops moat_linux_driver = {
     .guest_sessions = moat_linux_guest_sessions,
     .net = linux_net,
     .net_slot = linux_net_slot,
+    .volume_create = moat_linux_volume_create,
+    .volume_remove = moat_linux_volume_remove,
+    .volume_root = moat_linux_volume_root,
+    .volume_attach = moat_linux_volume_attach,
+    .volume_usage = moat_linux_volume_usage,
 };

@@ -74,6 +74,20 @@ void moat_linux_fill_instance(struct moat_linux *h, int slot, struct moat_instan
 void moat_linux_restore_begin(struct moat_linux *h);
 void moat_linux_restore_end(struct moat_linux *h);
 
+/* ---- volume.c: the driver's volumes (driver.h has the ops' contracts) ---- */
+struct moat_volumes;
+/* The volumes under dir (made if missing); overcommit: images stay sparse. NULL on error. */
+struct moat_volumes *moat_volumes_open(const char *dir, bool overcommit, moat_error **err);
+void moat_volumes_free(struct moat_volumes *v); /* closes moatd's mounts; sandboxes keep theirs */
+struct moat_volumes *moat_linux_volumes(struct moat_linux *h);
+int moat_linux_volume_create(struct moat_host *h, const char *vid, uint64_t size_mb, moat_error **err);
+int moat_linux_volume_remove(struct moat_host *h, const char *vid, moat_error **err);
+int moat_linux_volume_root(struct moat_host *h, const char *vid, moat_error **err);
+int moat_linux_volume_attach(struct moat_host *h, int slot, const char *vid, const char *path, bool read_only,
+                             moat_error **err);
+int moat_linux_volume_usage(struct moat_host *h, const char *vid, struct moat_disk_usage *out,
+                            moat_error **err);
+
 /* ---- checkpoint.c: the driver's time-travel ops (driver.h has their contracts) ---- */
 int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
                           struct moat_checkpoint_info *info, moat_error **err);
