@@ -1249,8 +1249,16 @@ int moat_store_volume_delete(struct moat_store *s, const char *org, const char *
     goto fail;
   }
   sqlite3_stmt *st = stmt(s, sql, err);
-  if (!st || step_done(s, st, err, "delete volume") < 0 || commit(s, err) < 0)
+  if (!st)
     goto fail;
+  bind_text(st, 1, v.id);
+  if (step_done(s, st, err, "delete volume") < 0 || sqlite3_changes(s->db) != 1) {
+    if (err && !*err)
+      moat_error_set(err, ENOENT, "no volume '%s'", name);
+    goto fail;
+  }
+  if (commit(s, err) < 0)
+    goto out;
   *id = v.id;
   v.id = NULL;
   ret = 0;

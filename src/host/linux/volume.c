@@ -187,9 +187,9 @@ static int split_path(const char *path, char comps[VOL_MAX_DEPTH][VOL_MAX_NAME +
 }
 
 /* Enters pid's mount namespace (as the host's root, in a vfork child: syscalls only), walks to
- * path from the namespace's root without following any link, making missing directories, and
- * moves the detached mount mnt there. */
-static int move_into(pid_t pid, int mnt, const char *path, moat_error **err) {
+ * path from the namespace's root without following any link, making missing directories (as
+ * owner, the sandbox's root), and moves the detached mount mnt there. */
+static int move_into(pid_t pid, uid_t owner, int mnt, const char *path, moat_error **err) {
   static char comps[VOL_MAX_DEPTH][VOL_MAX_NAME + 1]; /* under attach_lock */
   static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
   char nspath[64];
@@ -220,8 +220,16 @@ static int move_into(pid_t pid, int mnt, const char *path, moat_error **err) {
       struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
                              .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
       int next = (int)syscall(SYS_openat2, cur, comps[i], &how, sizeof(how));
-      if (next < 0 && errno == ENOENT && (mkdirat(cur, comps[i], 0755) == 0 || errno == EEXIST))
-        next = (int)syscall(SYS_openat2, cur, comps[i], &how, sizeof(how));
+      if (next < 0 && errno == ENOENT) {
+        /* made as the sandbox's root: the overlay cannot store an inode of the host's root */
+        syscall(SYS_setfsgid, owner);
+        syscall(SYS_setfsuid, owner);
+        int made = mkdirat(cur, comps[i], 0755) == 0 || errno == EEXIST;
+        syscall(SYS_setfsuid, 0);
+        syscall(SYS_setfsgid, 0);
+        if (made)
+          next = (int)syscall(SYS_openat2, cur, comps[i], &how, sizeof(how));
+      }
       close(cur);
       cur = next;
     }
@@ -258,6 +266,7 @@ int moat_linux_volume_attach(struct moat_host *base, int slot, const char *vid, 
   if (moat_linux_slot_view(h, slot, &sv, err) < 0)
     return -1;
   pid_t pid = sv.pid;
+  uid_t owner = sv.uid_base;
   if (sv.disk_fd >= 0)
     close(sv.disk_fd);
   free(sv.slot_dir);
@@ -278,7 +287,7 @@ int moat_linux_volume_attach(struct moat_host *base, int slot, const char *vid, 
                             .userns_fd = (uint64_t)userns};
   if (mount_setattr(clone, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
     return moat_error_errno(err, "idmap volume %s", vid);
-  if (move_into(pid, clone, path, err) < 0)
+  if (move_into(pid, owner, clone, path, err) < 0)
     return moat_error_wrap(err, "attach volume %s", vid);
   return 0;
 }

@@ -1,0 +1,248 @@
+"""test_volumes.py -- durable volumes: an org's file systems that outlive sandboxes, moatd restarts
+and kill -9; size_mb is a hard limit; one read-write holder, any number of readers; files read and
+written with no sandbox; volumes and time travel (refused: 409 volume_attached)."""
+
+import glob
+import os
+import sys
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import moatd  # noqa: E402
+from moattest import DaemonTest  # noqa: E402
+
+
+def vname():
+    return "vol-" + uuid.uuid4().hex[:10]
+
+
+class VolumeMixin:
+    def volume(self, size_mb=32, name=None, client=None):
+        """Creates a volume (201 asserted), deleted when the test ends (after its sandboxes)."""
+        client = client or self.c
+        name = name or vname()
+        _, v = client.request("POST", "/v1/volumes", body={"name": name, "size_mb": size_mb}, expect=201)
+        self.addCleanup(self._delete_volume_quietly, client, name)
+        return v
+
+    @staticmethod
+    def _delete_volume_quietly(client, name):
+        try:
+            client.request("DELETE", "/v1/volumes/" + name, expect=(204, 404, 409), timeout=60)
+        except Exception:
+            pass
+
+    def vget(self, name, client=None, expect=200):
+        return (client or self.c).request("GET", "/v1/volumes/" + name, expect=expect)[1]
+
+    def vfile(self, name, path, client=None, expect=200):
+        return (client or self.c).request("GET", "/v1/volumes/%s/files" % name, query={"path": path},
+                                          expect=expect)[1]
+
+    def vput(self, name, path, data, client=None, expect=200):
+        return (client or self.c).request("PUT", "/v1/volumes/%s/files" % name, query={"path": path}, raw=data,
+                                          headers={"Content-Type": "application/octet-stream"},
+                                          expect=expect)[1]
+
+    def images(self, daemon):
+        return sorted(glob.glob(os.path.join(daemon.data_dir, "host", "volumes", "v-*.img")))
+
+
+class VolumeTest(VolumeMixin, DaemonTest):
+    pool = 1
+
+    def test_create_get_list_delete(self):
+        name = vname()
+        v = self.volume(size_mb=24, name=name)
+        self.assertEqual((v["name"], v["size_mb"], v["attached"]), (name, 24, []), v)
+        self.assertIsInstance(v["used_bytes"], int)
+        self.assertTrue(v["created_at"].endswith("Z"), v)
+        self.assertEqual(self.vget(name)["size_mb"], 24)
+        names = [x["name"] for x in self.c.request("GET", "/v1/volumes")[1]["volumes"]]
+        self.assertIn(name, names)
+        self.assertApiError(409, "already_exists", self.c.request, "POST", "/v1/volumes",
+                            body={"name": name, "size_mb": 24})
+        n_images = len(self.images(self.daemon))
+        self.c.request("DELETE", "/v1/volumes/" + name, expect=204)
+        self.assertEqual(len(self.images(self.daemon)), n_images - 1, "the image stayed")
+        self.assertApiError(404, "volume_not_found", self.vget, name)
+        self.assertApiError(404, "volume_not_found", self.c.request, "DELETE", "/v1/volumes/" + name)
+
+    def test_bad_input(self):
+        post = lambda body: self.c.request("POST", "/v1/volumes", body=body)  # noqa: E731
+        for body in ({"name": "a/b", "size_mb": 32}, {"name": "", "size_mb": 32}, {"name": "-x", "size_mb": 32},
+                     {"name": "Upper", "size_mb": 32}, {"name": "x" * 64, "size_mb": 32}, {"size_mb": 32},
+                     {"name": "ok", "size_mb": 0}, {"name": "ok", "size_mb": -5}, {"name": "ok"},
+                     {"name": "ok", "size_mb": "32"}, {"name": "ok", "size_mb": 32, "extra": 1},
+                     {"name": "ok", "size_mb": 1 << 40}):
+            self.assertApiError(400, "invalid_request", post, body)
+        self.assertEqual([x for x in self.c.request("GET", "/v1/volumes")[1]["volumes"] if x["name"] == "ok"], [])
+        self.assertApiError(404, "volume_not_found", self.c.create, volumes=[{"name": "nope-" + vname(),
+                                                                               "path": "/data"}])
+        e = self.assertApiError(404, "volume_not_found", self.c.create,
+                                volumes=[{"name": "missing-one", "path": "/data"}])
+        self.assertIn("missing-one", e.body["message"])
+        v = self.volume()["name"]
+        for vols in ([{"name": v, "path": "/"}], [{"name": v, "path": "data"}], [{"name": v, "path": "/proc/x"}],
+                     [{"name": v, "path": "/sys"}], [{"name": v, "path": "/dev/shm/x"}],
+                     [{"name": v, "path": "/run/moat"}], [{"name": v, "path": "/a/../etc"}],
+                     [{"name": v, "path": "//"}], [{"name": v}], [{"path": "/x"}],
+                     [{"name": v, "path": "/x", "read_only": "yes"}], [{"name": v, "path": "/x", "other": 1}],
+                     [{"name": v, "path": "/d%d" % i, "read_only": True} for i in range(9)],
+                     [{"name": v, "path": "/x", "read_only": True}, {"name": v, "path": "/x", "read_only": True}],
+                     "notalist"):
+            self.assertApiError(400, "invalid_request", self.c.create, volumes=vols)
+        self.assertEqual(self.vget(v)["attached"], [], "a refused create left an attachment")
+
+    def test_data_outlives_the_sandbox(self):
+        name = self.volume()["name"]
+        a = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.sh(a, "mkdir -p /data/work && echo from-A > /data/work/note && chown 1000:1000 /data/work/note")
+        # the files belong to the sandbox's own users inside (idmapped), to ids 0..65535 on disk
+        self.assertEqual(self.c.sh(a, "stat -c %u:%g /data /data/work/note"), "0:0\n1000:1000\n")
+        att = self.vget(name)["attached"]
+        self.assertEqual(att, [{"sandbox": a, "path": "/data", "read_only": False}])
+        self.c.delete(a)
+        self.assertEqual(self.vget(name)["attached"], [])
+        b = self.sandbox(volumes=[{"name": name, "path": "/mnt/other"}])["id"]
+        self.assertEqual(self.c.sh(b, "cat /mnt/other/work/note; stat -c %u /mnt/other/work/note"),
+                         "from-A\n1000\n")
+        # on disk the owner is 1000, whatever b's uid range on the host
+        ent = [e for e in self.vfile(name, "/work")["entries"] if e["name"] == "note"][0]
+        self.assertEqual((ent["uid"], ent["type"], ent["size"]), (1000, "file", 7), ent)
+
+    def test_one_writer_many_readers(self):
+        name = self.volume()["name"]
+        w = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
+        e = self.assertApiError(409, "volume_in_use", self.c.create, volumes=[{"name": name, "path": "/data"}])
+        self.assertIn(w, e.body["message"])
+        r1 = self.sandbox(volumes=[{"name": name, "path": "/data", "read_only": True}])["id"]
+        r2 = self.sandbox(volumes=[{"name": name, "path": "/ro", "read_only": True}])["id"]
+        self.c.sh(w, "echo written-after > /data/live")
+        self.assertEqual(self.c.sh(r1, "cat /data/live"), "written-after\n")
+        r = self.c.exec(r2, cmd="echo x > /ro/nope")
+        self.assertNotEqual(r["exit_code"], 0, r)
+        self.assertIn("Read-only file system", r["stderr"])
+        self.assertEqual(self.c.exec(r2, cmd="rm /ro/live")["exit_code"] != 0, True)
+        self.assertEqual(self.c.sh(w, "cat /data/live"), "written-after\n")
+        att = sorted((a["sandbox"], a["read_only"]) for a in self.vget(name)["attached"])
+        self.assertEqual(att, sorted([(w, False), (r1, True), (r2, True)]))
+        # the writer gone, another may write
+        self.c.delete(w)
+        w2 = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.sh(w2, "echo second > /data/live")
+        self.assertEqual(self.c.sh(r1, "cat /data/live"), "second\n")
+
+    def test_delete_while_attached(self):
+        name = self.volume()["name"]
+        before = self.images(self.daemon)
+        sid = self.sandbox(volumes=[{"name": name, "path": "/data", "read_only": True}])["id"]
+        e = self.assertApiError(409, "volume_in_use", self.c.request, "DELETE", "/v1/volumes/" + name)
+        self.assertIn(sid, e.body["message"])
+        self.assertEqual(self.images(self.daemon), before)
+        self.c.delete(sid)
+        self.c.request("DELETE", "/v1/volumes/" + name, expect=204)
+        self.assertEqual(len(self.images(self.daemon)), len(before) - 1, "the image is still there")
+        self.assertApiError(404, "volume_not_found", self.c.create, volumes=[{"name": name, "path": "/data"}])
+
+    def test_size_is_a_hard_limit(self):
+        name = self.volume(size_mb=32)["name"]
+        img = [p for p in self.images(self.daemon)]
+        sid = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
+        r = self.c.exec(sid, cmd="dd if=/dev/zero of=/data/big bs=1M count=64 conv=fsync")
+        self.assertNotEqual(r["exit_code"], 0, r)
+        self.assertIn("No space left on device", r["stderr"])
+        size = int(self.c.sh(sid, "stat -c %s /data/big"))
+        self.assertLess(size, 32 << 20)
+        # what the host pays: the image's blocks, never more than size_mb
+        for p in self.images(self.daemon):
+            if p not in img:
+                continue
+            self.assertLessEqual(os.stat(p).st_blocks * 512, (32 << 20) + (1 << 20), p)
+        # the sandbox's own disk is not the volume's: it still writes there
+        self.c.sh(sid, "echo ok > /root/after")
+        used = self.vget(name)["used_bytes"]
+        self.assertGreater(used, 24 << 20, used)
+
+    def test_files_with_no_sandbox(self):
+        name = self.volume()["name"]
+        self.assertEqual(self.vput(name, "/a/b/c.txt", b"hello")["size"], 5)
+        self.assertEqual(self.vfile(name, "/a/b/c.txt"), b"hello")
+        self.assertEqual(self.vfile(name, "a/b/c.txt"), b"hello")
+        self.vput(name, "/a/b/c.txt", b"replaced")
+        self.assertEqual(self.vfile(name, "/a/b/c.txt"), b"replaced")
+        big = os.urandom(3 << 20)
+        self.vput(name, "/big.bin", big)
+        self.assertEqual(self.vfile(name, "/big.bin"), big)
+        root = self.vfile(name, "/")
+        self.assertEqual(sorted(e["name"] for e in root["entries"]), ["a", "big.bin"])
+        self.assertEqual([e["type"] for e in self.vfile(name, "/a")["entries"]], ["dir"])
+        self.assertApiError(400, "invalid_request", self.c.request, "DELETE", "/v1/volumes/%s/files" % name,
+                            query={"path": "/a"})  # not empty
+        self.c.request("DELETE", "/v1/volumes/%s/files" % name, query={"path": "/a/b/c.txt"}, expect=204)
+        self.assertApiError(404, "not_found", self.vfile, name, "/a/b/c.txt")
+        self.assertApiError(400, "invalid_request", self.c.request, "DELETE", "/v1/volumes/%s/files" % name,
+                            query={"path": "/"})
+        # what the host wrote, a sandbox reads as root's
+        sid = self.sandbox(volumes=[{"name": name, "path": "/v", "read_only": True}])["id"]
+        self.assertEqual(self.c.sh(sid, "stat -c %u /v/big.bin; md5sum < /v/big.bin | cut -c1-8"),
+                         "0\n%s\n" % __import__("hashlib").md5(big).hexdigest()[:8])
+        self.assertApiError(404, "volume_not_found", self.vfile, "no-such-" + vname(), "/")
+
+    def test_time_travel_refused(self):
+        name = self.volume()["name"]
+        sid = self.sandbox(volumes=[{"name": name, "path": "/data", "read_only": True}], persistent=True)["id"]
+        for path, body in (("hibernate", {}), ("snapshots", {}), ("fork", {"count": 1}),
+                           ("explore", {"branches": [{"cmd": "true"}]}),
+                           ("rollback", {"snapshot_id": "snap-00000000000000000"})):
+            e = self.assertApiError(409, "volume_attached", self.c.request, "POST",
+                                    "/v1/sandboxes/%s/%s" % (sid, path), body=body)
+            self.assertIn(name, e.body["message"])
+        self.assertAlive(sid)
+        self.assertEqual(self.c.get(sid)["state"], "running")
+        self.assertApiError(400, "invalid_request", self.c.create, persistent=True,
+                            idle={"hibernate_after_seconds": 60}, volumes=[{"name": name, "path": "/d"}])
+
+
+class VolumeRestartTest(VolumeMixin, DaemonTest):
+    pool = 0
+
+    def restart(self, kill9):
+        if kill9:
+            self.daemon.kill9()
+        else:
+            self.daemon.terminate()
+        self.daemon.start()
+        self.c = self.daemon.client
+
+    def check_survives(self, kill9):
+        name = self.volume()["name"]
+        a = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.sh(a, "echo before > /data/f")
+        self.restart(kill9)
+        # the sandbox runs on with its volume, and its claim holds
+        self.assertEqual(self.c.get(a)["state"], "running")
+        self.assertEqual(self.vget(name)["attached"], [{"sandbox": a, "path": "/data", "read_only": False}])
+        self.assertApiError(409, "volume_in_use", self.c.create, volumes=[{"name": name, "path": "/data"}])
+        # one file system: what a writes now (no sync) the new moatd reads at once
+        self.c.sh(a, "echo after > /data/f2")
+        self.assertEqual(self.vfile(name, "/f"), b"before\n")
+        self.assertEqual(self.vfile(name, "/f2"), b"after\n")
+        self.vput(name, "/from-host", b"h")
+        self.assertEqual(self.c.sh(a, "cat /data/from-host"), "h")
+        self.c.delete(a)
+        b = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
+        self.assertEqual(self.c.sh(b, "cat /data/f /data/f2"), "before\nafter\n")
+
+    def test_survives_restart(self):
+        self.check_survives(kill9=False)
+
+    def test_survives_kill9(self):
+        self.check_survives(kill9=True)
+
+    def test_no_sandbox_restart(self):
+        name = self.volume()["name"]
+        self.vput(name, "/x", b"kept")
+        self.restart(kill9=True)
+        self.assertEqual(self.vfile(name, "/x"), b"kept")
+        self.assertEqual(self.vget(name)["attached"], [])
