@@ -16,7 +16,8 @@ enum {
   O_PIDS,
   O_DISK,
   O_FROM_SNAPSHOT,
-  O_HIBERNATE_AFTER
+  O_HIBERNATE_AFTER,
+  O_VOLUME
 };
 
 const struct cli_opt cli_create_opts[] = {{"template", true, O_TEMPLATE},
@@ -30,6 +31,7 @@ const struct cli_opt cli_create_opts[] = {{"template", true, O_TEMPLATE},
                                           {"disk", true, O_DISK},
                                           {"from-snapshot", true, O_FROM_SNAPSHOT},
                                           {"hibernate-after", true, O_HIBERNATE_AFTER},
+                                          {"volume", true, O_VOLUME},
                                           {NULL, false, 0}};
 const size_t cli_create_nopts = sizeof(cli_create_opts) / sizeof(cli_create_opts[0]) - 1;
 
@@ -84,6 +86,31 @@ int cli_create_opt(int id, const char *value, struct create_opts *c) {
       return -1;
     json_object_set_new(c->body, "idle", json_pack("{s:I}", "hibernate_after_seconds", (json_int_t)n));
     return 0;
+  case O_VOLUME: {
+    /* NAME:PATH or NAME:PATH:ro (a path holding ':' is not expressible here; the API takes it) */
+    const char *colon = strchr(value, ':');
+    if (!colon || colon == value || !colon[1]) {
+      cli_errorf("--volume '%s' is not NAME:PATH[:ro]", value);
+      return -1;
+    }
+    _cleanup_free_ char *name = xstrndup(value, (size_t)(colon - value));
+    _cleanup_free_ char *path = xstrdup(colon + 1);
+    bool ro = false;
+    size_t pl = strlen(path);
+    if (pl > 3 && strcmp(path + pl - 3, ":ro") == 0) {
+      path[pl - 3] = '\0';
+      ro = true;
+    } else if (pl > 3 && strcmp(path + pl - 3, ":rw") == 0) {
+      path[pl - 3] = '\0';
+    }
+    json_t *arr = json_object_get(c->body, "volumes");
+    if (!arr) {
+      arr = json_array();
+      json_object_set_new(c->body, "volumes", arr);
+    }
+    json_array_append_new(arr, json_pack("{s:s, s:s, s:b}", "name", name, "path", path, "read_only", ro));
+    return 0;
+  }
   }
   return -1;
 }

@@ -23,6 +23,7 @@ static const struct command commands[] = {
     {"rm", cmd_rm, "kill sandboxes"},
     {"run", cmd_run, "create a sandbox, run a command (or --python CODE), kill it"},
     {"template", cmd_template, "template build NAME | template ls"},
+    {"volume", cmd_volume, "volume create NAME --size MB | volume ls | volume rm NAME..."},
     {"pause", cmd_pause, "freeze sandboxes (no CPU, memory kept, TTL stopped)"},
     {"resume", cmd_resume, "thaw paused sandboxes"},
     {"hibernate", cmd_hibernate, "write sandboxes to disk and release their memory"},

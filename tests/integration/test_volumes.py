@@ -246,3 +246,49 @@ class VolumeRestartTest(VolumeMixin, DaemonTest):
         self.restart(kill9=True)
         self.assertEqual(self.vfile(name, "/x"), b"kept")
         self.assertEqual(self.vget(name)["attached"], [])
+
+
+class VolumeCliTest(VolumeMixin, DaemonTest):
+    pool = 0
+
+    def moat(self, *args):
+        import subprocess
+        env = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % self.daemon.port, MOAT_API_KEY=self.c.key)
+        return subprocess.run([os.path.join(moatd.BUILD, "moat")] + list(args), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=120)
+
+    def test_cli(self):
+        name = vname()
+        r = self.moat("volume", "create", name, "--size", "20")
+        self.assertEqual((r.returncode, r.stdout), (0, (name + "\n").encode()), r.stderr)
+        self.addCleanup(self._delete_volume_quietly, self.c, name)
+        r = self.moat("volume", "create", name, "--size", "20")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"already_exists", r.stderr)
+        self.assertEqual(self.moat("volume", "create", name).returncode, 2)
+        r = self.moat("create", "--volume", name + ":/data")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        w = r.stdout.decode().strip()
+        self.addCleanup(self._delete_quietly, self.c, w)
+        r = self.moat("create", "--volume", name + ":/ro:ro")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ro = r.stdout.decode().strip()
+        self.addCleanup(self._delete_quietly, self.c, ro)
+        r = self.moat("create", "--volume", name + ":/data")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"volume_in_use", r.stderr)
+        self.assertEqual(self.moat("create", "--volume", "nocolon").returncode, 2)
+        r = self.moat("volume", "ls")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        line = [ln for ln in r.stdout.decode().splitlines() if ln.startswith(name + " ")][0]
+        self.assertIn("%s:/data" % w, line)
+        self.assertIn("%s:/ro:ro" % ro, line)
+        self.assertEqual(self.c.exec(ro, cmd="touch /ro/x")["exit_code"] != 0, True)
+        r = self.moat("volume", "rm", name)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"volume_in_use", r.stderr)
+        self.c.delete(w)
+        self.c.delete(ro)
+        r = self.moat("volume", "rm", name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn(name, self.moat("volume", "ls").stdout.decode())
