@@ -225,7 +225,7 @@ int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_
         const char *vk;
         json_t *vv;
         json_object_foreach(ent, vk, vv) {
-          char what[32];
+          char what[48];
           snprintf(what, sizeof(what), "volumes[%zu].%s", i, strcmp(vk, "name") == 0 ? "name" : "path");
           if (strcmp(vk, "name") == 0 || strcmp(vk, "path") == 0) {
             if (want_string(vv, what, strcmp(vk, "name") == 0 ? 63 : 1024,
