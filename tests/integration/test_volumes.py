@@ -292,3 +292,47 @@ class VolumeCliTest(VolumeMixin, DaemonTest):
         r = self.moat("volume", "rm", name)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn(name, self.moat("volume", "ls").stdout.decode())
+
+
+class VolumeSdkTest(VolumeMixin, DaemonTest):
+    """The Python SDK's Volume and Sandbox.create(volumes=...)."""
+    pool = 0
+
+    def test_sdk(self):
+        sys.path.insert(0, os.path.join(moatd.REPO, "sdk", "python"))
+        import moat
+        client = moat.Client("http://127.0.0.1:%d" % self.daemon.port, self.c.key)
+        name = vname()
+        vol = moat.Volume.create(name, 24, client=client)
+        self.addCleanup(self._delete_volume_quietly, self.c, name)
+        self.assertEqual((vol.name, vol.size_mb, vol.attached), (name, 24, []))
+        with self.assertRaises(moat.ConflictError):
+            moat.Volume.create(name, 24, client=client)
+        with self.assertRaises(ValueError):
+            moat.Volume.create(name, 0, client=client)
+        self.assertEqual(vol.write("/in/a.txt", "from sdk").size, 8)
+        self.assertEqual(vol.read("in/a.txt"), b"from sdk")
+        self.assertEqual([e.name for e in vol.list_files("/in")], ["a.txt"])
+        with moat.Sandbox.create(volumes=[(vol, "/data")], client=client) as w:
+            self.assertEqual(w.exec("cat /data/in/a.txt").stdout, "from sdk")
+            w.exec("echo from-sandbox > /data/b")
+            with self.assertRaises(moat.ConflictError) as cm:
+                moat.Sandbox.create(volumes=[{"name": name, "path": "/data"}], client=client)
+            self.assertEqual(cm.exception.code, "volume_in_use")
+            with moat.Sandbox.create(volumes=[(name, "/ro", True)], client=client) as r:
+                self.assertNotEqual(r.exec("touch /ro/x").exit_code, 0)
+                self.assertEqual(len(vol.refresh().attached), 2)
+                with self.assertRaises(moat.ConflictError) as cm:
+                    w.snapshot()
+                self.assertEqual(cm.exception.code, "volume_attached")
+            with self.assertRaises(moat.ConflictError):
+                vol.delete()
+        self.assertEqual(vol.read("/b"), b"from-sandbox\n")
+        vol.remove("/b")
+        with self.assertRaises(moat.NotFoundError):
+            vol.read("/b")
+        self.assertIn(name, [v.name for v in moat.Volume.list(client=client)])
+        vol.delete()
+        with self.assertRaises(moat.NotFoundError) as cm:
+            moat.Volume.get(name, client=client)
+        self.assertEqual(cm.exception.code, "volume_not_found")

@@ -16,11 +16,12 @@ from .errors import (AuthenticationError, ConflictError, ConnectionError, Invali
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
                      Result, SandboxInfo, Snapshot, WriteInfo)
 from .sandbox import CodeContext, ExploreResult, Files, Process, ProcessStdin, Pty, Sandbox, WatchHandle
+from .volume import Volume, VolumeAttachment
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Client", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
+    "Sandbox", "Client", "Volume", "VolumeAttachment", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
     "ExecResult", "SandboxInfo", "EntryInfo", "WriteInfo", "FilesystemEvent", "ProcessInfo", "Execution", "Result",
     "ExecutionError", "Snapshot", "ExploreOutcome",
     "MoatError", "InvalidRequestError", "AuthenticationError", "NotFoundError", "ConflictError", "TimeoutError",

@@ -218,6 +218,22 @@ class WatchHandle:
         self.close()
 
 
+def _volume_mount(v: Any) -> Dict[str, Any]:
+    """{name, path, read_only} of a volumes= entry: (name, path[, read_only]) or a dict."""
+    if isinstance(v, Mapping):
+        name, path, ro = v.get("name"), v.get("path"), v.get("read_only", False)
+    elif isinstance(v, (tuple, list)) and len(v) in (2, 3):
+        name, path, ro = v[0], v[1], (v[2] if len(v) == 3 else False)
+    else:
+        raise TypeError("each volume must be (name, path[, read_only]) or a dict, got %r" % (v,))
+    if hasattr(name, "name") and not isinstance(name, str):
+        name = name.name  # a Volume
+    _check.string("volume name", name)
+    _check.string("volume path", path)
+    _check.boolean("read_only", ro)
+    return {"name": name, "path": path, "read_only": bool(ro)}
+
+
 def _mode(mode: Any) -> Optional[str]:
     if mode is None:
         return None
@@ -575,6 +591,7 @@ class Sandbox:
                cpu: Optional[float] = None, memory_mb: Optional[int] = None, pids: Optional[int] = None,
                disk_mb: Optional[int] = None, network: Optional[Mapping[str, Any]] = None,
                from_snapshot: Union[Snapshot, str, None] = None, hibernate_after_seconds: Optional[int] = None,
+               volumes: Optional[Sequence[Any]] = None,
                client: Optional[Client] = None,
                api_url: Optional[str] = None, api_key: Optional[str] = None,
                request_timeout: Any = _UNSET) -> "Sandbox":
@@ -585,7 +602,8 @@ class Sandbox:
         limits; network: egress policy (NotSupportedError where moatd lacks it); from_snapshot: a
         Snapshot (or its id) to start from, with its memory, processes and disk;
         hibernate_after_seconds (persistent sandboxes only): moatd hibernates the sandbox after
-        that long without API calls and with its CPU idle."""
+        that long without API calls and with its CPU idle. volumes: volumes to mount, each
+        (name, path) or (name, path, read_only) or a dict {name, path, read_only} (at most 8)."""
         _check.string("template", template)
         body: Dict[str, Any] = {"template": template}
         if _check.integer("ttl_seconds", ttl_seconds, 1, 2592000) is not None:
@@ -614,6 +632,8 @@ class Sandbox:
             if persistent is not True:
                 raise ValueError("hibernate_after_seconds needs persistent=True")
             body["idle"] = {"hibernate_after_seconds": hibernate_after_seconds}
+        if volumes is not None:
+            body["volumes"] = [_volume_mount(v) for v in volumes]
         c = resolve(client, api_url, api_key, request_timeout)
         return cls(c._t.request("POST", "/v1/sandboxes", json_body=body, timeout=c.lifecycle_timeout)[1], c)
 
