@@ -1079,6 +1079,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     goto fail;
   if (recover(c, err) < 0)
     goto fail;
+  ctl_volumes_gc(c);
   ctl_health_open(c, cfg->guest_timeout_ms);
   c->health_open = true;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {

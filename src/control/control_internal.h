@@ -143,6 +143,9 @@ int ctl_volumes_claim(struct moat_control *c, const char *org, const char *id,
                       const struct moat_volume_mount *v, size_t n, moat_error **err);
 /* Mounts the claimed volumes into the sandbox in slot, in order. */
 int ctl_volumes_attach(struct moat_control *c, const char *id, int slot, moat_error **err);
+/* At open: removes the storage of volumes no record names (a crash between making and recording
+ * one, or between a delete's record and its storage). Logs what it cannot. */
+void ctl_volumes_gc(struct moat_control *c);
 /* MOAT_E_VOLUME_ATTACHED naming the volume when org's sandbox id mounts one (what: "hibernate"...). */
 int ctl_volumes_refuse(struct moat_control *c, const char *org, const char *id, const char *what,
                        moat_error **err);

@@ -294,3 +294,26 @@ int ctl_volumes_refuse(struct moat_control *c, const char *org, const char *id, 
   moat_store_attachments_free(a, na);
   return ret;
 }
+
+void ctl_volumes_gc(struct moat_control *c) {
+  struct moat_store_volume *rows = NULL;
+  size_t n = 0;
+  moat_error *err = NULL;
+  if (moat_store_volume_list(c->store, NULL, &rows, &n, &err) < 0) {
+    log_warn("volumes: not collecting unrecorded storage: %s", moat_error_msg(err));
+    moat_error_free(&err);
+    return;
+  }
+  const char **keep = xcalloc(n + 1, sizeof(*keep));
+  for (size_t i = 0; i < n; i++)
+    keep[i] = rows[i].id;
+  int removed = moat_host_volume_gc(c->host, keep, n, &err);
+  if (removed < 0) {
+    log_warn("volumes: collecting unrecorded storage: %s", moat_error_msg(err));
+    moat_error_free(&err);
+  } else if (removed > 0) {
+    log_info("volumes: removed the storage of %d unrecorded volume(s)", removed);
+  }
+  free(keep);
+  moat_store_volumes_free(rows, n);
+}

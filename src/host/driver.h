@@ -213,6 +213,9 @@ int moat_host_volume_root(struct moat_host *h, const char *vid, moat_error **err
  * 0 or -1. */
 int moat_host_volume_attach(struct moat_host *h, int slot, const char *vid, const char *path, bool read_only,
                             moat_error **err);
+/* Removes the storage of every volume whose id is not among keep's n (and what an interrupted
+ * create left). Returns how many it removed, or -1. */
+int moat_host_volume_gc(struct moat_host *h, const char *const *keep, size_t n, moat_error **err);
 /* Size and use of volume vid's file system. */
 int moat_host_volume_usage(struct moat_host *h, const char *vid, struct moat_disk_usage *out,
                            moat_error **err);
@@ -275,6 +278,7 @@ struct moat_driver_ops {
   int (*volume_attach)(struct moat_host *h, int slot, const char *vid, const char *path, bool read_only,
                        moat_error **err);
   int (*volume_usage)(struct moat_host *h, const char *vid, struct moat_disk_usage *out, moat_error **err);
+  int (*volume_gc)(struct moat_host *h, const char *const *keep, size_t n, moat_error **err);
   /* optional: network hooks (NULL: no network, no network slot) */
   struct moat_net *(*net)(struct moat_host *h);
   int (*net_slot)(struct moat_host *h, int slot);

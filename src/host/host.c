@@ -148,3 +148,7 @@ int moat_host_volume_usage(struct moat_host *h, const char *vid, struct moat_dis
                            moat_error **err) {
   return h->ops->volume_usage ? h->ops->volume_usage(h, vid, out, err) : unsupported(h, "keep volumes", err);
 }
+
+int moat_host_volume_gc(struct moat_host *h, const char *const *keep, size_t n, moat_error **err) {
+  return h->ops->volume_gc ? h->ops->volume_gc(h, keep, n, err) : 0;
+}

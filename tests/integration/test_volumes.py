@@ -133,6 +133,31 @@ class VolumeTest(VolumeMixin, DaemonTest):
         self.c.sh(w2, "echo second > /data/live")
         self.assertEqual(self.c.sh(r1, "cat /data/live"), "second\n")
 
+    def test_concurrent_writers(self):
+        """Six creates asking for the same volume read-write at once: exactly one gets it."""
+        import threading
+        name = self.volume()["name"]
+        results = []
+
+        def create():
+            try:
+                results.append(("ok", self.c.create(volumes=[{"name": name, "path": "/data"}])["id"]))
+            except moatd.HTTPError as e:
+                results.append((e.body.get("code") if isinstance(e.body, dict) else e.status, None))
+
+        threads = [threading.Thread(target=create) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for code, sid in results:
+            if sid:
+                self.addCleanup(self._delete_quietly, self.c, sid)
+        codes = sorted(code for code, _ in results)
+        self.assertEqual(codes, ["ok"] + ["volume_in_use"] * 5, results)
+        winner = [sid for code, sid in results if sid][0]
+        self.assertEqual(self.vget(name)["attached"], [{"sandbox": winner, "path": "/data", "read_only": False}])
+
     def test_delete_while_attached(self):
         name = self.volume()["name"]
         before = self.images(self.daemon)
@@ -200,6 +225,10 @@ class VolumeTest(VolumeMixin, DaemonTest):
             self.assertIn(name, e.body["message"])
         self.assertAlive(sid)
         self.assertEqual(self.c.get(sid)["state"], "running")
+        # pause and resume keep the volume mounted
+        self.c.request("POST", "/v1/sandboxes/%s/pause" % sid, body={})
+        self.c.request("POST", "/v1/sandboxes/%s/resume" % sid, body={})
+        self.assertEqual(self.c.sh(sid, "grep -c ' /data ' /proc/self/mounts"), "1\n")
         self.assertApiError(400, "invalid_request", self.c.create, persistent=True,
                             idle={"hibernate_after_seconds": 60}, volumes=[{"name": name, "path": "/d"}])
 
@@ -239,6 +268,35 @@ class VolumeRestartTest(VolumeMixin, DaemonTest):
 
     def test_survives_kill9(self):
         self.check_survives(kill9=True)
+
+    def test_nothing_left_after_stop(self):
+        """moatd's own mounts of volumes go with it: once it stops and its sandboxes are gone, no
+        mount or loop device of the data dir is left (the images stay, for the next moatd)."""
+        name = self.volume()["name"]
+        sid = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.sh(sid, "echo x > /data/x")
+        self.vput(name, "/y", b"y")
+        self.c.delete(sid)
+        self.daemon.terminate()
+        left = self.daemon.leftovers()
+        self.assertEqual({k: v for k, v in left.items() if k in ("mounts", "loop_devices")}, {}, left)
+        self.assertEqual(len(self.images(self.daemon)), 1)
+        self.daemon.start()
+        self.c = self.daemon.client
+        self.assertEqual(self.vfile(name, "/x"), b"x\n")
+
+    def test_orphan_images_removed_at_start(self):
+        """An image no record names (a crash between writing it and recording it) goes at the next start."""
+        name = self.volume()["name"]
+        vdir = os.path.join(self.daemon.data_dir, "host", "volumes")
+        for junk in ("v-orphan0000000000.img", "v-orphan0000000001.img.tmp"):
+            with open(os.path.join(vdir, junk), "wb") as f:
+                f.write(b"\0" * 4096)
+        self.restart(kill9=True)
+        left = sorted(os.path.basename(p) for p in glob.glob(os.path.join(vdir, "v-*")))
+        self.assertEqual(len(left), 1, left)
+        self.vput(name, "/still", b"here")
+        self.assertEqual(self.vfile(name, "/still"), b"here")
 
     def test_no_sandbox_restart(self):
         name = self.volume()["name"]

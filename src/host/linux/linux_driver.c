@@ -1310,4 +1310,5 @@ const struct moat_driver_ops moat_linux_driver = {
     .volume_root = moat_linux_volume_root,
     .volume_attach = moat_linux_volume_attach,
     .volume_usage = moat_linux_volume_usage,
+    .volume_gc = moat_linux_volume_gc,
 };

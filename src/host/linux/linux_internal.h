@@ -87,6 +87,7 @@ int moat_linux_volume_attach(struct moat_host *h, int slot, const char *vid, con
                              moat_error **err);
 int moat_linux_volume_usage(struct moat_host *h, const char *vid, struct moat_disk_usage *out,
                             moat_error **err);
+int moat_linux_volume_gc(struct moat_host *h, const char *const *keep, size_t n, moat_error **err);
 
 /* ---- checkpoint.c: the driver's time-travel ops (driver.h has their contracts) ---- */
 int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,

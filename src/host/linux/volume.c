@@ -1,5 +1,6 @@
 /* volume.c -- the linux driver's volumes: ext4 images under DATA/host/volumes, mounted once by
  * moatd (detached) and into sandboxes as idmapped clones of that mount */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -158,6 +159,36 @@ int moat_linux_volume_usage(struct moat_host *base, const char *vid, struct moat
   out->total_bytes = (uint64_t)st.f_blocks * (uint64_t)st.f_bsize;
   out->used_bytes = (uint64_t)(st.f_blocks - st.f_bfree) * (uint64_t)st.f_bsize;
   return 0;
+}
+
+int moat_linux_volume_gc(struct moat_host *base, const char *const *keep, size_t n, moat_error **err) {
+  struct moat_volumes *v = moat_linux_volumes(moat_linux_of(base));
+  DIR *d = opendir(v->dir);
+  if (!d)
+    return moat_error_errno(err, "open %s", v->dir);
+  int removed = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    /* ours: v-ID.img and v-ID.img.tmp (golden-SIZE.img are shared templates of empty images) */
+    if (strncmp(de->d_name, "v-", 2) != 0)
+      continue;
+    char vid[48];
+    size_t len = strcspn(de->d_name, ".");
+    const char *ext = de->d_name + len;
+    if (len >= sizeof(vid) || (strcmp(ext, ".img") != 0 && strcmp(ext, ".img.tmp") != 0))
+      continue;
+    memcpy(vid, de->d_name, len);
+    vid[len] = '\0';
+    bool kept = false;
+    for (size_t i = 0; i < n && !kept; i++)
+      kept = strcmp(keep[i], vid) == 0 && strcmp(ext, ".img") == 0;
+    if (kept)
+      continue;
+    if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+      removed++;
+  }
+  closedir(d);
+  return removed;
 }
 
 /* Splits an absolute path into its components (no "." or "..", none empty but between slashes). */
