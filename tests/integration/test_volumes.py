@@ -133,6 +133,17 @@ class VolumeTest(VolumeMixin, DaemonTest):
         self.c.sh(w2, "echo second > /data/live")
         self.assertEqual(self.c.sh(r1, "cat /data/live"), "second\n")
 
+    def test_failed_mount_releases_the_volume(self):
+        """A mount point the host refuses (a file on the way, a symbolic link on the way: /var/run is
+        one in the template) fails the create with 400 and leaves the volume free."""
+        name = self.volume()["name"]
+        for path in ("/etc/hostname/x", "/etc/hostname", "/var/run/x"):
+            e = self.assertApiError(400, "invalid_request", self.c.create, volumes=[{"name": name, "path": path}])
+            self.assertIn(name, e.body["message"])
+            self.assertEqual(self.vget(name)["attached"], [], path)
+        sid = self.sandbox(volumes=[{"name": name, "path": "/srv/deep/er"}])["id"]
+        self.assertEqual(self.c.sh(sid, "stat -c %u /srv/deep; test -w /srv/deep/er && echo w"), "0\nw\n")
+
     def test_concurrent_writers(self):
         """Six creates asking for the same volume read-write at once: exactly one gets it."""
         import threading
