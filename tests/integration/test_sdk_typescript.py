@@ -112,6 +112,9 @@ class TypeScriptSDKTest(DaemonTest):
     def test_dispose(self):
         self.run_node_file("dispose")
 
+    def test_volumes(self):
+        self.run_node_file("volumes")
+
     def test_timetravel(self):
         self.run_node_file("timetravel")
 

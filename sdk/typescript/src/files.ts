@@ -31,7 +31,7 @@ export interface Watcher extends AsyncIterable<FsEvent> {
   close(): void;
 }
 
-function entry(j: Record<string, unknown>): EntryInfo {
+export function entry(j: Record<string, unknown>): EntryInfo {
   return {
     name: j.name as string,
     path: j.path as string,

@@ -17,6 +17,8 @@ export type {
 export { SandboxProcess, SIGNALS } from './process.js';
 export type { ExitInfo, ProcessInfo, OutputCallback, SignalName, StreamOptions } from './process.js';
 export { Files } from './files.js';
+export { Volume } from './volume.js';
+export type { VolumeAttachment, VolumeMount } from './volume.js';
 export type { EntryInfo, FsEvent, Watcher } from './files.js';
 export { CodeContext } from './context.js';
 export type { Execution, ExecutionError, Result, Language, RunCodeOptions } from './context.js';

@@ -9,6 +9,7 @@ import { ExitInfo, OutputCallback, ProcessInfo, SandboxProcess, consumeOutput, p
 import { Pty, PtyOptions, openPty } from './pty.js';
 import { DEFAULT_IDLE_TIMEOUT_MS, readSse } from './sse.js';
 import * as v from './validate.js';
+import type { VolumeMount } from './volume.js';
 
 export type SandboxState = 'creating' | 'running' | 'paused' | 'hibernated' | 'killed';
 
@@ -60,6 +61,8 @@ export interface CreateOptions extends ConnectionOptions {
   fromSnapshot?: string;
   /** Persistent sandboxes: hibernate after this long without API calls or CPU use. */
   idle?: { hibernateAfterSeconds: number };
+  /** Volumes to mount (at most 8; not with fromSnapshot or idle). */
+  volumes?: VolumeMount[];
 }
 
 /** A snapshot of a sandbox: memory, processes and disk. */
@@ -181,7 +184,7 @@ export interface ExploreResult {
 
 const EXEC_KEYS = ['env', 'cwd', 'user', 'stdin', 'timeoutMs', 'requestTimeoutMs', 'signal', 'background', 'tag', 'pty'];
 const STREAM_KEYS = ['env', 'cwd', 'user', 'stdin', 'timeoutMs', 'signal', 'onStdout', 'onStderr', 'onStart', 'killOnDisconnect', 'tag', 'pty', 'idleTimeoutMs'];
-const CREATE_KEYS = [...CONNECTION_KEYS, 'template', 'ttlSeconds', 'persistent', 'metadata', 'env', 'cpu', 'memoryMb', 'pids', 'diskMb', 'network', 'fromSnapshot', 'idle'];
+const CREATE_KEYS = [...CONNECTION_KEYS, 'template', 'ttlSeconds', 'persistent', 'metadata', 'env', 'cpu', 'memoryMb', 'pids', 'diskMb', 'network', 'fromSnapshot', 'idle', 'volumes'];
 const TAG_RE = /^(?![0-9]+$)[A-Za-z0-9_.-]{1,64}$/;
 /** Extra time the client waits beyond an exec's own deadline (the kill and the answer). */
 const EXEC_MARGIN_MS = 30_000;
@@ -307,6 +310,17 @@ export class Sandbox {
     if (o.idle !== undefined) {
       const idle = v.options<{ hibernateAfterSeconds: number }>(where + ' idle', o.idle, ['hibernateAfterSeconds']);
       body.idle = { hibernate_after_seconds: v.int(where, 'idle.hibernateAfterSeconds', idle.hibernateAfterSeconds, 1, 2_592_000, false) };
+    }
+    if (o.volumes !== undefined) {
+      if (!Array.isArray(o.volumes)) v.fail(where, `volumes must be an array, got ${v.describe(o.volumes)}`);
+      body.volumes = o.volumes.map((m, i) => {
+        const mo = v.options<VolumeMount>(`${where} volumes[${i}]`, m, ['name', 'path', 'readOnly']);
+        return {
+          name: v.str(where, `volumes[${i}].name`, mo.name),
+          path: v.str(where, `volumes[${i}].path`, mo.path),
+          read_only: v.bool(where, `volumes[${i}].readOnly`, mo.readOnly) ?? false,
+        };
+      });
     }
     const j = await conn.json<Record<string, unknown>>('POST', '/v1/sandboxes', { json: body });
     return new Sandbox(conn, sandboxInfo(j));
