@@ -411,10 +411,26 @@ int moat_control_volume_list(struct moat_control *c, const char *org, struct moa
                              size_t *n, moat_error **err);
 /* MOAT_E_VOLUME_IN_USE (naming the sandbox) while a live sandbox mounts it; its storage goes. */
 int moat_control_volume_delete(struct moat_control *c, const char *org, const char *name, moat_error **err);
-/* A directory fd of the root of org's volume name (caller closes) for host/vfiles.h's operations,
- * which never follow a link in it. */
-int moat_control_volume_root(struct moat_control *c, const char *org, const char *name, int *fd,
-                             moat_error **err);
+/* Files of org's volume name with no sandbox (host/vfiles.h has the rules: paths relative to the
+ * volume's root, '.' and '..' EINVAL, a symbolic link anywhere on a path ELOOP, never followed).
+ * path_check: 0 when path is one of those (pure). open: *fd (caller closes) of a regular file
+ * (*size) or a directory (*is_dir; list it with list). remove: a file, link or empty directory. */
+int moat_control_volume_path_check(const char *path, moat_error **err);
+int moat_control_volume_open(struct moat_control *c, const char *org, const char *name, const char *path,
+                             int *fd, bool *is_dir, uint64_t *size, moat_error **err);
+int moat_control_volume_list_dir(int dir_fd, const char *path, struct moat_file_entry **out, size_t *n,
+                                 moat_error **err);
+int moat_control_volume_remove(struct moat_control *c, const char *org, const char *name, const char *path,
+                               moat_error **err);
+/* An upload to path: written beside it and renamed over it at finish (close frees w; an unfinished
+ * upload leaves what was there). */
+struct moat_vfile_writer;
+int moat_control_volume_write_open(struct moat_control *c, const char *org, const char *name,
+                                   const char *path, uint32_t mode, struct moat_vfile_writer **w,
+                                   moat_error **err);
+int moat_control_volume_write(struct moat_vfile_writer *w, const char *data, size_t len, moat_error **err);
+int moat_control_volume_write_finish(struct moat_vfile_writer *w, uint64_t *written, moat_error **err);
+void moat_control_volume_write_close(struct moat_vfile_writer *w);
 
 /* ---- metrics (control/usage.c) ---- */
 

@@ -5,6 +5,7 @@
 
 #include "../common/log.h"
 #include "../common/util.h"
+#include "../host/vfiles.h"
 #include "control_internal.h"
 
 void moat_volume_info_clear(struct moat_volume_info *v) {
@@ -208,15 +209,65 @@ int moat_control_volume_delete(struct moat_control *c, const char *org, const ch
   return 0;
 }
 
-int moat_control_volume_root(struct moat_control *c, const char *org, const char *name, int *fd,
-                             moat_error **err) {
+/* A directory fd of the root of org's volume name (caller closes). */
+static int volume_root(struct moat_control *c, const char *org, const char *name, moat_error **err) {
   struct moat_store_volume row = {0};
   if (moat_store_volume_get(c->store, org, name, &row, err) < 0)
     return remap(err);
-  *fd = moat_host_volume_root(c->host, row.id, err);
+  int fd = moat_host_volume_root(c->host, row.id, err);
   moat_store_volume_clear(&row);
-  return *fd < 0 ? -1 : 0;
+  return fd;
 }
+
+int moat_control_volume_path_check(const char *path, moat_error **err) {
+  return moat_vfile_check_path(path, err);
+}
+
+int moat_control_volume_open(struct moat_control *c, const char *org, const char *name, const char *path,
+                             int *fd, bool *is_dir, uint64_t *size, moat_error **err) {
+  if (moat_vfile_check_path(path, err) < 0)
+    return -1;
+  _cleanup_close_ int root = volume_root(c, org, name, err);
+  if (root < 0)
+    return -1;
+  return moat_vfile_open(root, path, fd, is_dir, size, err);
+}
+
+int moat_control_volume_list_dir(int dir_fd, const char *path, struct moat_file_entry **out, size_t *n,
+                                 moat_error **err) {
+  return moat_vfile_list(dir_fd, path, out, n, err);
+}
+
+int moat_control_volume_remove(struct moat_control *c, const char *org, const char *name, const char *path,
+                               moat_error **err) {
+  if (moat_vfile_check_path(path, err) < 0)
+    return -1;
+  _cleanup_close_ int root = volume_root(c, org, name, err);
+  if (root < 0)
+    return -1;
+  return moat_vfile_remove(root, path, err);
+}
+
+int moat_control_volume_write_open(struct moat_control *c, const char *org, const char *name,
+                                   const char *path, uint32_t mode, struct moat_vfile_writer **w,
+                                   moat_error **err) {
+  if (moat_vfile_check_path(path, err) < 0)
+    return -1;
+  _cleanup_close_ int root = volume_root(c, org, name, err);
+  if (root < 0)
+    return -1;
+  return moat_vfile_write_open(root, path, (mode_t)mode, w, err);
+}
+
+int moat_control_volume_write(struct moat_vfile_writer *w, const char *data, size_t len, moat_error **err) {
+  return moat_vfile_write(w, data, len, err);
+}
+
+int moat_control_volume_write_finish(struct moat_vfile_writer *w, uint64_t *written, moat_error **err) {
+  return moat_vfile_write_finish(w, written, err);
+}
+
+void moat_control_volume_write_close(struct moat_vfile_writer *w) { moat_vfile_writer_close(w); }
 
 int ctl_volumes_precheck(struct moat_control *c, const char *org, const struct moat_volume_mount *v, size_t n,
                          moat_error **err) {

@@ -1,12 +1,11 @@
 /* volumes.c -- /v1/volumes: create, list, get, delete, and their files with no sandbox
- * (host/vfiles.h: nothing inside a volume is followed) */
+ * (control's volume file calls: nothing inside a volume is followed) */
 #include <errno.h>
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../../host/vfiles.h"
 #include "v1.h"
 
 static json_t *volume_json(const struct moat_volume_info *v) {
@@ -116,18 +115,9 @@ static int vol_path(struct api_req *r, const char *const *allowed, bool optional
     *path = "/";
   if (!*path)
     return api_reply_error(r, 400, "invalid_request", "query parameter 'path' is required"), -1;
-  if (moat_vfile_check_path(*path, &err) < 0)
+  if (moat_control_volume_path_check(*path, &err) < 0)
     return api_reply_moat_error(r, &err), -1;
   return 0;
-}
-
-/* The volume's root fd, or -1 after replying. */
-static int vol_root(struct api_req *r) {
-  moat_error *err = NULL;
-  int fd = -1;
-  if (moat_control_volume_root(api_control(r), r->org, r->route.name, &fd, &err) < 0)
-    return api_reply_moat_error(r, &err), -1;
-  return fd;
 }
 
 int api_h_volume_files_get(struct api_req *r, json_t *body) {
@@ -135,19 +125,16 @@ int api_h_volume_files_get(struct api_req *r, json_t *body) {
   const char *path;
   if (vol_path(r, allowed, true, &path) < 0)
     return -1;
-  _cleanup_close_ int root = vol_root(r);
-  if (root < 0)
-    return -1;
   moat_error *err = NULL;
   int fd = -1;
   bool is_dir = false;
   uint64_t size = 0;
-  if (moat_vfile_open(root, path, &fd, &is_dir, &size, &err) < 0)
+  if (moat_control_volume_open(api_control(r), r->org, r->route.name, path, &fd, &is_dir, &size, &err) < 0)
     return api_reply_moat_error(r, &err);
   if (is_dir) {
     struct moat_file_entry *v = NULL;
     size_t n = 0;
-    int rc = moat_vfile_list(fd, path, &v, &n, &err);
+    int rc = moat_control_volume_list_dir(fd, path, &v, &n, &err);
     close(fd);
     if (rc < 0)
       return api_reply_moat_error(r, &err);
@@ -173,11 +160,8 @@ int api_h_volume_files_delete(struct api_req *r, json_t *body) {
   const char *path;
   if (vol_path(r, allowed, false, &path) < 0)
     return -1;
-  _cleanup_close_ int root = vol_root(r);
-  if (root < 0)
-    return -1;
   moat_error *err = NULL;
-  if (moat_vfile_remove(root, path, &err) < 0)
+  if (moat_control_volume_remove(api_control(r), r->org, r->route.name, path, &err) < 0)
     return api_reply_moat_error(r, &err);
   return api_reply_empty(r, 204);
 }
@@ -190,7 +174,7 @@ struct vol_put {
 
 static void vol_put_free(void *p) {
   struct vol_put *u = p;
-  moat_vfile_writer_close(u->w);
+  moat_control_volume_write_close(u->w);
   free(u);
 }
 
@@ -205,10 +189,7 @@ bool api_volume_put_open(struct api_req *r) {
   uint32_t mode = 0;
   if (api_arg_mode(&r->args, &mode, &err) < 0)
     return api_reply_moat_error(r, &err), true;
-  _cleanup_close_ int root = vol_root(r);
-  if (root < 0)
-    return true;
-  if (moat_vfile_write_open(root, u->path, mode, &u->w, &err) < 0) {
+  if (moat_control_volume_write_open(api_control(r), r->org, r->route.name, u->path, mode, &u->w, &err) < 0) {
     u->w = NULL;
     return api_reply_moat_error(r, &err), true;
   }
@@ -219,8 +200,8 @@ int api_volume_put_chunk(struct api_req *r, const char *data, size_t len, moat_e
   struct vol_put *u = r->front;
   if (!u->w)
     return moat_error_set(err, EIO, "upload already failed");
-  if (moat_vfile_write(u->w, data, len, err) < 0) {
-    moat_vfile_writer_close(u->w); /* the partial file goes; what was at path stays */
+  if (moat_control_volume_write(u->w, data, len, err) < 0) {
+    moat_control_volume_write_close(u->w); /* the partial file goes; what was at path stays */
     u->w = NULL;
     return -1;
   }
@@ -233,8 +214,8 @@ int api_volume_put_finish(struct api_req *r) {
   uint64_t written = 0;
   if (!u || !u->w)
     return api_reply_error(r, 500, "internal", "upload is not open");
-  int rc = moat_vfile_write_finish(u->w, &written, &err);
-  moat_vfile_writer_close(u->w);
+  int rc = moat_control_volume_write_finish(u->w, &written, &err);
+  moat_control_volume_write_close(u->w);
   u->w = NULL;
   if (rc < 0)
     return api_reply_moat_error(r, &err);
