@@ -5,6 +5,7 @@ written with no sandbox; volumes and time travel (refused: 409 volume_attached).
 import glob
 import os
 import sys
+import unittest
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
@@ -405,3 +406,52 @@ class VolumeSdkTest(VolumeMixin, DaemonTest):
         with self.assertRaises(moat.NotFoundError) as cm:
             moat.Volume.get(name, client=client)
         self.assertEqual(cm.exception.code, "volume_not_found")
+
+
+class VolumeDiskFullTest(VolumeMixin, unittest.TestCase):
+    """The data dir on a small file system (test_disk_full's SmallFs), disks not overcommitted: a
+    volume is backed by the data dir when made, so it takes its size at once, one the free space
+    cannot back is 507 with nothing left behind, and its sandbox writes all of it with the host full."""
+    assertApiError = DaemonTest.assertApiError
+
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from test_disk_full import SmallFs
+        self.fs = SmallFs(320)
+        self.addCleanup(self.fs.remove)
+        self.daemon = moatd.MoatDaemon(pool=0, data_dir=self.fs.data, disk_overcommit=False)
+        self.addCleanup(self.daemon.stop)
+        self.daemon.start()
+        self.c = self.daemon.client
+
+    def test_backed_by_the_data_dir(self):
+        free0 = self.fs.free_mb()
+        name = self.volume(size_mb=64)["name"]
+        free1 = self.fs.free_mb()
+        self.assertGreaterEqual(free0 - free1, 64, "a 64 MiB volume took %d MiB: not backed" % (free0 - free1))
+        too_big = free1 + 16
+        self.assertLess(too_big, 320)
+        images = self.images(self.daemon)
+        e = self.assertApiError(507, "insufficient_storage", self.c.request, "POST", "/v1/volumes",
+                                body={"name": "too-big", "size_mb": too_big})
+        self.assertIn("cannot hold", e.body["message"])
+        self.assertEqual(self.images(self.daemon), images)
+        self.assertEqual(glob.glob(os.path.join(self.fs.data, "host", "volumes", "*.tmp")), [])
+        self.assertGreaterEqual(self.fs.free_mb(), free1 - 1, "the refused volume's blocks stayed")
+        self.assertApiError(400, "invalid_request", self.c.request, "POST", "/v1/volumes",
+                            body={"name": "bigger-than-fs", "size_mb": 100000})
+        self.assertApiError(404, "volume_not_found", self.vget, "too-big")
+        # the host fills up; the volume's sandbox still writes up to its size
+        sid = self.c.create(volumes=[{"name": name, "path": "/data"}], disk_mb=32)["id"]
+        self.addCleanup(lambda: self.c.request("DELETE", "/v1/sandboxes/" + sid, expect=(204, 404)))
+        self.fs.fill(leave_kib=512)
+        self.addCleanup(lambda: os.path.exists(self.fs.filler) and self.fs.unfill())
+        r = self.c.exec(sid, cmd="dd if=/dev/urandom of=/data/f bs=1M count=48 conv=fsync 2>&1 && "
+                                 "md5sum /data/f | cut -c1-32")
+        self.assertEqual(r["exit_code"], 0, r)
+        digest = r["stdout"].split()[-1]
+        self.fs.unfill()
+        self.c.delete(sid)
+        got = self.vfile(name, "/f")
+        self.assertEqual(len(got), 48 << 20)
+        self.assertEqual(__import__("hashlib").md5(got).hexdigest(), digest)
