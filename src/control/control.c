@@ -299,10 +299,9 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
     return moat_error_set(err, EINVAL, "idle.hibernate_after_seconds needs persistent: true");
   if (moat_volume_mounts_check(spec->volumes, spec->n_volumes, err) < 0)
     return -1;
-  if (spec->n_volumes && (spec->from_snapshot || spec->hibernate_after_seconds > 0))
+  if (spec->n_volumes && spec->from_snapshot)
     return moat_error_set(err, EINVAL,
-                          "volumes cannot be used with %s (volumes are not part of a checkpoint)",
-                          spec->from_snapshot ? "from_snapshot" : "idle.hibernate_after_seconds");
+                          "volumes cannot be used with from_snapshot (a snapshot holds no volume)");
   if (spec->from_snapshot)
     return tt_create_from_snapshot(c, org, spec, out, err);
   const char *tmpl = spec->template_name ? spec->template_name : "base";

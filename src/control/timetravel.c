@@ -457,8 +457,6 @@ void tt_forget_hibernated(struct moat_control *c, const char *id) {
 }
 
 int moat_control_hibernate(struct moat_control *c, const char *org, const char *id, moat_error **err) {
-  if (ctl_volumes_refuse(c, org, id, "hibernate", err) < 0)
-    return -1;
   struct live *e = lock_live(c, org, id, err);
   if (!e)
     return -1;

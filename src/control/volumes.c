@@ -57,6 +57,9 @@ int moat_volume_mounts_check(const struct moat_volume_mount *v, size_t n, moat_e
       return moat_error_set(err, EINVAL, "volumes[%zu].path: must be an absolute path", i);
     if (strlen(p) > 1024)
       return moat_error_set(err, EINVAL, "volumes[%zu].path: longer than 1024 bytes", i);
+    for (const char *q = p; *q; q++)
+      if ((unsigned char)*q < 0x20 || *q == 0x7f)
+        return moat_error_set(err, EINVAL, "volumes[%zu].path: has a control character", i);
     bool only_slashes = true, dots = false;
     for (const char *q = p; *q;) {
       while (*q == '/')

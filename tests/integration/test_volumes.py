@@ -145,6 +145,21 @@ class VolumeTest(VolumeMixin, DaemonTest):
         sid = self.sandbox(volumes=[{"name": name, "path": "/srv/deep/er"}])["id"]
         self.assertEqual(self.c.sh(sid, "stat -c %u /srv/deep; test -w /srv/deep/er && echo w"), "0\nw\n")
 
+    def test_idle_hibernation_with_a_volume(self):
+        if not self.c.healthz()["checkpoints"]["available"]:
+            self.skipTest("no working CRIU on this host")
+        import time
+        name = self.volume()["name"]
+        sid = self.sandbox(persistent=True, idle={"hibernate_after_seconds": 2},
+                           volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.sh(sid, "echo kept > /data/k")
+        deadline = time.time() + 20
+        while time.time() < deadline and self.c.get(sid)["state"] != "hibernated":
+            time.sleep(0.5)
+        self.assertEqual(self.c.get(sid)["state"], "hibernated")
+        self.assertEqual(self.c.sh(sid, "cat /data/k"), "kept\n")  # woken by the exec
+        self.assertEqual(self.vget(name)["attached"][0]["sandbox"], sid)
+
     def test_concurrent_writers(self):
         """Six creates asking for the same volume read-write at once: exactly one gets it."""
         import threading
@@ -229,7 +244,7 @@ class VolumeTest(VolumeMixin, DaemonTest):
     def test_time_travel_refused(self):
         name = self.volume()["name"]
         sid = self.sandbox(volumes=[{"name": name, "path": "/data", "read_only": True}], persistent=True)["id"]
-        for path, body in (("hibernate", {}), ("snapshots", {}), ("fork", {"count": 1}),
+        for path, body in (("snapshots", {}), ("fork", {"count": 1}),
                            ("explore", {"branches": [{"cmd": "true"}]}),
                            ("rollback", {"snapshot_id": "snap-00000000000000000"})):
             e = self.assertApiError(409, "volume_attached", self.c.request, "POST",
@@ -241,8 +256,40 @@ class VolumeTest(VolumeMixin, DaemonTest):
         self.c.request("POST", "/v1/sandboxes/%s/pause" % sid, body={})
         self.c.request("POST", "/v1/sandboxes/%s/resume" % sid, body={})
         self.assertEqual(self.c.sh(sid, "grep -c ' /data ' /proc/self/mounts"), "1\n")
-        self.assertApiError(400, "invalid_request", self.c.create, persistent=True,
-                            idle={"hibernate_after_seconds": 60}, volumes=[{"name": name, "path": "/d"}])
+        self.assertApiError(400, "invalid_request", self.c.create, from_snapshot="snap-00000000000000000",
+                            volumes=[{"name": name, "path": "/d"}])
+
+    def test_hibernate_and_wake_keep_the_volume(self):
+        """A hibernated sandbox keeps its volume: still its writer (a second one is 409), the files API
+        works meanwhile, and at wake the volume is mounted again as it is then; a process with its
+        cwd and an open file in the volume runs on."""
+        if not self.c.healthz()["checkpoints"]["available"]:
+            self.skipTest("no working CRIU on this host")
+        name = self.volume()["name"]
+        ro = self.volume()["name"]
+        self.vput(ro, "/r", b"read-only one")
+        sid = self.sandbox(persistent=True, volumes=[{"name": name, "path": "/data"},
+                                                      {"name": ro, "path": "/mnt//ro/", "read_only": True}])["id"]
+        self.c.sh(sid, "echo before > /data/f")
+        self.c.exec(sid, cmd="cd /data && exec 3>>/data/log && (while :; do echo tick >&3; sleep 0.2; done) "
+                             ">/dev/null 2>&1 &")
+        self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={})
+        self.assertEqual(self.c.get(sid)["state"], "hibernated")
+        att = self.vget(name)["attached"]
+        self.assertEqual(att, [{"sandbox": sid, "path": "/data", "read_only": False}])
+        self.assertApiError(409, "volume_in_use", self.c.create, volumes=[{"name": name, "path": "/data"}])
+        self.vput(name, "/while-hibernated", b"written meanwhile")
+        ticks = self.vfile(name, "/log").count(b"tick")
+        self.c.request("POST", "/v1/sandboxes/%s/wake" % sid, body={})
+        self.assertEqual(self.c.get(sid)["state"], "running")
+        self.assertEqual(self.c.sh(sid, "cat /data/f /data/while-hibernated; echo; cat /mnt/ro/r"),
+                         "before\nwritten meanwhile\nread-only one")
+        r = self.c.exec(sid, cmd="touch /mnt/ro/x")
+        self.assertIn("Read-only file system", r["stderr"])
+        import time
+        time.sleep(1)
+        self.assertGreater(self.vfile(name, "/log").count(b"tick"), ticks, "the writer in the volume stopped")
+        self.assertEqual(self.c.sh(sid, "stat -c %u /data/f"), "0\n")
 
 
 class VolumeRestartTest(VolumeMixin, DaemonTest):

@@ -134,7 +134,7 @@ static void test_mounts_check(void) {
   CHECK(moat_volume_mounts_check(ok, 2, &err) == 0, "good mounts: %s", moat_error_msg(err));
   static const char *bad_paths[] = {"/",      "//",     "rel",       "/proc",        "/proc/1",
                                     "/sys/",  "/dev/x", "/run/moat", "/run//moat/x", "/a/../b",
-                                    "/a/./b", "/..",    ""};
+                                    "/a/./b", "/..",    "",          "/a\nb",        "/a\tb"};
   for (size_t i = 0; i < sizeof(bad_paths) / sizeof(bad_paths[0]); i++) {
     struct moat_volume_mount m = {"data", bad_paths[i], false};
     CHECK(moat_volume_mounts_check(&m, 1, &err) < 0 && err->status == EINVAL, "path '%s' refused",

@@ -61,7 +61,7 @@ export interface CreateOptions extends ConnectionOptions {
   fromSnapshot?: string;
   /** Persistent sandboxes: hibernate after this long without API calls or CPU use. */
   idle?: { hibernateAfterSeconds: number };
-  /** Volumes to mount (at most 8; not with fromSnapshot or idle). */
+  /** Volumes to mount (at most 8; not with fromSnapshot). */
   volumes?: VolumeMount[];
 }
 

@@ -29,8 +29,8 @@ function connOpts(o: Partial<ConnectionOptions>): ConnectionOptions {
 }
 
 /** A volume: `sizeMb` is a hard limit (ENOSPC inside); `attached`: the live sandboxes that mount it. Not part of
- *  a snapshot: hibernate, snapshot, fork, explore and rollback of a sandbox that mounts one reject with
- *  ConflictError (code volume_attached). */
+ *  a snapshot: a hibernated sandbox keeps it (mounted again at wake); snapshot, fork, explore and rollback of a
+ *  sandbox that mounts one reject with ConflictError (code volume_attached). */
 export class Volume {
   name: string;
   sizeMb: number;

@@ -523,7 +523,8 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     _cleanup_free_ char *images = xasprintf("%s/images", dir);
     _cleanup_free_ char *log = xasprintf("%s/dump.log", images);
     _cleanup_free_ char *pid_s = xasprintf("%d", v.pid);
-    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX + 2 * MOAT_VIEW_FILES + 2 * MOAT_LXCFS_FILES + 2 * SHARE_BINDS];
+    char *argv[32 + 2 * MOAT_CGROUP_VIEW_MAX + 2 * MOAT_VIEW_FILES + 2 * MOAT_LXCFS_FILES + 2 * SHARE_BINDS +
+               2 * MOAT_SLOT_MAX_VOLUMES];
     char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96], lx_ext[MOAT_LXCFS_FILES][96];
     char share_ext[SHARE_BINDS][160];
     struct moat_cgroup_view cgv;
@@ -573,12 +574,26 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
       argv[a++] = "--external";
       argv[a++] = cg_ext[i];
     }
+    /* volumes (linux_internal.h): external, a restore mounts them again from the volume */
+    struct moat_slot_volume vols[MOAT_SLOT_MAX_VOLUMES];
+    char vol_ext[MOAT_SLOT_MAX_VOLUMES][1200];
+    int nv = moat_volume_slot_list(slot_dir, vols);
+    if (nv < 0)
+      ret = moat_error_set(err, EIO, "checkpoint slot %d: its volume record does not parse", slot);
+    for (int i = 0; i < nv; i++) {
+      snprintf(vol_ext[i], sizeof(vol_ext[i]), "mnt[%s]:moat-vol-%d", vols[i].path, i);
+      argv[a++] = "--external";
+      argv[a++] = vol_ext[i];
+    }
     /* Always: CRIU never ends the tree. A hibernate's stays frozen until the caller has recorded the
      * image and destroys the slot, so a moatd killed before then loses nothing. */
     argv[a++] = "--leave-running";
     argv[a] = NULL;
     struct dump_ctx dc = {.marker = marker, .was_frozen = was_frozen, .owner = v.uid_base};
-    ret = moat_criu_run(argv, dump_parent, dump_child, &dc, log, err);
+    if (ret == 0)
+      ret = moat_criu_run(argv, dump_parent, dump_child, &dc, log, err);
+    if (ret == 0)
+      ret = moat_volume_slot_copy(slot_dir, dir, err);
     if (ret == 0)
       ret = share_images(images, err);
     if (ret == 0 && info)
@@ -746,6 +761,9 @@ struct restore_ctx {
   const struct moat_cgroup_view *cgv; /* attached at cg_targets (SLOT/cgroup[/NAME]) */
   char (*cg_targets)[4096 + 32];
   int slot;
+  const int *vol_fds; /* volumes (linux_internal.h), attached at vol_targets (SLOT/vol-N) */
+  char (*vol_targets)[4096 + 32];
+  int nv;
 };
 
 static int restore_parent(void *arg, pid_t child, moat_error **err) {
@@ -767,6 +785,9 @@ static int restore_child(void *arg) {
     return -1;
   for (int i = 0; i < c->cgv->n; i++)
     if (move_mount(c->cgv->fd[i], "", AT_FDCWD, c->cg_targets[i], MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return -1;
+  for (int i = 0; i < c->nv; i++)
+    if (move_mount(c->vol_fds[i], "", AT_FDCWD, c->vol_targets[i], MOVE_MOUNT_F_EMPTY_PATH) < 0)
       return -1;
   if (mount("overlay", c->root, "overlay", MS_NODEV, c->ovl_opts) < 0)
     return -1;
@@ -878,6 +899,9 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   char cg_ext[MOAT_CGROUP_VIEW_MAX][96], view_ext[MOAT_VIEW_FILES][96], lx_ext[MOAT_LXCFS_FILES][4200];
   char dev_ext[MOAT_SHARE_DEVS][96];
   char cg_targets[MOAT_CGROUP_VIEW_MAX][4096 + 32];
+  struct moat_slot_volume vols[MOAT_SLOT_MAX_VOLUMES];
+  int vol_fds[MOAT_SLOT_MAX_VOLUMES], nv = 0;
+  char vol_targets[MOAT_SLOT_MAX_VOLUMES][4096 + 32], vol_ext[MOAT_SLOT_MAX_VOLUMES][64];
   struct holder_uts uts;
   struct holder hd = {.pid = 0, .pidfd = -1, .ctl = -1, .timens = false};
   pid_t pid = 0;
@@ -916,6 +940,25 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   share_fd = moat_share_clone(v.share_fd, err);
   if (share_fd < 0 || moat_shell_cgroup_view(slot_dir, v.cgroups, n, &cgv, err) < 0)
     goto fail;
+  /* the sandbox's volumes, idmapped for the new range (the holder's user namespace) */
+  nv = moat_volume_slot_list(dir, vols);
+  if (nv < 0) {
+    moat_error_set(err, EIO, "%s/" MOAT_SLOT_VOLUMES_FILE " does not parse", dir);
+    nv = 0;
+    goto fail;
+  }
+  for (int i = 0; i < nv; i++)
+    vol_fds[i] = -1;
+  for (int i = 0; i < nv; i++) {
+    snprintf(vol_targets[i], sizeof(vol_targets[i]), "%s/vol-%d", slot_dir, i);
+    vol_fds[i] = moat_linux_volume_clone(h, vols[i].vid, hd.pid, vols[i].read_only, err);
+    if (vol_fds[i] < 0 || mkdir(vol_targets[i], 0755) < 0) {
+      if (vol_fds[i] >= 0)
+        moat_error_errno(err, "mkdir %s", vol_targets[i]);
+      moat_error_wrap(err, "volume %s", vols[i].vid);
+      goto fail;
+    }
+  }
   for (int i = 0; i < cgv.n; i++)
     snprintf(cg_targets[i], sizeof(cg_targets[i]), "%s/cgroup%s%s", slot_dir, cgv.name[i][0] ? "/" : "",
              cgv.name[i]);
@@ -944,7 +987,7 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
     /* the fixed arguments below, then the keys' maps (lxcfs, view, devices, cgroup view), the
      * network's four and the terminating NULL */
     char *argv[32 + 2 * (MOAT_LXCFS_FILES + MOAT_VIEW_FILES + MOAT_SHARE_DEVS + MOAT_CGROUP_VIEW_MAX) + 4 +
-               1] = {
+               2 * MOAT_SLOT_MAX_VOLUMES + 1] = {
         "criu", "restore", "-D", CRIU_SLOT "/images", "-W", CRIU_SLOT "/images", "-o", "restore.log",
         getenv("MOAT_CRIU_KEEP_LOGS") ? "-v4" : "-v2", "--root", CRIU_SLOT "/root", "--restore-detached",
         "--pidfile", CRIU_SLOT "/images/criu.pid", "--ext-mount-map", chan_map, "--ext-mount-map", "auto",
@@ -991,6 +1034,11 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
         argv[k++] = "--external";
         argv[k++] = cg_ext[i];
       }
+      for (int i = 0; i < nv; i++) {
+        snprintf(vol_ext[i], sizeof(vol_ext[i]), "mnt[moat-vol-%d]:" CRIU_SLOT "/vol-%d", i, i);
+        argv[k++] = "--external";
+        argv[k++] = vol_ext[i];
+      }
     }
     if (meta_u64(meta, "net_links") > 0) {
       /* The sandbox had a veth to the host's network, whose far end CRIU cannot rebuild ("Unknown
@@ -1023,7 +1071,10 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
                               .cgroups = v.cgroups,
                               .cgv = &cgv,
                               .cg_targets = cg_targets,
-                              .slot = n};
+                              .slot = n,
+                              .vol_fds = vol_fds,
+                              .vol_targets = vol_targets,
+                              .nv = nv};
     moat_linux_restore_begin(h);
     int rr = moat_criu_run(argv, restore_parent, restore_child, &ctx, log, err);
     moat_linux_restore_end(h);
@@ -1069,6 +1120,8 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);
   }
+  if (moat_volume_slot_copy(dir, slot_dir, err) < 0)
+    goto fail;
   if (moat_linux_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk), err) <
       0)
     goto fail;
@@ -1080,10 +1133,16 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   log_debug("slot %d: restored from %s in %.1f ms (%llu bytes of disk)", n, dir, (double)out->ready_ns / 1e6,
             (unsigned long long)copied);
   moat_cgroup_view_close(&cgv);
+  for (int i = 0; i < nv; i++)
+    if (vol_fds[i] >= 0)
+      close(vol_fds[i]);
   return 0;
 
 fail:
   moat_cgroup_view_close(&cgv);
+  for (int i = 0; i < nv; i++)
+    if (vol_fds[i] >= 0)
+      close(vol_fds[i]);
   holder_end(&hd);
   if (getenv("MOAT_CRIU_KEEP_LOGS")) { /* debugging: the slot dir goes, its CRIU log stays */
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);

@@ -89,6 +89,25 @@ int moat_linux_volume_usage(struct moat_host *h, const char *vid, struct moat_di
                             moat_error **err);
 int moat_linux_volume_gc(struct moat_host *h, const char *const *keep, size_t n, moat_error **err);
 
+/* The volumes a slot mounts, recorded in SLOT/volumes (one "VID RO PATH" line each, PATH
+ * normalised) as they are attached; a checkpoint copies the file into its dir, and a restore mounts
+ * them again, in the new slot's user namespace (CRIU dumps them as external mounts). */
+#define MOAT_SLOT_VOLUMES_FILE "volumes"
+#define MOAT_SLOT_MAX_VOLUMES 8
+struct moat_slot_volume {
+  char vid[48];
+  bool read_only;
+  char path[1100];
+};
+/* The volumes recorded in dir/volumes (a slot or checkpoint dir), at most MOAT_SLOT_MAX_VOLUMES:
+ * how many (0 when there is no file), or -1 for a file that does not parse. */
+int moat_volume_slot_list(const char *dir, struct moat_slot_volume *out);
+/* Copies src_dir/volumes to dst_dir/volumes (nothing when there is none). 0 or -1. */
+int moat_volume_slot_copy(const char *src_dir, const char *dst_dir, moat_error **err);
+/* An idmapped clone of volume vid's mount for the user namespace of pid (read-only when ro),
+ * detached: the caller attaches or closes it. */
+int moat_linux_volume_clone(struct moat_linux *h, const char *vid, pid_t pid, bool ro, moat_error **err);
+
 /* ---- checkpoint.c: the driver's time-travel ops (driver.h has their contracts) ---- */
 int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
                           struct moat_checkpoint_info *info, moat_error **err);

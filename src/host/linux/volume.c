@@ -290,6 +290,8 @@ static int move_into(pid_t pid, uid_t owner, int mnt, const char *path, moat_err
   return moat_error_errno(err, "%s at %.256s", what[failed_step], path);
 }
 
+static int record(const char *slot_dir, const char *vid, bool ro, const char *path, moat_error **err);
+
 int moat_linux_volume_attach(struct moat_host *base, int slot, const char *vid, const char *path,
                              bool read_only, moat_error **err) {
   struct moat_linux *h = moat_linux_of(base);
@@ -300,11 +302,20 @@ int moat_linux_volume_attach(struct moat_host *base, int slot, const char *vid, 
   uid_t owner = sv.uid_base;
   if (sv.disk_fd >= 0)
     close(sv.disk_fd);
-  free(sv.slot_dir);
+  _cleanup_free_ char *slot_dir = sv.slot_dir;
   free(sv.chan_dir);
+  _cleanup_close_ int clone = moat_linux_volume_clone(h, vid, pid, read_only, err);
+  if (clone < 0)
+    return moat_error_wrap(err, "attach volume %s", vid);
+  if (move_into(pid, owner, clone, path, err) < 0)
+    return moat_error_wrap(err, "attach volume %s", vid);
+  return record(slot_dir, vid, read_only, path, err);
+}
+
+int moat_linux_volume_clone(struct moat_linux *h, const char *vid, pid_t pid, bool ro, moat_error **err) {
   _cleanup_close_ int root = volume_mount(moat_linux_volumes(h), vid, err);
   if (root < 0)
-    return moat_error_wrap(err, "attach volume %s", vid);
+    return -1;
   char upath[64];
   snprintf(upath, sizeof(upath), "/proc/%d/ns/user", pid);
   _cleanup_close_ int userns = open(upath, O_RDONLY | O_CLOEXEC);
@@ -314,11 +325,71 @@ int moat_linux_volume_attach(struct moat_host *base, int slot, const char *vid, 
   if (clone < 0)
     return moat_error_errno(err, "clone the mount of volume %s", vid);
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID |
-                                        (read_only ? MOUNT_ATTR_RDONLY : 0),
+                                        (ro ? MOUNT_ATTR_RDONLY : 0),
                             .userns_fd = (uint64_t)userns};
   if (mount_setattr(clone, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
     return moat_error_errno(err, "idmap volume %s", vid);
-  if (move_into(pid, owner, clone, path, err) < 0)
-    return moat_error_wrap(err, "attach volume %s", vid);
+  return steal_fd(&clone);
+}
+
+/* ---- SLOT/volumes ---- */
+
+/* path with its slashes collapsed, none at the end (as the kernel shows mount points). */
+static void normalise(const char *path, char *out, size_t len) {
+  size_t k = 0;
+  for (const char *q = path; *q && k + 1 < len; q++)
+    if (!(*q == '/' && k > 0 && out[k - 1] == '/'))
+      out[k++] = *q;
+  while (k > 1 && out[k - 1] == '/')
+    k--;
+  out[k] = '\0';
+}
+
+static int record(const char *slot_dir, const char *vid, bool ro, const char *path, moat_error **err) {
+  char norm[1100];
+  normalise(path, norm, sizeof(norm));
+  _cleanup_free_ char *file = xasprintf("%s/" MOAT_SLOT_VOLUMES_FILE, slot_dir);
+  _cleanup_free_ char *line = xasprintf("%s %d %s\n", vid, ro ? 1 : 0, norm);
+  _cleanup_close_ int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 || write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+    return moat_error_errno(err, "record volume %s in %s", vid, file);
+  return 0;
+}
+
+int moat_volume_slot_list(const char *dir, struct moat_slot_volume *out) {
+  _cleanup_free_ char *file = xasprintf("%s/" MOAT_SLOT_VOLUMES_FILE, dir);
+  _cleanup_free_ char *text = NULL;
+  if (read_file(file, &text, NULL, NULL) < 0)
+    return errno == ENOENT ? 0 : -1;
+  int n = 0;
+  for (char *line = text, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next)
+      *next++ = '\0';
+    if (n == MOAT_SLOT_MAX_VOLUMES)
+      return -1;
+    char *sp1 = strchr(line, ' ');
+    char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+    if (!sp1 || !sp2 || (size_t)(sp1 - line) >= sizeof(out[n].vid) || sp2[1] != '/' ||
+        strlen(sp2 + 1) >= sizeof(out[n].path))
+      return -1;
+    memcpy(out[n].vid, line, (size_t)(sp1 - line));
+    out[n].vid[sp1 - line] = '\0';
+    out[n].read_only = sp1[1] == '1';
+    snprintf(out[n].path, sizeof(out[n].path), "%s", sp2 + 1);
+    n++;
+  }
+  return n;
+}
+
+int moat_volume_slot_copy(const char *src_dir, const char *dst_dir, moat_error **err) {
+  _cleanup_free_ char *src = xasprintf("%s/" MOAT_SLOT_VOLUMES_FILE, src_dir);
+  _cleanup_free_ char *text = NULL;
+  if (read_file(src, &text, NULL, NULL) < 0)
+    return errno == ENOENT ? 0 : moat_error_errno(err, "read %s", src);
+  _cleanup_free_ char *dst = xasprintf("%s/" MOAT_SLOT_VOLUMES_FILE, dst_dir);
+  _cleanup_close_ int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+    return moat_error_errno(err, "write %s", dst);
   return 0;
 }
