@@ -638,6 +638,67 @@ static void test_random(void) {
         parsed, crashes);
 }
 
+/* The Dockerfile of the integration test to come: every instruction once. */
+static void test_every_instruction(void) {
+  static const char text[] = "# syntax=docker/dockerfile:1\n"
+                             "ARG BASE=base\n"
+                             "FROM ${BASE} AS app\n"
+                             "LABEL org.opencontainers.image.title=\"demo app\" version=1\n"
+                             "ENV APP_HOME=/app PORT=8080\n"
+                             "ARG MODE=release\n"
+                             "WORKDIR $APP_HOME\n"
+                             "SHELL [\"/bin/bash\", \"-o\", \"pipefail\", \"-c\"]\n"
+                             "RUN apt-get update \\\n"
+                             "    && apt-get install -y curl \\\n"
+                             "# a comment inside\n"
+                             "    && rm -rf /var/lib/apt/lists/*\n"
+                             "COPY --chown=app:app --chmod=0644 requirements.txt ./\n"
+                             "ADD [\"vendor.tar\", \"/opt/\"]\n"
+                             "COPY src/ lib/ ${APP_HOME}/\n"
+                             "USER app\n"
+                             "EXPOSE ${PORT} 53/udp\n"
+                             "VOLUME [\"/data\"]\n"
+                             "STOPSIGNAL SIGINT\n"
+                             "HEALTHCHECK --interval=5s CMD curl -fsS http://localhost:${PORT}/ || exit 1\n"
+                             "ENTRYPOINT [\"python3\", \"-m\", \"http.server\"]\n"
+                             "CMD [\"8080\"]\n";
+  const char *const bargs[] = {"MODE=debug", NULL};
+  struct moat_df_plan *p = parse_args(text, bargs);
+  if (!CHECK(p != NULL, "a Dockerfile with every instruction parses: %s", last_err))
+    return;
+  static const enum moat_df_kind kinds[] = {
+      MOAT_DF_FROM,       MOAT_DF_LABEL,  MOAT_DF_ENV,    MOAT_DF_ARG,        MOAT_DF_WORKDIR,
+      MOAT_DF_SHELL,      MOAT_DF_RUN,    MOAT_DF_COPY,   MOAT_DF_ADD,        MOAT_DF_COPY,
+      MOAT_DF_USER,       MOAT_DF_EXPOSE, MOAT_DF_VOLUME, MOAT_DF_STOPSIGNAL, MOAT_DF_HEALTHCHECK,
+      MOAT_DF_ENTRYPOINT, MOAT_DF_CMD};
+  bool same = p->n_steps == sizeof(kinds) / sizeof(kinds[0]);
+  for (size_t i = 0; same && i < p->n_steps; i++)
+    same = p->steps[i].kind == kinds[i];
+  CHECK(same, "17 steps of the right kinds (the ARG before FROM is none): %zu", p->n_steps);
+  CHECK(strcmp(p->config.from, "base") == 0 && strcmp(p->steps[0].stage, "app") == 0, "FROM ${BASE} AS app");
+  CHECK(strcmp(j(p->steps[6].argv),
+               "/bin/bash|-o|pipefail|-c|apt-get update     && apt-get install -y curl     "
+               "&& rm -rf /var/lib/apt/lists/*") == 0 &&
+            p->steps[6].line == 9 && strcmp(p->steps[6].workdir, "/app") == 0,
+        "RUN under SHELL, continued past a comment, in /app: %s", j(p->steps[6].argv));
+  CHECK(strcmp(j(p->steps[6].env), "APP_HOME=/app|PORT=8080|MODE=debug") == 0,
+        "RUN env with the build arg: %s", j(p->steps[6].env));
+  CHECK(strcmp(j(p->steps[9].argv), "src/|lib/|/app/") == 0 && p->steps[7].line == 13 &&
+            p->steps[9].line == 15,
+        "COPY destinations substituted; lines after the continuation");
+  CHECK(strcmp(j(p->config.exposed), "53/udp|8080/tcp") == 0 && strcmp(p->config.user, "app") == 0 &&
+            strcmp(p->config.stopsignal, "SIGINT") == 0 && strcmp(j(p->config.volumes), "/data") == 0,
+        "config: ports, user, stop signal, volumes");
+  CHECK(strcmp(j(p->config.argv), "python3|-m|http.server|8080") == 0, "start command: %s",
+        j(p->config.argv));
+  CHECK(strcmp(j(p->config.health.test),
+               "/bin/bash|-o|pipefail|-c|curl -fsS http://localhost:${PORT}/ || exit 1") == 0 &&
+            p->config.health.interval_ms == 5000,
+        "HEALTHCHECK under SHELL, not substituted: %s", j(p->config.health.test));
+  CHECK(strcmp(p->config.labels[0].value, "demo app") == 0 && p->config.n_labels == 2, "labels");
+  moat_dockerfile_plan_free(p);
+}
+
 int main(void) {
   test_basic();
   test_continuations();
@@ -649,6 +710,7 @@ int main(void) {
   test_healthcheck();
   test_errors();
   test_cache_keys();
+  test_every_instruction();
   test_random();
   return tap_done();
 }
