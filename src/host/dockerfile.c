@@ -476,7 +476,7 @@ static int do_copy(struct df *d, struct inst *in, enum moat_df_kind k) {
            : df_lex_words(d, in->rest, strlen(in->rest), 0, &raw) < 0)
     goto fail;
   for (size_t i = 0; i < raw.n; i++) {
-    char *w = df_lex_one(d, raw.v[i], json ? LX_EXPAND : EXPAND_WORD);
+    char *w = df_lex_one(d, raw.v[i], json ? LX_EXPAND | LX_LITERAL : EXPAND_WORD);
     if (!w)
       goto fail;
     df_sv_push(&words, w);

@@ -21,7 +21,8 @@
  *   ${VAR:-word} ${VAR-word} ${VAR:+word} ${VAR+word} ${VAR:?msg} ${VAR?msg}; an escaped `\$` is a
  *   `$`; nothing in single quotes. An unset variable is empty. The pairs of one ENV/LABEL see the
  *   values from before the instruction. RUN, CMD, ENTRYPOINT, SHELL, HEALTHCHECK are not
- *   substituted (the shell does it). In EXPOSE an unquoted substitution splits into words.
+ *   substituted (the shell does it). In EXPOSE an unquoted substitution splits into words. In
+ *   the JSON form of COPY/ADD an element is substituted but its quotes and escapes are its own.
  *
  * Refused, each with the line number and a message naming what: a second FROM (multi-stage),
  * COPY/ADD --from, --link, --parents, --exclude, ADD --checksum/--keep-git-dir, ADD of a URL or a
@@ -100,8 +101,10 @@ struct moat_df_step {
   char *source;  /* the instruction as written, continuations joined (for build logs) */
   char **argv;   /* NULL-terminated, expanded:
                   *   FROM [image]; RUN the command (shell form: SHELL + [text]); COPY/ADD the sources
-                  *   then the destination last (as written: relative sources are in the context,
-                  *   a relative destination is in workdir); WORKDIR [absolute cleaned path]; USER
+                  *   then the destination last, as written: every source is a path in
+                  *   the context (Docker takes "/x" and "../x" as the context's x: the builder
+                  *   resolves them inside it and expands wildcards), a relative destination is in
+                  *   workdir; WORKDIR [absolute cleaned path]; USER
                   *   [user[:group]]; EXPOSE ["80/tcp", ...]; ENTRYPOINT/CMD the argv it sets;
                   *   HEALTHCHECK the test (empty with NONE); SHELL the shell; STOPSIGNAL [sig];
                   *   VOLUME the paths; MAINTAINER [name]; ENV/LABEL/ARG: empty (see kv) */

@@ -78,6 +78,7 @@ enum {
   LX_EXPAND = 2,    /* $-substitution */
   LX_STRIP = 4,     /* quotes and escapes are removed (else copied as written) */
   LX_SPLITVARS = 8, /* with LX_SPLIT: an unquoted substitution's blanks separate words too */
+  LX_LITERAL = 16,  /* quotes and escapes are plain characters, but an escaped $ (a JSON element) */
 };
 #define EXPAND_WORD (LX_EXPAND | LX_STRIP)
 

@@ -210,6 +210,19 @@ static int lex_run(struct lx *x, int stop, struct df_sb *cur, struct df_sv *word
       continue;
     }
     *in_word = true;
+    if (x->flags & LX_LITERAL) {
+      if (c == d->esc && x->i + 1 < x->n && x->s[x->i + 1] == '$') {
+        df_sb_putc(cur, '$');
+        x->i += 2;
+      } else if (c == '$' && expand) {
+        if (lex_dollar(x, cur) < 0)
+          return -1;
+      } else {
+        df_sb_putc(cur, c);
+        x->i++;
+      }
+      continue;
+    }
     if (c == '\'') {
       const char *q = memchr(x->s + x->i + 1, '\'', x->n - x->i - 1);
       if (!q)

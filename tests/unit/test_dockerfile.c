@@ -699,12 +699,45 @@ static void test_every_instruction(void) {
   moat_dockerfile_plan_free(p);
 }
 
+static void test_more_substitution(void) {
+  const char *const bargs[] = {"TAG=2.0", "U=svc", NULL};
+  struct moat_df_plan *p = parse_args("ARG TAG=1.0\n"
+                                      "ARG IMG=base:${TAG}\n"
+                                      "FROM $IMG\n"
+                                      "ARG U=nobody\n"
+                                      "ARG D=${U}-data\n"
+                                      "COPY --chown=${U}:${U} [\"it's \\\"here\\\"\", \"$D/\"]\n"
+                                      "COPY --chown=$U \"a b\" 'c d' /dst/\n",
+                                      bargs);
+  if (!CHECK(p != NULL, "substitution in ARG defaults, FROM, --chown: %s", last_err))
+    return;
+  CHECK(strcmp(p->config.from, "base:2.0") == 0,
+        "a build arg overrides a global ARG, seen by a later default: %s", p->config.from);
+  CHECK(strcmp(p->steps[3].chown, "svc:svc") == 0 &&
+            strcmp(j(p->steps[3].argv), "it's \"here\"|svc-data/") == 0,
+        "--chown substituted; a JSON element keeps its quotes: %s %s", p->steps[3].chown,
+        j(p->steps[3].argv));
+  CHECK(strcmp(p->steps[4].chown, "svc") == 0 && strcmp(j(p->steps[4].argv), "a b|c d|/dst/") == 0,
+        "quoted sources with blanks: %s", j(p->steps[4].argv));
+  moat_dockerfile_plan_free(p);
+  p = parse("FROM base\nENV A=\"${UNSET:-a b}\" B=${UNSET:-c d}\n");
+  CHECK(p && strcmp(env_of(p, "A"), "a b") == 0 && strcmp(env_of(p, "B"), "c d") == 0,
+        "a default with blanks stays in its pair");
+  moat_dockerfile_plan_free(p);
+  p = parse("FROM base\nENV A=1\nENV B=\"$A\" C='$A' D=\\${A}\n");
+  CHECK(p && strcmp(env_of(p, "B"), "1") == 0 && strcmp(env_of(p, "C"), "$A") == 0 &&
+            strcmp(env_of(p, "D"), "${A}") == 0,
+        "double quotes substitute, single quotes and \\${ do not");
+  moat_dockerfile_plan_free(p);
+}
+
 int main(void) {
   test_basic();
   test_continuations();
   test_escape();
   test_env_label_arg();
   test_substitution();
+  test_more_substitution();
   test_workdir_user_expose();
   test_entrypoint_cmd();
   test_healthcheck();
