@@ -437,6 +437,12 @@ static bool valid_chmod(const char *s) {
   return true;
 }
 
+/* Whether a destination names a directory as Docker reads it: "/" last, or ".", or "/." last. */
+static bool names_dir(const char *s) {
+  size_t l = strlen(s);
+  return s[l - 1] == '/' || strcmp(s, ".") == 0 || (l >= 2 && strcmp(s + l - 2, "/.") == 0);
+}
+
 static bool is_url(const char *s) { return strstr(s, "://") != NULL || strncmp(s, "git@", 4) == 0; }
 
 static int do_copy(struct df *d, struct inst *in, enum moat_df_kind k) {
@@ -489,7 +495,7 @@ static int do_copy(struct df *d, struct inst *in, enum moat_df_kind k) {
     df_fail(d, "%s needs a source and a destination", what);
     goto fail;
   }
-  if (words.n > 2 && words.v[words.n - 1][strlen(words.v[words.n - 1]) - 1] != '/') {
+  if (words.n > 2 && !names_dir(words.v[words.n - 1])) {
     df_fail(d, "%s with more than one source needs a destination directory ending with /", what);
     goto fail;
   }

@@ -362,6 +362,13 @@ size_t df_word_end(const char *s, size_t i, char esc) {
     } else if (s[i] == '"' || s[i] == '\'') {
       const char *q = strchr(s + i + 1, s[i]);
       i = q ? (size_t)(q - s) + 1 : strlen(s);
+    } else if (s[i] == '$' && s[i + 1] == '{') {
+      size_t open = 1;
+      for (i += 2; s[i] && open; i++)
+        if (s[i] == '{' && s[i - 1] == '$')
+          open++;
+        else if (s[i] == '}')
+          open--;
     } else {
       i++;
     }

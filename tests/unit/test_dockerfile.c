@@ -396,6 +396,7 @@ static void test_healthcheck(void) {
   FAILS("FROM base\nHEALTHCHECK --retries=0 CMD true\n", 2, "--retries");
   FAILS("FROM base\nHEALTHCHECK --interval=1s NONE\n", 2, "NONE takes no flags");
   FAILS("FROM base\nHEALTHCHECK true\n", 2, "CMD command or NONE");
+  FAILS("FROM base\nENV ${A:-x y}\n", 2, "needs a value");
 }
 
 static void test_errors(void) {
@@ -418,6 +419,11 @@ static void test_errors(void) {
   FAILS("ARG A=1\n", 0, "no FROM");
   FAILS("FROM base\nCOPY onlyone\n", 2, "a source and a destination");
   FAILS("FROM base\nCOPY a b /notdir\n", 2, "ending with /");
+  {
+    struct moat_df_plan *p = parse("FROM base\nCOPY a b .\nCOPY c d /x/.\n");
+    CHECK(p != NULL, "COPY of two sources into . or /x/. (a directory as Docker reads it): %s", last_err);
+    moat_dockerfile_plan_free(p);
+  }
   FAILS("FROM base\nADD https://example.com/x.tgz /x\n", 2, "ADD of a URL");
   FAILS("FROM base\nCOPY --chmod=u+x a b\n", 2, "octal mode");
   FAILS("FROM base\nRUN <<EOF\necho\nEOF\n", 2, "heredocs");
