@@ -44,10 +44,10 @@ static long read_some(const char *path) {
     return -1;
   char buf[64];
   ssize_t n = read(fd, buf, sizeof(buf));
-  int e = errno;
+  int e = n == 0 ? ESRCH : errno; /* nothing to read: a process that has exited (no memory left) */
   close(fd);
   errno = e;
-  return n < 0 ? -1 : 0;
+  return n <= 0 ? -1 : 0;
 }
 
 static long list_dir(const char *path) {
