@@ -38,6 +38,22 @@ static long open_close(const char *path, int flags) {
   return 0;
 }
 
+/* /proc/PID/mem opened: a way in, unless the process has exited and has no memory left (the open
+ * then succeeds on nothing and a read at 0 gives EOF; a live one gives EIO there). */
+static long mem_open(const char *path, int flags) {
+  int fd = open(path, flags | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  char c;
+  ssize_t n = pread(fd, &c, 1, 0);
+  close(fd);
+  if (n == 0) {
+    errno = ESRCH;
+    return -1;
+  }
+  return 0;
+}
+
 static long read_some(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -70,10 +86,10 @@ static long link_of(const char *path) {
 static int reach(pid_t pid) {
   char p[64];
   snprintf(p, sizeof(p), "/proc/%d/mem", pid);
-  line("mem_rw", open_close(p, O_RDWR));
-  line("mem_r", open_close(p, O_RDONLY));
+  line("mem_rw", mem_open(p, O_RDWR));
+  line("mem_r", mem_open(p, O_RDONLY));
   snprintf(p, sizeof(p), "/proc/%d/task/%d/mem", pid, pid);
-  line("task_mem", open_close(p, O_RDWR));
+  line("task_mem", mem_open(p, O_RDWR));
   snprintf(p, sizeof(p), "/proc/%d/environ", pid);
   line("environ", read_some(p));
   snprintf(p, sizeof(p), "/proc/%d/syscall", pid);
