@@ -54,6 +54,11 @@ void moat_sandbox_info_clear(struct moat_sandbox_info *s) {
   free(s->killed_reason);
   free(s->forked_from);
   free(s->from_snapshot);
+  for (size_t i = 0; i < s->n_volumes; i++) {
+    free(s->volumes[i].name);
+    free(s->volumes[i].path);
+  }
+  free(s->volumes);
   memset(s, 0, sizeof(*s));
 }
 
@@ -193,6 +198,7 @@ void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
   out->from_snapshot = r->from_snapshot ? xstrdup(r->from_snapshot) : NULL;
   out->hibernate_after_seconds = r->hibernate_after_s;
   out->paused_at_ms = r->paused_at_ms;
+  ctl_volumes_of(c, r->id, out);
   /* The store's expiry lags the live one by up to a second (see refresh_ttl). */
   if (out->state != MOAT_SB_KILLED && !out->persistent) {
     struct live *e = live_get(c, r->id);

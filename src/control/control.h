@@ -95,6 +95,12 @@ struct moat_sandbox_info {
   char *from_snapshot;             /* snapshot it was created from (or last rolled back to), or NULL */
   int64_t hibernate_after_seconds; /* 0 = never */
   int64_t paused_at_ms;            /* when paused or hibernated; 0 otherwise */
+  /* Volumes it mounts (none once killed: the attachment ends with the sandbox), as created. */
+  struct moat_sandbox_volume {
+    char *name, *path;
+    bool read_only;
+  } * volumes;
+  size_t n_volumes;
 };
 void moat_sandbox_info_clear(struct moat_sandbox_info *s);
 void moat_sandbox_infos_free(struct moat_sandbox_info *v, size_t n);

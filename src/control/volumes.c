@@ -326,6 +326,23 @@ int ctl_volumes_attach(struct moat_control *c, const char *id, int slot, moat_er
   return ret;
 }
 
+void ctl_volumes_of(struct moat_control *c, const char *id, struct moat_sandbox_info *out) {
+  struct moat_store_attachment *a = NULL;
+  size_t na = 0;
+  moat_error *e = NULL;
+  if (moat_store_attachments(c->store, NULL, id, &a, &na, &e) < 0) {
+    log_warn("sandbox %s: its volumes: %s", id, moat_error_msg(e));
+    moat_error_free(&e);
+    return;
+  }
+  out->volumes = na ? xcalloc(na, sizeof(*out->volumes)) : NULL;
+  for (size_t i = 0; i < na; i++)
+    out->volumes[i] = (struct moat_sandbox_volume){
+        .name = xstrdup(a[i].volume_name), .path = xstrdup(a[i].path), .read_only = a[i].read_only};
+  out->n_volumes = na;
+  moat_store_attachments_free(a, na);
+}
+
 int ctl_volumes_refuse(struct moat_control *c, const char *org, const char *id, const char *what,
                        moat_error **err) {
   struct moat_store_sandbox r = {0};

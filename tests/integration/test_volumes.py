@@ -112,6 +112,22 @@ class VolumeTest(VolumeMixin, DaemonTest):
         ent = [e for e in self.vfile(name, "/work")["entries"] if e["name"] == "note"][0]
         self.assertEqual((ent["uid"], ent["type"], ent["size"]), (1000, "file", 7), ent)
 
+    def test_sandbox_json_lists_its_volumes(self):
+        """GET /v1/sandboxes/{id} and the list show volumes: [{name, path, read_only}] in the create's
+        order ([] for a sandbox with none, and once killed)."""
+        one, two = self.volume()["name"], self.volume()["name"]
+        want = [{"name": two, "path": "/b", "read_only": True}, {"name": one, "path": "/a/x", "read_only": False}]
+        sid = self.sandbox(volumes=want)["id"]
+        plain = self.sandbox()["id"]
+        self.assertEqual(self.c.get(sid)["volumes"], want)
+        self.assertEqual(self.c.get(plain)["volumes"], [])
+        listed = {s["id"]: s["volumes"] for s in self.c.request("GET", "/v1/sandboxes")[1]["sandboxes"]}
+        self.assertEqual((listed[sid], listed[plain]), (want, []))
+        self.c.delete(sid)
+        killed = [s for s in self.c.request("GET", "/v1/sandboxes", query={"state": "killed"})[1]["sandboxes"]
+                  if s["id"] == sid]
+        self.assertEqual([s["volumes"] for s in killed], [[]])
+
     def test_one_writer_many_readers(self):
         name = self.volume()["name"]
         w = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
@@ -438,6 +454,7 @@ class VolumeSdkTest(VolumeMixin, DaemonTest):
             self.assertEqual(cm.exception.code, "volume_in_use")
             with moat.Sandbox.create(volumes=[(name, "/ro", True)], client=client) as r:
                 self.assertNotEqual(r.exec("touch /ro/x").exit_code, 0)
+                self.assertEqual(r.refresh().volumes, [{"name": name, "path": "/ro", "read_only": True}])
                 self.assertEqual(len(vol.refresh().attached), 2)
                 with self.assertRaises(moat.ConflictError) as cm:
                     w.snapshot()
