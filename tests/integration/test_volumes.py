@@ -13,6 +13,17 @@ import moatd  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
 
 
+def attachment_rows(daemon, sandbox_id=None):
+    """The store's volume_attachments rows (of sandbox_id, or all), read from its file read-only."""
+    import sqlite3
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(daemon.data_dir, "moat.db"), uri=True, timeout=30)
+    try:
+        return db.execute("SELECT COUNT(*) FROM volume_attachments WHERE ?1 IS NULL OR sandbox_id = ?1",
+                          (sandbox_id,)).fetchone()[0]
+    finally:
+        db.close()
+
+
 def vname():
     return "vol-" + uuid.uuid4().hex[:10]
 
@@ -359,6 +370,39 @@ class VolumeRestartTest(VolumeMixin, DaemonTest):
         self.daemon.start()
         self.c = self.daemon.client
         self.assertEqual(self.vfile(name, "/x"), b"x\n")
+
+    def test_killed_sandboxes_leave_no_attachment_rows(self):
+        """A kill removes its sandbox's attachment rows, so create+kill cycles do not grow the table;
+        rows of sandboxes killed before that (an older moatd's store) go at the next start."""
+        name, ro = self.volume()["name"], self.volume()["name"]
+        base = attachment_rows(self.daemon)
+        for i in range(4):
+            sid = self.sandbox(volumes=[{"name": name, "path": "/data"},
+                                        {"name": ro, "path": "/ro", "read_only": True}])["id"]
+            self.assertEqual(attachment_rows(self.daemon, sid), 2)
+            self.c.delete(sid)
+            self.assertEqual(attachment_rows(self.daemon), base, "cycle %d: rows of killed sandboxes stayed" % i)
+        # a failed create (a refused mount point) leaves none either
+        self.assertApiError(400, "invalid_request", self.c.create, volumes=[{"name": name, "path": "/etc/hostname"}])
+        self.assertEqual(attachment_rows(self.daemon), base)
+        # an older store: a killed sandbox's row and one of a sandbox the store no longer has
+        sid = self.sandbox()["id"]
+        self.c.delete(sid)
+        self.daemon.terminate()
+        import sqlite3
+        db = sqlite3.connect(os.path.join(self.daemon.data_dir, "moat.db"), timeout=30)
+        try:
+            vid = db.execute("SELECT id FROM volumes WHERE name = ?", (name,)).fetchone()[0]
+            db.executemany("INSERT INTO volume_attachments VALUES (?, ?, '/data', 0)",
+                           [(vid, sid), (vid, "sb-gone0000000000000")])
+            db.commit()
+        finally:
+            db.close()
+        self.assertEqual(attachment_rows(self.daemon), base + 2)
+        self.daemon.start()
+        self.c = self.daemon.client
+        self.assertEqual(attachment_rows(self.daemon), base)
+        self.assertEqual(self.vget(name)["attached"], [])
 
     def test_orphan_images_removed_at_start(self):
         """An image no record names (a crash between writing it and recording it) goes at the next start."""
