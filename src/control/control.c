@@ -306,8 +306,9 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
   if (moat_volume_mounts_check(spec->volumes, spec->n_volumes, err) < 0)
     return -1;
   if (spec->n_volumes && spec->from_snapshot)
-    return moat_error_set(err, EINVAL,
-                          "volumes cannot be used with from_snapshot (a snapshot holds no volume)");
+    return moat_error_set(
+        err, EINVAL,
+        "volumes cannot be used with from_snapshot (a restore from a snapshot mounts no volume)");
   if (spec->from_snapshot)
     return tt_create_from_snapshot(c, org, spec, out, err);
   const char *tmpl = spec->template_name ? spec->template_name : "base";
@@ -394,7 +395,8 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   int rc = n->n_volumes ? ctl_volumes_claim(c, org, id, n->volumes, n->n_volumes, err) : 0;
   bool claimed = rc == 0;
   if (claimed)
-    rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, tmpl, &limits, &inst, err)
+    rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, tmpl, &limits,
+                                            n->forked_from ? MOAT_RESTORE_VOLUMES_RO : 0, &inst, err)
                         : moat_host_create(c->host, tmpl, &limits, &inst, err);
   uint64_t ready_us = (now_ns() - t0) / 1000;
   if (rc < 0) {
@@ -404,9 +406,16 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
       ; /* the claim's own error: the volume is missing or held */
     else if (err && *err && (*err)->status == ENOSYS)
       (*err)->status = MOAT_E_NO_CHECKPOINTS;
+    else if (err && *err && (*err)->status == EROFS && n->forked_from)
+      (*err)->status = MOAT_E_VOLUME_ATTACHED;
     else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
       (*err)->status = EIO;
-    if (claimed)
+    if (claimed && err && *err && (*err)->status == MOAT_E_VOLUME_ATTACHED)
+      moat_error_wrap(err,
+                      "a process of sandbox %s holds a file of a volume open for writing, and a fork's "
+                      "children mount its volumes read-only",
+                      n->forked_from);
+    else if (claimed)
       moat_error_wrap(err, "%s sandbox", n->restore_dir ? "restore" : "create");
     log_warn("create %s failed: %s", id, moat_error_msg(*err));
     moat_error *e2 = NULL;
@@ -427,7 +436,8 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   e->pid = inst.pid;
   e->start_time = inst.start_time;
   ctl_set_guest(e, &inst);
-  if ((n->n_volumes && ctl_volumes_attach(c, id, inst.slot, err) < 0) ||
+  /* a restore mounted the checkpoint's volumes (read-only for a fork's child) */
+  if ((n->n_volumes && !n->restore_dir && ctl_volumes_attach(c, id, inst.slot, err) < 0) ||
       ctl_net_bind(c, id, org, inst.slot, n->network, n->forked_from, err) < 0 ||
       moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
                                      err) < 0) {

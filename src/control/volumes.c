@@ -343,29 +343,6 @@ void ctl_volumes_of(struct moat_control *c, const char *id, struct moat_sandbox_
   moat_store_attachments_free(a, na);
 }
 
-int ctl_volumes_refuse(struct moat_control *c, const char *org, const char *id, const char *what,
-                       moat_error **err) {
-  struct moat_store_sandbox r = {0};
-  moat_error *e = NULL;
-  if (moat_store_sandbox_get(c->store, org, id, &r, &e) < 0) {
-    moat_error_free(&e); /* the caller's own checks answer for a missing sandbox */
-    return 0;
-  }
-  moat_store_sandbox_clear(&r);
-  struct moat_store_attachment *a = NULL;
-  size_t na = 0;
-  if (moat_store_attachments(c->store, NULL, id, &a, &na, err) < 0)
-    return -1;
-  int ret = 0;
-  if (na)
-    ret = moat_error_set(err, MOAT_E_VOLUME_ATTACHED,
-                         "cannot %s sandbox %s: volume '%s' is attached at %s (volumes are not part of a "
-                         "checkpoint)",
-                         what, id, a[0].volume_name, a[0].path);
-  moat_store_attachments_free(a, na);
-  return ret;
-}
-
 void ctl_volumes_gc(struct moat_control *c) {
   struct moat_store_volume *rows = NULL;
   size_t n = 0;
