@@ -199,7 +199,7 @@ static void *restore_job(void *arg) {
   struct job *j = arg;
   struct moat_limits lim = {.cpu = 2, .memory_mb = 1024, .pids = 512, .disk_mb = 1024};
   moat_error *err = NULL;
-  j->r = moat_host_restore(j->h, j->dir, "base", &lim, &j->inst, &err);
+  j->r = moat_host_restore(j->h, j->dir, "base", &lim, 0, &j->inst, &err);
   j->done_ns = now_ns();
   if (j->r < 0)
     fprintf(stderr, "restore: %s\n", moat_error_msg(err));

@@ -54,6 +54,11 @@ void moat_sandbox_info_clear(struct moat_sandbox_info *s) {
   free(s->killed_reason);
   free(s->forked_from);
   free(s->from_snapshot);
+  for (size_t i = 0; i < s->n_volumes; i++) {
+    free(s->volumes[i].name);
+    free(s->volumes[i].path);
+  }
+  free(s->volumes);
   memset(s, 0, sizeof(*s));
 }
 
@@ -193,6 +198,7 @@ void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
   out->from_snapshot = r->from_snapshot ? xstrdup(r->from_snapshot) : NULL;
   out->hibernate_after_seconds = r->hibernate_after_s;
   out->paused_at_ms = r->paused_at_ms;
+  ctl_volumes_of(c, r->id, out);
   /* The store's expiry lags the live one by up to a second (see refresh_ttl). */
   if (out->state != MOAT_SB_KILLED && !out->persistent) {
     struct live *e = live_get(c, r->id);
@@ -300,8 +306,9 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
   if (moat_volume_mounts_check(spec->volumes, spec->n_volumes, err) < 0)
     return -1;
   if (spec->n_volumes && spec->from_snapshot)
-    return moat_error_set(err, EINVAL,
-                          "volumes cannot be used with from_snapshot (a snapshot holds no volume)");
+    return moat_error_set(
+        err, EINVAL,
+        "volumes cannot be used with from_snapshot (a restore from a snapshot mounts no volume)");
   if (spec->from_snapshot)
     return tt_create_from_snapshot(c, org, spec, out, err);
   const char *tmpl = spec->template_name ? spec->template_name : "base";
@@ -388,7 +395,8 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   int rc = n->n_volumes ? ctl_volumes_claim(c, org, id, n->volumes, n->n_volumes, err) : 0;
   bool claimed = rc == 0;
   if (claimed)
-    rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, tmpl, &limits, &inst, err)
+    rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, tmpl, &limits,
+                                            n->forked_from ? MOAT_RESTORE_VOLUMES_RO : 0, &inst, err)
                         : moat_host_create(c->host, tmpl, &limits, &inst, err);
   uint64_t ready_us = (now_ns() - t0) / 1000;
   if (rc < 0) {
@@ -398,9 +406,16 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
       ; /* the claim's own error: the volume is missing or held */
     else if (err && *err && (*err)->status == ENOSYS)
       (*err)->status = MOAT_E_NO_CHECKPOINTS;
+    else if (err && *err && (*err)->status == EROFS && n->forked_from)
+      (*err)->status = MOAT_E_VOLUME_ATTACHED;
     else if (err && *err && (*err)->status != EAGAIN && (*err)->status != ENOSPC)
       (*err)->status = EIO;
-    if (claimed)
+    if (claimed && err && *err && (*err)->status == MOAT_E_VOLUME_ATTACHED)
+      moat_error_wrap(err,
+                      "a process of sandbox %s holds a file of a volume open for writing, and a fork's "
+                      "children mount its volumes read-only",
+                      n->forked_from);
+    else if (claimed)
       moat_error_wrap(err, "%s sandbox", n->restore_dir ? "restore" : "create");
     log_warn("create %s failed: %s", id, moat_error_msg(*err));
     moat_error *e2 = NULL;
@@ -421,7 +436,8 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   e->pid = inst.pid;
   e->start_time = inst.start_time;
   ctl_set_guest(e, &inst);
-  if ((n->n_volumes && ctl_volumes_attach(c, id, inst.slot, err) < 0) ||
+  /* a restore mounted the checkpoint's volumes (read-only for a fork's child) */
+  if ((n->n_volumes && !n->restore_dir && ctl_volumes_attach(c, id, inst.slot, err) < 0) ||
       ctl_net_bind(c, id, org, inst.slot, n->network, n->forked_from, err) < 0 ||
       moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
                                      err) < 0) {

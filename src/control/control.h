@@ -95,6 +95,12 @@ struct moat_sandbox_info {
   char *from_snapshot;             /* snapshot it was created from (or last rolled back to), or NULL */
   int64_t hibernate_after_seconds; /* 0 = never */
   int64_t paused_at_ms;            /* when paused or hibernated; 0 otherwise */
+  /* Volumes it mounts (none once killed: the attachment ends with the sandbox), as created. */
+  struct moat_sandbox_volume {
+    char *name, *path;
+    bool read_only;
+  } * volumes;
+  size_t n_volumes;
 };
 void moat_sandbox_info_clear(struct moat_sandbox_info *s);
 void moat_sandbox_infos_free(struct moat_sandbox_info *v, size_t n);
@@ -372,9 +378,11 @@ int moat_control_template_build(struct moat_control *c, const char *name, moat_e
 /* ---- volumes (control/volumes.c) ----
  * A volume is an org's file system that outlives its sandboxes: mounted read-write by at most one
  * live sandbox at a time and read-only by any number (also while one writes). A volume of another
- * org is reported as a missing one. Volumes are not part of a checkpoint: a hibernated sandbox
- * keeps its volumes (mounted again at wake, as they are then); snapshot, fork, explore and rollback
- * of a sandbox with a volume attached are MOAT_E_VOLUME_ATTACHED. */
+ * org is reported as a missing one. Volumes are not part of a checkpoint, which records only their
+ * mounts: a hibernated or rolled back sandbox mounts them again as they are then; a fork's children
+ * mount the parent's read-only, each with a read-only claim (MOAT_E_VOLUME_ATTACHED when a file the
+ * parent holds open for writing on one cannot be reopened so); from_snapshot of a snapshot with
+ * volume mounts is EINVAL. */
 #define MOAT_MIN_VOLUME_MB 16
 #define MOAT_E_VOLUME_IN_USE ETXTBSY       /* API 409 volume_in_use */
 #define MOAT_E_NO_VOLUME ENOMEDIUM         /* API 404 volume_not_found */

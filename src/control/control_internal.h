@@ -147,8 +147,8 @@ int ctl_volumes_attach(struct moat_control *c, const char *id, int slot, moat_er
  * one, or between a delete's record and its storage). Logs what it cannot. */
 void ctl_volumes_gc(struct moat_control *c);
 /* MOAT_E_VOLUME_ATTACHED naming the volume when org's sandbox id mounts one (what: "hibernate"...). */
-int ctl_volumes_refuse(struct moat_control *c, const char *org, const char *id, const char *what,
-                       moat_error **err);
+/* Fills out->volumes with id's live attachments (none on a store error, which is logged). */
+void ctl_volumes_of(struct moat_control *c, const char *id, struct moat_sandbox_info *out);
 
 /* ---- cpu.c ---- */
 struct ctl_cpu *ctl_cpu_new(void);

@@ -143,8 +143,6 @@ int moat_control_explore(struct moat_control *c, const char *org, const char *id
                          const struct moat_explore_branch *branches, size_t n, enum moat_explore_keep keep,
                          struct moat_explore_result *out, moat_error **err) {
   memset(out, 0, sizeof(*out));
-  if (ctl_volumes_refuse(c, org, id, "explore from", err) < 0)
-    return -1;
   if (n < 1 || n > MOAT_EXPLORE_MAX_BRANCHES)
     return moat_error_set(err, EINVAL, "branches: must hold 1 to %d branches", MOAT_EXPLORE_MAX_BRANCHES);
   for (size_t i = 0; i < n; i++) {

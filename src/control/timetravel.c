@@ -405,7 +405,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
   struct moat_instance inst;
   memset(&inst, 0, sizeof(inst));
   uint64_t t0 = now_ns();
-  if (moat_host_restore(c->host, dir, e->template_name, &e->limits, &inst, err) < 0) {
+  if (moat_host_restore(c->host, dir, e->template_name, &e->limits, 0, &inst, err) < 0) {
     host_error(err);
     return moat_error_wrap(err, "wake %s", e->id);
   }
@@ -561,8 +561,6 @@ static bool valid_snapshot_id(const char *sid) {
 
 int moat_control_snapshot_create(struct moat_control *c, const char *org, const char *id, json_t *metadata,
                                  struct moat_snapshot_info *out, moat_error **err) {
-  if (ctl_volumes_refuse(c, org, id, "snapshot", err) < 0)
-    return -1;
   if (moat_spec_check_metadata(metadata, err) < 0)
     return -1;
   if (!moat_host_can_checkpoint(c->host))
@@ -751,6 +749,16 @@ int tt_create_from_snapshot(struct moat_control *c, const char *org, const struc
   n.metadata = spec->metadata ? spec->metadata : smeta;
   dir = xasprintf("%s/%s", c->snap_dir, sid);
   n.restore_dir = dir;
+  /* a snapshot's volume mounts are restored only into its own sandbox (rollback) */
+  int nv = moat_host_checkpoint_volumes(c->host, dir, err);
+  if (nv != 0) {
+    if (nv > 0)
+      moat_error_set(err, EINVAL,
+                     "snapshot %s holds %d volume mount(s) of sandbox %s: from_snapshot cannot restore it "
+                     "(roll that sandbox back, or fork it: its children mount its volumes read-only)",
+                     sid, nv, r.sandbox_id);
+    goto out;
+  }
   snap_use(c, sid, true);
   ret = ctl_create(c, org, &n, NULL, out, err);
   snap_use(c, sid, false);
@@ -819,6 +827,15 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
     }
   }
   json_t *env = json_deep_copy(e->env);
+  /* the children mount the parent's volumes read-only (the parent stays their writer) */
+  struct moat_store_attachment *att = NULL;
+  size_t n_att = 0;
+  struct moat_volume_mount mounts[MOAT_MAX_SANDBOX_VOLUMES];
+  if (rc == 0 && moat_store_attachments(c->store, NULL, id, &att, &n_att, err) < 0)
+    rc = -1;
+  for (size_t i = 0; i < n_att && i < MOAT_MAX_SANDBOX_VOLUMES; i++)
+    mounts[i] =
+        (struct moat_volume_mount){.name = att[i].volume_name, .path = att[i].path, .read_only = true};
   struct ctl_new n = {
       .template_name = row.template_name,
       .limits = e->limits,
@@ -827,10 +844,15 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
       .env = env,
       .restore_dir = img ? img->dir : NULL,
       .forked_from = id,
+      .volumes = mounts,
+      .n_volumes = n_att < MOAT_MAX_SANDBOX_VOLUMES ? n_att : MOAT_MAX_SANDBOX_VOLUMES,
   };
   unlock_live(c, e);
   if (rc < 0) {
     json_decref(env);
+    moat_store_attachments_free(att, n_att);
+    if (img)
+      ref_put(c, img);
     moat_store_sandbox_clear(&row);
     return moat_error_wrap(err, "%s", why);
   }
@@ -888,6 +910,7 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
   free(jobs);
   free(th);
   free(started);
+  moat_store_attachments_free(att, n_att);
   json_decref(env);
   json_decref(meta);
   moat_store_sandbox_clear(&row);
@@ -897,8 +920,6 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
 int moat_control_fork(struct moat_control *c, const char *org, const char *id, unsigned count,
                       struct moat_sandbox_info **children, moat_error **err) {
   *children = NULL;
-  if (ctl_volumes_refuse(c, org, id, "fork", err) < 0)
-    return -1;
   if (count < 1 || count > MOAT_EXPLORE_MAX_BRANCHES)
     return moat_error_set(err, EINVAL, "count: must be between 1 and %d", MOAT_EXPLORE_MAX_BRANCHES);
   char(*ids)[MOAT_ID_LEN + 1] = xcalloc(count, sizeof(*ids));
@@ -923,8 +944,6 @@ int moat_control_fork(struct moat_control *c, const char *org, const char *id, u
 
 int moat_control_rollback(struct moat_control *c, const char *org, const char *id, const char *snapshot_id,
                           moat_error **err) {
-  if (ctl_volumes_refuse(c, org, id, "roll back", err) < 0)
-    return -1;
   if (!snapshot_id || !valid_snapshot_id(snapshot_id))
     return moat_error_set(err, ENOENT, "no snapshot %.64s", snapshot_id ? snapshot_id : "");
   struct moat_store_snapshot r;
@@ -950,7 +969,7 @@ int moat_control_rollback(struct moat_control *c, const char *org, const char *i
   memset(&inst, 0, sizeof(inst));
   uint64_t t0 = now_ns();
   snap_use(c, snapshot_id, true);
-  int rc = moat_host_restore(c->host, dir, e->template_name, &e->limits, &inst, err);
+  int rc = moat_host_restore(c->host, dir, e->template_name, &e->limits, 0, &inst, err);
   snap_use(c, snapshot_id, false);
   if (rc < 0) {
     host_error(err);

@@ -326,27 +326,21 @@ int ctl_volumes_attach(struct moat_control *c, const char *id, int slot, moat_er
   return ret;
 }
 
-int ctl_volumes_refuse(struct moat_control *c, const char *org, const char *id, const char *what,
-                       moat_error **err) {
-  struct moat_store_sandbox r = {0};
-  moat_error *e = NULL;
-  if (moat_store_sandbox_get(c->store, org, id, &r, &e) < 0) {
-    moat_error_free(&e); /* the caller's own checks answer for a missing sandbox */
-    return 0;
-  }
-  moat_store_sandbox_clear(&r);
+void ctl_volumes_of(struct moat_control *c, const char *id, struct moat_sandbox_info *out) {
   struct moat_store_attachment *a = NULL;
   size_t na = 0;
-  if (moat_store_attachments(c->store, NULL, id, &a, &na, err) < 0)
-    return -1;
-  int ret = 0;
-  if (na)
-    ret = moat_error_set(err, MOAT_E_VOLUME_ATTACHED,
-                         "cannot %s sandbox %s: volume '%s' is attached at %s (volumes are not part of a "
-                         "checkpoint)",
-                         what, id, a[0].volume_name, a[0].path);
+  moat_error *e = NULL;
+  if (moat_store_attachments(c->store, NULL, id, &a, &na, &e) < 0) {
+    log_warn("sandbox %s: its volumes: %s", id, moat_error_msg(e));
+    moat_error_free(&e);
+    return;
+  }
+  out->volumes = na ? xcalloc(na, sizeof(*out->volumes)) : NULL;
+  for (size_t i = 0; i < na; i++)
+    out->volumes[i] = (struct moat_sandbox_volume){
+        .name = xstrdup(a[i].volume_name), .path = xstrdup(a[i].path), .read_only = a[i].read_only};
+  out->n_volumes = na;
   moat_store_attachments_free(a, na);
-  return ret;
 }
 
 void ctl_volumes_gc(struct moat_control *c) {

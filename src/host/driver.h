@@ -175,9 +175,17 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
  * namespaces, cgroups, uid range and writable layer, diverging from there. dir is only read: it
  * may be restored many times, also concurrently. limits apply to the new sandbox. The guest
  * answers on out->guest once this returns. On failure nothing is left behind. Returns 0 and
- * fills out like moat_host_create, or -1. */
+ * fills out like moat_host_create, or -1. The volumes the checkpoint recorded are mounted again, as
+ * they are now, read-only where they were, and every one read-only with MOAT_RESTORE_VOLUMES_RO (a
+ * second sandbox from another's checkpoint: never a second writer); the new sandbox's own
+ * checkpoints record them so. EROFS when, so, a file the checkpoint holds open for writing on one
+ * cannot be reopened. */
+#define MOAT_RESTORE_VOLUMES_RO 1u
 int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
-                      const struct moat_limits *limits, struct moat_instance *out, moat_error **err);
+                      const struct moat_limits *limits, unsigned flags, struct moat_instance *out,
+                      moat_error **err);
+/* How many volume mounts the checkpoint in dir records (0 for none), or -1. */
+int moat_host_checkpoint_volumes(struct moat_host *h, const char *dir, moat_error **err);
 
 /* Connections from moatd the sandbox in slot holds open now (an attached exec stream, PTY, watch):
  * traffic on them makes no API call, so the idle reaper asks. -1 when it cannot tell. */
@@ -265,8 +273,10 @@ struct moat_driver_ops {
   int (*resume)(struct moat_host *h, int slot, moat_error **err);
   int (*checkpoint)(struct moat_host *h, int slot, const char *dir, bool leave_running,
                     struct moat_checkpoint_info *info, moat_error **err);
+  int (*checkpoint_volumes)(struct moat_host *h, const char *dir, moat_error **err);
   int (*restore)(struct moat_host *h, const char *dir, const char *template_name,
-                 const struct moat_limits *limits, struct moat_instance *out, moat_error **err);
+                 const struct moat_limits *limits, unsigned flags, struct moat_instance *out,
+                 moat_error **err);
   const char *(*checkpoint_status)(struct moat_host *h); /* moat_host_criu_status */
   bool (*can_checkpoint)(struct moat_host *h);
   /* optional: the guest's sessions (NULL: -1, cannot tell) */

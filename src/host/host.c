@@ -96,9 +96,14 @@ int moat_host_checkpoint(struct moat_host *h, int slot, const char *dir, bool le
 }
 
 int moat_host_restore(struct moat_host *h, const char *dir, const char *template_name,
-                      const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
-  return h->ops->restore ? h->ops->restore(h, dir, template_name, limits, out, err)
+                      const struct moat_limits *limits, unsigned flags, struct moat_instance *out,
+                      moat_error **err) {
+  return h->ops->restore ? h->ops->restore(h, dir, template_name, limits, flags, out, err)
                          : unsupported(h, "restore", err);
+}
+
+int moat_host_checkpoint_volumes(struct moat_host *h, const char *dir, moat_error **err) {
+  return h->ops->checkpoint_volumes ? h->ops->checkpoint_volumes(h, dir, err) : 0;
 }
 
 const char *moat_host_criu_status(struct moat_host *h) {

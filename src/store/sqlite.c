@@ -258,7 +258,12 @@ int moat_store_open(struct moat_store **out, const char *path, moat_error **err)
    * transactions but never corrupts the file. */
   if (exec_sql(s, "PRAGMA journal_mode = WAL", err) < 0 ||
       exec_sql(s, "PRAGMA synchronous = NORMAL", err) < 0 ||
-      exec_sql(s, "PRAGMA foreign_keys = ON", err) < 0 || migrate(s, err) < 0) {
+      exec_sql(s, "PRAGMA foreign_keys = ON", err) < 0 || migrate(s, err) < 0 ||
+      /* attachments of sandboxes killed (or forgotten) before kills dropped them */
+      exec_sql(s,
+               "DELETE FROM volume_attachments WHERE sandbox_id NOT IN "
+               "(SELECT id FROM sandboxes WHERE state != 'killed')",
+               err) < 0) {
     moat_error_wrap(err, "open %s", path);
     moat_store_close(s);
     return -1;
@@ -627,6 +632,16 @@ static int read_state(struct moat_store *s, const char *id, char *buf, size_t si
   return db_error(s, rc, err, "read state");
 }
 
+/* Removes sandbox_id's volume attachments (lock held, in the caller's transaction): a killed or forgotten
+ * sandbox holds none. */
+static int drop_attachments(struct moat_store *s, const char *sandbox_id, moat_error **err) {
+  sqlite3_stmt *st = stmt(s, "DELETE FROM volume_attachments WHERE sandbox_id = ?1", err);
+  if (!st)
+    return -1;
+  bind_text(st, 1, sandbox_id);
+  return step_done(s, st, err, "drop volume attachments");
+}
+
 int moat_store_sandbox_transition(struct moat_store *s, const char *id, const char *from, const char *to,
                                   const char *reason, moat_error **err) {
   static const char upd[] = "UPDATE sandboxes SET state = ?2, updated_at_ms = ?3 WHERE id = ?1";
@@ -654,6 +669,8 @@ int moat_store_sandbox_transition(struct moat_store *s, const char *id, const ch
   if (kill)
     bind_text(st, 4, reason ? reason : "");
   if (step_done(s, st, err, "update state") < 0 || add_event(s, id, now, cur, to, reason, err) < 0)
+    goto fail;
+  if (kill && drop_attachments(s, id, err) < 0)
     goto fail;
   ret = commit(s, err);
   goto out;
@@ -687,6 +704,8 @@ int moat_store_sandbox_forget_creating(struct moat_store *s, const char *id, moa
     if (step_done(s, st, err, "forget sandbox") < 0)
       goto fail;
   }
+  if (drop_attachments(s, id, err) < 0)
+    goto fail;
   ret = commit(s, err);
   goto out;
 fail:

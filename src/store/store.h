@@ -172,7 +172,9 @@ int moat_store_snapshot_delete(struct moat_store *s, const char *org, const char
 
 /* ---- volumes (schema 4) ----
  * A volume is org's by name; an attachment (volume, sandbox, path, read_only) is live while its
- * sandbox's row is not killed (a create that failed, a kill, a forgotten row all end it). */
+ * sandbox's row is not killed (a create that failed, a kill, a forgotten row all end it). The kill's
+ * transition and the forget remove the sandbox's attachment rows; the store's open removes those of
+ * sandboxes killed or gone before that. */
 struct moat_store_volume {
   char *id; /* the host's name of its storage */
   char *org;

@@ -1,6 +1,8 @@
 """test_volumes.py -- durable volumes: an org's file systems that outlive sandboxes, moatd restarts
 and kill -9; size_mb is a hard limit; one read-write holder, any number of readers; files read and
-written with no sandbox; volumes and time travel (refused: 409 volume_attached)."""
+written with no sandbox; volumes and time travel (hibernate keeps them; a fork's children and explore's
+branches mount them read-only; a rollback keeps them as they are; from_snapshot of a snapshot with volumes
+is 400)."""
 
 import glob
 import os
@@ -11,6 +13,17 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import moatd  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
+
+
+def attachment_rows(daemon, sandbox_id=None):
+    """The store's volume_attachments rows (of sandbox_id, or all), read from its file read-only."""
+    import sqlite3
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(daemon.data_dir, "moat.db"), uri=True, timeout=30)
+    try:
+        return db.execute("SELECT COUNT(*) FROM volume_attachments WHERE ?1 IS NULL OR sandbox_id = ?1",
+                          (sandbox_id,)).fetchone()[0]
+    finally:
+        db.close()
 
 
 def vname():
@@ -111,6 +124,22 @@ class VolumeTest(VolumeMixin, DaemonTest):
         # on disk the owner is 1000, whatever b's uid range on the host
         ent = [e for e in self.vfile(name, "/work")["entries"] if e["name"] == "note"][0]
         self.assertEqual((ent["uid"], ent["type"], ent["size"]), (1000, "file", 7), ent)
+
+    def test_sandbox_json_lists_its_volumes(self):
+        """GET /v1/sandboxes/{id} and the list show volumes: [{name, path, read_only}] in the create's
+        order ([] for a sandbox with none, and once killed)."""
+        one, two = self.volume()["name"], self.volume()["name"]
+        want = [{"name": two, "path": "/b", "read_only": True}, {"name": one, "path": "/a/x", "read_only": False}]
+        sid = self.sandbox(volumes=want)["id"]
+        plain = self.sandbox()["id"]
+        self.assertEqual(self.c.get(sid)["volumes"], want)
+        self.assertEqual(self.c.get(plain)["volumes"], [])
+        listed = {s["id"]: s["volumes"] for s in self.c.request("GET", "/v1/sandboxes")[1]["sandboxes"]}
+        self.assertEqual((listed[sid], listed[plain]), (want, []))
+        self.c.delete(sid)
+        killed = [s for s in self.c.request("GET", "/v1/sandboxes", query={"state": "killed"})[1]["sandboxes"]
+                  if s["id"] == sid]
+        self.assertEqual([s["volumes"] for s in killed], [[]])
 
     def test_one_writer_many_readers(self):
         name = self.volume()["name"]
@@ -241,23 +270,168 @@ class VolumeTest(VolumeMixin, DaemonTest):
                          "0\n%s\n" % __import__("hashlib").md5(big).hexdigest()[:8])
         self.assertApiError(404, "volume_not_found", self.vfile, "no-such-" + vname(), "/")
 
-    def test_time_travel_refused(self):
+    def need_checkpoints(self):
+        if not self.c.healthz()["checkpoints"]["available"]:
+            self.skipTest("no working CRIU on this host")
+
+    def test_pause_resume_and_from_snapshot_with_volumes(self):
         name = self.volume()["name"]
         sid = self.sandbox(volumes=[{"name": name, "path": "/data", "read_only": True}], persistent=True)["id"]
-        for path, body in (("snapshots", {}), ("fork", {"count": 1}),
-                           ("explore", {"branches": [{"cmd": "true"}]}),
-                           ("rollback", {"snapshot_id": "snap-00000000000000000"})):
-            e = self.assertApiError(409, "volume_attached", self.c.request, "POST",
-                                    "/v1/sandboxes/%s/%s" % (sid, path), body=body)
-            self.assertIn(name, e.body["message"])
-        self.assertAlive(sid)
-        self.assertEqual(self.c.get(sid)["state"], "running")
         # pause and resume keep the volume mounted
         self.c.request("POST", "/v1/sandboxes/%s/pause" % sid, body={})
         self.c.request("POST", "/v1/sandboxes/%s/resume" % sid, body={})
         self.assertEqual(self.c.sh(sid, "grep -c ' /data ' /proc/self/mounts"), "1\n")
         self.assertApiError(400, "invalid_request", self.c.create, from_snapshot="snap-00000000000000000",
                             volumes=[{"name": name, "path": "/d"}])
+
+    def test_fork_children_get_the_volumes_read_only(self):
+        """A fork's children mount the parent's volumes read-only (EROFS inside), the parent stays the
+        writer and its writes reach them (one file system); each child holds a read-only claim, so the
+        volume cannot be deleted while one lives; a second org reaches neither the volume nor a child."""
+        self.need_checkpoints()
+        name, ro = self.volume()["name"], self.volume()["name"]
+        self.vput(ro, "/r", b"reader")
+        parent = self.sandbox(persistent=True, volumes=[{"name": name, "path": "/data"},
+                                                        {"name": ro, "path": "/ro", "read_only": True}])["id"]
+        self.c.sh(parent, "echo before > /data/f")
+        _, body = self.c.request("POST", "/v1/sandboxes/%s/fork" % parent, body={"count": 2}, expect=201,
+                                 timeout=120)
+        kids = [k["id"] for k in body["sandboxes"]]
+        for k in kids:
+            self.addCleanup(self._delete_quietly, self.c, k)
+        want = [{"name": name, "path": "/data", "read_only": True}, {"name": ro, "path": "/ro", "read_only": True}]
+        for k in body["sandboxes"]:
+            self.assertEqual(k["volumes"], want)
+        self.assertEqual(self.c.get(parent)["volumes"][0], {"name": name, "path": "/data", "read_only": False})
+        att = sorted((a["sandbox"], a["read_only"]) for a in self.vget(name)["attached"])
+        self.assertEqual(att, sorted([(parent, False)] + [(k, True) for k in kids]))
+        for k in kids:
+            self.assertEqual(self.c.sh(k, "cat /data/f /ro/r"), "before\nreader")
+            for cmd in ("echo x > /data/f", "touch /data/new", "rm /data/f", "mkdir /data/d"):
+                r = self.c.exec(k, cmd=cmd)
+                self.assertNotEqual(r["exit_code"], 0, (cmd, r))
+                self.assertIn("Read-only file system", r["stderr"], cmd)
+            self.assertIn(" /data ", self.c.sh(k, "grep ' /data ' /proc/self/mounts"))
+            self.assertEqual(self.c.sh(k, "grep ' /data ' /proc/self/mounts | cut -d' ' -f4 | cut -d, -f1"),
+                             "ro\n")
+        # the parent still writes, and the children see it
+        self.c.sh(parent, "echo after > /data/f; echo more > /data/g")
+        self.assertEqual(self.c.sh(kids[0], "cat /data/f /data/g"), "after\nmore\n")
+        self.assertEqual(self.vfile(name, "/f"), b"after\n")
+        # no second writer while the parent lives
+        self.assertApiError(409, "volume_in_use", self.c.create, volumes=[{"name": name, "path": "/data"}])
+        # a second org: neither the volume nor the children
+        other = self.c.with_key(self.daemon.new_org_key("org-" + uuid.uuid4().hex[:8]))
+        self.assertApiError(404, "volume_not_found", self.vget, name, client=other)
+        self.assertApiError(404, "volume_not_found", self.vfile, name, "/f", client=other)
+        self.assertApiError(404, "volume_not_found", other.create, volumes=[{"name": name, "path": "/d",
+                                                                             "read_only": True}])
+        for k in kids:
+            self.assertApiError(404, None, other.get, k)
+            self.assertApiError(404, None, other.request, "POST", "/v1/sandboxes/%s/fork" % k, body={"count": 1})
+            self.assertApiError(404, None, other.request, "POST", "/v1/sandboxes/%s/exec" % k,
+                                body={"cmd": "cat /data/f"})
+        # the children hold the volume: no delete while one lives, even with the parent gone
+        self.c.delete(parent)
+        e = self.assertApiError(409, "volume_in_use", self.c.request, "DELETE", "/v1/volumes/" + name)
+        self.assertTrue(any(k in e.body["message"] for k in kids), e.body)
+        self.assertEqual(sorted(a["sandbox"] for a in self.vget(name)["attached"]), sorted(kids))
+        # readers do not block a new writer once the parent is gone; the children still cannot write
+        w = self.sandbox(volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.sh(w, "echo new-writer > /data/f")
+        self.assertEqual(self.c.sh(kids[1], "cat /data/f"), "new-writer\n")
+        self.assertIn("Read-only file system", self.c.exec(kids[1], cmd="touch /data/z")["stderr"])
+        self.c.delete(w)
+        self.c.delete(kids[0])
+        self.assertApiError(409, "volume_in_use", self.c.request, "DELETE", "/v1/volumes/" + name)
+        self.c.delete(kids[1])
+        self.c.request("DELETE", "/v1/volumes/" + name, expect=204)
+
+    def test_fork_of_a_writer_with_an_open_file_is_409(self):
+        """A parent's process holding a file of the volume open for writing: the children could not
+        reopen it read-only, so the fork is 409 volume_attached, no child is left and the parent writes on."""
+        self.need_checkpoints()
+        name = self.volume()["name"]
+        parent = self.sandbox(persistent=True, volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.exec(parent, cmd="exec 3>>/data/log && (while :; do echo tick >&3; sleep 0.1; done) "
+                                ">/dev/null 2>&1 &")
+        n_before = len(self.c.request("GET", "/v1/sandboxes")[1]["sandboxes"])
+        e = self.assertApiError(409, "volume_attached", self.c.request, "POST", "/v1/sandboxes/%s/fork" % parent,
+                                body={"count": 2}, timeout=120)
+        self.assertIn(parent, e.body["message"])
+        self.assertEqual(len(self.c.request("GET", "/v1/sandboxes")[1]["sandboxes"]), n_before)
+        self.assertEqual(self.vget(name)["attached"], [{"sandbox": parent, "path": "/data", "read_only": False}])
+        ticks = self.vfile(name, "/log").count(b"tick")
+        import time
+        time.sleep(0.5)
+        self.assertGreater(self.vfile(name, "/log").count(b"tick"), ticks, "the parent's writer stopped")
+
+    def test_a_forked_child_stays_read_only_across_hibernate_and_fork(self):
+        """A child's own checkpoints record its volumes read-only: woken, or forked again, it still gets EROFS."""
+        self.need_checkpoints()
+        name = self.volume()["name"]
+        parent = self.sandbox(persistent=True, volumes=[{"name": name, "path": "/data"}])["id"]
+        _, body = self.c.request("POST", "/v1/sandboxes/%s/fork" % parent, body={"count": 1}, expect=201,
+                                 timeout=120)
+        kid = body["sandboxes"][0]["id"]
+        self.addCleanup(self._delete_quietly, self.c, kid)
+        self.c.request("POST", "/v1/sandboxes/%s/hibernate" % kid, body={})
+        self.c.request("POST", "/v1/sandboxes/%s/wake" % kid, body={})
+        self.assertIn("Read-only file system", self.c.exec(kid, cmd="touch /data/x")["stderr"])
+        _, body = self.c.request("POST", "/v1/sandboxes/%s/fork" % kid, body={"count": 1}, expect=201, timeout=120)
+        grandkid = body["sandboxes"][0]["id"]
+        self.addCleanup(self._delete_quietly, self.c, grandkid)
+        self.assertIn("Read-only file system", self.c.exec(grandkid, cmd="touch /data/x")["stderr"])
+        self.c.sh(parent, "echo still > /data/p")
+        self.assertEqual(self.c.sh(grandkid, "cat /data/p"), "still\n")
+
+    def test_explore_branches_read_the_volume(self):
+        """explore's branches are fork children: they read the parent's volume, a write is EROFS."""
+        self.need_checkpoints()
+        name = self.volume()["name"]
+        parent = self.sandbox(persistent=True, volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.sh(parent, "echo input > /data/in")
+        _, r = self.c.request("POST", "/v1/sandboxes/%s/explore" % parent, timeout=180, body={
+            "keep": "best", "branches": [{"cmd": "echo out > /data/out"}, {"cmd": "cat /data/in"}]})
+        out = r["outcomes"]
+        for o in out:
+            self.addCleanup(self._delete_quietly, self.c, o["sandbox_id"])
+        self.assertNotEqual(out[0]["exit_code"], 0, out[0])
+        self.assertIn("Read-only file system", out[0]["stderr_tail"])
+        self.assertEqual((out[1]["exit_code"], out[1]["stdout_tail"]), (0, "input\n"), out[1])
+        for o in out:
+            self.assertEqual(self.c.get(o["sandbox_id"])["volumes"],
+                             [{"name": name, "path": "/data", "read_only": True}])
+        self.assertApiError(404, "not_found", self.vfile, name, "/out")
+        att = sorted((a["sandbox"], a["read_only"]) for a in self.vget(name)["attached"])
+        self.assertEqual(att, sorted([(parent, False)] + [(o["sandbox_id"], True) for o in out]))
+        self.c.sh(parent, "echo still-writes > /data/out")
+
+    def test_snapshot_and_rollback_keep_the_volume_as_it_is(self):
+        """A snapshot records the sandbox's volume mounts, not their data: a rollback mounts them again as
+        they are now (a file written after the snapshot stays) and the sandbox stays their writer;
+        from_snapshot of that snapshot is 400 (its volumes are restored only into their own sandbox)."""
+        self.need_checkpoints()
+        name = self.volume()["name"]
+        sid = self.sandbox(persistent=True, volumes=[{"name": name, "path": "/data"}])["id"]
+        self.c.sh(sid, "echo at-snapshot > /data/a; echo disk-at-snapshot > /root/d")
+        _, snap = self.c.request("POST", "/v1/sandboxes/%s/snapshots" % sid, body={}, expect=201, timeout=120)
+        self.addCleanup(self._delete_snapshot_quietly, snap["id"])
+        self.c.sh(sid, "echo after-snapshot > /data/a; echo later > /data/b; echo disk-later > /root/d")
+        e = self.assertApiError(400, "invalid_request", self.c.create, from_snapshot=snap["id"])
+        self.assertIn("volume", e.body["message"])
+        self.c.request("POST", "/v1/sandboxes/%s/rollback" % sid, body={"snapshot_id": snap["id"]}, timeout=120)
+        self.assertEqual(self.c.sh(sid, "cat /root/d /data/a /data/b"), "disk-at-snapshot\nafter-snapshot\nlater\n")
+        self.c.sh(sid, "echo after-rollback > /data/c")
+        self.assertEqual(self.vfile(name, "/c"), b"after-rollback\n")
+        self.assertEqual(self.vget(name)["attached"], [{"sandbox": sid, "path": "/data", "read_only": False}])
+        self.assertApiError(409, "volume_in_use", self.c.create, volumes=[{"name": name, "path": "/data"}])
+
+    def _delete_snapshot_quietly(self, snap_id):
+        try:
+            self.c.request("DELETE", "/v1/snapshots/" + snap_id, expect=(204, 404), timeout=60)
+        except Exception:
+            pass
 
     def test_hibernate_and_wake_keep_the_volume(self):
         """A hibernated sandbox keeps its volume: still its writer (a second one is 409), the files API
@@ -343,6 +517,39 @@ class VolumeRestartTest(VolumeMixin, DaemonTest):
         self.daemon.start()
         self.c = self.daemon.client
         self.assertEqual(self.vfile(name, "/x"), b"x\n")
+
+    def test_killed_sandboxes_leave_no_attachment_rows(self):
+        """A kill removes its sandbox's attachment rows, so create+kill cycles do not grow the table;
+        rows of sandboxes killed before that (an older moatd's store) go at the next start."""
+        name, ro = self.volume()["name"], self.volume()["name"]
+        base = attachment_rows(self.daemon)
+        for i in range(4):
+            sid = self.sandbox(volumes=[{"name": name, "path": "/data"},
+                                        {"name": ro, "path": "/ro", "read_only": True}])["id"]
+            self.assertEqual(attachment_rows(self.daemon, sid), 2)
+            self.c.delete(sid)
+            self.assertEqual(attachment_rows(self.daemon), base, "cycle %d: rows of killed sandboxes stayed" % i)
+        # a failed create (a refused mount point) leaves none either
+        self.assertApiError(400, "invalid_request", self.c.create, volumes=[{"name": name, "path": "/etc/hostname"}])
+        self.assertEqual(attachment_rows(self.daemon), base)
+        # an older store: a killed sandbox's row and one of a sandbox the store no longer has
+        sid = self.sandbox()["id"]
+        self.c.delete(sid)
+        self.daemon.terminate()
+        import sqlite3
+        db = sqlite3.connect(os.path.join(self.daemon.data_dir, "moat.db"), timeout=30)
+        try:
+            vid = db.execute("SELECT id FROM volumes WHERE name = ?", (name,)).fetchone()[0]
+            db.executemany("INSERT INTO volume_attachments VALUES (?, ?, '/data', 0)",
+                           [(vid, sid), (vid, "sb-gone0000000000000")])
+            db.commit()
+        finally:
+            db.close()
+        self.assertEqual(attachment_rows(self.daemon), base + 2)
+        self.daemon.start()
+        self.c = self.daemon.client
+        self.assertEqual(attachment_rows(self.daemon), base)
+        self.assertEqual(self.vget(name)["attached"], [])
 
     def test_orphan_images_removed_at_start(self):
         """An image no record names (a crash between writing it and recording it) goes at the next start."""
@@ -438,10 +645,15 @@ class VolumeSdkTest(VolumeMixin, DaemonTest):
             self.assertEqual(cm.exception.code, "volume_in_use")
             with moat.Sandbox.create(volumes=[(name, "/ro", True)], client=client) as r:
                 self.assertNotEqual(r.exec("touch /ro/x").exit_code, 0)
+                self.assertEqual(r.refresh().volumes, [{"name": name, "path": "/ro", "read_only": True}])
                 self.assertEqual(len(vol.refresh().attached), 2)
-                with self.assertRaises(moat.ConflictError) as cm:
-                    w.snapshot()
-                self.assertEqual(cm.exception.code, "volume_attached")
+                if self.c.healthz()["checkpoints"]["available"]:
+                    kid = w.fork()[0]
+                    try:
+                        self.assertEqual(kid.refresh().volumes, [{"name": name, "path": "/data", "read_only": True}])
+                        self.assertIn("Read-only", kid.exec("touch /data/k").stderr)
+                    finally:
+                        kid.kill()
             with self.assertRaises(moat.ConflictError):
                 vol.delete()
         self.assertEqual(vol.read("/b"), b"from-sandbox\n")

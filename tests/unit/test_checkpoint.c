@@ -144,7 +144,7 @@ struct restore_job {
 static void *restore_thread(void *arg) {
   struct restore_job *j = arg;
   struct moat_limits lim = {.cpu = 1, .memory_mb = 512, .pids = 256, .disk_mb = 256};
-  j->r = moat_host_restore(j->h, j->dir, "base", &lim, &j->inst, &j->err);
+  j->r = moat_host_restore(j->h, j->dir, "base", &lim, 0, &j->inst, &j->err);
   return NULL;
 }
 
@@ -343,7 +343,7 @@ int main(void) {
       moat_host_destroy(h, jx.inst.slot, NULL);
     moat_error_free(&jx.err);
     struct moat_instance none;
-    r = moat_host_restore(h, d1, "code-interpreter", &lim, &none, &err);
+    r = moat_host_restore(h, d1, "code-interpreter", &lim, 0, &none, &err);
     ok(r < 0 && err && err->status == EINVAL, "restoring under another template is refused",
        moat_error_msg(err));
     moat_error_free(&err);
@@ -402,7 +402,7 @@ int main(void) {
     int rc = has_veth ? moat_host_checkpoint(h, g.slot, dg, true, &info, &err) : -1;
     ok(rc == 0, "its checkpoint", moat_error_msg(err));
     moat_error_free(&err);
-    rc = rc == 0 ? moat_host_restore(h, dg, "base", &lim, &gr, &err) : -1;
+    rc = rc == 0 ? moat_host_restore(h, dg, "base", &lim, 0, &gr, &err) : -1;
     ok(rc == 0, "its restore", moat_error_msg(err));
     moat_error_free(&err);
     if (rc == 0) {

@@ -62,6 +62,8 @@ class SandboxInfo:
     forked_from: Optional[str] = None
     from_snapshot: Optional[str] = None
     killed_reason: Optional[str] = None
+    #: the volumes it mounts: [{"name", "path", "read_only"}] ([] when none, and once killed)
+    volumes: List[Dict[str, Any]] = field(default_factory=list)
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
@@ -70,7 +72,8 @@ class SandboxInfo:
                    created_at=d.get("created_at"), expires_at=d.get("expires_at"), ttl_seconds=d.get("ttl_seconds"),
                    persistent=bool(d.get("persistent")), metadata=dict(d.get("metadata") or {}), cpu=d.get("cpu"),
                    memory_mb=d.get("memory_mb"), paused_at=d.get("paused_at"), forked_from=d.get("forked_from"),
-                   from_snapshot=d.get("from_snapshot"), killed_reason=d.get("killed_reason"), raw=d)
+                   from_snapshot=d.get("from_snapshot"), killed_reason=d.get("killed_reason"),
+                   volumes=[dict(v) for v in d.get("volumes") or []], raw=d)
 
 
 @dataclass

@@ -31,9 +31,9 @@ class Volume:
     (a write past it fails with ENOSPC inside); ``attached``: the live sandboxes that mount it (at
     most one read-write, any number read-only). Mount it with ``Sandbox.create(volumes=[...])``;
     read and write its files with no sandbox with ``read``/``write``/``remove``/``list_files``.
-    A volume is not part of a snapshot: a hibernated sandbox keeps it (mounted again at wake);
-    snapshot, fork, explore and rollback of a sandbox that mounts one raise ``ConflictError``
-    (``volume_attached``)."""
+    A volume is not part of a snapshot: a hibernated or rolled back sandbox mounts it again as it
+    is then; a fork's children mount it read-only (``ConflictError`` ``volume_attached`` when a
+    process of the parent holds a file of it open for writing)."""
     name: str
     size_mb: int
     used_bytes: int = 0

@@ -37,6 +37,8 @@ export interface SandboxInfo {
   fromSnapshot: string | null;
   /** Idle hibernation, when set. */
   idle: { hibernateAfterSeconds: number } | null;
+  /** The volumes it mounts ([] when none, and once killed). */
+  volumes: { name: string; path: string; readOnly: boolean }[];
   /** Every field moatd sent, as sent (snake_case). */
   raw: Record<string, unknown>;
 }
@@ -212,6 +214,11 @@ export function sandboxInfo(j: Record<string, unknown>): SandboxInfo {
       j.idle && typeof j.idle === 'object'
         ? { hibernateAfterSeconds: (j.idle as Record<string, unknown>).hibernate_after_seconds as number }
         : null,
+    volumes: ((j.volumes as Record<string, unknown>[] | undefined) ?? []).map((m) => ({
+      name: m.name as string,
+      path: m.path as string,
+      readOnly: Boolean(m.read_only),
+    })),
     raw: j,
   };
 }

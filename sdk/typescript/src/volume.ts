@@ -29,8 +29,8 @@ function connOpts(o: Partial<ConnectionOptions>): ConnectionOptions {
 }
 
 /** A volume: `sizeMb` is a hard limit (ENOSPC inside); `attached`: the live sandboxes that mount it. Not part of
- *  a snapshot: a hibernated sandbox keeps it (mounted again at wake); snapshot, fork, explore and rollback of a
- *  sandbox that mounts one reject with ConflictError (code volume_attached). */
+ *  a snapshot: a hibernated or rolled back sandbox mounts it again as it is then; a fork's children mount it
+ *  read-only (ConflictError volume_attached when a process of the parent holds a file of it open for writing). */
 export class Volume {
   name: string;
   sizeMb: number;

@@ -23,6 +23,8 @@ describe('volumes', () => {
       await assert.rejects(sandbox({ volumes: [{ name, path: '/data' }] }), (e) => e instanceof ConflictError && e.code === 'volume_in_use');
       const r = await sandbox({ volumes: [{ name, path: '/ro', readOnly: true }] });
       assert.notEqual((await r.exec('touch /ro/x')).exitCode, 0);
+      assert.deepEqual((await r.getInfo()).volumes, [{ name, path: '/ro', readOnly: true }]);
+      assert.deepEqual((await w.getInfo()).volumes, [{ name, path: '/data', readOnly: false }]);
       assert.equal((await vol.refresh()).attached.length, 2);
       await assert.rejects(vol.delete(), (e) => e instanceof ConflictError && e.code === 'volume_in_use');
       await w.kill();

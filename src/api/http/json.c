@@ -674,5 +674,10 @@ json_t *api_sandbox_json(const struct moat_sandbox_info *s) {
                       s->hibernate_after_seconds > 0 ? json_pack("{s:I}", "hibernate_after_seconds",
                                                                  (json_int_t)s->hibernate_after_seconds)
                                                      : json_null());
+  json_t *vols = json_array();
+  for (size_t i = 0; i < s->n_volumes; i++)
+    json_array_append_new(vols, json_pack("{s:s, s:s, s:b}", "name", s->volumes[i].name, "path",
+                                          s->volumes[i].path, "read_only", s->volumes[i].read_only));
+  json_object_set_new(o, "volumes", vols);
   return o;
 }

@@ -593,7 +593,7 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
     if (ret == 0)
       ret = moat_criu_run(argv, dump_parent, dump_child, &dc, log, err);
     if (ret == 0)
-      ret = moat_volume_slot_copy(slot_dir, dir, err);
+      ret = moat_volume_slot_copy(slot_dir, dir, false, err);
     if (ret == 0)
       ret = share_images(images, err);
     if (ret == 0 && info)
@@ -849,8 +849,17 @@ static void mark(const char *what, uint64_t *last) {
   *last = now;
 }
 
+int moat_linux_checkpoint_volumes(struct moat_host *base, const char *dir, moat_error **err) {
+  struct moat_slot_volume vols[MOAT_SLOT_MAX_VOLUMES];
+  int n = moat_volume_slot_list(dir, vols);
+  if (n < 0)
+    return moat_error_set(err, EIO, "%s/" MOAT_SLOT_VOLUMES_FILE " does not parse", dir);
+  return n;
+}
+
 int moat_linux_restore(struct moat_host *base, const char *dir, const char *template_name,
-                       const struct moat_limits *limits, struct moat_instance *out, moat_error **err) {
+                       const struct moat_limits *limits, unsigned flags, struct moat_instance *out,
+                       moat_error **err) {
   struct moat_linux *h = moat_linux_of(base);
   uint64_t t0 = now_ns(), tm = t0;
   const char *why;
@@ -927,10 +936,22 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   if (moat_layer_copy(dfd, disk, "upper", old_base, v.uid_base, &copied, err) < 0)
     goto fail;
   mark("upper copy", &tm);
+  nv = moat_volume_slot_list(dir, vols);
+  if (nv < 0) {
+    moat_error_set(err, EIO, "%s/" MOAT_SLOT_VOLUMES_FILE " does not parse", dir);
+    nv = 0;
+    goto fail;
+  }
+  for (int i = 0; i < nv; i++)
+    vol_fds[i] = -1;
+  /* forced read-only: CRIU must mount them so (a bind mount's flags are restored as dumped, and
+   * CRIU cannot clear the read-only flag of a clone made so) */
+  bool vol_ro = nv > 0 && (flags & MOAT_RESTORE_VOLUMES_RO);
   int clocks = moat_criu_images_timens_offsets(src_images, timens_offsets, sizeof(timens_offsets), err);
   if (clocks < 0 ||
       moat_criu_images_uts(src_images, uts.nodename, uts.domainname, sizeof(uts.nodename), err) < 0 ||
-      moat_criu_images_link(src_images, images, v.uid_base, err) < 0 ||
+      moat_criu_images_link(src_images, images, v.uid_base, vol_ro ? "moat-vol-" : NULL, vol_ro ? nv : 0,
+                            err) < 0 ||
       holder_start(&hd, v.uid_base, &uts, clocks ? timens_offsets : NULL, err) < 0)
     goto fail;
   lower_fd = moat_fault(MOAT_FAULT_MOUNT) ? (errno = ENOMEM, moat_error_errno(err, "open_tree %s", rootfs))
@@ -941,17 +962,10 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
   if (share_fd < 0 || moat_shell_cgroup_view(slot_dir, v.cgroups, n, &cgv, err) < 0)
     goto fail;
   /* the sandbox's volumes, idmapped for the new range (the holder's user namespace) */
-  nv = moat_volume_slot_list(dir, vols);
-  if (nv < 0) {
-    moat_error_set(err, EIO, "%s/" MOAT_SLOT_VOLUMES_FILE " does not parse", dir);
-    nv = 0;
-    goto fail;
-  }
-  for (int i = 0; i < nv; i++)
-    vol_fds[i] = -1;
   for (int i = 0; i < nv; i++) {
     snprintf(vol_targets[i], sizeof(vol_targets[i]), "%s/vol-%d", slot_dir, i);
-    vol_fds[i] = moat_linux_volume_clone(h, vols[i].vid, hd.pid, vols[i].read_only, err);
+    vol_fds[i] = moat_linux_volume_clone(h, vols[i].vid, hd.pid,
+                                         vols[i].read_only || (flags & MOAT_RESTORE_VOLUMES_RO), err);
     if (vol_fds[i] < 0 || mkdir(vol_targets[i], 0755) < 0) {
       if (vol_fds[i] >= 0)
         moat_error_errno(err, "mkdir %s", vol_targets[i]);
@@ -1078,6 +1092,9 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
     moat_linux_restore_begin(h);
     int rr = moat_criu_run(argv, restore_parent, restore_child, &ctx, log, err);
     moat_linux_restore_end(h);
+    /* a file the dumped tree held open for writing on a volume now mounted read-only */
+    if (rr < 0 && vol_ro && err && *err && strstr(moat_error_msg(*err), "Read-only file system"))
+      (*err)->status = EROFS;
     if (rr < 0)
       goto fail;
     mark("criu restore", &tm);
@@ -1120,7 +1137,7 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
     _cleanup_free_ char *keep = xasprintf("/tmp/moat-restore-%d.log", n);
     rename(log, keep);
   }
-  if (moat_volume_slot_copy(dir, slot_dir, err) < 0)
+  if (moat_volume_slot_copy(dir, slot_dir, flags & MOAT_RESTORE_VOLUMES_RO, err) < 0)
     goto fail;
   if (moat_linux_slot_commit(h, n, pid, steal_fd(&pidfd), moat_proc_start_time(pid), steal_fd(&disk), err) <
       0)

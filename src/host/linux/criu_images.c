@@ -179,7 +179,85 @@ static int rewrite_inventory(const char *src, const char *dst, uint64_t user_ns,
   return 0;
 }
 
-int moat_criu_images_link(const char *src_dir, const char *dst_dir, uid_t owner, moat_error **err) {
+/* MntEntry (mountpoints-N.img): flags is field 5, ext_key 18 (CRIU 4 sets it for an external mount;
+ * older CRIUs set ext_mount, 13, and keep the key in root, 6). */
+#define MNT_FLAGS 5
+#define MNT_ROOT 6
+#define MNT_EXT_MOUNT 13
+#define MNT_EXT_KEY 18
+
+/* True when the MntEntry m[0..len) is an external mount whose key starts with prefix. */
+static bool mnt_is_ext(const uint8_t *m, size_t len, const char *prefix) {
+  size_t off = 0, pl = strlen(prefix);
+  bool ext = false, keyed = false, rooted = false;
+  while (off < len) {
+    struct pb_field f;
+    if (pb_next(m, len, &off, &f) < 0)
+      return false;
+    bool named = f.wire == 2 && f.len >= pl && memcmp(m + f.data, prefix, pl) == 0;
+    if (f.num == MNT_EXT_MOUNT && f.wire == 0)
+      ext = f.v != 0;
+    else if (f.num == MNT_EXT_KEY && named)
+      keyed = true;
+    else if (f.num == MNT_ROOT && named)
+      rooted = true;
+  }
+  return keyed || (ext && rooted);
+}
+
+/* Writes dst: the mount image src with MS_RDONLY added to the flags of the external mounts keyed
+ * prefix*. How many it changed, or -1. */
+static int rewrite_mounts_ro(const char *src, const char *dst, const char *prefix, moat_error **err) {
+  _cleanup_free_ char *buf = NULL;
+  size_t len;
+  if (read_file(src, &buf, &len, err) < 0)
+    return -1;
+  if (len < IMAGE_HDR)
+    return moat_error_set(err, EPROTO, "%s: too short", src);
+  _cleanup_free_ uint8_t *out = xmalloc(len + 64 * 16);
+  size_t cap = len + 64 * 16, o = IMAGE_HDR, off = IMAGE_HDR;
+  memcpy(out, buf, IMAGE_HDR);
+  int changed = 0;
+  while (off < len) {
+    uint32_t l;
+    if (len - off < 4)
+      return moat_error_set(err, EPROTO, "%s: malformed", src);
+    memcpy(&l, buf + off, 4);
+    off += 4;
+    if (l > len - off)
+      return moat_error_set(err, EPROTO, "%s: malformed", src);
+    const uint8_t *m = (const uint8_t *)buf + off;
+    off += l;
+    if (o + 4 + l + 16 > cap)
+      return moat_error_set(err, EPROTO, "%s: too many mounts to rewrite", src);
+    size_t lo = o;
+    o += 4;
+    bool ro = mnt_is_ext(m, l, prefix);
+    size_t moff = 0;
+    while (moff < l) {
+      struct pb_field f;
+      if (pb_next(m, l, &moff, &f) < 0)
+        return moat_error_set(err, EPROTO, "%s: malformed mount entry", src);
+      if (ro && f.num == MNT_FLAGS && f.wire == 0) {
+        o += pb_put(out + o, MNT_FLAGS << 3);
+        o += pb_put(out + o, f.v | 1 /* MS_RDONLY */);
+        changed++;
+        continue;
+      }
+      memcpy(out + o, m + f.start, f.end - f.start);
+      o += f.end - f.start;
+    }
+    uint32_t nl = (uint32_t)(o - lo - 4);
+    memcpy(out + lo, &nl, 4);
+  }
+  _cleanup_close_ int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0 || fchmod(fd, 0644) < 0 || write_all(fd, out, o) < 0)
+    return moat_error_errno(err, "write %s", dst);
+  return changed;
+}
+
+int moat_criu_images_link(const char *src_dir, const char *dst_dir, uid_t owner, const char *ro_ext, int n_ro,
+                          moat_error **err) {
   uint64_t user_ns = 0, uts_ns = 0;
   if (init_ns_id(src_dir, IDS_USER_NS, &user_ns, err) < 0 ||
       init_ns_id(src_dir, IDS_UTS_NS, &uts_ns, err) < 0)
@@ -189,19 +267,27 @@ int moat_criu_images_link(const char *src_dir, const char *dst_dir, uid_t owner,
   DIR *dp = opendir(src_dir);
   if (!dp)
     return moat_error_errno(err, "open %s", src_dir);
-  int ret = 0;
+  int ret = 0, made_ro = 0;
   struct dirent *de;
   while (ret == 0 && (de = readdir(dp)) != NULL) {
     if (de->d_name[0] == '.' || strstr(de->d_name, ".log") || strncmp(de->d_name, "userns-", 7) == 0)
       continue;
     _cleanup_free_ char *src = xasprintf("%s/%s", src_dir, de->d_name);
     _cleanup_free_ char *dst = xasprintf("%s/%s", dst_dir, de->d_name);
-    if (strcmp(de->d_name, "inventory.img") == 0)
+    if (strcmp(de->d_name, "inventory.img") == 0) {
       ret = rewrite_inventory(src, dst, user_ns, uts_ns, err);
-    else if (link(src, dst) < 0)
+    } else if (ro_ext && strncmp(de->d_name, "mountpoints-", 12) == 0) {
+      int k = rewrite_mounts_ro(src, dst, ro_ext, err);
+      ret = k < 0 ? -1 : 0;
+      made_ro += k > 0 ? k : 0;
+    } else if (link(src, dst) < 0) {
       ret = moat_error_errno(err, "link %s", dst);
+    }
   }
   closedir(dp);
+  if (ret == 0 && ro_ext && made_ro != n_ro)
+    ret = moat_error_set(err, EPROTO, "%s: %d external mount(s) %s* found, %d expected", src_dir, made_ro,
+                         ro_ext, n_ro);
   return ret;
 }
 

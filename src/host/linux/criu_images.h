@@ -15,8 +15,11 @@
  * making them (CRIU inside a user namespace cannot set a hostname through /proc/sys: the caller
  * makes the UTS namespace, moat_criu_images_uts). The new inventory is 0644, like the linked
  * images (the restored root task opens some of them from inside its namespace). Anything
- * unexpected in the images read fails with EPROTO. 0 or -1. */
-int moat_criu_images_link(const char *src_dir, const char *dst_dir, uid_t owner, moat_error **err);
+ * unexpected in the images read fails with EPROTO. With ro_ext, the mount images (mountpoints-*.img)
+ * are rewritten instead of linked, MS_RDONLY added to the external mounts whose key starts with
+ * ro_ext, of which there must be n_ro (else EPROTO): CRIU mounts them read-only. 0 or -1. */
+int moat_criu_images_link(const char *src_dir, const char *dst_dir, uid_t owner, const char *ro_ext, int n_ro,
+                          moat_error **err);
 
 /* The dumped tree's hostname and domain name (its utsns image) into nodename and domainname,
  * n bytes each. 0 or -1. */

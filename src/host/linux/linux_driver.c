@@ -1300,6 +1300,7 @@ const struct moat_driver_ops moat_linux_driver = {
     .resume = linux_resume,
     .checkpoint = moat_linux_checkpoint,
     .restore = moat_linux_restore,
+    .checkpoint_volumes = moat_linux_checkpoint_volumes,
     .checkpoint_status = moat_linux_checkpoint_status,
     .can_checkpoint = moat_linux_can_checkpoint,
     .guest_sessions = moat_linux_guest_sessions,

@@ -102,8 +102,9 @@ struct moat_slot_volume {
 /* The volumes recorded in dir/volumes (a slot or checkpoint dir), at most MOAT_SLOT_MAX_VOLUMES:
  * how many (0 when there is no file), or -1 for a file that does not parse. */
 int moat_volume_slot_list(const char *dir, struct moat_slot_volume *out);
-/* Copies src_dir/volumes to dst_dir/volumes (nothing when there is none). 0 or -1. */
-int moat_volume_slot_copy(const char *src_dir, const char *dst_dir, moat_error **err);
+/* Copies src_dir/volumes to dst_dir/volumes (nothing when there is none), every one read-only with
+ * all_ro. 0 or -1. */
+int moat_volume_slot_copy(const char *src_dir, const char *dst_dir, bool all_ro, moat_error **err);
 /* An idmapped clone of volume vid's mount for the user namespace of pid (read-only when ro),
  * detached: the caller attaches or closes it. */
 int moat_linux_volume_clone(struct moat_linux *h, const char *vid, pid_t pid, bool ro, moat_error **err);
@@ -112,7 +113,9 @@ int moat_linux_volume_clone(struct moat_linux *h, const char *vid, pid_t pid, bo
 int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool leave_running,
                           struct moat_checkpoint_info *info, moat_error **err);
 int moat_linux_restore(struct moat_host *h, const char *dir, const char *template_name,
-                       const struct moat_limits *limits, struct moat_instance *out, moat_error **err);
+                       const struct moat_limits *limits, unsigned flags, struct moat_instance *out,
+                       moat_error **err);
+int moat_linux_checkpoint_volumes(struct moat_host *h, const char *dir, moat_error **err);
 const char *moat_linux_checkpoint_status(struct moat_host *h);
 bool moat_linux_can_checkpoint(struct moat_host *h);
 int moat_linux_guest_sessions(struct moat_host *h, int slot);

@@ -382,14 +382,22 @@ int moat_volume_slot_list(const char *dir, struct moat_slot_volume *out) {
   return n;
 }
 
-int moat_volume_slot_copy(const char *src_dir, const char *dst_dir, moat_error **err) {
-  _cleanup_free_ char *src = xasprintf("%s/" MOAT_SLOT_VOLUMES_FILE, src_dir);
-  _cleanup_free_ char *text = NULL;
-  if (read_file(src, &text, NULL, NULL) < 0)
-    return errno == ENOENT ? 0 : moat_error_errno(err, "read %s", src);
+int moat_volume_slot_copy(const char *src_dir, const char *dst_dir, bool all_ro, moat_error **err) {
+  struct moat_slot_volume v[MOAT_SLOT_MAX_VOLUMES];
+  int n = moat_volume_slot_list(src_dir, v);
+  if (n < 0)
+    return moat_error_set(err, EIO, "%s/" MOAT_SLOT_VOLUMES_FILE " does not parse", src_dir);
+  if (n == 0)
+    return 0;
   _cleanup_free_ char *dst = xasprintf("%s/" MOAT_SLOT_VOLUMES_FILE, dst_dir);
   _cleanup_close_ int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+  if (fd < 0)
     return moat_error_errno(err, "write %s", dst);
+  for (int i = 0; i < n; i++) {
+    _cleanup_free_ char *line =
+        xasprintf("%s %d %s\n", v[i].vid, v[i].read_only || all_ro ? 1 : 0, v[i].path);
+    if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+      return moat_error_errno(err, "write %s", dst);
+  }
   return 0;
 }
