@@ -66,7 +66,7 @@ static void test_sandbox_json(void) {
   static const char *const keys[] = {
       "id",        "template",  "state",       "created_at",    "expires_at", "ttl_seconds", "persistent",
       "metadata",  "cpu",       "memory_mb",   "pids",          "disk_mb",    "ready_us",    "killed_reason",
-      "killed_at", "paused_at", "forked_from", "from_snapshot", "idle"};
+      "killed_at", "paused_at", "forked_from", "from_snapshot", "idle",       "volumes"};
   bool all = true;
   for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
     if (!json_object_get(j, keys[i])) {
