@@ -58,6 +58,7 @@ struct slot {
   uint64_t reserve_mb;       /* queued for reservation: counted in disk_pending_mb */
   struct slot *next_reserve; /* the reservation queue */
   char template_name[64];
+  ino_t template_ino; /* the inode of TEMPLATE/ready it was built from: a rebuild makes a new one */
   uint64_t disk_mb;
   struct moat_limits limits;
   int net; /* network slot (net.h), or -1 */
@@ -373,7 +374,10 @@ static int build_shell(struct moat_linux *h, const char *template_name, const st
                        enum slot_state final_state, struct slot **out, moat_error **err) {
   _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", h->template_dir, template_name);
   _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, template_name);
-  if (access(ready, F_OK) < 0)
+  /* before the rootfs is opened: a rebuild in between leaves the shell marked stale, never the
+   * other way round */
+  struct stat ready_st;
+  if (stat(ready, &ready_st) < 0)
     return moat_error_set(err, ENOENT, "template %s is not built", template_name);
   /* a shell built for a create is admitted and its disk reserved; a warm shell holds no space */
   bool admit = final_state == SLOT_ASSIGNED && !h->disk_overcommit;
@@ -444,6 +448,7 @@ static int build_shell(struct moat_linux *h, const char *template_name, const st
     goto out;
   s->pid = shell.pid;
   s->pidfd = shell.pidfd;
+  s->template_ino = ready_st.st_ino;
   s->start_time = shell.start_time;
   s->disk_fd = shell.disk_fd;
   s->own_child = true;
@@ -493,11 +498,20 @@ static bool limits_equal(const struct moat_limits *a, const struct moat_limits *
 
 static int linux_destroy(struct moat_host *base, int slot, moat_error **err);
 
+/* The inode of TEMPLATE/ready now (0: not built). */
+static ino_t template_ino(struct moat_linux *h, const char *name) {
+  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, name);
+  struct stat st;
+  return stat(ready, &st) == 0 ? st.st_ino : 0;
+}
+
 static int linux_create(struct moat_host *base, const char *template_name, const struct moat_limits *limits,
                         struct moat_instance *out, moat_error **err) {
   struct moat_linux *h = moat_linux_of(base);
   uint64_t t0 = now_ns();
   struct slot *s = NULL;
+  ino_t current =
+      h->pool_template && strcmp(template_name, h->pool_template) == 0 ? template_ino(h, template_name) : 0;
   pthread_mutex_lock(&h->lock);
   if (h->pool_template && strcmp(template_name, h->pool_template) == 0 && limits->disk_mb == POOL_DISK_MB) {
     for (int i = 0; i < MOAT_MAX_RANGES && h->pooled > 0; i++) {
@@ -513,9 +527,13 @@ static int linux_create(struct moat_host *base, const char *template_name, const
   pthread_cond_broadcast(&h->wake); /* the filler replaces what we took */
   pthread_mutex_unlock(&h->lock);
   if (s) {
-    /* A pooled shell may have died (OOM, killed by hand) while it waited: then build one. */
+    /* A pooled shell may have died (OOM, killed by hand) while it waited, or be of an image its
+     * template has since replaced: then build one. */
     struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
-    if (poll(&p, 1, 0) != 0) {
+    if (poll(&p, 1, 0) != 0 || s->template_ino != current) {
+      if (s->template_ino != current)
+        log_info("pool: slot %d holds the image template %s replaced; building a new shell", s->index,
+                 template_name);
       linux_destroy(&h->base, s->index, NULL);
       s = NULL;
     }
@@ -653,6 +671,23 @@ static void *filler_main(void *arg) {
   unsigned failures = 0;
   pthread_mutex_lock(&h->lock);
   while (!h->stopping) {
+    if (h->pool_template && h->pooled > 0) {
+      /* shells of an image the template has since replaced go, and new ones take their place */
+      pthread_mutex_unlock(&h->lock);
+      ino_t current = template_ino(h, h->pool_template);
+      pthread_mutex_lock(&h->lock);
+      for (int i = 0; i < MOAT_MAX_RANGES && h->pooled > 0; i++) {
+        struct slot *c = h->slots[i];
+        if (!c || c->state != SLOT_POOLED || c->template_ino == current)
+          continue;
+        c->state = SLOT_ASSIGNED;
+        h->pooled--;
+        pthread_mutex_unlock(&h->lock);
+        log_info("pool: slot %d holds the image template %s replaced; dropped", c->index, h->pool_template);
+        linux_destroy(&h->base, c->index, NULL);
+        pthread_mutex_lock(&h->lock);
+      }
+    }
     bool want = h->pool_template && h->pooled < h->pool_size && h->live < h->max_slots;
     if (want && template_ready(h, h->pool_template)) {
       pthread_mutex_unlock(&h->lock);
