@@ -40,6 +40,14 @@ int api_args_check(const struct api_args *a, const char *const *allowed, moat_er
   return 0;
 }
 
+int api_args_none(struct api_req *r) {
+  static const char *const none[] = {NULL};
+  moat_error *err = NULL;
+  if (api_args_check(&r->args, none, &err) < 0)
+    return api_reply_moat_error(r, &err), -1;
+  return 0;
+}
+
 int api_arg_bool(const struct api_args *a, const char *key, bool def, bool *out, moat_error **err) {
   const char *v = api_arg_get(a, key);
   if (!v) {

@@ -147,6 +147,8 @@ const char *api_arg_get(const struct api_args *a, const char *key);
 /* Fails (EINVAL, message naming the parameter) when an argument is not one of allowed[] (NULL
  * terminated; an entry ending in '.' allows any key with that prefix) or is repeated. */
 int api_args_check(const struct api_args *a, const char *const *allowed, moat_error **err);
+/* For a route that takes no query parameters: 0, or -1 after answering 400 naming the first. */
+int api_args_none(struct api_req *r);
 /* Query parameter parsers: 0 and *out, or -1 EINVAL naming the parameter. */
 int api_arg_bool(const struct api_args *a, const char *key, bool def, bool *out, moat_error **err);
 /* A time as RFC 3339 ("2026-01-02T03:04:05.678Z", "+01:00" offsets) or Unix milliseconds -> *ms.

@@ -42,18 +42,10 @@ int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sa
   return 0;
 }
 
-static int no_args(struct api_req *r) {
-  static const char *const none[] = {NULL};
-  moat_error *err = NULL;
-  if (api_args_check(&r->args, none, &err) < 0)
-    return api_reply_moat_error(r, &err), -1;
-  return 0;
-}
-
 int api_h_sandboxes_create(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   struct moat_sandbox_spec spec;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   if (api_parse_create(body, moat_control_host_memory_mb(api_control(r)), &spec, &err) < 0)
     return api_reply_moat_error(r, &err);
@@ -91,7 +83,7 @@ int api_h_sandboxes_list(struct api_req *r, json_t *body) {
 
 int api_h_sandbox_get(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   struct moat_sandbox_info info;
   memset(&info, 0, sizeof(info));
@@ -105,7 +97,7 @@ int api_h_sandbox_get(struct api_req *r, json_t *body) {
 int api_h_sandbox_patch(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   struct moat_sandbox_patch patch;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   if (api_parse_patch(body, &patch, &err) < 0)
     return api_reply_moat_error(r, &err);
@@ -120,7 +112,7 @@ int api_h_sandbox_patch(struct api_req *r, json_t *body) {
 
 int api_h_sandbox_delete(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   if (moat_control_kill(api_control(r), r->org, r->route.id, "api", &err) < 0)
     return api_reply_moat_error(r, &err);

@@ -10,14 +10,6 @@
 
 #include "v1.h"
 
-static int no_args(struct api_req *r) {
-  static const char *const none[] = {NULL};
-  moat_error *err = NULL;
-  if (api_args_check(&r->args, none, &err) < 0)
-    return api_reply_moat_error(r, &err), -1;
-  return 0;
-}
-
 /* Rejects every field of body not in allowed (NULL-terminated). */
 static int only_fields(json_t *body, const char *const *allowed, moat_error **err) {
   const char *k;
@@ -49,7 +41,7 @@ typedef int (*transition_fn)(struct moat_control *, const char *, const char *, 
 static int transition(struct api_req *r, json_t *body, transition_fn fn) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   if (body && only_fields(body, none, &err) < 0)
     return api_reply_moat_error(r, &err);
@@ -101,7 +93,7 @@ static int check_metadata(json_t *v, moat_error **err) {
 int api_h_snapshot_create(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"metadata", NULL};
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   json_t *meta = body ? json_object_get(body, "metadata") : NULL;
   if ((body && only_fields(body, allowed, &err) < 0) ||
@@ -138,7 +130,7 @@ int api_h_snapshots_list(struct api_req *r, json_t *body) {
 
 int api_h_snapshot_get(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   struct moat_snapshot_info s;
   memset(&s, 0, sizeof(s));
@@ -151,7 +143,7 @@ int api_h_snapshot_get(struct api_req *r, json_t *body) {
 
 int api_h_snapshot_delete(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   if (moat_control_snapshot_delete(api_control(r), r->org, r->route.sid, &err) < 0)
     return api_reply_moat_error(r, &err);
@@ -163,7 +155,7 @@ int api_h_snapshot_delete(struct api_req *r, json_t *body) {
 int api_h_fork(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"count", "memory", NULL};
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   if (body && only_fields(body, allowed, &err) < 0)
     return api_reply_moat_error(r, &err);
@@ -196,7 +188,7 @@ int api_h_fork(struct api_req *r, json_t *body) {
 int api_h_rollback(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"snapshot_id", NULL};
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   if (!body || only_fields(body, allowed, &err) < 0)
     return err ? api_reply_moat_error(r, &err) : api_reply_error(r, 400, "invalid_request", "body required");
@@ -249,7 +241,7 @@ int api_h_explore(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"branches", "keep", NULL};
   static const char *const branch_allowed[] = {"cmd", "timeout_ms", NULL};
   moat_error *err = NULL;
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   if (!body)
     return api_reply_error(r, 400, "invalid_request", "body required: {branches, keep} or {choose}");

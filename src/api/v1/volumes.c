@@ -23,16 +23,8 @@ static json_t *volume_json(const struct moat_volume_info *v) {
   return o;
 }
 
-static int no_args(struct api_req *r) {
-  static const char *const none[] = {NULL};
-  moat_error *err = NULL;
-  if (api_args_check(&r->args, none, &err) < 0)
-    return api_reply_moat_error(r, &err), -1;
-  return 0;
-}
-
 int api_h_volumes_create(struct api_req *r, json_t *body) {
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   const char *k;
   json_t *v;
@@ -68,7 +60,7 @@ int api_h_volumes_create(struct api_req *r, json_t *body) {
 }
 
 int api_h_volumes_list(struct api_req *r, json_t *body) {
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   moat_error *err = NULL;
   struct moat_volume_info *v = NULL;
@@ -83,7 +75,7 @@ int api_h_volumes_list(struct api_req *r, json_t *body) {
 }
 
 int api_h_volume_get(struct api_req *r, json_t *body) {
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   moat_error *err = NULL;
   struct moat_volume_info info;
@@ -95,7 +87,7 @@ int api_h_volume_get(struct api_req *r, json_t *body) {
 }
 
 int api_h_volume_delete(struct api_req *r, json_t *body) {
-  if (no_args(r) < 0)
+  if (api_args_none(r) < 0)
     return -1;
   moat_error *err = NULL;
   if (moat_control_volume_delete(api_control(r), r->org, r->route.name, &err) < 0)
