@@ -637,10 +637,7 @@ static void run_teardowns(struct moat_linux *h) {
     ;
 }
 
-static bool template_ready(struct moat_linux *h, const char *name) {
-  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, name);
-  return access(ready, F_OK) == 0;
-}
+static bool template_ready(struct moat_linux *h, const char *name) { return template_ino(h, name) != 0; }
 
 /* Runs queued reservations and teardowns off the request path. */
 static void *teardown_main(void *arg) {
