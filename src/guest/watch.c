@@ -27,12 +27,21 @@
 #define MAX_WATCHES 8192
 #define MAX_DEPTH 64
 
+/* An IN_MOVED_FROM waiting for the IN_MOVED_TO with its cookie. The kernel queues the two halves of
+ * a rename one after the other, so a read can end between them. */
+struct pending_move {
+  uint32_t cookie;
+  char *path;
+  bool dir;
+};
+
 struct watch_state {
   int fd, ifd;
   bool recursive, failed;
   char **paths; /* indexed by watch descriptor */
   size_t npaths;
   char *last_write; /* path of the last "write" sent (coalescing) */
+  struct pending_move mv;
   struct moat_msg m;
 };
 
@@ -102,14 +111,17 @@ static void move_prefix(struct watch_state *w, const char *from, const char *to)
   }
 }
 
-struct pending_move {
-  uint32_t cookie;
-  char *path;
-  bool dir;
-};
+/* The pending move's second half never came: it left the watched tree. */
+static void flush_move(struct watch_state *w) {
+  if (!w->mv.path)
+    return;
+  send_event(w, "remove", w->mv.path, NULL);
+  free(w->mv.path);
+  w->mv.path = NULL;
+}
 
 static void handle_events(struct watch_state *w, const uint8_t *buf, size_t len) {
-  struct pending_move mv = {0};
+  struct pending_move *mv = &w->mv;
   for (size_t off = 0; off + sizeof(struct inotify_event) <= len;) {
     const struct inotify_event *e = (const struct inotify_event *)(buf + off);
     off += sizeof(*e) + e->len;
@@ -134,11 +146,8 @@ static void handle_events(struct watch_state *w, const uint8_t *buf, size_t len)
       continue;
     _cleanup_free_ char *path = join(dir, e->name);
     bool isdir = (e->mask & IN_ISDIR) != 0;
-    if (mv.path && !((e->mask & IN_MOVED_TO) && e->cookie == mv.cookie)) {
-      send_event(w, "remove", mv.path, NULL); /* moved out of the watched tree */
-      free(mv.path);
-      mv.path = NULL;
-    }
+    if (mv->path && !((e->mask & IN_MOVED_TO) && e->cookie == mv->cookie))
+      flush_move(w);
     if (e->mask & IN_CREATE) {
       send_event(w, "create", path, NULL);
       if (isdir && w->recursive)
@@ -148,14 +157,14 @@ static void handle_events(struct watch_state *w, const uint8_t *buf, size_t len)
     } else if (e->mask & IN_DELETE) {
       send_event(w, "remove", path, NULL);
     } else if (e->mask & IN_MOVED_FROM) {
-      mv = (struct pending_move){e->cookie, steal_pointer(&path), isdir};
+      *mv = (struct pending_move){e->cookie, steal_pointer(&path), isdir};
     } else if (e->mask & IN_MOVED_TO) {
-      if (mv.path && mv.cookie == e->cookie) {
-        send_event(w, "rename", mv.path, path);
-        if (mv.dir && w->recursive)
-          move_prefix(w, mv.path, path);
-        free(mv.path);
-        mv.path = NULL;
+      if (mv->path && mv->cookie == e->cookie) {
+        send_event(w, "rename", mv->path, path);
+        if (mv->dir && w->recursive)
+          move_prefix(w, mv->path, path);
+        free(mv->path);
+        mv->path = NULL;
       } else {
         send_event(w, "create", path, NULL);
         if (isdir && w->recursive)
@@ -163,10 +172,27 @@ static void handle_events(struct watch_state *w, const uint8_t *buf, size_t len)
       }
     }
   }
-  if (mv.path) { /* the pair's second half never came in this batch: it left the tree */
-    send_event(w, "remove", mv.path, NULL);
-    free(mv.path);
+}
+
+/* Reads what the inotify fd holds; while a move waits for its second half, waits up to
+ * MOVE_PAIR_WAIT_MS for more before calling it a move out of the tree. */
+#define MOVE_PAIR_WAIT_MS 50
+static void read_events(struct watch_state *w, uint8_t *buf, size_t size) {
+  for (;;) {
+    ssize_t n = read(w->ifd, buf, size);
+    if (n > 0)
+      handle_events(w, buf, (size_t)n);
+    if (!w->mv.path || w->failed)
+      break;
+    struct pollfd p = {.fd = w->ifd, .events = POLLIN};
+    int pr;
+    do
+      pr = poll(&p, 1, MOVE_PAIR_WAIT_MS);
+    while (pr < 0 && errno == EINTR);
+    if (pr <= 0)
+      break;
   }
+  flush_move(w);
 }
 
 void guest_watch(int fd, const char *path, bool recursive) {
@@ -211,11 +237,8 @@ void guest_watch(int fd, const char *path, bool recursive) {
       if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || (p[1].revents & (POLLHUP | POLLERR)))
         break;
     }
-    if (p[0].revents & POLLIN) {
-      ssize_t n = read(w.ifd, buf, sizeof(buf));
-      if (n > 0)
-        handle_events(&w, buf, (size_t)n);
-    }
+    if (p[0].revents & POLLIN)
+      read_events(&w, buf, sizeof(buf));
   }
 out:
   if (w.ifd >= 0)
@@ -224,5 +247,6 @@ out:
     free(w.paths[i]);
   free(w.paths);
   free(w.last_write);
+  free(w.mv.path);
   moat_msg_free(&w.m);
 }

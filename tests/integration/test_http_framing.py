@@ -338,9 +338,22 @@ class ConnectionLimitTest(DaemonTest):
     def test_per_address_limit(self):
         held = []
         try:
-            for _ in range(self.PER_IP):
-                held.append(socket.create_connection(("127.0.0.1", self.daemon.port), timeout=10))
-            time.sleep(0.3)
+            # Each held connection is one moatd has served (a request answered on it, kept alive), so
+            # the extra one is over the limit however slowly moatd notices earlier connections closing.
+            deadline = time.time() + 10
+            while len(held) < self.PER_IP:
+                s = socket.create_connection(("127.0.0.1", self.daemon.port), timeout=10)
+                try:
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    served = read_response(s, 10)
+                except (BrokenPipeError, ConnectionResetError):
+                    served = None
+                if served and served[0] == 200:
+                    held.append(s)
+                    continue
+                s.close()  # refused: a connection from before this test has not been released yet
+                self.assertLess(time.time(), deadline, "moatd did not serve %d connections" % self.PER_IP)
+                time.sleep(0.1)
             extra = socket.create_connection(("127.0.0.1", self.daemon.port), timeout=10)
             try:
                 extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
