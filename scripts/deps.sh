@@ -14,6 +14,7 @@ pkgs=(
   curl                              # scripts/run.sh checks moatd's /healthz with it
   lxcfs                             # make run: sandboxes' own /proc/meminfo, stat, uptime, loadavg
   bubblewrap                        # the benchmark's peer
+  umoci                             # tests build OCI image archives to import (test_template_import)
   nodejs                            # E2B SDK, MCP client and TypeScript SDK tests (tests/node)
   clang-14 libclang-rt-14-dev       # the libFuzzer targets (make FUZZ=1, scripts/fuzz.sh)
   clang-format-14                   # make format / make check-format (a step of make test)
@@ -33,6 +34,7 @@ lib_pkg() {
     cap) echo libcap-dev ;;
     ssl | crypto) echo libssl-dev ;;
     z) echo zlib1g-dev ;;
+    archive) echo libarchive-dev ;;
     uring) echo liburing-dev ;;
     wslay) echo libwslay-dev ;;
     pq) echo libpq-dev ;;
