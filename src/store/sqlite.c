@@ -12,6 +12,7 @@
 
 #include "../common/fault.h"
 #include "../common/util.h"
+#include "sqlite_internal.h"
 
 /* Migration i brings user_version from i to i + 1. Append only; never edit a shipped one. */
 static const char *const migrations[] = {
@@ -94,21 +95,27 @@ static const char *const migrations[] = {
     "  read_only INTEGER NOT NULL,"
     "  PRIMARY KEY (volume_id, sandbox_id, path));"
     "CREATE INDEX volume_attachments_sandbox ON volume_attachments(sandbox_id);",
+    /* 4 -> 5: templates an org built (from a Dockerfile) or imported (an OCI image) */
+    "CREATE TABLE templates ("
+    "  org TEXT NOT NULL REFERENCES orgs(id),"
+    "  name TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  build_id TEXT NOT NULL,"
+    "  image TEXT,"
+    "  layers TEXT NOT NULL DEFAULT '[]',"
+    "  source TEXT NOT NULL,"
+    "  from_ref TEXT NOT NULL,"
+    "  config TEXT NOT NULL DEFAULT '{}',"
+    "  size_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  error TEXT,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  updated_at_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (org, name));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,
                "MOAT_STORE_SCHEMA_VERSION must equal the number of migrations");
 
-#define STMT_CACHE 56
-
-struct moat_store {
-  pthread_mutex_t lock; /* guards db and the statement cache */
-  sqlite3 *db;
-  struct {
-    const char *sql; /* compared by address: callers pass string constants */
-    sqlite3_stmt *st;
-  } cache[STMT_CACHE];
-};
 
 static int status_of(int rc) {
   switch (rc & 0xff) {
@@ -132,13 +139,13 @@ static int status_of(int rc) {
   }
 }
 
-static int db_error(struct moat_store *s, int rc, moat_error **err, const char *what) {
+int sql_db_error(struct moat_store *s, int rc, moat_error **err, const char *what) {
   return moat_error_set(err, status_of(rc), "%s: %s", what,
                         s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 }
 
 /* Returns a reset statement for sql (a string constant), preparing it on first use. Lock held. */
-static sqlite3_stmt *stmt(struct moat_store *s, const char *sql, moat_error **err) {
+sqlite3_stmt *sql_stmt(struct moat_store *s, const char *sql, moat_error **err) {
   size_t free_i = STMT_CACHE;
   for (size_t i = 0; i < STMT_CACHE; i++) {
     if (s->cache[i].sql == sql) {
@@ -152,7 +159,7 @@ static sqlite3_stmt *stmt(struct moat_store *s, const char *sql, moat_error **er
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_prepare_v3(s->db, sql, -1, free_i < STMT_CACHE ? SQLITE_PREPARE_PERSISTENT : 0, &st, NULL);
   if (rc != SQLITE_OK) {
-    db_error(s, rc, err, "prepare");
+    sql_db_error(s, rc, err, "prepare");
     return NULL;
   }
   if (free_i < STMT_CACHE) {
@@ -164,7 +171,7 @@ static sqlite3_stmt *stmt(struct moat_store *s, const char *sql, moat_error **er
   return st;
 }
 
-static int exec_sql(struct moat_store *s, const char *sql, moat_error **err) {
+int sql_exec_sql(struct moat_store *s, const char *sql, moat_error **err) {
   char *msg = NULL;
   int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
   if (rc != SQLITE_OK) {
@@ -175,33 +182,33 @@ static int exec_sql(struct moat_store *s, const char *sql, moat_error **err) {
   return 0;
 }
 
-static int begin(struct moat_store *s, moat_error **err) { return exec_sql(s, "BEGIN IMMEDIATE", err); }
+int sql_begin(struct moat_store *s, moat_error **err) { return sql_exec_sql(s, "BEGIN IMMEDIATE", err); }
 
-static int commit(struct moat_store *s, moat_error **err) {
+int sql_commit(struct moat_store *s, moat_error **err) {
   if ((moat_fault(MOAT_FAULT_STORE) ? moat_error_set(err, EIO, "COMMIT: injected fault")
-                                    : exec_sql(s, "COMMIT", err)) < 0) {
+                                    : sql_exec_sql(s, "COMMIT", err)) < 0) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return -1;
   }
   return 0;
 }
 
-static void rollback(struct moat_store *s) { sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL); }
+void sql_rollback(struct moat_store *s) { sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL); }
 
-static void bind_text(sqlite3_stmt *st, int i, const char *v) {
+void sql_bind_text(sqlite3_stmt *st, int i, const char *v) {
   if (v)
     sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
   else
     sqlite3_bind_null(st, i);
 }
 
-static char *col_text(sqlite3_stmt *st, int i) {
+char *sql_col_text(sqlite3_stmt *st, int i) {
   const unsigned char *t = sqlite3_column_text(st, i);
   return t ? xstrdup((const char *)t) : NULL;
 }
 
 static int migrate(struct moat_store *s, moat_error **err) {
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     return moat_error_wrap(err, "migrate");
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL);
@@ -210,29 +217,29 @@ static int migrate(struct moat_store *s, moat_error **err) {
     version = sqlite3_column_int(st, 0);
   sqlite3_finalize(st);
   if (version < 0) {
-    rollback(s);
-    return db_error(s, rc, err, "read user_version");
+    sql_rollback(s);
+    return sql_db_error(s, rc, err, "read user_version");
   }
   if (version > MOAT_STORE_SCHEMA_VERSION) {
-    rollback(s);
+    sql_rollback(s);
     return moat_error_set(err, ENOTSUP, "database schema version %d is newer than this moatd (%d)", version,
                           MOAT_STORE_SCHEMA_VERSION);
   }
   for (int v = version; v < MOAT_STORE_SCHEMA_VERSION; v++) {
-    if (exec_sql(s, migrations[v], err) < 0) {
-      rollback(s);
+    if (sql_exec_sql(s, migrations[v], err) < 0) {
+      sql_rollback(s);
       return moat_error_wrap(err, "migration %d -> %d", v, v + 1);
     }
   }
   if (version < MOAT_STORE_SCHEMA_VERSION) {
     char sql[64];
     snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", MOAT_STORE_SCHEMA_VERSION);
-    if (exec_sql(s, sql, err) < 0) {
-      rollback(s);
+    if (sql_exec_sql(s, sql, err) < 0) {
+      sql_rollback(s);
       return -1;
     }
   }
-  return commit(s, err) < 0 ? moat_error_wrap(err, "migrate") : 0;
+  return sql_commit(s, err) < 0 ? moat_error_wrap(err, "migrate") : 0;
 }
 
 int moat_store_open(struct moat_store **out, const char *path, moat_error **err) {
@@ -256,11 +263,11 @@ int moat_store_open(struct moat_store **out, const char *path, moat_error **err)
   sqlite3_busy_timeout(s->db, 10000);
   /* WAL with synchronous=NORMAL: a crash of moatd loses nothing; a power loss may lose the last
    * transactions but never corrupts the file. */
-  if (exec_sql(s, "PRAGMA journal_mode = WAL", err) < 0 ||
-      exec_sql(s, "PRAGMA synchronous = NORMAL", err) < 0 ||
-      exec_sql(s, "PRAGMA foreign_keys = ON", err) < 0 || migrate(s, err) < 0 ||
+  if (sql_exec_sql(s, "PRAGMA journal_mode = WAL", err) < 0 ||
+      sql_exec_sql(s, "PRAGMA synchronous = NORMAL", err) < 0 ||
+      sql_exec_sql(s, "PRAGMA foreign_keys = ON", err) < 0 || migrate(s, err) < 0 ||
       /* attachments of sandboxes killed (or forgotten) before kills dropped them */
-      exec_sql(s,
+      sql_exec_sql(s,
                "DELETE FROM volume_attachments WHERE sandbox_id NOT IN "
                "(SELECT id FROM sandboxes WHERE state != 'killed')",
                err) < 0) {
@@ -288,14 +295,14 @@ int moat_store_schema_version(struct moat_store *s, int *version, moat_error **e
   static const char sql[] = "PRAGMA user_version";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
       *version = sqlite3_column_int(st, 0);
       ret = 0;
     } else {
-      db_error(s, rc, err, "user_version");
+      sql_db_error(s, rc, err, "user_version");
     }
     sqlite3_reset(st);
   }
@@ -304,24 +311,24 @@ int moat_store_schema_version(struct moat_store *s, int *version, moat_error **e
 }
 
 /* Runs a statement that returns no rows. Lock held. */
-static int step_done(struct moat_store *s, sqlite3_stmt *st, moat_error **err, const char *what) {
+int sql_step_done(struct moat_store *s, sqlite3_stmt *st, moat_error **err, const char *what) {
   if (moat_fault(MOAT_FAULT_STORE))
     return sqlite3_reset(st), moat_error_set(err, EIO, "%s: injected fault", what);
   int rc = sqlite3_step(st);
   sqlite3_reset(st);
   if (rc != SQLITE_DONE)
-    return db_error(s, rc, err, what);
+    return sql_db_error(s, rc, err, what);
   return 0;
 }
 
-static int ensure_org(struct moat_store *s, const char *org, moat_error **err) {
+int sql_ensure_org(struct moat_store *s, const char *org, moat_error **err) {
   static const char sql[] = "INSERT OR IGNORE INTO orgs (id, created_at_ms) VALUES (?1, ?2)";
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     return -1;
-  bind_text(st, 1, org);
+  sql_bind_text(st, 1, org);
   sqlite3_bind_int64(st, 2, now_unix_ms());
-  return step_done(s, st, err, "insert org");
+  return sql_step_done(s, st, err, "insert org");
 }
 
 int moat_store_key_add(struct moat_store *s, const char *org, const char *key_hash_hex, moat_error **err) {
@@ -329,12 +336,12 @@ int moat_store_key_add(struct moat_store *s, const char *org, const char *key_ha
   static const char ins[] = "INSERT INTO api_keys (key_hash, org, created_at_ms) VALUES (?1, ?2, ?3)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
-  sqlite3_stmt *st = stmt(s, sel, err);
+  sqlite3_stmt *st = sql_stmt(s, sel, err);
   if (!st)
     goto fail;
-  bind_text(st, 1, key_hash_hex);
+  sql_bind_text(st, 1, key_hash_hex);
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
     bool same = strcmp((const char *)sqlite3_column_text(st, 0), org) == 0;
@@ -343,27 +350,27 @@ int moat_store_key_add(struct moat_store *s, const char *org, const char *key_ha
       moat_error_set(err, EEXIST, "api key belongs to another org");
       goto fail;
     }
-    ret = commit(s, err);
+    ret = sql_commit(s, err);
     goto out;
   }
   sqlite3_reset(st);
   if (rc != SQLITE_DONE) {
-    db_error(s, rc, err, "look up key");
+    sql_db_error(s, rc, err, "look up key");
     goto fail;
   }
-  if (ensure_org(s, org, err) < 0)
+  if (sql_ensure_org(s, org, err) < 0)
     goto fail;
-  if (!(st = stmt(s, ins, err)))
+  if (!(st = sql_stmt(s, ins, err)))
     goto fail;
-  bind_text(st, 1, key_hash_hex);
-  bind_text(st, 2, org);
+  sql_bind_text(st, 1, key_hash_hex);
+  sql_bind_text(st, 2, org);
   sqlite3_bind_int64(st, 3, now_unix_ms());
-  if (step_done(s, st, err, "insert key") < 0)
+  if (sql_step_done(s, st, err, "insert key") < 0)
     goto fail;
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
@@ -373,17 +380,17 @@ int moat_store_key_lookup(struct moat_store *s, const char *key_hash_hex, char *
   static const char sql[] = "SELECT org FROM api_keys WHERE key_hash = ?1";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
-    bind_text(st, 1, key_hash_hex);
+    sql_bind_text(st, 1, key_hash_hex);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-      *org = col_text(st, 0);
+      *org = sql_col_text(st, 0);
       ret = 0;
     } else if (rc == SQLITE_DONE) {
       moat_error_set(err, ENOENT, "unknown api key");
     } else {
-      db_error(s, rc, err, "look up key");
+      sql_db_error(s, rc, err, "look up key");
     }
     sqlite3_reset(st);
   }
@@ -419,16 +426,16 @@ void moat_store_sandboxes_free(struct moat_store_sandbox *v, size_t n) {
   "forked_from, from_snapshot, hibernate_after_s, paused_at_ms"
 
 static void read_row(sqlite3_stmt *st, struct moat_store_sandbox *r) {
-  r->id = col_text(st, 0);
-  r->org = col_text(st, 1);
-  r->template_name = col_text(st, 2);
-  r->state = col_text(st, 3);
+  r->id = sql_col_text(st, 0);
+  r->org = sql_col_text(st, 1);
+  r->template_name = sql_col_text(st, 2);
+  r->state = sql_col_text(st, 3);
   r->created_at_ms = sqlite3_column_int64(st, 4);
   r->expires_at_ms = sqlite3_column_int64(st, 5);
   r->ttl_seconds = sqlite3_column_int64(st, 6);
   r->persistent = sqlite3_column_int(st, 7) != 0;
-  r->metadata_json = col_text(st, 8);
-  r->env_json = col_text(st, 9);
+  r->metadata_json = sql_col_text(st, 8);
+  r->env_json = sql_col_text(st, 9);
   r->cpu = sqlite3_column_double(st, 10);
   r->memory_mb = (uint64_t)sqlite3_column_int64(st, 11);
   r->pids = (uint64_t)sqlite3_column_int64(st, 12);
@@ -437,11 +444,11 @@ static void read_row(sqlite3_stmt *st, struct moat_store_sandbox *r) {
   r->pid = sqlite3_column_int64(st, 15);
   r->start_time = (uint64_t)sqlite3_column_int64(st, 16);
   r->ready_us = (uint64_t)sqlite3_column_int64(st, 17);
-  r->killed_reason = col_text(st, 18);
+  r->killed_reason = sql_col_text(st, 18);
   r->killed_at_ms = sqlite3_column_int64(st, 19);
   r->updated_at_ms = sqlite3_column_int64(st, 20);
-  r->forked_from = col_text(st, 21);
-  r->from_snapshot = col_text(st, 22);
+  r->forked_from = sql_col_text(st, 21);
+  r->from_snapshot = sql_col_text(st, 22);
   r->hibernate_after_s = sqlite3_column_int64(st, 23);
   r->paused_at_ms = sqlite3_column_int64(st, 24);
 }
@@ -450,15 +457,15 @@ static int add_event(struct moat_store *s, const char *id, int64_t at_ms, const 
                      const char *reason, moat_error **err) {
   static const char sql[] = "INSERT INTO sandbox_events (sandbox_id, at_ms, from_state, to_state, reason) "
                             "VALUES (?1, ?2, ?3, ?4, ?5)";
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     return -1;
-  bind_text(st, 1, id);
+  sql_bind_text(st, 1, id);
   sqlite3_bind_int64(st, 2, at_ms);
-  bind_text(st, 3, from);
-  bind_text(st, 4, to);
-  bind_text(st, 5, reason ? reason : "");
-  return step_done(s, st, err, "insert event");
+  sql_bind_text(st, 3, from);
+  sql_bind_text(st, 4, to);
+  sql_bind_text(st, 5, reason ? reason : "");
+  return sql_step_done(s, st, err, "insert event");
 }
 
 int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sandbox *r, const char *reason,
@@ -474,23 +481,23 @@ int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sand
   int ret = -1;
   int64_t now = now_unix_ms();
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
-  if (ensure_org(s, r->org, err) < 0)
+  if (sql_ensure_org(s, r->org, err) < 0)
     goto fail;
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto fail;
-  bind_text(st, 1, r->id);
-  bind_text(st, 2, r->org);
-  bind_text(st, 3, r->template_name);
-  bind_text(st, 4, r->state);
+  sql_bind_text(st, 1, r->id);
+  sql_bind_text(st, 2, r->org);
+  sql_bind_text(st, 3, r->template_name);
+  sql_bind_text(st, 4, r->state);
   sqlite3_bind_int64(st, 5, r->created_at_ms);
   sqlite3_bind_int64(st, 6, r->expires_at_ms);
   sqlite3_bind_int64(st, 7, r->ttl_seconds);
   sqlite3_bind_int(st, 8, r->persistent);
-  bind_text(st, 9, r->metadata_json ? r->metadata_json : "{}");
-  bind_text(st, 10, r->env_json ? r->env_json : "{}");
+  sql_bind_text(st, 9, r->metadata_json ? r->metadata_json : "{}");
+  sql_bind_text(st, 10, r->env_json ? r->env_json : "{}");
   sqlite3_bind_double(st, 11, r->cpu);
   sqlite3_bind_int64(st, 12, (int64_t)r->memory_mb);
   sqlite3_bind_int64(st, 13, (int64_t)r->pids);
@@ -500,8 +507,8 @@ int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sand
   sqlite3_bind_int64(st, 17, (int64_t)r->start_time);
   sqlite3_bind_int64(st, 18, (int64_t)r->ready_us);
   sqlite3_bind_int64(st, 19, now);
-  bind_text(st, 20, r->forked_from);
-  bind_text(st, 21, r->from_snapshot);
+  sql_bind_text(st, 20, r->forked_from);
+  sql_bind_text(st, 21, r->from_snapshot);
   sqlite3_bind_int64(st, 22, r->hibernate_after_s);
   int rc = sqlite3_step(st);
   sqlite3_reset(st);
@@ -509,15 +516,15 @@ int moat_store_sandbox_insert(struct moat_store *s, const struct moat_store_sand
     if ((rc & 0xff) == SQLITE_CONSTRAINT)
       moat_error_set(err, EEXIST, "sandbox %s exists", r->id);
     else
-      db_error(s, rc, err, "insert sandbox");
+      sql_db_error(s, rc, err, "insert sandbox");
     goto fail;
   }
   if (add_event(s, r->id, now, NULL, r->state, reason, err) < 0)
     goto fail;
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
@@ -529,10 +536,10 @@ int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id
       "SELECT " SANDBOX_COLS " FROM sandboxes WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
-    bind_text(st, 1, id);
-    bind_text(st, 2, org);
+    sql_bind_text(st, 1, id);
+    sql_bind_text(st, 2, org);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
       memset(out, 0, sizeof(*out));
@@ -541,7 +548,7 @@ int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id
     } else if (rc == SQLITE_DONE) {
       moat_error_set(err, ENOENT, "no sandbox %s", id);
     } else {
-      db_error(s, rc, err, "read sandbox");
+      sql_db_error(s, rc, err, "read sandbox");
     }
     sqlite3_reset(st);
   }
@@ -581,11 +588,11 @@ int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter
   *out = NULL;
   *n = 0;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto out;
-  bind_text(st, 1, f ? f->org : NULL);
-  bind_text(st, 2, f ? f->state : NULL);
+  sql_bind_text(st, 1, f ? f->org : NULL);
+  sql_bind_text(st, 2, f ? f->state : NULL);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (f && f->metadata && !metadata_matches((const char *)sqlite3_column_text(st, 8), f->metadata))
@@ -599,7 +606,7 @@ int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter
   }
   sqlite3_reset(st);
   if (rc != SQLITE_DONE) {
-    db_error(s, rc, err, "list sandboxes");
+    sql_db_error(s, rc, err, "list sandboxes");
     moat_store_sandboxes_free(v, len);
     goto out;
   }
@@ -616,10 +623,10 @@ out:
 /* Reads the state of id into buf. 0, or -1 with ENOENT. Lock held. */
 static int read_state(struct moat_store *s, const char *id, char *buf, size_t size, moat_error **err) {
   static const char sql[] = "SELECT state FROM sandboxes WHERE id = ?1";
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     return -1;
-  bind_text(st, 1, id);
+  sql_bind_text(st, 1, id);
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
     snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
@@ -629,17 +636,17 @@ static int read_state(struct moat_store *s, const char *id, char *buf, size_t si
   sqlite3_reset(st);
   if (rc == SQLITE_DONE)
     return moat_error_set(err, ENOENT, "no sandbox %s", id);
-  return db_error(s, rc, err, "read state");
+  return sql_db_error(s, rc, err, "read state");
 }
 
 /* Removes sandbox_id's volume attachments (lock held, in the caller's transaction): a killed or forgotten
  * sandbox holds none. */
 static int drop_attachments(struct moat_store *s, const char *sandbox_id, moat_error **err) {
-  sqlite3_stmt *st = stmt(s, "DELETE FROM volume_attachments WHERE sandbox_id = ?1", err);
+  sqlite3_stmt *st = sql_stmt(s, "DELETE FROM volume_attachments WHERE sandbox_id = ?1", err);
   if (!st)
     return -1;
-  bind_text(st, 1, sandbox_id);
-  return step_done(s, st, err, "drop volume attachments");
+  sql_bind_text(st, 1, sandbox_id);
+  return sql_step_done(s, st, err, "drop volume attachments");
 }
 
 int moat_store_sandbox_transition(struct moat_store *s, const char *id, const char *from, const char *to,
@@ -652,7 +659,7 @@ int moat_store_sandbox_transition(struct moat_store *s, const char *id, const ch
   bool kill = strcmp(to, "killed") == 0;
   char cur[32];
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
   if (read_state(s, id, cur, sizeof(cur), err) < 0)
     goto fail;
@@ -660,22 +667,22 @@ int moat_store_sandbox_transition(struct moat_store *s, const char *id, const ch
     moat_error_set(err, EBUSY, "sandbox %s is %s", id, cur);
     goto fail;
   }
-  sqlite3_stmt *st = stmt(s, kill ? upd_kill : upd, err);
+  sqlite3_stmt *st = sql_stmt(s, kill ? upd_kill : upd, err);
   if (!st)
     goto fail;
-  bind_text(st, 1, id);
-  bind_text(st, 2, to);
+  sql_bind_text(st, 1, id);
+  sql_bind_text(st, 2, to);
   sqlite3_bind_int64(st, 3, now);
   if (kill)
-    bind_text(st, 4, reason ? reason : "");
-  if (step_done(s, st, err, "update state") < 0 || add_event(s, id, now, cur, to, reason, err) < 0)
+    sql_bind_text(st, 4, reason ? reason : "");
+  if (sql_step_done(s, st, err, "update state") < 0 || add_event(s, id, now, cur, to, reason, err) < 0)
     goto fail;
   if (kill && drop_attachments(s, id, err) < 0)
     goto fail;
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
@@ -687,7 +694,7 @@ int moat_store_sandbox_forget_creating(struct moat_store *s, const char *id, moa
   int ret = -1;
   char cur[32];
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
   if (read_state(s, id, cur, sizeof(cur), err) < 0)
     goto fail;
@@ -697,19 +704,19 @@ int moat_store_sandbox_forget_creating(struct moat_store *s, const char *id, moa
   }
   const char *sqls[] = {del_events, del_row};
   for (size_t i = 0; i < 2; i++) {
-    sqlite3_stmt *st = stmt(s, sqls[i], err);
+    sqlite3_stmt *st = sql_stmt(s, sqls[i], err);
     if (!st)
       goto fail;
-    bind_text(st, 1, id);
-    if (step_done(s, st, err, "forget sandbox") < 0)
+    sql_bind_text(st, 1, id);
+    if (sql_step_done(s, st, err, "forget sandbox") < 0)
       goto fail;
   }
   if (drop_attachments(s, id, err) < 0)
     goto fail;
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
@@ -724,7 +731,7 @@ int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slo
   int64_t now = now_unix_ms();
   char cur[32];
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
   if (read_state(s, id, cur, sizeof(cur), err) < 0)
     goto fail;
@@ -732,22 +739,22 @@ int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slo
     moat_error_set(err, EBUSY, "sandbox %s is %s", id, cur);
     goto fail;
   }
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto fail;
-  bind_text(st, 1, id);
+  sql_bind_text(st, 1, id);
   sqlite3_bind_int(st, 2, slot);
   sqlite3_bind_int64(st, 3, pid);
   sqlite3_bind_int64(st, 4, (int64_t)start_time);
   sqlite3_bind_int64(st, 5, (int64_t)ready_us);
   sqlite3_bind_int64(st, 6, expires_at_ms);
   sqlite3_bind_int64(st, 7, now);
-  if (step_done(s, st, err, "set running") < 0 || add_event(s, id, now, cur, "running", "created", err) < 0)
+  if (sql_step_done(s, st, err, "set running") < 0 || add_event(s, id, now, cur, "running", "created", err) < 0)
     goto fail;
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
@@ -763,20 +770,20 @@ int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct 
       "paused_at_ms = CASE WHEN ?10 THEN ?11 ELSE paused_at_ms END WHERE id = ?1 AND state != 'killed'";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
-    bind_text(st, 1, id);
+    sql_bind_text(st, 1, id);
     sqlite3_bind_int(st, 2, p->set_ttl);
     sqlite3_bind_int64(st, 3, p->ttl_seconds);
     sqlite3_bind_int(st, 4, p->set_expires);
     sqlite3_bind_int64(st, 5, p->expires_at_ms);
     sqlite3_bind_int(st, 6, p->set_persistent);
     sqlite3_bind_int(st, 7, p->persistent);
-    bind_text(st, 8, p->metadata_json);
+    sql_bind_text(st, 8, p->metadata_json);
     sqlite3_bind_int64(st, 9, now_unix_ms());
     sqlite3_bind_int(st, 10, p->set_paused_at);
     sqlite3_bind_int64(st, 11, p->paused_at_ms);
-    if (step_done(s, st, err, "update sandbox") == 0) {
+    if (sql_step_done(s, st, err, "update sandbox") == 0) {
       if (sqlite3_changes(s->db) == 0)
         moat_error_set(err, ENOENT, "no sandbox %s", id);
       else
@@ -797,10 +804,10 @@ int moat_store_events(struct moat_store *s, const char *id, struct moat_store_ev
   *out = NULL;
   *n = 0;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto out;
-  bind_text(st, 1, id);
+  sql_bind_text(st, 1, id);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (len == cap) {
@@ -808,14 +815,14 @@ int moat_store_events(struct moat_store *s, const char *id, struct moat_store_ev
       v = xrealloc(v, cap * sizeof(*v));
     }
     v[len].at_ms = sqlite3_column_int64(st, 0);
-    v[len].from_state = col_text(st, 1);
-    v[len].to_state = col_text(st, 2);
-    v[len].reason = col_text(st, 3);
+    v[len].from_state = sql_col_text(st, 1);
+    v[len].to_state = sql_col_text(st, 2);
+    v[len].reason = sql_col_text(st, 3);
     len++;
   }
   sqlite3_reset(st);
   if (rc != SQLITE_DONE) {
-    db_error(s, rc, err, "list events");
+    sql_db_error(s, rc, err, "list events");
     moat_store_events_free(v, len);
     goto out;
   }
@@ -856,7 +863,7 @@ int moat_store_sandbox_move(struct moat_store *s, const char *id, const struct m
   int64_t now = now_unix_ms();
   char cur[32];
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
   if (read_state(s, id, cur, sizeof(cur), err) < 0)
     goto fail;
@@ -864,11 +871,11 @@ int moat_store_sandbox_move(struct moat_store *s, const char *id, const struct m
     moat_error_set(err, EBUSY, "sandbox %s is %s", id, cur);
     goto fail;
   }
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto fail;
-  bind_text(st, 1, id);
-  bind_text(st, 2, m->to);
+  sql_bind_text(st, 1, id);
+  sql_bind_text(st, 2, m->to);
   sqlite3_bind_int64(st, 3, now);
   sqlite3_bind_int(st, 4, m->set_instance);
   sqlite3_bind_int(st, 5, m->slot);
@@ -878,13 +885,13 @@ int moat_store_sandbox_move(struct moat_store *s, const char *id, const struct m
   sqlite3_bind_int64(st, 9, m->expires_at_ms);
   sqlite3_bind_int(st, 10, m->set_paused_at);
   sqlite3_bind_int64(st, 11, m->paused_at_ms);
-  bind_text(st, 12, m->from_snapshot);
-  if (step_done(s, st, err, "move sandbox") < 0 || add_event(s, id, now, cur, m->to, m->reason, err) < 0)
+  sql_bind_text(st, 12, m->from_snapshot);
+  if (sql_step_done(s, st, err, "move sandbox") < 0 || add_event(s, id, now, cur, m->to, m->reason, err) < 0)
     goto fail;
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
@@ -915,21 +922,21 @@ void moat_store_snapshots_free(struct moat_store_snapshot *v, size_t n) {
 
 static void read_snapshot(sqlite3_stmt *st, struct moat_store_snapshot *r) {
   memset(r, 0, sizeof(*r));
-  r->id = col_text(st, 0);
-  r->org = col_text(st, 1);
-  r->sandbox_id = col_text(st, 2);
-  r->template_name = col_text(st, 3);
+  r->id = sql_col_text(st, 0);
+  r->org = sql_col_text(st, 1);
+  r->sandbox_id = sql_col_text(st, 2);
+  r->template_name = sql_col_text(st, 3);
   r->created_at_ms = sqlite3_column_int64(st, 4);
   r->memory_bytes = (uint64_t)sqlite3_column_int64(st, 5);
   r->disk_bytes = (uint64_t)sqlite3_column_int64(st, 6);
-  r->metadata_json = col_text(st, 7);
+  r->metadata_json = sql_col_text(st, 7);
   r->cpu = sqlite3_column_double(st, 8);
   r->memory_mb = (uint64_t)sqlite3_column_int64(st, 9);
   r->pids = (uint64_t)sqlite3_column_int64(st, 10);
   r->disk_mb = (uint64_t)sqlite3_column_int64(st, 11);
   r->ttl_seconds = sqlite3_column_int64(st, 12);
-  r->env_json = col_text(st, 13);
-  r->sandbox_metadata_json = col_text(st, 14);
+  r->env_json = sql_col_text(st, 13);
+  r->sandbox_metadata_json = sql_col_text(st, 14);
 }
 
 int moat_store_snapshot_insert(struct moat_store *s, const struct moat_store_snapshot *r, moat_error **err) {
@@ -938,41 +945,41 @@ int moat_store_snapshot_insert(struct moat_store *s, const struct moat_store_sna
       "?9, ?10, ?11, ?12, ?13, ?14, ?15)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
-  if (ensure_org(s, r->org, err) < 0)
+  if (sql_ensure_org(s, r->org, err) < 0)
     goto fail;
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto fail;
-  bind_text(st, 1, r->id);
-  bind_text(st, 2, r->org);
-  bind_text(st, 3, r->sandbox_id);
-  bind_text(st, 4, r->template_name);
+  sql_bind_text(st, 1, r->id);
+  sql_bind_text(st, 2, r->org);
+  sql_bind_text(st, 3, r->sandbox_id);
+  sql_bind_text(st, 4, r->template_name);
   sqlite3_bind_int64(st, 5, r->created_at_ms);
   sqlite3_bind_int64(st, 6, (int64_t)r->memory_bytes);
   sqlite3_bind_int64(st, 7, (int64_t)r->disk_bytes);
-  bind_text(st, 8, r->metadata_json ? r->metadata_json : "{}");
+  sql_bind_text(st, 8, r->metadata_json ? r->metadata_json : "{}");
   sqlite3_bind_double(st, 9, r->cpu);
   sqlite3_bind_int64(st, 10, (int64_t)r->memory_mb);
   sqlite3_bind_int64(st, 11, (int64_t)r->pids);
   sqlite3_bind_int64(st, 12, (int64_t)r->disk_mb);
   sqlite3_bind_int64(st, 13, r->ttl_seconds);
-  bind_text(st, 14, r->env_json ? r->env_json : "{}");
-  bind_text(st, 15, r->sandbox_metadata_json ? r->sandbox_metadata_json : "{}");
+  sql_bind_text(st, 14, r->env_json ? r->env_json : "{}");
+  sql_bind_text(st, 15, r->sandbox_metadata_json ? r->sandbox_metadata_json : "{}");
   int rc = sqlite3_step(st);
   sqlite3_reset(st);
   if (rc != SQLITE_DONE) {
     if ((rc & 0xff) == SQLITE_CONSTRAINT)
       moat_error_set(err, EEXIST, "snapshot %s exists", r->id);
     else
-      db_error(s, rc, err, "insert snapshot");
+      sql_db_error(s, rc, err, "insert snapshot");
     goto fail;
   }
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
@@ -984,10 +991,10 @@ int moat_store_snapshot_get(struct moat_store *s, const char *org, const char *i
       "SELECT " SNAPSHOT_COLS " FROM snapshots WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
-    bind_text(st, 1, id);
-    bind_text(st, 2, org);
+    sql_bind_text(st, 1, id);
+    sql_bind_text(st, 2, org);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
       read_snapshot(st, out);
@@ -995,7 +1002,7 @@ int moat_store_snapshot_get(struct moat_store *s, const char *org, const char *i
     } else if (rc == SQLITE_DONE) {
       moat_error_set(err, ENOENT, "no snapshot %s", id);
     } else {
-      db_error(s, rc, err, "read snapshot");
+      sql_db_error(s, rc, err, "read snapshot");
     }
     sqlite3_reset(st);
   }
@@ -1013,11 +1020,11 @@ int moat_store_snapshot_list(struct moat_store *s, const char *org, const char *
   *out = NULL;
   *n = 0;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto out;
-  bind_text(st, 1, org);
-  bind_text(st, 2, sandbox_id);
+  sql_bind_text(st, 1, org);
+  sql_bind_text(st, 2, sandbox_id);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (len == cap) {
@@ -1028,7 +1035,7 @@ int moat_store_snapshot_list(struct moat_store *s, const char *org, const char *
   }
   sqlite3_reset(st);
   if (rc != SQLITE_DONE) {
-    db_error(s, rc, err, "list snapshots");
+    sql_db_error(s, rc, err, "list snapshots");
     moat_store_snapshots_free(v, len);
     goto out;
   }
@@ -1047,11 +1054,11 @@ int moat_store_snapshot_delete(struct moat_store *s, const char *org, const char
   static const char sql[] = "DELETE FROM snapshots WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
-    bind_text(st, 1, id);
-    bind_text(st, 2, org);
-    if (step_done(s, st, err, "delete snapshot") == 0) {
+    sql_bind_text(st, 1, id);
+    sql_bind_text(st, 2, org);
+    if (sql_step_done(s, st, err, "delete snapshot") == 0) {
       if (sqlite3_changes(s->db) == 0)
         moat_error_set(err, ENOENT, "no snapshot %s", id);
       else
@@ -1093,9 +1100,9 @@ void moat_store_attachments_free(struct moat_store_attachment *v, size_t n) {
 
 static void read_volume(sqlite3_stmt *st, struct moat_store_volume *v) {
   memset(v, 0, sizeof(*v));
-  v->id = col_text(st, 0);
-  v->org = col_text(st, 1);
-  v->name = col_text(st, 2);
+  v->id = sql_col_text(st, 0);
+  v->org = sql_col_text(st, 1);
+  v->name = sql_col_text(st, 2);
   v->size_mb = (uint64_t)sqlite3_column_int64(st, 3);
   v->created_at_ms = sqlite3_column_int64(st, 4);
 }
@@ -1104,16 +1111,16 @@ int moat_store_volume_insert(struct moat_store *s, const struct moat_store_volum
   static const char sql[] = "INSERT INTO volumes (" VOLUME_COLS ") VALUES (?1, ?2, ?3, ?4, ?5)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
-  if (ensure_org(s, v->org, err) < 0)
+  if (sql_ensure_org(s, v->org, err) < 0)
     goto fail;
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto fail;
-  bind_text(st, 1, v->id);
-  bind_text(st, 2, v->org);
-  bind_text(st, 3, v->name);
+  sql_bind_text(st, 1, v->id);
+  sql_bind_text(st, 2, v->org);
+  sql_bind_text(st, 3, v->name);
   sqlite3_bind_int64(st, 4, (int64_t)v->size_mb);
   sqlite3_bind_int64(st, 5, v->created_at_ms);
   int rc = sqlite3_step(st);
@@ -1122,13 +1129,13 @@ int moat_store_volume_insert(struct moat_store *s, const struct moat_store_volum
     if ((rc & 0xff) == SQLITE_CONSTRAINT)
       moat_error_set(err, EEXIST, "volume '%s' exists", v->name);
     else
-      db_error(s, rc, err, "insert volume");
+      sql_db_error(s, rc, err, "insert volume");
     goto fail;
   }
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
@@ -1138,11 +1145,11 @@ out:
 static int volume_get_locked(struct moat_store *s, const char *org, const char *name,
                              struct moat_store_volume *out, moat_error **err) {
   static const char sql[] = "SELECT " VOLUME_COLS " FROM volumes WHERE org = ?1 AND name = ?2";
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     return -1;
-  bind_text(st, 1, org);
-  bind_text(st, 2, name);
+  sql_bind_text(st, 1, org);
+  sql_bind_text(st, 2, name);
   int rc = sqlite3_step(st), ret = -1;
   if (rc == SQLITE_ROW) {
     read_volume(st, out);
@@ -1150,7 +1157,7 @@ static int volume_get_locked(struct moat_store *s, const char *org, const char *
   } else if (rc == SQLITE_DONE) {
     moat_error_set(err, ENOENT, "no volume '%s'", name);
   } else {
-    db_error(s, rc, err, "read volume");
+    sql_db_error(s, rc, err, "read volume");
   }
   sqlite3_reset(st);
   return ret;
@@ -1174,10 +1181,10 @@ int moat_store_volume_list(struct moat_store *s, const char *org, struct moat_st
   *out = NULL;
   *n = 0;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto out;
-  bind_text(st, 1, org);
+  sql_bind_text(st, 1, org);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (len == cap) {
@@ -1188,7 +1195,7 @@ int moat_store_volume_list(struct moat_store *s, const char *org, struct moat_st
   }
   sqlite3_reset(st);
   if (rc != SQLITE_DONE) {
-    db_error(s, rc, err, "list volumes");
+    sql_db_error(s, rc, err, "list volumes");
     moat_store_volumes_free(v, len);
     goto out;
   }
@@ -1215,28 +1222,28 @@ static int attachments_locked(struct moat_store *s, const char *volume_id, const
   size_t len = 0, cap = 0;
   *out = NULL;
   *n = 0;
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     return -1;
-  bind_text(st, 1, volume_id);
-  bind_text(st, 2, sandbox_id);
+  sql_bind_text(st, 1, volume_id);
+  sql_bind_text(st, 2, sandbox_id);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (len == cap) {
       cap = cap ? cap * 2 : 8;
       v = xrealloc(v, cap * sizeof(*v));
     }
-    v[len].volume_id = col_text(st, 0);
-    v[len].sandbox_id = col_text(st, 1);
-    v[len].path = col_text(st, 2);
+    v[len].volume_id = sql_col_text(st, 0);
+    v[len].sandbox_id = sql_col_text(st, 1);
+    v[len].path = sql_col_text(st, 2);
     v[len].read_only = sqlite3_column_int(st, 3) != 0;
-    v[len].volume_name = col_text(st, 4);
+    v[len].volume_name = sql_col_text(st, 4);
     len++;
   }
   sqlite3_reset(st);
   if (rc != SQLITE_DONE) {
     moat_store_attachments_free(v, len);
-    return db_error(s, rc, err, "list volume attachments");
+    return sql_db_error(s, rc, err, "list volume attachments");
   }
   *out = v;
   *n = len;
@@ -1259,7 +1266,7 @@ int moat_store_volume_delete(struct moat_store *s, const char *org, const char *
   size_t na = 0;
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
   if (volume_get_locked(s, org, name, &v, err) < 0 || attachments_locked(s, v.id, NULL, &a, &na, err) < 0)
     goto fail;
@@ -1267,23 +1274,23 @@ int moat_store_volume_delete(struct moat_store *s, const char *org, const char *
     moat_error_set(err, EBUSY, "volume '%s' is attached to sandbox %s", name, a[0].sandbox_id);
     goto fail;
   }
-  sqlite3_stmt *st = stmt(s, sql, err);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (!st)
     goto fail;
-  bind_text(st, 1, v.id);
-  if (step_done(s, st, err, "delete volume") < 0 || sqlite3_changes(s->db) != 1) {
+  sql_bind_text(st, 1, v.id);
+  if (sql_step_done(s, st, err, "delete volume") < 0 || sqlite3_changes(s->db) != 1) {
     if (err && !*err)
       moat_error_set(err, ENOENT, "no volume '%s'", name);
     goto fail;
   }
-  if (commit(s, err) < 0)
+  if (sql_commit(s, err) < 0)
     goto out;
   *id = v.id;
   v.id = NULL;
   ret = 0;
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   moat_store_attachments_free(a, na);
@@ -1297,7 +1304,7 @@ int moat_store_volume_claim(struct moat_store *s, const char *org, const char *s
       "INSERT INTO volume_attachments (volume_id, sandbox_id, path, read_only) VALUES (?1, ?2, ?3, ?4)";
   int ret = -1;
   pthread_mutex_lock(&s->lock);
-  if (begin(s, err) < 0)
+  if (sql_begin(s, err) < 0)
     goto out;
   for (size_t i = 0; i < n; i++) {
     struct moat_store_volume v = {0};
@@ -1323,20 +1330,20 @@ int moat_store_volume_claim(struct moat_store *s, const char *org, const char *s
     moat_store_attachments_free(a, na);
     if (holder)
       goto fail;
-    sqlite3_stmt *st = stmt(s, sql, err);
+    sqlite3_stmt *st = sql_stmt(s, sql, err);
     if (!st)
       goto fail;
-    bind_text(st, 1, claims[i].volume_id);
-    bind_text(st, 2, sandbox_id);
-    bind_text(st, 3, claims[i].path);
+    sql_bind_text(st, 1, claims[i].volume_id);
+    sql_bind_text(st, 2, sandbox_id);
+    sql_bind_text(st, 3, claims[i].path);
     sqlite3_bind_int(st, 4, claims[i].read_only ? 1 : 0);
-    if (step_done(s, st, err, "attach volume") < 0)
+    if (sql_step_done(s, st, err, "attach volume") < 0)
       goto fail;
   }
-  ret = commit(s, err);
+  ret = sql_commit(s, err);
   goto out;
 fail:
-  rollback(s);
+  sql_rollback(s);
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;

@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 4 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 5 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -216,6 +216,43 @@ struct moat_store_claim {
  * a live read-write attachment (read-only claims never conflict). */
 int moat_store_volume_claim(struct moat_store *s, const char *org, const char *sandbox_id,
                             struct moat_store_claim *claims, size_t n, moat_error **err);
+
+/* ---- templates (schema 5; sqlite_templates.c) ----
+ * A template an org built from a Dockerfile or imported from an OCI image, by (org, name). image is
+ * the host's name of the root image creates use (the driver's template name), NULL until a build
+ * was ready; a rebuild keeps the previous image until it is ready itself. layers (a JSON array of
+ * image names) are what its last ready build made, the cache a rebuild reuses. Sandbox and snapshot
+ * rows name their image as "NAME@IMAGE" in their template column. */
+struct moat_store_template {
+  char *org, *name;
+  char *state;    /* "building", "ready", "failed" */
+  char *build_id; /* the last build */
+  char *image;    /* or NULL */
+  char *layers_json;
+  char *source;   /* "dockerfile" or "oci" */
+  char *from_ref; /* FROM as written, or the archive's image reference */
+  char *config_json;
+  uint64_t size_bytes;
+  char *error; /* the last build's error, or NULL */
+  int64_t created_at_ms, updated_at_ms;
+};
+void moat_store_template_clear(struct moat_store_template *t);
+void moat_store_templates_free(struct moat_store_template *v, size_t n);
+/* Inserts or replaces org's template name (every field). */
+int moat_store_template_put(struct moat_store *s, const struct moat_store_template *t, moat_error **err);
+/* ENOENT ("no template 'NAME'") when org has none of that name. */
+int moat_store_template_get(struct moat_store *s, const char *org, const char *name,
+                            struct moat_store_template *out, moat_error **err);
+/* org NULL = every org's; by name. */
+int moat_store_template_list(struct moat_store *s, const char *org, struct moat_store_template **out,
+                             size_t *n, moat_error **err);
+/* ENOENT when unknown. */
+int moat_store_template_delete(struct moat_store *s, const char *org, const char *name, moat_error **err);
+/* Marks every template still "building" as "failed" with error why (a build does not outlive moatd). */
+int moat_store_templates_fail_building(struct moat_store *s, const char *why, moat_error **err);
+/* Every image name in use: templates' images and layers, and the images of sandboxes that are not
+ * killed and of snapshots (the part of their template after '@'). A NULL-terminated list (strv_free). */
+int moat_store_images_in_use(struct moat_store *s, char ***out, moat_error **err);
 
 /* Lifecycle events of a sandbox, oldest first. */
 struct moat_store_event {

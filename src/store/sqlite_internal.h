@@ -1,0 +1,38 @@
+/* sqlite_internal.h -- what the store's SQLite files (sqlite.c, sqlite_templates.c) share: the
+ * connection and its statement cache, and the helpers every query uses. Each helper is called with
+ * s->lock held. */
+#ifndef MOAT_STORE_SQLITE_INTERNAL_H
+#define MOAT_STORE_SQLITE_INTERNAL_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "store.h"
+
+#define STMT_CACHE 64
+
+struct moat_store {
+  pthread_mutex_t lock; /* guards db and the statement cache */
+  sqlite3 *db;
+  struct {
+    const char *sql; /* compared by address: callers pass string constants */
+    sqlite3_stmt *st;
+  } cache[STMT_CACHE];
+};
+
+/* A moat_error from an SQLite result code (EEXIST for a constraint, EBUSY, ENOSPC, ...). */
+int sql_db_error(struct moat_store *s, int rc, moat_error **err, const char *what);
+/* A reset statement for sql, a string constant compared by address, prepared on first use. */
+sqlite3_stmt *sql_stmt(struct moat_store *s, const char *sql, moat_error **err);
+int sql_exec_sql(struct moat_store *s, const char *sql, moat_error **err);
+int sql_begin(struct moat_store *s, moat_error **err); /* BEGIN IMMEDIATE */
+int sql_commit(struct moat_store *s, moat_error **err);
+void sql_rollback(struct moat_store *s);
+void sql_bind_text(sqlite3_stmt *st, int i, const char *v); /* NULL binds NULL */
+char *sql_col_text(sqlite3_stmt *st, int i);                /* a copy, or NULL */
+/* Runs a statement that returns no rows. */
+int sql_step_done(struct moat_store *s, sqlite3_stmt *st, moat_error **err, const char *what);
+/* Records org in orgs if it is not there yet. */
+int sql_ensure_org(struct moat_store *s, const char *org, moat_error **err);
+
+#endif
