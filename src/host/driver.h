@@ -228,6 +228,20 @@ int moat_host_volume_gc(struct moat_host *h, const char *const *keep, size_t n, 
 int moat_host_volume_usage(struct moat_host *h, const char *vid, struct moat_disk_usage *out,
                            moat_error **err);
 
+/* ---- image builds ---- */
+
+/* Copies the writable layer of the sandbox in slot (its overlay upper dir: the files it added or
+ * changed, 0/0 character devices where it deleted, directories it replaced marked with the xattr
+ * user.overlay.opaque = "y") to dst_dir/name, which must not exist, for moat_image_tree_apply
+ * (image_tree.h). Owners become the image's: host uid_base + n (the sandbox's n) becomes n, and an
+ * owner outside the sandbox's range (which the sandbox saw as the overflow id) becomes 65534, never
+ * a privileged id. Modes, times, hard links, symlinks (copied, never followed) and user.* / trusted.*
+ * xattrs are kept; security.* xattrs (file capabilities) and sockets are not. The sandbox must be
+ * paused (moat_host_pause) for the copy to be whole: EBUSY when it is not. On failure dst_dir/name
+ * may be partial (the caller removes it). 0, or -1 (ENOENT when the slot holds no sandbox; ENOSYS
+ * when the driver cannot). */
+int moat_host_export_layer(struct moat_host *h, int slot, int dst_dir, const char *name, moat_error **err);
+
 /* ---- network (net/net.h) ---- */
 
 /* The host's sandbox network, or NULL when moatd runs without an uplink (loopback only). */
@@ -289,6 +303,8 @@ struct moat_driver_ops {
                        moat_error **err);
   int (*volume_usage)(struct moat_host *h, const char *vid, struct moat_disk_usage *out, moat_error **err);
   int (*volume_gc)(struct moat_host *h, const char *const *keep, size_t n, moat_error **err);
+  /* optional: image builds (NULL: ENOSYS) */
+  int (*export_layer)(struct moat_host *h, int slot, int dst_dir, const char *name, moat_error **err);
   /* optional: network hooks (NULL: no network, no network slot) */
   struct moat_net *(*net)(struct moat_host *h);
   int (*net_slot)(struct moat_host *h, int slot);

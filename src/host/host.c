@@ -157,3 +157,8 @@ int moat_host_volume_usage(struct moat_host *h, const char *vid, struct moat_dis
 int moat_host_volume_gc(struct moat_host *h, const char *const *keep, size_t n, moat_error **err) {
   return h->ops->volume_gc ? h->ops->volume_gc(h, keep, n, err) : 0;
 }
+
+int moat_host_export_layer(struct moat_host *h, int slot, int dst_dir, const char *name, moat_error **err) {
+  return h->ops->export_layer ? h->ops->export_layer(h, slot, dst_dir, name, err)
+                              : unsupported(h, "export a writable layer", err);
+}

@@ -22,6 +22,7 @@
 #include "../common/log.h"
 #include "../common/sha256.h"
 #include "../common/util.h"
+#include "image_tree.h"
 
 /* Bump when the way a recipe becomes an image changes: every template is then rebuilt. */
 #define BUILDER_VERSION "moat-template-builder 1"
@@ -436,34 +437,6 @@ static void empty_dir(const char *dir, const char *const *keep) {
   }
 }
 
-static unsigned long long tree_size(int fd0) {
-  DIR *d = fdopendir(fd0);
-  if (!d) {
-    close(fd0);
-    return 0;
-  }
-  unsigned long long sum = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL) {
-    if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-      continue;
-    struct stat st;
-    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-      continue;
-    if (S_ISDIR(st.st_mode)) {
-      int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd >= 0)
-        sum += tree_size(fd);
-    } else if (st.st_nlink <= 1 || S_ISLNK(st.st_mode)) {
-      sum += (unsigned long long)st.st_size;
-    } else {
-      sum += (unsigned long long)st.st_size / st.st_nlink; /* hard links counted once overall */
-    }
-  }
-  closedir(d);
-  return sum;
-}
-
 /* Builds NAME into tmp (TEMPLATE_DIR/NAME.tmp-XXXXXX) and renames it into place. Build lock held. */
 static int build_into(struct moat_templates *t, const char *name, const char *digest, const char *tmp,
                       int lock_fd, moat_error **err) {
@@ -550,8 +523,8 @@ static int build_into(struct moat_templates *t, const char *name, const char *di
   empty_dir(lists, keep_lists);
   empty_dir(aptcache, keep_cache);
 
-  int rfd = open(rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  unsigned long long size = rfd >= 0 ? tree_size(rfd) : 0;
+  _cleanup_close_ int rfd = open(rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  unsigned long long size = rfd >= 0 ? moat_image_tree_size(rfd) : 0;
   char sizebuf[32];
   snprintf(sizebuf, sizeof(sizebuf), "%llu\n", size);
   _cleanup_free_ char *size_path = xasprintf("%s/size", tmp);
@@ -732,9 +705,9 @@ static unsigned long long built_size(struct moat_templates *t, struct entry *e) 
   moat_error_free(&err);
   if (v == 0) {
     _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", t->template_dir, e->name);
-    int fd = open(rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0)
-      v = tree_size(fd);
+      v = moat_image_tree_size(fd);
   }
   e->size = v;
   return v;

@@ -326,7 +326,7 @@ static int freeze_quiet(struct moat_slot_view *v, int slot, const char *cgdir, b
 /* After a moatd restart a slot keeps no fd of its writable layer. Finds it again: a dir under
  * project quotas (SLOT/fs), or the loop device whose (unlinked) backing file was DISKS/N.img,
  * whose ext4 superblock is then mounted again, detached. Returns a dir fd of the layer or -1. */
-static int reattach_disk(const char *slot_dir, const char *disks_dir, int slot, moat_error **err) {
+int moat_linux_reattach_disk(const char *slot_dir, const char *disks_dir, int slot, moat_error **err) {
   _cleanup_free_ char *fs_dir = xasprintf("%s/fs", slot_dir);
   int fd = open(fs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0)
@@ -486,7 +486,7 @@ int moat_linux_checkpoint(struct moat_host *h, int slot, const char *dir, bool l
   _cleanup_free_ char *slot_dir = v.slot_dir;
   _cleanup_free_ char *chan_dir = v.chan_dir; /* the dump needs only the mount inside */
   _cleanup_close_ int disk = v.disk_fd;
-  if (disk < 0 && (disk = reattach_disk(slot_dir, v.disks_dir, slot, err)) < 0)
+  if (disk < 0 && (disk = moat_linux_reattach_disk(slot_dir, v.disks_dir, slot, err)) < 0)
     return moat_error_wrap(err, "checkpoint slot %d: find its writable layer", slot);
   _cleanup_free_ char *cgdir = v2_cgroup_of(v.pid, err);
   if (!cgdir)

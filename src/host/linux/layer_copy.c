@@ -22,6 +22,8 @@
 #include "../../common/util.h"
 
 #define RANGE 65536u
+/* The id a user namespace shows for an owner it does not map (kernel.overflowuid's default). */
+#define OVERFLOW_ID 65534u
 
 struct link_seen {
   dev_t dev;
@@ -31,6 +33,7 @@ struct link_seen {
 
 struct copy_ctx {
   uid_t from, to;
+  bool squash; /* owners outside [from, from + RANGE) become OVERFLOW_ID, not kept */
   uint64_t bytes;
   bool no_cfr;  /* copy_file_range refused (EXDEV ...): read and write */
   int dst_root; /* the destination's parent dir (hard links are re-made from there) */
@@ -42,7 +45,7 @@ struct copy_ctx {
 static uid_t shift(const struct copy_ctx *c, uid_t id) {
   if (id >= c->from && id - c->from < RANGE)
     return id - c->from + c->to;
-  return id;
+  return c->squash ? OVERFLOW_ID : id;
 }
 
 static int copy_xattrs(struct copy_ctx *c, int src, int dst, const char *what) {
@@ -128,16 +131,17 @@ static int set_meta(struct copy_ctx *c, int dst_dir, const char *name, const str
   return 0;
 }
 
-static int copy_tree(struct copy_ctx *c, int src_dir, const char *name, int dst_dir, const char *rel);
+static int copy_tree(struct copy_ctx *c, int src_dir, const char *name, int dst_dir, const char *dname,
+                     const char *rel);
 
-static int copy_dir(struct copy_ctx *c, int src_dir, const char *name, int dst_dir, const char *rel,
-                    const struct stat *st) {
+static int copy_dir(struct copy_ctx *c, int src_dir, const char *name, int dst_dir, const char *dname,
+                    const char *rel, const struct stat *st) {
   _cleanup_close_ int s = openat(src_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (s < 0)
     return moat_error_errno(c->err, "open %s", rel);
-  if (mkdirat(dst_dir, name, 0700) < 0)
+  if (mkdirat(dst_dir, dname, 0700) < 0)
     return moat_error_errno(c->err, "mkdir %s", rel);
-  _cleanup_close_ int d = openat(dst_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  _cleanup_close_ int d = openat(dst_dir, dname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (d < 0)
     return moat_error_errno(c->err, "open copy of %s", rel);
   int dup_fd = dup(s);
@@ -154,36 +158,43 @@ static int copy_dir(struct copy_ctx *c, int src_dir, const char *name, int dst_d
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
     _cleanup_free_ char *sub = xasprintf("%s/%s", rel, de->d_name);
-    ret = copy_tree(c, s, de->d_name, d, sub);
+    ret = copy_tree(c, s, de->d_name, d, de->d_name, sub);
   }
   closedir(dp);
   if (ret < 0)
     return -1;
   if (copy_xattrs(c, s, d, rel) < 0)
     return -1;
-  return set_meta(c, dst_dir, name, st, rel);
+  return set_meta(c, dst_dir, dname, st, rel);
 }
 
-static int copy_tree(struct copy_ctx *c, int src_dir, const char *name, int dst_dir, const char *rel) {
+/* Copies src_dir/name to dst_dir/dname (the same name but at the top of a copy). */
+static int copy_tree(struct copy_ctx *c, int src_dir, const char *name, int dst_dir, const char *dname,
+                     const char *rel) {
   struct stat st;
   if (fstatat(src_dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return moat_error_errno(c->err, "stat %s", rel);
   switch (st.st_mode & S_IFMT) {
   case S_IFDIR:
-    return copy_dir(c, src_dir, name, dst_dir, rel, &st);
+    return copy_dir(c, src_dir, name, dst_dir, dname, rel, &st);
   case S_IFREG: {
     if (st.st_nlink > 1) {
       for (size_t i = 0; i < c->n_links; i++)
         if (c->links[i].dev == st.st_dev && c->links[i].ino == st.st_ino) {
-          if (linkat(c->dst_root, c->links[i].path, dst_dir, name, 0) < 0)
+          if (linkat(c->dst_root, c->links[i].path, dst_dir, dname, 0) < 0)
             return moat_error_errno(c->err, "link %s", rel);
           return 0;
         }
     }
-    _cleanup_close_ int s = openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NONBLOCK: a fifo swapped in since the stat must not block the open */
+    _cleanup_close_ int s = openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (s < 0)
       return moat_error_errno(c->err, "open %s", rel);
-    _cleanup_close_ int d = openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat now;
+    if (fstat(s, &now) < 0 || !S_ISREG(now.st_mode))
+      return moat_error_set(c->err, EAGAIN, "%s changed while it was copied", rel);
+    _cleanup_close_ int d =
+        openat(dst_dir, dname, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (d < 0)
       return moat_error_errno(c->err, "create %s", rel);
     if (copy_data(c, s, d, st.st_size, rel) < 0 || copy_xattrs(c, s, d, rel) < 0)
@@ -194,7 +205,7 @@ static int copy_tree(struct copy_ctx *c, int src_dir, const char *name, int dst_
             xrealloc(c->links, (c->cap_links = c->cap_links ? c->cap_links * 2 : 16) * sizeof(*c->links));
       c->links[c->n_links++] = (struct link_seen){.dev = st.st_dev, .ino = st.st_ino, .path = xstrdup(rel)};
     }
-    return set_meta(c, dst_dir, name, &st, rel);
+    return set_meta(c, dst_dir, dname, &st, rel);
   }
   case S_IFLNK: {
     char target[4097];
@@ -202,30 +213,41 @@ static int copy_tree(struct copy_ctx *c, int src_dir, const char *name, int dst_
     if (n < 0)
       return moat_error_errno(c->err, "readlink %s", rel);
     target[n] = '\0';
-    if (symlinkat(target, dst_dir, name) < 0)
+    if (symlinkat(target, dst_dir, dname) < 0)
       return moat_error_errno(c->err, "symlink %s", rel);
-    return set_meta(c, dst_dir, name, &st, rel);
+    return set_meta(c, dst_dir, dname, &st, rel);
   }
   case S_IFCHR:
   case S_IFBLK:
   case S_IFIFO:
-    if (mknodat(dst_dir, name, st.st_mode & S_IFMT, st.st_rdev) < 0)
+    if (mknodat(dst_dir, dname, st.st_mode & S_IFMT, st.st_rdev) < 0)
       return moat_error_errno(c->err, "mknod %s", rel);
-    return set_meta(c, dst_dir, name, &st, rel);
+    return set_meta(c, dst_dir, dname, &st, rel);
   default: /* sockets: their listeners are restored by CRIU, the inode means nothing */
     return 0;
   }
 }
 
+static int layer_copy(struct copy_ctx *c, int src_dir, const char *src_name, int dst_dir,
+                      const char *dst_name, uint64_t *bytes) {
+  c->dst_root = dst_dir; /* rel paths start with dst_name: linkat(dst_dir, rel) finds a first copy */
+  int ret = copy_tree(c, src_dir, src_name, dst_dir, dst_name, dst_name);
+  for (size_t i = 0; i < c->n_links; i++)
+    free(c->links[i].path);
+  free(c->links);
+  if (bytes)
+    *bytes += c->bytes;
+  return ret;
+}
+
 int moat_layer_copy(int src_dir, int dst_dir, const char *name, uid_t from_base, uid_t to_base,
                     uint64_t *bytes, moat_error **err) {
   struct copy_ctx c = {.from = from_base, .to = to_base, .err = err};
-  c.dst_root = dst_dir; /* rel paths start with name: linkat(dst_dir, rel) finds a first copy */
-  int ret = copy_tree(&c, src_dir, name, dst_dir, name);
-  for (size_t i = 0; i < c.n_links; i++)
-    free(c.links[i].path);
-  free(c.links);
-  if (bytes)
-    *bytes += c.bytes;
-  return ret;
+  return layer_copy(&c, src_dir, name, dst_dir, name, bytes);
+}
+
+int moat_layer_export(int src_dir, const char *src_name, int dst_dir, const char *dst_name, uid_t from_base,
+                      uint64_t *bytes, moat_error **err) {
+  struct copy_ctx c = {.from = from_base, .to = 0, .squash = true, .err = err};
+  return layer_copy(&c, src_dir, src_name, dst_dir, dst_name, bytes);
 }

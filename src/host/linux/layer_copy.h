@@ -1,4 +1,5 @@
-/* layer_copy.h -- copying a sandbox's overlay upper dir (its writable layer) for checkpoints */
+/* layer_copy.h -- copying a sandbox's overlay upper dir (its writable layer) for checkpoints and
+ * image builds */
 #ifndef MOAT_LAYER_COPY_H
 #define MOAT_LAYER_COPY_H
 
@@ -16,5 +17,12 @@
  * Returns 0 or -1 (dst may then be partial: the caller removes it). */
 int moat_layer_copy(int src_dir, int dst_dir, const char *name, uid_t from_base, uid_t to_base,
                     uint64_t *bytes, moat_error **err);
+
+/* Like moat_layer_copy, from src_dir/src_name to dst_dir/dst_name (which must not exist), for an
+ * image: owners in [from_base, from_base + 65536) become the same offset from 0 (the image's own
+ * ids), and any other owner becomes 65534, the overflow id the sandbox itself saw such a file
+ * owned by (nothing outside the sandbox's range turns into an id of the image's, root least). */
+int moat_layer_export(int src_dir, const char *src_name, int dst_dir, const char *dst_name, uid_t from_base,
+                      uint64_t *bytes, moat_error **err);
 
 #endif

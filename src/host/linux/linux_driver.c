@@ -1344,4 +1344,5 @@ const struct moat_driver_ops moat_linux_driver = {
     .volume_attach = moat_linux_volume_attach,
     .volume_usage = moat_linux_volume_usage,
     .volume_gc = moat_linux_volume_gc,
+    .export_layer = moat_linux_export_layer,
 };

@@ -1,5 +1,5 @@
 /* linux_internal.h -- what the linux driver's files share: its handle, the slot views
- * checkpoint.c works on (linux_driver.c) and the time-travel ops checkpoint.c implements */
+ * checkpoint.c and export.c work on (linux_driver.c) and the ops those files implement */
 #ifndef MOAT_LINUX_INTERNAL_H
 #define MOAT_LINUX_INTERNAL_H
 
@@ -119,5 +119,12 @@ int moat_linux_checkpoint_volumes(struct moat_host *h, const char *dir, moat_err
 const char *moat_linux_checkpoint_status(struct moat_host *h);
 bool moat_linux_can_checkpoint(struct moat_host *h);
 int moat_linux_guest_sessions(struct moat_host *h, int slot);
+/* After a moatd restart a slot keeps no fd of its writable layer: finds it again (SLOT/fs under
+ * project quotas, or the loop device of DISKS/N.img, mounted again, detached). A dir fd of the
+ * layer (holding upper/ and work/; the caller closes it), or -1. */
+int moat_linux_reattach_disk(const char *slot_dir, const char *disks_dir, int slot, moat_error **err);
+
+/* ---- export.c: the driver's export_layer op (driver.h has its contract) ---- */
+int moat_linux_export_layer(struct moat_host *h, int slot, int dst_dir, const char *name, moat_error **err);
 
 #endif
