@@ -441,12 +441,16 @@ int moat_build_context_open(struct moat_build_context **out, int tar_fd, const c
   c->dir = steal_pointer(&dir);
   c->max_bytes = max_bytes;
   c->max_entries = max_entries;
+  c->root_mode = 0755;
   c->root = open(c->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (c->root < 0) {
+  struct stat st;
+  if (c->root < 0 || fstat(c->root, &st) < 0) {
     moat_error_errno(err, "build context: open %s", c->dir);
     moat_build_context_free(c);
     return -1;
   }
+  c->root_dev = st.st_dev;
+  c->root_ino = st.st_ino;
   struct archive *a = moat_bc_reader(tar_fd, true, err);
   if (!a) {
     moat_error_wrap(err, "build context");
@@ -458,7 +462,8 @@ int moat_build_context_open(struct moat_build_context **out, int tar_fd, const c
                             .resolve = MOAT_BC_BENEATH,
                             .max_bytes = max_bytes,
                             .max_entries = max_entries,
-                            .what = "build context"};
+                            .what = "build context",
+                            .root_mode = &c->root_mode};
   int r = moat_bc_untar(a, &u, err);
   archive_read_free(a);
   if (r < 0) {
@@ -482,6 +487,12 @@ void moat_build_context_free(struct moat_build_context *c) {
 }
 
 const char *moat_build_context_dir(const struct moat_build_context *c) { return c->dir; }
+
+mode_t moat_bc_top_mode(const struct moat_build_context *c, const struct stat *st) {
+  if (S_ISDIR(st->st_mode) && st->st_dev == c->root_dev && st->st_ino == c->root_ino)
+    return c->root_mode;
+  return st->st_mode & 07777;
+}
 
 int moat_build_context_read(struct moat_build_context *c, const char *path, char **text, size_t *len,
                             size_t max, moat_error **err) {
@@ -561,6 +572,7 @@ static bool has_magic(const char *comp, size_t len) {
 
 static int expand_one(struct moat_build_context *c, const char *src, struct strvec *out, size_t limit,
                       moat_error **err) {
+  size_t budget = 4 * limit; /* candidates over all levels: symlink cycles cannot multiply the work */
   _cleanup_free_ char *clean = moat_bc_clean(src);
   struct strvec cur = {0};
   vec_push(&cur, xstrdup("."));
@@ -589,7 +601,7 @@ static int expand_one(struct moat_build_context *c, const char *src, struct strv
           for (size_t k = 0; k < names.n; k++) {
             if (fnmatch(comp, names.v[k], 0) != 0)
               continue;
-            if (next.n + out->n >= limit) {
+            if (next.n + out->n >= limit || budget-- == 0) {
               ret = moat_error_set(err, EINVAL, "source '%s' matches more than %zu paths", src, limit);
               break;
             }
@@ -661,6 +673,7 @@ static void h_u64(struct moat_sha256 *s, char tag, uint64_t v) {
 }
 
 struct digest_walk {
+  struct moat_build_context *c;
   struct moat_sha256 *s;
   char *buf;
 };
@@ -670,7 +683,7 @@ static int digest_visit(void *arg, const struct moat_bc_node *n, moat_error **er
   h_str(w->s, 'N', n->rel);
   mode_t t = n->st->st_mode & S_IFMT;
   h_str(w->s, 'T', S_ISDIR(t) ? "d" : S_ISLNK(t) ? "l" : "f");
-  h_u64(w->s, 'M', n->st->st_mode & 07777);
+  h_u64(w->s, 'M', *n->rel ? n->st->st_mode & 07777 : moat_bc_top_mode(w->c, n->st));
   if (S_ISLNK(t)) {
     h_str(w->s, 'L', n->target);
     return 0;
@@ -704,7 +717,7 @@ int moat_build_context_digest(struct moat_build_context *c, char *const *expande
   h_str(&s, 'V', "moat-build-context-digest-1");
   h_u64(&s, 'n', n);
   _cleanup_free_ char *buf = xmalloc(BC_BUF);
-  struct digest_walk w = {.s = &s, .buf = buf};
+  struct digest_walk w = {.c = c, .s = &s, .buf = buf};
   for (size_t i = 0; i < n; i++) {
     _cleanup_free_ char *clean = moat_bc_clean(expanded[i]);
     h_str(&s, 'P', clean);

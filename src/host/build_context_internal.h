@@ -24,7 +24,13 @@ struct moat_build_context {
   int root;           /* O_PATH of dir */
   uint64_t max_bytes; /* also bounds an ADD's unpacked data */
   size_t max_entries; /* also bounds an ADD's entries and expand's matches */
+  dev_t root_dev;     /* the directory's, to know it when a walk starts there */
+  ino_t root_ino;
+  mode_t root_mode; /* the tar's "./" entry's mode, else 0755: the context root's as copied and hashed */
 };
+
+/* The mode to copy and hash for a walk's top st: c's root_mode when st is the context root. */
+mode_t moat_bc_top_mode(const struct moat_build_context *c, const struct stat *st);
 
 /* openat2(dir, path, flags | O_CLOEXEC, resolve), retrying EAGAIN/EINTR; -1 with errno. */
 int moat_bc_openat2(int dir, const char *path, int flags, uint64_t resolve);
@@ -65,7 +71,8 @@ struct moat_bc_untar {
   struct moat_bc_owner entries;
   uint64_t max_bytes;
   size_t max_entries;
-  const char *what; /* "build context", "ADD x" */
+  const char *what;  /* "build context", "ADD x" */
+  mode_t *root_mode; /* when not NULL: set to the mode of a "./" entry */
 };
 /* Unpacks every entry of a into root/base under the rules of moat_build_context_open. 0 or -1. */
 int moat_bc_untar(struct archive *a, const struct moat_bc_untar *u, moat_error **err);

@@ -215,7 +215,8 @@ static int put_dir(struct copy_job *j, const char *path, const struct stat *st, 
   _cleanup_close_ int fd = moat_bc_openat2(dir, name, O_RDONLY | O_DIRECTORY, MOAT_BC_BENEATH);
   if (fd < 0)
     return moat_error_errno(err, "open '/%s'", path);
-  if (fchown(fd, j->own.uid, j->own.gid) < 0 || fchmod(fd, mode_of(j, st)) < 0)
+  mode_t mode = j->have_mode ? j->mode : moat_bc_top_mode(j->c, st);
+  if (fchown(fd, j->own.uid, j->own.gid) < 0 || fchmod(fd, mode) < 0)
     return moat_error_errno(err, "chown/chmod '/%s'", path);
   return 0;
 }

@@ -529,6 +529,9 @@ static void test_copy(void) {
             link_is(rp("work/ctx/top"), "src/../deep/er") &&
             file_is(rp("work/ctx/Dockerfile"), "FROM base\nCOPY . /app\n"),
         "COPY . ctx/ copies the whole context relative to WORKDIR: %s", last_err);
+  CHECK(copy(".", NULL, "/app", NULL, NULL, false) == 0 && (mode_at(rp("app")) & 07777) == 0755 &&
+            file_is(rp("app/a.txt"), "A\n"),
+        "COPY . /app makes /app with the tar's './' mode (0755), not the private dir's 0700: %s", last_err);
   CHECK(copy("top", NULL, "/followed/", NULL, NULL, false) == 0 && file_is(rp("followed/file.txt"), "deep\n"),
         "a source that is a symlink to a directory is followed: %s", last_err);
 
