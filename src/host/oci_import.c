@@ -19,9 +19,10 @@
 #include "oci_internal.h"
 
 #define JSON_MAX (4u << 20)     /* index, manifests, configs */
-#define OUTER_MAX_ENTRIES 65536 /* members of the image archive */
-#define MAX_INDEX_DEPTH 4       /* nested indexes */
-#define MAX_MEMBER_HOPS 8       /* symlinks between members (docker save links duplicate layers) */
+#define OUTER_MAX_ENTRIES 16384 /* members of the image archive */
+#define MAX_LAYERS 256
+#define MAX_INDEX_DEPTH 4 /* nested indexes */
+#define MAX_MEMBER_HOPS 8 /* symlinks between members (docker save links duplicate layers) */
 #define BUF_SIZE (128u << 10)
 
 void moat_oci_config_clear(struct moat_oci_config *c) {
@@ -91,8 +92,7 @@ static void outer_close(struct outer *o) {
 #define _cleanup_outer_ __attribute__((cleanup(outer_close)))
 
 static int ar_fail(struct archive *a, const char *what, moat_error **err) {
-  int e = archive_errno(a);
-  return moat_error_set(err, e > 0 ? e : EINVAL, "%s: %s", what,
+  return moat_error_set(err, oci_archive_status(a), "%s: %s", what,
                         archive_error_string(a) ? archive_error_string(a) : "error");
 }
 
@@ -439,6 +439,8 @@ static int plan_oci(const struct src *s, json_t *idx, const char *ref, struct pl
   blob_clear(&cb);
   if (!p->config)
     return -1;
+  if (json_array_size(layers) > MAX_LAYERS)
+    return moat_error_set(err, EINVAL, "manifest: more than %d layers", MAX_LAYERS);
   p->layers = xcalloc(json_array_size(layers) + 1, sizeof(*p->layers));
   size_t i;
   json_t *l;
@@ -455,6 +457,19 @@ static int plan_oci(const struct src *s, json_t *idx, const char *ref, struct pl
   return 0;
 }
 
+/* Whether RepoTags tags holds ref (or ref:latest when ref has no tag). */
+static bool tagged(json_t *tags, const char *ref) {
+  size_t k, rl = strlen(ref);
+  json_t *t;
+  json_array_foreach(tags, k, t) {
+    const char *tag = json_string_value(t);
+    if (tag && (strcmp(tag, ref) == 0 ||
+                (!strchr(ref, ':') && strncmp(tag, ref, rl) == 0 && strcmp(tag + rl, ":latest") == 0)))
+      return true;
+  }
+  return false;
+}
+
 /* A `docker save` archive: manifest.json (already read: man) -> config (named by its digest) and
  * layers (checked against the config's diff_ids, or named blobs/sha256/HEX). */
 static int plan_docker(const struct src *s, json_t *man, const char *ref, struct plan *p, moat_error **err) {
@@ -463,16 +478,7 @@ static int plan_docker(const struct src *s, json_t *man, const char *ref, struct
   json_t *pickd = NULL, *m;
   size_t i, n = 0;
   json_array_foreach(man, i, m) {
-    json_t *tags = json_object_get(m, "RepoTags"), *t;
-    size_t k;
-    bool hit = !ref;
-    json_array_foreach(tags, k, t) {
-      const char *tag = json_string_value(t);
-      hit |=
-          tag && (strcmp(tag, ref) == 0 || (strchr(ref, ':') == NULL && strncmp(tag, ref, strlen(ref)) == 0 &&
-                                            strcmp(tag + strlen(ref), ":latest") == 0));
-    }
-    if (hit) {
+    if (!ref || tagged(json_object_get(m, "RepoTags"), ref)) {
       n++;
       if (!pickd)
         pickd = m;
@@ -507,6 +513,8 @@ static int plan_docker(const struct src *s, json_t *man, const char *ref, struct
   if (!p->config)
     return -1;
   json_t *diff_ids = json_object_get(json_object_get(p->config, "rootfs"), "diff_ids");
+  if (json_array_size(layers) > MAX_LAYERS)
+    return moat_error_set(err, EINVAL, "manifest.json: more than %d layers", MAX_LAYERS);
   p->layers = xcalloc(json_array_size(layers) + 1, sizeof(*p->layers));
   json_t *l;
   json_array_foreach(layers, i, l) {

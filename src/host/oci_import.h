@@ -58,9 +58,11 @@ void moat_oci_config_clear(struct moat_oci_config *c);
  * inside the rootfs (rootfs_dir/x), as Docker does, and nothing outside rootfs_dir is ever opened
  * for writing, created, removed or linked to.
  *
- * Limits: max_bytes of file data unpacked, max_entries entries over all layers (EFBIG, naming the
- * layer and the entry), entries at most 128 components deep (EINVAL), JSON blobs at most 4 MiB
- * (EINVAL), and a spooled stream at most 4 * max_bytes + 64 MiB (EFBIG).
+ * Limits: max_bytes of entry data over all layers (the sizes the layers' entries declare, so that
+ * what is read is bounded too) and max_entries entries over all layers (EFBIG, naming the layer and
+ * the entry); entries at most 128 components deep, JSON blobs at most 4 MiB, at most 256 layers
+ * (EINVAL); at most 16,384 members in the archive and a spooled stream at most 4 * max_bytes +
+ * 64 MiB (EFBIG).
  *
  * Returns 0, or -1 with *err: EINVAL for a malformed or hostile archive, a digest mismatch, no
  * image (or no ref) matching, an image for another os or architecture; EFBIG over a limit; an

@@ -38,6 +38,10 @@ void oci_unpack_fini(struct oci_unpack *u);
  * names the layer in errors. 0 or -1 (the rootfs then holds part of the layer). */
 int oci_unpack_layer(struct oci_unpack *u, struct archive *a, const char *label, moat_error **err);
 
+/* The errno for libarchive's last error on a: an I/O or memory errno as it is, anything else
+ * (a malformed archive, whatever code libarchive gives it) EINVAL. */
+int oci_archive_status(struct archive *a);
+
 /* Normalises an entry name: "./a//b/./c/" -> "a/b/c" ("" for the root). NULL (why set) when name is
  * absolute, has a ".." component or more than OCI_MAX_DEPTH components. Caller frees. */
 char *oci_norm_name(const char *name, const char **why);

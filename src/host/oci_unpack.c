@@ -313,6 +313,20 @@ static int opaque(struct oci_unpack *u, const char *dir, moat_error **err) {
   return 0;
 }
 
+int oci_archive_status(struct archive *a) {
+  switch (archive_errno(a)) {
+  case EIO:
+  case ENOMEM:
+  case ENOSPC:
+  case EDQUOT:
+  case EBADF:
+  case EFBIG:
+    return archive_errno(a);
+  default:
+    return EINVAL;
+  }
+}
+
 /* --- entries --- */
 
 static int set_owner(const struct oci_unpack *u, int dirfd, const char *name, struct archive_entry *e,
@@ -341,7 +355,7 @@ static int write_data(struct oci_unpack *u, struct archive *a, int fd, int64_t s
     if (r == ARCHIVE_EOF)
       break;
     if (r < ARCHIVE_WARN)
-      return moat_error_set(err, archive_errno(a) > 0 ? archive_errno(a) : EINVAL, "read: %s",
+      return moat_error_set(err, oci_archive_status(a), "read: %s",
                             archive_error_string(a) ? archive_error_string(a) : "error");
     if (off < 0 || (uint64_t)off + len > (uint64_t)size)
       return moat_error_set(err, EINVAL, "data beyond the entry's size");
@@ -361,13 +375,7 @@ static int write_data(struct oci_unpack *u, struct archive *a, int fd, int64_t s
 
 static int make_file(struct oci_unpack *u, struct archive *a, struct archive_entry *e, int pfd,
                      const char *base, moat_error **err) {
-  int64_t size = archive_entry_size(e);
-  if (size < 0)
-    size = 0;
-  if ((uint64_t)size > u->max_bytes || u->bytes > u->max_bytes - (uint64_t)size)
-    return moat_error_set(err, EFBIG, "over the limit of %llu bytes unpacked",
-                          (unsigned long long)u->max_bytes);
-  u->bytes += (uint64_t)size;
+  int64_t size = archive_entry_size(e) > 0 ? archive_entry_size(e) : 0;
   if (rm_at(u, pfd, base, 0, err) < 0)
     return -1;
   _cleanup_close_ int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -531,7 +539,7 @@ int oci_unpack_layer(struct oci_unpack *u, struct archive *a, const char *label,
     if (r == ARCHIVE_EOF)
       break;
     if (r < ARCHIVE_WARN)
-      return moat_error_set(err, archive_errno(a) > 0 ? archive_errno(a) : EINVAL, "layer %s: %s", label,
+      return moat_error_set(err, oci_archive_status(a), "layer %s: %s", label,
                             archive_error_string(a) ? archive_error_string(a) : "not a tar");
     const char *name = archive_entry_pathname(e);
     if (!name)
@@ -541,6 +549,12 @@ int oci_unpack_layer(struct oci_unpack *u, struct archive *a, const char *label,
     if (++u->entries > u->max_entries)
       return moat_error_set(err, EFBIG, "layer %s: entry %s: over the limit of %zu entries", label, name,
                             u->max_entries);
+    /* Every entry's size counts (a whiteout or device with data is read through too). */
+    uint64_t size = archive_entry_size(e) > 0 ? (uint64_t)archive_entry_size(e) : 0;
+    if (size > u->max_bytes || u->bytes > u->max_bytes - size)
+      return moat_error_set(err, EFBIG, "layer %s: entry %s: over the limit of %llu bytes unpacked", label,
+                            name, (unsigned long long)u->max_bytes);
+    u->bytes += size;
     const char *why = NULL;
     _cleanup_free_ char *norm = oci_norm_name(name, &why);
     if (!norm)

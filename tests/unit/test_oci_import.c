@@ -179,12 +179,14 @@ static json_t *add_manifest(struct img *im, struct mem *layers, const enum comp 
   return add_blob(im, mm, "application/vnd.oci.image.manifest.v1+json", NULL);
 }
 
-static struct img *img_new(void) {
+static struct img *img_new_comp(enum comp c) {
   struct img *im = xcalloc(1, sizeof(*im));
-  im->out = tw_new(PLAIN);
+  im->out = tw_new(c);
   tw_file(im->out, "oci-layout", "{\"imageLayoutVersion\":\"1.0.0\"}");
   return im;
 }
+
+static struct img *img_new(void) { return img_new_comp(PLAIN); }
 
 /* Writes index.json listing descs (freed) and returns the archive as a memfd. */
 static int img_done(struct img *im, json_t *descs) {
@@ -381,7 +383,7 @@ static void test_docker_save(void) {
   tw_blob(out, cname, &cm);
   tw_blob(out, "manifest.json", &mm);
   struct mem a = tw_done(out);
-  struct mem a2 = {.p = xmemdup(a.p, a.n), .n = a.n};
+  struct mem a2 = {.p = xmemdup(a.p, a.n), .n = a.n}, a3 = {.p = xmemdup(a.p, a.n), .n = a.n};
   free(layer.p);
   free(layer2.p);
   free(cm.p);
@@ -397,6 +399,9 @@ static void test_docker_save(void) {
   rc = import(pipe_of(a2), "nope:3", BIG, 1000, &c);
   OK(rc < 0 && last_status == EINVAL && strstr(last_err, "nope:3"), "docker save, unknown ref: EINVAL (%s)",
      last_err);
+  rc = import(pipe_of(a3), NULL, BIG, 1000, &c);
+  OK(rc < 0 && last_status == EINVAL && strstr(last_err, "2 images"),
+     "docker save of two images, no ref: EINVAL (%s)", last_err);
 }
 
 /* One layer of the given entries; import; returns rc. */
@@ -567,6 +572,40 @@ static void test_arch(void) {
   moat_oci_config_clear(&c);
 }
 
+/* Two tagged images in one layout (the archive gzip-compressed as a whole). */
+static void test_refs(void) {
+  int fds[3];
+  for (int k = 0; k < 3; k++) {
+    struct img *im = img_new_comp(GZIP);
+    json_t *descs = json_array();
+    for (int i = 0; i < 2; i++) {
+      struct tw *l = tw_new(PLAIN);
+      tw_file(l, "which", i ? "b" : "a");
+      struct mem m[] = {tw_done(l)};
+      enum comp comp[] = {PLAIN};
+      json_t *d = add_manifest(im, m, comp, 1, config_json(arch(), NULL), -1, NULL);
+      json_object_set_new(d, "annotations",
+                          json_pack("{s:s}", "org.opencontainers.image.ref.name", i ? "b" : "a"));
+      json_array_append_new(descs, d);
+    }
+    fds[k] = img_done(im, descs);
+  }
+  struct moat_oci_config c;
+  int rc = import(fds[0], "b", BIG, 100, &c);
+  OK(rc == 0 && content_is("which", "b"), "gzip'd layout of two images, ref b: image b (%s)", last_err);
+  moat_oci_config_clear(&c);
+  rc = import(fds[1], NULL, BIG, 100, &c);
+  OK(rc < 0 && last_status == EINVAL && strstr(last_err, "2 images"), "two images, no ref: EINVAL (%s)",
+     last_err);
+  rc = import(fds[2], "zz", BIG, 100, &c);
+  OK(rc < 0 && last_status == EINVAL && strstr(last_err, "'zz'"), "two images, unknown ref: EINVAL (%s)",
+     last_err);
+  int fd = memfd_create("junk", MFD_CLOEXEC);
+  write_all(fd, "this is not a tar at all, not even close", 40);
+  rc = import(fd, NULL, BIG, 100, &c);
+  OK(rc < 0 && last_status == EINVAL, "not an archive: EINVAL (%s)", last_err);
+}
+
 static int run(const char *cmd) {
   int st = system(cmd);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -614,6 +653,7 @@ int main(void) {
   test_hardlink_out();
   test_limits();
   test_arch();
+  test_refs();
   test_umoci();
   while (waitpid(-1, NULL, 0) > 0)
     ;
