@@ -178,7 +178,7 @@ void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
   memset(out, 0, sizeof(*out));
   snprintf(out->id, sizeof(out->id), "%s", r->id);
   out->org = xstrdup(r->org);
-  out->template_name = xstrdup(r->template_name);
+  out->template_name = ctl_template_display(r->template_name);
   if (moat_sandbox_state_parse(r->state, &out->state) < 0)
     out->state = MOAT_SB_KILLED;
   out->created_at_ms = r->created_at_ms;
@@ -326,13 +326,30 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
     return -1;
   if (ctl_volumes_precheck(c, org, spec->volumes, spec->n_volumes, err) < 0)
     return -1;
-  if (!moat_template_exists(c->templates, tmpl))
-    return moat_error_set(err, EINVAL, "unknown template '%s'", tmpl);
   if (moat_spec_resolve(spec, &c->bounds, &n.limits, &n.ttl_seconds, err) < 0)
     return -1;
-  if (moat_template_ensure(c->templates, tmpl, err) < 0)
-    return moat_error_wrap(err, "template %s", tmpl);
-  return ctl_create(c, org, &n, NULL, out, err);
+  _cleanup_free_ char *column = NULL;
+  _cleanup_json_ json_t *config = NULL, *env = NULL;
+  pthread_rwlock_rdlock(&c->images_lock);
+  if (ctl_template_resolve(c, org, tmpl, &column, &config, err) < 0) {
+    pthread_rwlock_unlock(&c->images_lock);
+    return -1;
+  }
+  n.template_name = column;
+  if (config)
+    n.env = env = ctl_template_env(config, spec->env);
+  char id[MOAT_ID_LEN + 1];
+  int rc = ctl_create(c, org, &n, id, config ? NULL : out, err);
+  pthread_rwlock_unlock(&c->images_lock);
+  if (rc < 0 || !config)
+    return rc;
+  if (ctl_template_start(c, org, id, config, err) < 0) {
+    moat_error *kerr = NULL;
+    if (moat_control_kill(c, org, id, "error", &kerr) < 0)
+      moat_error_free(&kerr);
+    return moat_error_wrap(err, "sandbox %s of template %s", id, tmpl);
+  }
+  return out ? moat_control_get(c, org, id, out, err) : 0;
 }
 
 int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n, char *id_out,
@@ -395,9 +412,9 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   int rc = n->n_volumes ? ctl_volumes_claim(c, org, id, n->volumes, n->n_volumes, err) : 0;
   bool claimed = rc == 0;
   if (claimed)
-    rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, tmpl, &limits,
+    rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, ctl_image_of(tmpl), &limits,
                                             n->forked_from ? MOAT_RESTORE_VOLUMES_RO : 0, &inst, err)
-                        : moat_host_create(c->host, tmpl, &limits, &inst, err);
+                        : moat_host_create(c->host, ctl_image_of(tmpl), &limits, &inst, err);
   uint64_t ready_us = (now_ns() - t0) / 1000;
   if (rc < 0) {
     /* The spec was validated above: a host failure is ours (500), unless it says "no capacity"
@@ -1054,8 +1071,14 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   c->reap_interval_ms = cfg->reap_interval_ms ? cfg->reap_interval_ms : DEFAULT_REAP_INTERVAL_MS;
   c->cpu = ctl_cpu_new();
   c->data_dir = xstrdup(cfg->data_dir);
-  _cleanup_free_ char *template_dir =
-      cfg->template_dir ? xstrdup(cfg->template_dir) : xasprintf("%s/templates", cfg->data_dir);
+  c->template_dir = cfg->template_dir ? xstrdup(cfg->template_dir) : xasprintf("%s/templates", cfg->data_dir);
+  c->builds_dir = xasprintf("%s/builds", cfg->data_dir);
+  c->images_dir = xasprintf("%s/images", cfg->data_dir);
+  c->build_context_max_bytes = (cfg->build_context_max_mb ? cfg->build_context_max_mb : 1024) << 20;
+  pthread_rwlock_init(&c->images_lock, NULL);
+  pthread_mutex_init(&c->build_lock, NULL);
+  pthread_cond_init(&c->build_cond, NULL);
+  const char *template_dir = c->template_dir;
   _cleanup_free_ char *db = xasprintf("%s/moat.db", c->data_dir);
 
   if (mkdir_p(c->data_dir, 0700, err) < 0)
@@ -1071,6 +1094,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   struct moat_host_config hc = {
       .data_dir = c->data_dir,
       .template_dir = template_dir,
+      .images_dir = c->images_dir,
       .guest_path = cfg->guest_path,
       .pool_size = cfg->pool_size,
       .pool_template = "base",
@@ -1095,6 +1119,9 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   if (recover(c, err) < 0)
     goto fail;
   ctl_volumes_gc(c);
+  if (ctl_builder_open(c, err) < 0)
+    goto fail;
+  ctl_images_gc(c);
   ctl_health_open(c, cfg->guest_timeout_ms);
   c->health_open = true;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
@@ -1120,6 +1147,8 @@ void moat_control_close(struct moat_control *c) {
     pthread_join(c->reaper, NULL);
   }
   __atomic_store_n(&c->stop, true, __ATOMIC_SEQ_CST);
+  if (c->store)
+    ctl_builder_close(c);
   if (c->health_open)
     ctl_health_close(c);
   tt_close(c);
@@ -1149,5 +1178,11 @@ void moat_control_close(struct moat_control *c) {
   free(c->hib_dir);
   free(c->tmp_dir);
   free(c->data_dir);
+  free(c->template_dir);
+  free(c->builds_dir);
+  free(c->images_dir);
+  pthread_rwlock_destroy(&c->images_lock);
+  pthread_mutex_destroy(&c->build_lock);
+  pthread_cond_destroy(&c->build_cond);
   free(c);
 }

@@ -116,8 +116,9 @@ struct moat_control_config {
   unsigned pool_size;        /* warm shells of "base" */
   unsigned reap_interval_ms;
   const struct moat_net_config *net; /* sandbox networking; NULL = loopback only (host/net/net.h) */
-  bool disk_overcommit;  /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
-  const char *lxcfs_dir; /* moat_host_config.lxcfs_dir */
+  bool disk_overcommit;          /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
+  const char *lxcfs_dir;         /* moat_host_config.lxcfs_dir */
+  uint64_t build_context_max_mb; /* a template build's context (its files' data); 0 = 1024 */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every
@@ -368,12 +369,76 @@ uint64_t moat_control_host_memory_mb(const struct moat_control *c);
 
 /* Templates: the recipes moatd knows and their images. */
 bool moat_control_template_exists(struct moat_control *c, const char *name); /* a recipe of that name */
+/* A recipe of that name, or one of org's templates (built or not). */
+bool moat_control_template_known(struct moat_control *c, const char *org, const char *name);
 /* Every recipe with its state (free with moat_template_infos_free). EAGAIN when moatd has none. */
 int moat_control_template_list(struct moat_control *c, struct moat_template_info **out, size_t *n,
                                moat_error **err);
 /* Builds template name unless it is built, blocking until it is (also when another call builds it).
  * ENOENT: no such recipe; EAGAIN when moatd has no templates. */
 int moat_control_template_build(struct moat_control *c, const char *name, moat_error **err);
+
+/* ---- templates an org builds (control/templates.c, control/builder.c) ----
+ * An org's template, by name, from a Dockerfile and a build context, or imported from an OCI image
+ * archive. Names are the recipes' (^[a-z0-9][a-z0-9._-]{0,62}$); a recipe's name is taken (EEXIST)
+ * and another org's template is reported as a missing one. A create from it uses the image of its
+ * last ready build (a rebuild keeps serving the previous one until it is ready), with the image's
+ * config: its env under the create's, and its start command (ENTRYPOINT/CMD) started in the
+ * background as tag "start" with the image's user and workdir; when the image has a readiness check
+ * (HEALTHCHECK CMD, else the first EXPOSEd TCP port accepting a connection), the create waits for it
+ * (ETIMEDOUT, API 504, and no sandbox when it does not pass in time). Deleting a template keeps the
+ * images that sandboxes and snapshots still use until the last of them is gone. */
+#define MOAT_E_TEMPLATE_BUILDING EALREADY         /* API 409 template_building */
+#define MOAT_E_TEMPLATE_NOT_READY ENOTRECOVERABLE /* API 409 template_not_ready */
+
+struct moat_user_template {
+  char *name;
+  char *state;    /* "building", "ready", "failed" */
+  char *source;   /* "dockerfile", "oci" */
+  char *build_id; /* the last build */
+  char *from;     /* FROM as written, or the imported image's reference */
+  char *error;    /* the last build's, or NULL */
+  bool usable;    /* a create can use it (some build was ready) */
+  uint64_t size_bytes;
+  int64_t created_at_ms, updated_at_ms;
+  json_t *config; /* owned: env, workdir, user, start, ready, exposed, labels */
+};
+void moat_user_template_clear(struct moat_user_template *t);
+void moat_user_templates_free(struct moat_user_template *v, size_t n);
+
+struct moat_template_build_req {
+  const char *name;
+  int context_fd;                /* the build context: a tar (any compression), read from where it is */
+  const char *dockerfile;        /* its path in the context; NULL = "Dockerfile" */
+  const char *const *build_args; /* "K=V", n_build_args of them */
+  size_t n_build_args;
+};
+/* Checks the request (the context, the Dockerfile: EINVAL "line N: ..." for a syntax error, an
+ * unknown FROM: EINVAL), records the build and starts it; out describes the template (state
+ * "building"). MOAT_E_TEMPLATE_BUILDING while a build of that name runs. */
+int moat_control_template_submit(struct moat_control *c, const char *org,
+                                 const struct moat_template_build_req *req, struct moat_user_template *out,
+                                 moat_error **err);
+/* Imports an OCI image archive (oci-archive or docker save) read from archive_fd as org's template name. */
+int moat_control_template_import(struct moat_control *c, const char *org, const char *name, int archive_fd,
+                                 struct moat_user_template *out, moat_error **err);
+int moat_control_user_template_get(struct moat_control *c, const char *org, const char *name,
+                                   struct moat_user_template *out, moat_error **err);
+int moat_control_user_template_list(struct moat_control *c, const char *org, struct moat_user_template **out,
+                                    size_t *n, moat_error **err);
+/* MOAT_E_TEMPLATE_BUILDING while it builds. */
+int moat_control_user_template_delete(struct moat_control *c, const char *org, const char *name,
+                                      moat_error **err);
+/* A private temporary file (O_TMPFILE) for a build context or image archive as it is uploaded, and
+ * the most bytes such an upload may hold. */
+int moat_control_upload_spool(struct moat_control *c, moat_error **err);
+uint64_t moat_control_upload_max(const struct moat_control *c);
+/* A build's log from byte *offset on: the lines ({step, instruction, text, time_ms}, or the end:
+ * {state, error}) appended to lines, *offset advanced, *ended once the end was read. ENOENT for a
+ * build that is not org's template name's. */
+int moat_control_build_log_read(struct moat_control *c, const char *org, const char *name,
+                                const char *build_id, uint64_t *offset, json_t *lines, bool *ended,
+                                moat_error **err);
 
 /* ---- volumes (control/volumes.c) ----
  * A volume is an org's file system that outlives its sandboxes: mounted read-write by at most one

@@ -63,6 +63,18 @@ struct moat_control {
   char *tmp_dir;  /* DATA/checkpoints-tmp: fork images */
   struct moat_store *store;
   struct moat_templates *templates;
+  char *template_dir; /* the recipes' images */
+  char *images_dir;   /* DATA/images: the images of orgs' templates (templates.c) */
+  char *builds_dir;   /* DATA/builds: build logs and contexts (builder.c) */
+  /* templates.c: a create holds it for reading from the choice of its image until its row names
+   * it; the removal of unused images holds it for writing */
+  pthread_rwlock_t images_lock;
+  pthread_mutex_t build_lock; /* builder.c: a leaf, guards builds */
+  pthread_cond_t build_cond;  /* builder.c: a build ended */
+  struct ctl_build *builds;   /* builder.c: the builds running now */
+  unsigned builds_running;
+  unsigned builds_detached;         /* build threads not yet ended; build_lock */
+  uint64_t build_context_max_bytes; /* a build context's file data */
   struct moat_host *host;
   struct moat_spec_bounds bounds;
 
@@ -149,6 +161,35 @@ void ctl_volumes_gc(struct moat_control *c);
 /* MOAT_E_VOLUME_ATTACHED naming the volume when org's sandbox id mounts one (what: "hibernate"...). */
 /* Fills out->volumes with id's live attachments (none on a store error, which is logged). */
 void ctl_volumes_of(struct moat_control *c, const char *id, struct moat_sandbox_info *out);
+
+/* ---- templates.c ---- */
+bool ctl_template_name_valid(const char *name); /* ^[a-z0-9][a-z0-9._-]{0,62}$ */
+/* The dir holding image: DATA/images for an org's (moat_host_image_name), else the template dir. */
+const char *ctl_image_dir(const struct moat_control *c, const char *image);
+/* The image a template column names (after '@'), the name the API shows (before it, caller frees). */
+const char *ctl_image_of(const char *column);
+char *ctl_template_display(const char *column);
+void ctl_user_template_from_row(const struct moat_store_template *r, struct moat_user_template *out);
+/* What a create of template name for org uses: *column ("NAME" for a recipe, which is built if it
+ * is not; "NAME@IMAGE" for org's template) and *config (the image config, NULL for a recipe). The
+ * caller holds images_lock for reading until the sandbox row exists. EINVAL for an unknown name,
+ * MOAT_E_TEMPLATE_NOT_READY when no build of it was ready. */
+int ctl_template_resolve(struct moat_control *c, const char *org, const char *name, char **column,
+                         json_t **config, moat_error **err);
+/* The create's env (object or NULL) over the image config's (a new object). */
+json_t *ctl_template_env(json_t *config, json_t *env);
+/* Starts the image's start command in the new sandbox id and waits for its readiness check. */
+int ctl_template_start(struct moat_control *c, const char *org, const char *id, json_t *config,
+                       moat_error **err);
+/* Removes the images (moat_host_image_name) nothing uses: no template, running build, live sandbox
+ * or snapshot. */
+void ctl_images_gc(struct moat_control *c);
+
+/* ---- builder.c ---- */
+int ctl_builder_open(struct moat_control *c, moat_error **err); /* builds a crash cut short are failed */
+void ctl_builder_close(struct moat_control *c);                 /* waits for running builds */
+bool ctl_build_running(struct moat_control *c, const char *org, const char *name);
+bool ctl_build_uses(struct moat_control *c, const char *image); /* build_lock: a leaf */
 
 /* ---- cpu.c ---- */
 struct ctl_cpu *ctl_cpu_new(void);

@@ -405,7 +405,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
   struct moat_instance inst;
   memset(&inst, 0, sizeof(inst));
   uint64_t t0 = now_ns();
-  if (moat_host_restore(c->host, dir, e->template_name, &e->limits, 0, &inst, err) < 0) {
+  if (moat_host_restore(c->host, dir, ctl_image_of(e->template_name), &e->limits, 0, &inst, err) < 0) {
     host_error(err);
     return moat_error_wrap(err, "wake %s", e->id);
   }
@@ -543,7 +543,7 @@ static void snapshot_from_row(const struct moat_store_snapshot *r, struct moat_s
   snprintf(out->id, sizeof(out->id), "%s", r->id);
   snprintf(out->sandbox_id, sizeof(out->sandbox_id), "%s", r->sandbox_id);
   out->org = xstrdup(r->org);
-  out->template_name = xstrdup(r->template_name);
+  out->template_name = ctl_template_display(r->template_name);
   out->created_at_ms = r->created_at_ms;
   out->memory_bytes = r->memory_bytes;
   out->disk_bytes = r->disk_bytes;
@@ -718,9 +718,10 @@ int tt_create_from_snapshot(struct moat_control *c, const char *org, const struc
   _cleanup_json_ json_t *senv = NULL;
   _cleanup_json_ json_t *smeta = NULL;
   _cleanup_free_ char *dir = NULL;
-  if (spec->template_name && strcmp(spec->template_name, r.template_name) != 0) {
+  _cleanup_free_ char *snap_template = ctl_template_display(r.template_name);
+  if (spec->template_name && strcmp(spec->template_name, snap_template) != 0) {
     moat_error_set(err, EINVAL, "template '%s' differs from snapshot %s's template '%s'", spec->template_name,
-                   sid, r.template_name);
+                   sid, snap_template);
     goto out;
   }
   struct moat_sandbox_spec s2 = *spec;
@@ -969,7 +970,7 @@ int moat_control_rollback(struct moat_control *c, const char *org, const char *i
   memset(&inst, 0, sizeof(inst));
   uint64_t t0 = now_ns();
   snap_use(c, snapshot_id, true);
-  int rc = moat_host_restore(c->host, dir, e->template_name, &e->limits, 0, &inst, err);
+  int rc = moat_host_restore(c->host, dir, ctl_image_of(e->template_name), &e->limits, 0, &inst, err);
   snap_use(c, snapshot_id, false);
   if (rc < 0) {
     host_error(err);

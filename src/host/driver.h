@@ -31,10 +31,15 @@ struct moat_net_config;
 /* moat_host_config.lxcfs_dir's value for "find or start the machine's lxcfs" */
 #define MOAT_HOST_LXCFS_AUTO "auto"
 
+/* True for the name of an org's image ("s-" or "i-" and 24 hex digits): it lives in images_dir. */
+bool moat_host_image_name(const char *name);
+
 struct moat_host_config {
   const char *driver;                /* driver name ("linux"); NULL or "" = the first built in (linux) */
   const char *data_dir;              /* moatd's data dir; the host keeps slots/ and disks/ under it */
   const char *template_dir;          /* where built templates live: TEMPLATE_DIR/NAME/rootfs */
+  const char *images_dir;            /* the images of orgs' templates, IMAGES_DIR/NAME/rootfs for a NAME
+                                      * of moat_host_image_name's shape; NULL = template_dir */
   const char *guest_path;            /* host path of the static moat-guest binary */
   unsigned pool_size;                /* warm, never-used shells kept ready per pooled template; 0 = none */
   const char *pool_template;         /* template the pool prepares ("base") */

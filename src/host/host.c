@@ -162,3 +162,12 @@ int moat_host_export_layer(struct moat_host *h, int slot, int dst_dir, const cha
   return h->ops->export_layer ? h->ops->export_layer(h, slot, dst_dir, name, err)
                               : unsupported(h, "export a writable layer", err);
 }
+
+bool moat_host_image_name(const char *name) {
+  if (strlen(name) != 26 || (name[0] != 's' && name[0] != 'i') || name[1] != '-')
+    return false;
+  for (size_t i = 2; i < 26; i++)
+    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+      return false;
+  return true;
+}

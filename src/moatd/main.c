@@ -45,6 +45,8 @@ static void usage(FILE *f) {
           "                       /run/moat/lxcfs.d/mnt, which moatd starts if needed and leaves running);\n"
           "                       without lxcfs or /dev/fuse, the machine's files and a warning.\n"
           "                       none: the machine's. DIR: that lxcfs mount (else moatd refuses to start)\n"
+          "  --build-context-max-mb N  the most file data a template build's context may hold\n"
+          "                       (default 1024; an upload may be twice that plus 64 MiB of tar headers)\n"
           "  --disk-overcommit    accept sandboxes whose disk_mb the data dir's free space cannot back\n"
           "                       (sparse disks; a write the host cannot store then fails inside with\n"
           "                       ENOSPC/EIO and turns that disk read-only). Default: such a create is\n"
@@ -257,6 +259,7 @@ int main(int argc, char **argv) {
   const char *listen_addr = "127.0.0.1:7070", *data_opt = "./.moat", *template_opt = NULL,
              *recipes_opt = NULL, *guest_opt = NULL;
   unsigned pool = 4, guest_timeout_ms = 0;
+  uint64_t build_context_max_mb = 1024;
   bool disk_overcommit = false;
   const char *lxcfs_dir = MOAT_HOST_LXCFS_AUTO;
   const char *proxy_listen = NULL, *proxy_domain = NULL;
@@ -274,6 +277,7 @@ int main(int argc, char **argv) {
       {"pool", required_argument, NULL, 'p'},
       {"disk-overcommit", no_argument, NULL, 0x102},
       {"lxcfs", required_argument, NULL, 0x103},
+      {"build-context-max-mb", required_argument, NULL, 0x104},
       {"log-level", required_argument, NULL, 'L'},
       {"net-uplink", required_argument, NULL, 'U'},
       {"net-dns-upstream", required_argument, NULL, 'D'},
@@ -311,6 +315,9 @@ int main(int argc, char **argv) {
       break;
     case 0x103:
       lxcfs_dir = optarg;
+      break;
+    case 0x104:
+      build_context_max_mb = flag_uint("build-context-max-mb", optarg, 1, 1024 * 1024);
       break;
     case 'd':
       data_opt = optarg;
@@ -498,6 +505,7 @@ int main(int argc, char **argv) {
       .pool_size = pool,
       .disk_overcommit = disk_overcommit,
       .lxcfs_dir = lxcfs_abs,
+      .build_context_max_mb = build_context_max_mb,
       .net = &net,
   };
   {

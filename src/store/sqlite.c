@@ -116,7 +116,6 @@ static const char *const migrations[] = {
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,
                "MOAT_STORE_SCHEMA_VERSION must equal the number of migrations");
 
-
 static int status_of(int rc) {
   switch (rc & 0xff) {
   case SQLITE_CONSTRAINT:
@@ -268,9 +267,9 @@ int moat_store_open(struct moat_store **out, const char *path, moat_error **err)
       sql_exec_sql(s, "PRAGMA foreign_keys = ON", err) < 0 || migrate(s, err) < 0 ||
       /* attachments of sandboxes killed (or forgotten) before kills dropped them */
       sql_exec_sql(s,
-               "DELETE FROM volume_attachments WHERE sandbox_id NOT IN "
-               "(SELECT id FROM sandboxes WHERE state != 'killed')",
-               err) < 0) {
+                   "DELETE FROM volume_attachments WHERE sandbox_id NOT IN "
+                   "(SELECT id FROM sandboxes WHERE state != 'killed')",
+                   err) < 0) {
     moat_error_wrap(err, "open %s", path);
     moat_store_close(s);
     return -1;
@@ -749,7 +748,8 @@ int moat_store_sandbox_set_running(struct moat_store *s, const char *id, int slo
   sqlite3_bind_int64(st, 5, (int64_t)ready_us);
   sqlite3_bind_int64(st, 6, expires_at_ms);
   sqlite3_bind_int64(st, 7, now);
-  if (sql_step_done(s, st, err, "set running") < 0 || add_event(s, id, now, cur, "running", "created", err) < 0)
+  if (sql_step_done(s, st, err, "set running") < 0 ||
+      add_event(s, id, now, cur, "running", "created", err) < 0)
     goto fail;
   ret = sql_commit(s, err);
   goto out;

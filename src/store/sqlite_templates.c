@@ -29,7 +29,7 @@ void moat_store_templates_free(struct moat_store_template *v, size_t n) {
 }
 
 #define TEMPLATE_COLS                                                                                        \
-  "org, name, state, build_id, image, layers, source, from_ref, config, size_bytes, error, created_at_ms, "   \
+  "org, name, state, build_id, image, layers, source, from_ref, config, size_bytes, error, created_at_ms, "  \
   "updated_at_ms"
 
 static void read_template(sqlite3_stmt *st, struct moat_store_template *t) {

@@ -502,8 +502,12 @@ static int h_create(struct api_req *r) {
   }
   tmpl = moat_template_of(tmpl);
   bool snap = strncmp(tmpl, "snap-", 5) == 0;
-  if (!snap && (!api_valid_template_name(tmpl) || !moat_control_template_exists(api_control(r), tmpl))) {
-    ret = e2b_error(r, 404, "template '%.64s' not found (moat has base and code-interpreter-v1)", tmpl);
+  if (!snap &&
+      (!api_valid_template_name(tmpl) || !moat_control_template_known(api_control(r), r->org, tmpl))) {
+    ret = e2b_error(r, 404,
+                    "template '%.64s' not found (moat has base, code-interpreter-v1 and the templates you "
+                    "built or imported)",
+                    tmpl);
     goto out;
   }
   if (!snap)

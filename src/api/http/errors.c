@@ -76,6 +76,12 @@ unsigned api_errno_http(int status, const char **code) {
   case MOAT_E_NO_CHECKPOINTS:
     *code = "checkpoints_unavailable";
     return 503;
+  case MOAT_E_TEMPLATE_BUILDING:
+    *code = "template_building";
+    return 409;
+  case MOAT_E_TEMPLATE_NOT_READY:
+    *code = "template_not_ready";
+    return 409;
   case ETIMEDOUT:
     *code = "timeout";
     return 504;

@@ -413,7 +413,7 @@ static int tool_create(const struct mcp_call *c, json_t *args, struct tool_out *
     return out_moat_error(o, "create_sandbox", &err);
   }
   const char *t = spec.template_name ? spec.template_name : "base";
-  if (!api_valid_template_name(t) || !moat_control_template_exists(api_control(c->r), t)) {
+  if (!api_valid_template_name(t) || !moat_control_template_known(api_control(c->r), c->r->org, t)) {
     out_printf(o, "error (invalid_request): unknown template '%.64s'", t);
     o->is_error = true;
     json_decref(body);

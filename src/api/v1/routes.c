@@ -7,6 +7,13 @@ static const struct api_route_hooks files_put = {
 static const struct api_route_hooks volume_put = {
     .begin = api_volume_put_open, .body = api_volume_put_chunk, .finish = api_volume_put_finish};
 
+static const struct api_route_hooks template_post = {
+    .begin = api_template_build_open, .body = api_template_upload_chunk, .finish = api_template_build_finish};
+
+static const struct api_route_hooks template_import = {.begin = api_template_import_open,
+                                                       .body = api_template_upload_chunk,
+                                                       .finish = api_template_import_finish};
+
 #define SB "/v1/sandboxes/{id}"
 
 static const struct api_route_def v1_routes[] = {
@@ -63,6 +70,12 @@ static const struct api_route_def v1_routes[] = {
 
     {"GET", "/v1/templates", "templates.list", api_h_templates_list, 0, NULL},
     {"POST", "/v1/templates/{name}/build", "templates.build", api_h_template_build, 0, NULL},
+    {"GET", "/v1/templates/{name}", "template.get", api_h_template_get, 0, NULL},
+    {"POST", "/v1/templates/{name}", "template.create", NULL, 0, &template_post},
+    {"DELETE", "/v1/templates/{name}", "template.delete", api_h_template_delete, 0, NULL},
+    {"POST", "/v1/templates/{name}/import", "template.import", NULL, 0, &template_import},
+    {"GET", "/v1/templates/{name}/builds/{sid}/logs", "template.build.logs", api_h_template_build_logs,
+     API_RT_STREAM, NULL},
 
     {"GET", "/v1/volumes", "volumes.list", api_h_volumes_list, 0, NULL},
     {"POST", "/v1/volumes", "volumes.create", api_h_volumes_create, API_RT_JSON, NULL},

@@ -50,7 +50,7 @@ int api_h_sandboxes_create(struct api_req *r, json_t *body) {
   if (api_parse_create(body, moat_control_host_memory_mb(api_control(r)), &spec, &err) < 0)
     return api_reply_moat_error(r, &err);
   const char *tname = spec.template_name ? spec.template_name : "base";
-  if (!api_valid_template_name(tname) || !moat_control_template_exists(api_control(r), tname))
+  if (!api_valid_template_name(tname) || !moat_control_template_known(api_control(r), r->org, tname))
     return api_reply_error(r, 400, "invalid_request", "unknown template '%.64s'", tname);
   struct moat_sandbox_info info;
   memset(&info, 0, sizeof(info));

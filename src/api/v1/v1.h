@@ -20,6 +20,14 @@ int api_h_files_mkdir(struct api_req *r, json_t *body);
 int api_h_files_move(struct api_req *r, json_t *body);
 int api_h_templates_list(struct api_req *r, json_t *body);
 int api_h_template_build(struct api_req *r, json_t *body);
+int api_h_template_get(struct api_req *r, json_t *body);
+int api_h_template_delete(struct api_req *r, json_t *body);
+int api_h_template_build_logs(struct api_req *r, json_t *body);
+bool api_template_build_open(struct api_req *r);
+bool api_template_import_open(struct api_req *r);
+int api_template_upload_chunk(struct api_req *r, const char *data, size_t len, moat_error **err);
+int api_template_build_finish(struct api_req *r);
+int api_template_import_finish(struct api_req *r);
 
 /* PUT files, streamed (the route's hooks): open before the body (true after queueing an error
  * reply), push each chunk (-1 with *err set: the connection is aborted with that error), finish at

@@ -67,7 +67,7 @@ struct slot {
 
 struct moat_linux {
   struct moat_host base; /* first (driver.h) */
-  char *data_dir, *slots_dir, *disks_dir, *template_dir, *guest_path, *pool_template;
+  char *data_dir, *slots_dir, *disks_dir, *template_dir, *images_dir, *guest_path, *pool_template;
   char *chan_base; /* the slots' guest channel dirs (moat_share_chan_base) */
   int share_fd;    /* the share's detached mount (share.h) */
   char *lxcfs_dir; /* driver.h's lxcfs_dir, checked; NULL: none */
@@ -319,6 +319,12 @@ static int attach_net(struct moat_linux *h, struct slot *s, pid_t pid, bool fres
   return moat_net_put_file(path, num, err);
 }
 
+/* The directory holding template name's image: an org's image (moat_host_image_name) is in
+ * images_dir, a recipe's in template_dir. */
+static const char *image_base(const struct moat_linux *h, const char *name) {
+  return moat_host_image_name(name) ? h->images_dir : h->template_dir;
+}
+
 /* Claims a uid range and records a new slot in state BUILDING for template_name and limits.
  * Returns the slot, or NULL (EAGAIN when the host is full). Each candidate index is taken in the
  * slot table under h->lock (no other thread tries it), then claimed host-wide without the lock
@@ -372,8 +378,8 @@ static struct slot *reserve_slot(struct moat_linux *h, const char *template_name
 /* Builds a running shell in a freshly claimed slot. Called without h->lock. */
 static int build_shell(struct moat_linux *h, const char *template_name, const struct moat_limits *limits,
                        enum slot_state final_state, struct slot **out, moat_error **err) {
-  _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", h->template_dir, template_name);
-  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, template_name);
+  _cleanup_free_ char *rootfs = xasprintf("%s/%s/rootfs", image_base(h, template_name), template_name);
+  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", image_base(h, template_name), template_name);
   /* before the rootfs is opened: a rebuild in between leaves the shell marked stale, never the
    * other way round */
   struct stat ready_st;
@@ -500,7 +506,7 @@ static int linux_destroy(struct moat_host *base, int slot, moat_error **err);
 
 /* The inode of TEMPLATE/ready now (0: not built). */
 static ino_t template_ino(struct moat_linux *h, const char *name) {
-  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", h->template_dir, name);
+  _cleanup_free_ char *ready = xasprintf("%s/%s/ready", image_base(h, name), name);
   struct stat st;
   return stat(ready, &st) == 0 ? st.st_ino : 0;
 }
@@ -731,6 +737,7 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
   h->slots_dir = xasprintf("%s/host/slots", h->data_dir);
   h->disks_dir = xasprintf("%s/host/disks", h->data_dir);
   h->template_dir = xstrdup(cfg->template_dir);
+  h->images_dir = xstrdup(cfg->images_dir ? cfg->images_dir : cfg->template_dir);
   h->guest_path = xstrdup(cfg->guest_path);
   h->pool_template = cfg->pool_template ? xstrdup(cfg->pool_template) : NULL;
   h->pool_size = cfg->pool_size;
@@ -871,6 +878,7 @@ static void linux_free(struct moat_linux *h) {
   free(h->disks_dir);
   free(h->chan_base);
   free(h->template_dir);
+  free(h->images_dir);
   free(h->guest_path);
   if (h->share_fd >= 0)
     close(h->share_fd);
@@ -1209,7 +1217,7 @@ int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, con
   out->limits = *limits;
   snprintf(out->template_name, sizeof(out->template_name), "%s", template_name);
   out->disks_dir = h->disks_dir;
-  out->template_dir = h->template_dir;
+  out->template_dir = image_base(h, template_name);
   out->share_fd = h->share_fd;
   out->lxcfs_dir = h->lxcfs_dir;
   return n;

@@ -28,7 +28,7 @@ struct moat_slot_view {
   struct moat_limits limits;
   struct moat_cgroups *cgroups; /* the host's, not owned */
   const char *disks_dir;        /* the host's, not owned */
-  const char *template_dir;     /* the host's (reserve only), not owned */
+  const char *template_dir;     /* the dir of the slot's template image (reserve only), not owned */
   int share_fd;                 /* the host's share (share.h; reserve only), not owned */
   const char *lxcfs_dir;        /* the host's (reserve only), not owned; NULL: none */
 };

@@ -1,0 +1,315 @@
+/* templates.c -- the templates an org builds or imports: names, what a create from one uses and
+ * starts, and the images on the host that nothing uses any more
+ *
+ * Images live in DATA/images, as IMAGE/{rootfs,ready,size}, IMAGE being "s-" (a Dockerfile step)
+ * or "i-" (an imported archive) and 24 hex digits (moat_host_image_name), never reused for other
+ * content; the recipes' stay in the template dir. A sandbox or snapshot row names "NAME@IMAGE" in its
+ * template column: the driver is handed IMAGE, the API shows NAME. Images go when no template row, running
+ * build, live sandbox or snapshot names them (ctl_images_gc); images_lock keeps a create's choice of image
+ * and the row that names it together against that.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+#include "control_internal.h"
+
+#define READY_POLL_MS 100
+#define READY_TIMEOUT_MS 60000
+
+void moat_user_template_clear(struct moat_user_template *t) {
+  if (!t)
+    return;
+  free(t->name);
+  free(t->state);
+  free(t->source);
+  free(t->build_id);
+  free(t->from);
+  free(t->error);
+  json_decref(t->config);
+  memset(t, 0, sizeof(*t));
+}
+
+void moat_user_templates_free(struct moat_user_template *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    moat_user_template_clear(&v[i]);
+  free(v);
+}
+
+bool ctl_template_name_valid(const char *name) {
+  size_t n = strlen(name);
+  if (n < 1 || n > 63)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = name[i];
+    bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+    if (!alnum && (i == 0 || (ch != '.' && ch != '_' && ch != '-')))
+      return false;
+  }
+  return true;
+}
+
+const char *ctl_image_dir(const struct moat_control *c, const char *image) {
+  return moat_host_image_name(image) ? c->images_dir : c->template_dir;
+}
+
+const char *ctl_image_of(const char *column) {
+  const char *at = strchr(column, '@');
+  return at ? at + 1 : column;
+}
+
+char *ctl_template_display(const char *column) {
+  const char *at = strchr(column, '@');
+  return at ? xstrndup(column, (size_t)(at - column)) : xstrdup(column);
+}
+
+void ctl_user_template_from_row(const struct moat_store_template *r, struct moat_user_template *out) {
+  memset(out, 0, sizeof(*out));
+  out->name = xstrdup(r->name);
+  out->state = xstrdup(r->state);
+  out->source = xstrdup(r->source);
+  out->build_id = xstrdup(r->build_id);
+  out->from = xstrdup(r->from_ref);
+  out->error = r->error ? xstrdup(r->error) : NULL;
+  out->usable = r->image != NULL;
+  out->size_bytes = r->size_bytes;
+  out->created_at_ms = r->created_at_ms;
+  out->updated_at_ms = r->updated_at_ms;
+  out->config = parse_object(r->config_json);
+}
+
+int moat_control_user_template_get(struct moat_control *c, const char *org, const char *name,
+                                   struct moat_user_template *out, moat_error **err) {
+  struct moat_store_template r = {0};
+  if (!ctl_template_name_valid(name))
+    return moat_error_set(err, ENOENT, "no template '%s'", name);
+  if (moat_store_template_get(c->store, org, name, &r, err) < 0)
+    return -1;
+  ctl_user_template_from_row(&r, out);
+  moat_store_template_clear(&r);
+  return 0;
+}
+
+int moat_control_user_template_list(struct moat_control *c, const char *org, struct moat_user_template **out,
+                                    size_t *n, moat_error **err) {
+  struct moat_store_template *rows = NULL;
+  size_t nr = 0;
+  if (moat_store_template_list(c->store, org, &rows, &nr, err) < 0)
+    return -1;
+  struct moat_user_template *v = xcalloc(nr + 1, sizeof(*v));
+  for (size_t i = 0; i < nr; i++)
+    ctl_user_template_from_row(&rows[i], &v[i]);
+  moat_store_templates_free(rows, nr);
+  *out = v;
+  *n = nr;
+  return 0;
+}
+
+int moat_control_user_template_delete(struct moat_control *c, const char *org, const char *name,
+                                      moat_error **err) {
+  if (!ctl_template_name_valid(name))
+    return moat_error_set(err, ENOENT, "no template '%s'", name);
+  if (ctl_build_running(c, org, name))
+    return moat_error_set(err, MOAT_E_TEMPLATE_BUILDING,
+                          "template '%s' is building; delete it once the build ends", name);
+  if (moat_store_template_delete(c->store, org, name, err) < 0)
+    return -1;
+  log_info("template %s of %s deleted", name, org);
+  ctl_images_gc(c);
+  return 0;
+}
+
+bool moat_control_template_known(struct moat_control *c, const char *org, const char *name) {
+  if (moat_template_exists(c->templates, name))
+    return true;
+  struct moat_store_template r = {0};
+  moat_error *e = NULL;
+  if (!ctl_template_name_valid(name) || moat_store_template_get(c->store, org, name, &r, &e) < 0) {
+    moat_error_free(&e);
+    return false;
+  }
+  moat_store_template_clear(&r);
+  return true;
+}
+
+int ctl_template_resolve(struct moat_control *c, const char *org, const char *name, char **column,
+                         json_t **config, moat_error **err) {
+  *column = NULL;
+  *config = NULL;
+  if (moat_template_exists(c->templates, name)) {
+    if (moat_template_ensure(c->templates, name, err) < 0)
+      return moat_error_wrap(err, "template %s", name);
+    *column = xstrdup(name);
+    return 0;
+  }
+  struct moat_store_template r = {0};
+  moat_error *e = NULL;
+  if (!ctl_template_name_valid(name) || moat_store_template_get(c->store, org, name, &r, &e) < 0) {
+    if (e && e->status != ENOENT) {
+      *err = e;
+      return -1;
+    }
+    moat_error_free(&e);
+    return moat_error_set(err, EINVAL, "unknown template '%s'", name);
+  }
+  int ret = 0;
+  if (!r.image)
+    ret = moat_error_set(err, MOAT_E_TEMPLATE_NOT_READY, "template '%s' has no ready build yet (%s%s%s)",
+                         name, r.state, r.error ? ": " : "", r.error ? r.error : "");
+  else {
+    *column = xasprintf("%s@%s", name, r.image);
+    *config = parse_object(r.config_json);
+  }
+  moat_store_template_clear(&r);
+  return ret;
+}
+
+/* "K=V" entries of the image config's env under the create's own (an object, or NULL). */
+json_t *ctl_template_env(json_t *config, json_t *env) {
+  json_t *out = json_object();
+  size_t i;
+  json_t *kv;
+  json_array_foreach(json_object_get(config, "env"), i, kv) {
+    const char *s = json_string_value(kv), *eq = s ? strchr(s, '=') : NULL;
+    if (!eq || eq == s)
+      continue;
+    _cleanup_free_ char *k = xstrndup(s, (size_t)(eq - s));
+    json_object_set_new(out, k, json_string(eq + 1));
+  }
+  if (env)
+    json_object_update(out, env);
+  return out;
+}
+
+static char **argv_of(json_t *a) {
+  if (!json_is_array(a) || json_array_size(a) == 0)
+    return NULL;
+  char **v = xcalloc(json_array_size(a) + 1, sizeof(char *));
+  size_t i;
+  json_t *s;
+  json_array_foreach(a, i, s) v[i] = xstrdup(json_string_value(s) ? json_string_value(s) : "");
+  return v;
+}
+
+static void sleep_ms(unsigned ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* The first "PORT/tcp" of the image's exposed ports, or 0. */
+static unsigned first_tcp_port(json_t *config) {
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(config, "exposed"), i, p) {
+    const char *s = json_string_value(p);
+    char *end = NULL;
+    unsigned long v = s ? strtoul(s, &end, 10) : 0;
+    if (v > 0 && v < 65536 && end && (strcmp(end, "/tcp") == 0 || *end == '\0'))
+      return (unsigned)v;
+  }
+  return 0;
+}
+
+int ctl_template_start(struct moat_control *c, const char *org, const char *id, json_t *config,
+                       moat_error **err) {
+  _cleanup_strv_ char **start = argv_of(json_object_get(config, "start"));
+  json_t *ready = json_object_get(config, "ready");
+  _cleanup_strv_ char **check = argv_of(json_object_get(ready, "argv"));
+  const char *user = json_string_value(json_object_get(config, "user"));
+  const char *workdir = json_string_value(json_object_get(config, "workdir"));
+  if (!start)
+    return 0;
+  _cleanup_free_ struct moat_guest_ep *ep = NULL;
+  _cleanup_strv_ char **env = NULL;
+  if (moat_control_guest(c, org, id, &ep, &env, err) < 0)
+    return moat_error_wrap(err, "start command");
+  struct moat_exec_req req = {.argv = start, .env = env, .cwd = workdir, .user = user};
+  struct moat_exec_opts opts = {.background = true, .tag = "start"};
+  struct moat_proc_stream *ps = NULL;
+  int pid = 0;
+  if (moat_guest_exec_start(ep, &req, &opts, &ps, &pid, err) < 0)
+    return moat_error_wrap(err, "start command %s", start[0]);
+  moat_proc_stream_close(ps);
+  unsigned port = check ? 0 : first_tcp_port(config);
+  if (!check && !port)
+    return 0;
+  uint64_t start_period = (uint64_t)json_integer_value(json_object_get(ready, "start_period_ms"));
+  uint64_t timeout = (uint64_t)json_integer_value(json_object_get(ready, "timeout_ms"));
+  uint64_t deadline = now_ns() + (READY_TIMEOUT_MS + start_period) * 1000000ull;
+  _cleanup_free_ char *last = NULL;
+  for (;;) {
+    moat_error *e = NULL;
+    if (check) {
+      struct moat_exec_req creq = {.argv = check,
+                                   .env = env,
+                                   .cwd = workdir,
+                                   .user = user,
+                                   .timeout_ms = (uint32_t)(timeout ? timeout : 30000),
+                                   .max_output = 4096};
+      struct moat_exec_result res = {0};
+      int rc = moat_guest_exec(ep, &creq, &res, &e);
+      if (rc == 0 && res.exit_code == 0 && !res.timed_out) {
+        moat_exec_result_free(&res);
+        return 0;
+      }
+      free(last);
+      last = rc < 0 ? xstrdup(moat_error_msg(e))
+                    : xasprintf("exit %d%s%.*s", res.exit_code, res.err_len ? ": " : "",
+                                (int)(res.err_len > 200 ? 200 : res.err_len), res.err ? res.err : "");
+      moat_exec_result_free(&res);
+    } else {
+      int fd = moat_control_port_connect(c, org, id, port, 1000, &e);
+      if (fd >= 0) {
+        close(fd);
+        return 0;
+      }
+      free(last);
+      last = xasprintf("port %u: %s", port, moat_error_msg(e));
+    }
+    moat_error_free(&e);
+    if (now_ns() >= deadline)
+      return moat_error_set(
+          err, ETIMEDOUT, "the template's readiness check did not pass within %llu s (last: %s)",
+          (unsigned long long)((READY_TIMEOUT_MS + start_period) / 1000), last ? last : "-");
+    sleep_ms(READY_POLL_MS);
+  }
+}
+
+void ctl_images_gc(struct moat_control *c) {
+  _cleanup_strv_ char **keep = NULL;
+  moat_error *err = NULL;
+  pthread_rwlock_wrlock(&c->images_lock);
+  if (moat_store_images_in_use(c->store, &keep, &err) < 0) {
+    pthread_rwlock_unlock(&c->images_lock);
+    log_warn("templates: images in use: %s; removing none", moat_error_msg(err));
+    moat_error_free(&err);
+    return;
+  }
+  DIR *d = opendir(c->images_dir);
+  if (!d) {
+    pthread_rwlock_unlock(&c->images_lock);
+    return;
+  }
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    bool kept = false;
+    for (char **k = keep; *k && !kept; k++)
+      kept = strcmp(*k, de->d_name) == 0;
+    if (kept || !moat_host_image_name(de->d_name) || ctl_build_uses(c, de->d_name))
+      continue;
+    _cleanup_free_ char *path = xasprintf("%s/%s", c->images_dir, de->d_name);
+    if (rm_rf(path, &err) < 0) {
+      log_warn("templates: remove unused image %s: %s", path, moat_error_msg(err));
+      moat_error_free(&err);
+    } else {
+      log_info("templates: removed unused image %s", de->d_name);
+    }
+  }
+  closedir(d);
+  pthread_rwlock_unlock(&c->images_lock);
+}
