@@ -67,7 +67,14 @@ static void test_routes(void) {
   route("POST", "/v1/templates/Base/build", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/templates/../build", API_MATCH_NOT_FOUND, 0);
   route("POST", "/v1/templates//build", API_MATCH_NOT_FOUND, 0);
-  route("POST", "/v1/templates/base", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/templates/myapp", API_MATCH_OK, "template.create");
+  route("GET", "/v1/templates/myapp", API_MATCH_OK, "template.get");
+  route("DELETE", "/v1/templates/myapp", API_MATCH_OK, "template.delete");
+  route("PUT", "/v1/templates/myapp", API_MATCH_BAD_METHOD, 0);
+  route("POST", "/v1/templates/myapp/import", API_MATCH_OK, "template.import");
+  route("GET", "/v1/templates/myapp/builds/bd-0123/logs", API_MATCH_OK, "template.build.logs");
+  route("GET", "/v1/templates/myapp/builds//logs", API_MATCH_NOT_FOUND, 0);
+  route("POST", "/v1/templates/My_App", API_MATCH_NOT_FOUND, 0);
 
   route("POST", "/v1/sandboxes/" ID "/pause", API_MATCH_OK, "sandbox.pause");
   route("GET", "/v1/sandboxes/" ID "/pause", API_MATCH_BAD_METHOD, 0);
