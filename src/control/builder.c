@@ -1065,6 +1065,30 @@ static json_t *oci_config_json(const struct moat_oci_config *o) {
   return cfg;
 }
 
+/* /proc, /sys, /dev and /run, where every sandbox mounts its own: made when the image has none,
+ * refused when the image has something else there (a symbolic link would lead the mount astray). */
+static int oci_mountpoints(const char *rootfs, moat_error **err) {
+  static const char *const dirs[] = {"proc", "sys", "dev", "run", "tmp"};
+  _cleanup_close_ int rfd = open(rootfs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (rfd < 0)
+    return moat_error_errno(err, "open %s", rootfs);
+  for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+    struct stat st;
+    if (fstatat(rfd, dirs[i], &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (!S_ISDIR(st.st_mode) && i < 4)
+        return moat_error_set(err, EINVAL,
+                              "import image: its /%s is not a directory (%s): every sandbox mounts "
+                              "its own /%s there",
+                              dirs[i], S_ISLNK(st.st_mode) ? "a symbolic link" : "a file", dirs[i]);
+      continue;
+    }
+    if (errno != ENOENT || mkdirat(rfd, dirs[i], i == 4 ? 01777 : 0755) < 0 ||
+        (i == 4 && fchmodat(rfd, dirs[i], 01777, 0) < 0))
+      return moat_error_errno(err, "import image: make its /%s", dirs[i]);
+  }
+  return 0;
+}
+
 int moat_control_template_import(struct moat_control *c, const char *org, const char *name, int archive_fd,
                                  struct moat_user_template *out, moat_error **err) {
   if (!ctl_template_name_valid(name))
@@ -1119,6 +1143,8 @@ int moat_control_template_import(struct moat_control *c, const char *org, const 
     moat_error_wrap(err, "import");
     goto out;
   }
+  if (oci_mountpoints(rootfs, err) < 0)
+    goto out;
   /* the image's name: the org and the manifest's digest (one org's import is never another's) */
   struct moat_sha256 sh;
   uint8_t d[MOAT_SHA256_LEN];

@@ -385,7 +385,7 @@ int moat_control_template_build(struct moat_control *c, const char *name, moat_e
  * last ready build (a rebuild keeps serving the previous one until it is ready), with the image's
  * config: its env under the create's, and its start command (ENTRYPOINT/CMD) started in the
  * background as tag "start" with the image's user and workdir; when the image has a readiness check
- * (HEALTHCHECK CMD, else the first EXPOSEd TCP port accepting a connection), the create waits for it
+ * (HEALTHCHECK CMD, else one of its EXPOSEd TCP ports accepting a connection), the create waits for it
  * (ETIMEDOUT, API 504, and no sandbox when it does not pass in time). Deleting a template keeps the
  * images that sandboxes and snapshots still use until the last of them is gone. */
 #define MOAT_E_TEMPLATE_BUILDING EALREADY         /* API 409 template_building */

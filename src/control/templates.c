@@ -201,18 +201,18 @@ static void sleep_ms(unsigned ms) {
   nanosleep(&ts, NULL);
 }
 
-/* The first "PORT/tcp" of the image's exposed ports, or 0. */
-static unsigned first_tcp_port(json_t *config) {
-  size_t i;
+/* The image's exposed TCP ports ("PORT/tcp" or "PORT"), at most max of them; how many. */
+static size_t tcp_ports(json_t *config, unsigned *ports, size_t max) {
+  size_t n = 0, i;
   json_t *p;
   json_array_foreach(json_object_get(config, "exposed"), i, p) {
     const char *s = json_string_value(p);
     char *end = NULL;
     unsigned long v = s ? strtoul(s, &end, 10) : 0;
-    if (v > 0 && v < 65536 && end && (strcmp(end, "/tcp") == 0 || *end == '\0'))
-      return (unsigned)v;
+    if (n < max && v > 0 && v < 65536 && end && (strcmp(end, "/tcp") == 0 || *end == '\0'))
+      ports[n++] = (unsigned)v;
   }
-  return 0;
+  return n;
 }
 
 int ctl_template_start(struct moat_control *c, const char *org, const char *id, json_t *config,
@@ -235,8 +235,9 @@ int ctl_template_start(struct moat_control *c, const char *org, const char *id, 
   if (moat_guest_exec_start(ep, &req, &opts, &ps, &pid, err) < 0)
     return moat_error_wrap(err, "start command %s", start[0]);
   moat_proc_stream_close(ps);
-  unsigned port = check ? 0 : first_tcp_port(config);
-  if (!check && !port)
+  unsigned ports[16];
+  size_t n_ports = check ? 0 : tcp_ports(config, ports, ARRAY_SIZE(ports));
+  if (!check && !n_ports)
     return 0;
   uint64_t start_period = (uint64_t)json_integer_value(json_object_get(ready, "start_period_ms"));
   uint64_t timeout = (uint64_t)json_integer_value(json_object_get(ready, "timeout_ms"));
@@ -263,13 +264,16 @@ int ctl_template_start(struct moat_control *c, const char *org, const char *id, 
                                 (int)(res.err_len > 200 ? 200 : res.err_len), res.err ? res.err : "");
       moat_exec_result_free(&res);
     } else {
-      int fd = moat_control_port_connect(c, org, id, port, 1000, &e);
-      if (fd >= 0) {
-        close(fd);
-        return 0;
+      for (size_t k = 0; k < n_ports; k++) { /* one of them accepting will do */
+        int fd = moat_control_port_connect(c, org, id, ports[k], 1000, &e);
+        if (fd >= 0) {
+          close(fd);
+          return 0;
+        }
+        free(last);
+        last = xasprintf("port %u: %s", ports[k], moat_error_msg(e));
+        moat_error_free(&e);
       }
-      free(last);
-      last = xasprintf("port %u: %s", port, moat_error_msg(e));
     }
     moat_error_free(&e);
     if (now_ns() >= deadline)

@@ -145,6 +145,25 @@ static void setup_dev(struct child_ctx *c) {
   CHECK(symlink("/proc/self/fd/2", "root/dev/stderr"), "symlink /dev/stderr");
 }
 
+/* The image's own mount points, direct children of the new root (the overlay just mounted, so
+ * nothing on the way can be a link): made (into the writable layer) when the image lacks them, as
+ * an imported image may; anything but a directory there fails the create, never followed. */
+static void image_mountpoints(struct child_ctx *c) {
+  static const char *const dirs[] = {"root/proc", "root/sys", "root/dev", "root/run"};
+  for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+    struct stat st;
+    if (lstat(dirs[i], &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        child_fail(c->sync_fd, "the image's mount point (/proc, /sys, /dev or /run) is not a directory");
+      }
+      continue;
+    }
+    if (errno != ENOENT || mkdir(dirs[i], 0755) < 0)
+      child_fail(c->sync_fd, "make a mount point the image lacks (/proc, /sys, /dev or /run)");
+  }
+}
+
 static void setup_proc_sys(struct child_ctx *c) {
   CHECK(mount("proc", "root/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), "mount /proc");
   CHECK(mount("sysfs", "root/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL),
@@ -302,6 +321,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c) {
   CHECK(mount("overlay", "root", "overlay", MS_NODEV,
               "lowerdir=lower,upperdir=disk/upper,workdir=disk/work,userxattr"),
         "mount overlay root");
+  image_mountpoints(c);
   setup_proc_sys(c);
   setup_dev(c);
   CHECK(mount("tmpfs", "root/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=16384k"), "mount /run");
