@@ -33,6 +33,7 @@
 #include "../host/build_context.h"
 #include "../host/dockerfile.h"
 #include "../host/image_tree.h"
+#include "../host/images.h"
 #include "../host/oci_import.h"
 #include "control_internal.h"
 #include "spec.h"
@@ -1022,6 +1023,16 @@ int ctl_builder_open(struct moat_control *c, moat_error **err) {
   if (d)
     closedir(d);
   moat_store_templates_free(rows, n);
+  /* start states a crash left half baked */
+  d = opendir(c->baked_dir);
+  while (d && (de = readdir(d))) {
+    if (!strstr(de->d_name, ".partial-"))
+      continue;
+    _cleanup_free_ char *p = xasprintf("%s/%s", c->baked_dir, de->d_name);
+    moat_image_dir_remove(p);
+  }
+  if (d)
+    closedir(d);
   /* images a crash left half made (DATA/images is moatd's alone) */
   if (mkdir_p(c->images_dir, 0755, err) < 0)
     return -1;

@@ -338,7 +338,24 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
   n.template_name = column;
   if (config)
     n.env = env = ctl_template_env(config, spec->env);
+  /* the template's start state, baked by an earlier create, when this one asks for nothing it
+   * depends on */
+  bool plain = (!spec->env || json_object_size(spec->env) == 0) && !spec->network && !spec->n_volumes;
+  _cleanup_free_ char *baked = config && plain ? ctl_template_bake_path(c, org, column, config) : NULL;
   char id[MOAT_ID_LEN + 1];
+  if (baked && moat_image_dir_exists(baked)) {
+    n.restore_dir = baked;
+    moat_error *berr = NULL;
+    int brc = ctl_create(c, org, &n, id, out, &berr);
+    if (brc == 0) {
+      pthread_rwlock_unlock(&c->images_lock);
+      return 0;
+    }
+    log_warn("template %s: restore its start state %s: %s; starting it instead", tmpl, baked,
+             moat_error_msg(berr));
+    moat_error_free(&berr);
+    n.restore_dir = NULL;
+  }
   int rc = ctl_create(c, org, &n, id, config ? NULL : out, err);
   pthread_rwlock_unlock(&c->images_lock);
   if (rc < 0 || !config)
@@ -349,6 +366,8 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
       moat_error_free(&kerr);
     return moat_error_wrap(err, "sandbox %s of template %s", id, tmpl);
   }
+  if (baked && !moat_image_dir_exists(baked))
+    ctl_template_bake(c, org, id, column, baked);
   return out ? moat_control_get(c, org, id, out, err) : 0;
 }
 
@@ -1074,6 +1093,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   c->template_dir = cfg->template_dir ? xstrdup(cfg->template_dir) : xasprintf("%s/templates", cfg->data_dir);
   c->builds_dir = xasprintf("%s/builds", cfg->data_dir);
   c->images_dir = xasprintf("%s/images", cfg->data_dir);
+  c->baked_dir = xasprintf("%s/baked", cfg->data_dir);
   c->build_context_max_bytes = (cfg->build_context_max_mb ? cfg->build_context_max_mb : 1024) << 20;
   pthread_rwlock_init(&c->images_lock, NULL);
   pthread_mutex_init(&c->build_lock, NULL);
@@ -1181,6 +1201,7 @@ void moat_control_close(struct moat_control *c) {
   free(c->template_dir);
   free(c->builds_dir);
   free(c->images_dir);
+  free(c->baked_dir);
   pthread_rwlock_destroy(&c->images_lock);
   pthread_mutex_destroy(&c->build_lock);
   pthread_cond_destroy(&c->build_cond);

@@ -66,6 +66,7 @@ struct moat_control {
   char *template_dir; /* the recipes' images */
   char *images_dir;   /* DATA/images: the images of orgs' templates (templates.c) */
   char *builds_dir;   /* DATA/builds: build logs and contexts (builder.c) */
+  char *baked_dir;    /* DATA/baked: templates' start states (templates.c) */
   /* templates.c: a create holds it for reading from the choice of its image until its row names
    * it; the removal of unused images holds it for writing */
   pthread_rwlock_t images_lock;
@@ -181,6 +182,13 @@ json_t *ctl_template_env(json_t *config, json_t *env);
 /* Starts the image's start command in the new sandbox id and waits for its readiness check. */
 int ctl_template_start(struct moat_control *c, const char *org, const char *id, json_t *config,
                        moat_error **err);
+/* The checkpoint of a sandbox of the template column (image config config) taken once its start
+ * command was ready, for org's creates that ask for nothing the start state depends on (env,
+ * network policy, volumes): a path (caller frees), or NULL when the template has no start command
+ * or the host no checkpoints. ctl_template_bake writes it from the new sandbox id. */
+char *ctl_template_bake_path(struct moat_control *c, const char *org, const char *column, json_t *config);
+void ctl_template_bake(struct moat_control *c, const char *org, const char *id, const char *column,
+                       const char *path);
 /* Removes the images (moat_host_image_name) nothing uses: no template, running build, live sandbox
  * or snapshot. */
 void ctl_images_gc(struct moat_control *c);
@@ -231,6 +239,9 @@ int ctl_net_bind(struct moat_control *c, const char *id, const char *org, int sl
 void ctl_net_forget(struct moat_control *c, const char *id);
 
 /* ---- timetravel.c ---- */
+/* Checkpoints org's running sandbox id into dir (made here; it must not exist), leaving it running. */
+int tt_checkpoint_running(struct moat_control *c, const char *org, const char *id, const char *dir,
+                          moat_error **err);
 /* moat_control_create with spec->from_snapshot set. */
 int tt_create_from_snapshot(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
                             struct moat_sandbox_info *out, moat_error **err);

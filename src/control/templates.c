@@ -10,13 +10,16 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "../common/sha256.h"
 #include "../common/util.h"
+#include "../host/images.h"
 #include "control_internal.h"
 
 #define READY_POLL_MS 100
@@ -284,6 +287,86 @@ int ctl_template_start(struct moat_control *c, const char *org, const char *id, 
   }
 }
 
+/* ---- the baked start state: DATA/baked/KEY/, KEY a hash of the org, the image and its config;
+ * its file "image" names the image (for the removal of unused ones) ---- */
+
+char *ctl_template_bake_path(struct moat_control *c, const char *org, const char *column, json_t *config) {
+  if (!json_is_array(json_object_get(config, "start")) || !moat_host_can_checkpoint(c->host))
+    return NULL;
+  _cleanup_free_ char *cfg = json_dumps(config, JSON_COMPACT | JSON_SORT_KEYS);
+  const char *image = ctl_image_of(column);
+  struct moat_sha256 s;
+  uint8_t d[MOAT_SHA256_LEN];
+  moat_sha256_init(&s);
+  moat_sha256_update(&s, org, strlen(org) + 1);
+  moat_sha256_update(&s, image, strlen(image) + 1);
+  moat_sha256_update(&s, cfg ? cfg : "", cfg ? strlen(cfg) : 0);
+  moat_sha256_final(&s, d);
+  char hex[25];
+  for (size_t i = 0; i < 12; i++)
+    snprintf(hex + 2 * i, 3, "%02x", d[i]);
+  return xasprintf("%s/%s", c->baked_dir, hex);
+}
+
+void ctl_template_bake(struct moat_control *c, const char *org, const char *id, const char *column,
+                       const char *path) {
+  char suffix[9];
+  random_id(suffix, 8);
+  _cleanup_free_ char *part = xasprintf("%s.partial-%s", path, suffix);
+  moat_error *err = NULL;
+  uint64_t t0 = now_ns();
+  if (mkdir_p(c->baked_dir, 0700, &err) < 0 || tt_checkpoint_running(c, org, id, part, &err) < 0) {
+    log_warn("template %s: bake its start state from %s: %s", column, id, moat_error_msg(err));
+    moat_error_free(&err);
+    return;
+  }
+  _cleanup_free_ char *image_file = xasprintf("%s/image", part);
+  _cleanup_close_ int fd = open(image_file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const char *image = ctl_image_of(column);
+  if (fd < 0 || write_all(fd, image, strlen(image)) < 0) {
+    log_warn("template %s: write %s: %s", column, image_file, strerror(errno));
+    moat_image_dir_remove(part);
+    return;
+  }
+  pthread_rwlock_rdlock(&c->images_lock); /* against the removal of unused images */
+  if (moat_image_dir_commit(part, path, &err) < 0) {
+    log_warn("template %s: keep its start state: %s", column, moat_error_msg(err));
+    moat_error_free(&err);
+  } else {
+    log_info("template %s: start state baked from %s in %.0f ms at %s", column, id,
+             (double)(now_ns() - t0) / 1e6, path);
+  }
+  pthread_rwlock_unlock(&c->images_lock);
+}
+
+/* The baked states whose image is gone; images_lock held for writing, keep: the images kept. */
+static void bakes_gc(struct moat_control *c, char **keep) {
+  DIR *d = opendir(c->baked_dir);
+  struct dirent *de;
+  while (d && (de = readdir(d))) {
+    if (de->d_name[0] == '.')
+      continue;
+    _cleanup_free_ char *path = xasprintf("%s/%s", c->baked_dir, de->d_name);
+    _cleanup_free_ char *image_file = xasprintf("%s/image", path);
+    _cleanup_free_ char *image = NULL;
+    moat_error *err = NULL;
+    bool partial = strstr(de->d_name, ".partial-") != NULL;
+    if (partial)
+      continue; /* a bake running now; a crash's leftovers go at the next start */
+    if (read_file(image_file, &image, NULL, &err) < 0)
+      moat_error_free(&err);
+    bool kept = false;
+    for (char **k = keep; image && *k && !kept; k++)
+      kept = strcmp(*k, image) == 0;
+    if (image && !moat_host_image_name(image))
+      kept = true; /* a recipe's image */
+    if (!kept)
+      moat_image_dir_remove(path);
+  }
+  if (d)
+    closedir(d);
+}
+
 void ctl_images_gc(struct moat_control *c) {
   _cleanup_strv_ char **keep = NULL;
   moat_error *err = NULL;
@@ -315,5 +398,6 @@ void ctl_images_gc(struct moat_control *c) {
     }
   }
   closedir(d);
+  bakes_gc(c, keep);
   pthread_rwlock_unlock(&c->images_lock);
 }

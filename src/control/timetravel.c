@@ -323,6 +323,17 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
   return rc < 0 ? moat_error_wrap(err, "checkpoint %s", e->id) : 0;
 }
 
+int tt_checkpoint_running(struct moat_control *c, const char *org, const char *id, const char *dir,
+                          moat_error **err) {
+  struct live *e = lock_live(c, org, id, err);
+  if (!e)
+    return -1;
+  struct moat_checkpoint_info info;
+  int rc = checkpoint_locked(c, e, dir, true, &info, err);
+  unlock_live(c, e);
+  return rc;
+}
+
 /* ---- hibernate / wake ---- */
 
 /* After a hibernate's checkpoint succeeded but the image could not be kept or recorded: the

@@ -313,3 +313,57 @@ class TemplateRestartTest(DaemonTest):
         images = os.path.join(self.daemon.data_dir, "images")
         self.assertEqual([x for x in os.listdir(images) if ".tmp-" in x], [])
         self.assertNotEqual(t2["build_id"], t["build_id"])
+
+
+BAKE_DOCKERFILE = '''FROM base
+COPY server.py /srv/app/server.py
+RUN echo baked > /srv/app/greeting.txt
+EXPOSE 8080
+HEALTHCHECK CMD curl -fsS http://127.0.0.1:8080/health
+CMD ["sh", "-c", "od -An -N8 -tx8 /dev/urandom > /tmp/boot; exec python3 /srv/app/server.py --port 8080"]
+'''
+
+
+class TemplateBakeTest(DaemonTest):
+    """The first create of a template with a start command bakes its ready state into a checkpoint;
+    later creates that ask for nothing it depends on restore it (the server already listening)."""
+    pool = 0
+
+    def test_second_create_restores_the_first_ones_ready_state(self):
+        from test_timetravel_ckpt import checkpoints
+        available, why = checkpoints(self.c)
+        if not available:
+            self.skipTest("checkpoints unavailable on this host: %s" % why)
+        ctx = tar_of({"Dockerfile": BAKE_DOCKERFILE.encode(), "server.py": SERVER.encode()})
+        t = build(self.c, "baked", ctx)
+        self.addCleanup(lambda: self.c.request("DELETE", "/v1/templates/baked", expect=(204, 404)))
+        self.assertEqual(follow(self.c, "baked", t["build_id"])[1]["state"], "ready")
+
+        def boot(sid):
+            r = self.c.exec(sid, argv=["cat", "/tmp/boot"])
+            self.assertEqual(r["exit_code"], 0, r)
+            return r["stdout"]
+
+        first = self.sandbox(template="baked")["id"]
+        second = self.sandbox(template="baked")["id"]
+        # the second is the first's start state restored: the same boot token, the server answering
+        self.assertEqual(boot(first), boot(second))
+        r = self.c.exec(second, argv=["curl", "-fsS", "http://127.0.0.1:8080/greeting"])
+        self.assertEqual(r["stdout"], "baked\n", r)
+        sb = self.c.request("GET", "/v1/sandboxes/" + second)[1]
+        self.assertEqual(sb["template"], "baked")
+        # the two run apart from there on
+        self.c.exec(second, argv=["sh", "-c", "echo mine > /tmp/own"])
+        self.assertNotEqual(self.c.exec(first, argv=["cat", "/tmp/own"])["exit_code"], 0)
+        # a create with env of its own starts the command afresh
+        third = self.sandbox(template="baked", env={"MODE": "x"})["id"]
+        self.assertNotEqual(boot(third), boot(first))
+        self.assertEqual(self.c.exec(third, argv=["sh", "-c", "echo $MODE"])["stdout"], "x\n")
+        # a rebuild with another start command is not served from the old state
+        ctx2 = tar_of({"Dockerfile": BAKE_DOCKERFILE.replace("/tmp/boot;", "/tmp/boot; echo v2 > /tmp/v;").encode(),
+                       "server.py": SERVER.encode()})
+        t2 = build(self.c, "baked", ctx2)
+        self.assertEqual(follow(self.c, "baked", t2["build_id"])[1]["state"], "ready")
+        fourth = self.sandbox(template="baked")["id"]
+        self.assertNotEqual(boot(fourth), boot(first))
+        self.assertEqual(self.c.exec(fourth, argv=["cat", "/tmp/v"])["stdout"], "v2\n")
