@@ -33,14 +33,11 @@ def _tar(entries, gz=False):
     return buf.getvalue()
 
 
-# The mount points a sandbox's init needs in its root (an image from a registry has them).
-ROOT_DIRS = ("dev/", "etc/", "proc/", "run/", "sys/", "tmp/")
-
 
 def make(files, env=None, workdir=None, cmd=None, ref="latest"):
-    """The archive (bytes) of an image whose one layer holds ROOT_DIRS and files ({path: bytes}, a
-    path ending in '/' a directory) and whose config has env (["K=V"]), workdir and cmd."""
-    files = dict({d: b"" for d in ROOT_DIRS}, **files)
+    """The archive (bytes) of an image whose one layer holds only files ({path: bytes}, a path
+    ending in '/' a directory: no /proc, /dev, ... of its own) and whose config has env (["K=V"]),
+    workdir and cmd."""
     layer = _tar(sorted(files.items()), gz=True)
     diff_id = "sha256:" + hashlib.sha256(_tar(sorted(files.items()))).hexdigest()
     blobs = []

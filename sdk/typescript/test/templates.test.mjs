@@ -46,7 +46,7 @@ const sha = (b) => createHash('sha256').update(b).digest('hex');
 
 /** An OCI image archive made by hand: oci-layout, index.json, a manifest, a config, one tar.gz layer. */
 async function ociArchive(files, config) {
-  const layerTar = await tarOf(ctx({ 'dev/': '', 'etc/': '', 'proc/': '', 'run/': '', 'sys/': '', 'tmp/': '', ...files }));
+  const layerTar = await tarOf(ctx(files)); // no /proc, /dev, ... of its own: moatd makes its mount points
   const layer = gzipSync(layerTar);
   const layout = {};
   const blob = (data, mediaType) => {
