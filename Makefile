@@ -43,7 +43,7 @@ CFLAGS += -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -MMD -MP -Isrc
 LDFLAGS += $(SANFLAGS)
 
 DAEMON_LIBS := -lmicrohttpd -lwslay -ljansson -lsqlite3 -lseccomp -lmnl -lnftables -larchive -lz -lpthread
-CLI_LIBS := -lcurl -lwslay -ljansson
+CLI_LIBS := -lcurl -lwslay -ljansson -larchive
 
 # Every .c beneath a layer's folder (layers may have folders of their own: api/v1, host/linux, ...).
 srcs = $(sort $(shell find $(1) -name '*.c' 2>/dev/null))

@@ -16,7 +16,8 @@
 #define EXIT_USAGE 2
 
 /* ---- argument parsing ----
- * Options are long only (--name VALUE or --name=VALUE) plus -h/--help. Options and positionals may
+ * Options are long (--name VALUE or --name=VALUE), "-x VALUE" for an option named by the one letter
+ * x, plus -h/--help. Options and positionals may
  * mix; "--" ends the options; once a command takes a trailing argv (rest_ok) and max_pos positionals
  * have been seen, the next non-option word starts that argv, so `moat exec ID ls -la` works. */
 struct cli_opt {
@@ -75,6 +76,10 @@ int cli_request(const char *method, const char *path, json_t *body, struct cli_r
 /* Streams the local stream `in` (size, or -1 when unknown: chunked) as the body of PUT path.
  * Returns 0 on 2xx, else prints the error and returns -1. */
 int cli_upload(const char *path, FILE *in, long long size, struct cli_resp *resp);
+
+/* The same with another method (POST) and Content-Type (NULL: application/octet-stream). */
+int cli_upload_as(const char *method, const char *path, const char *content_type, FILE *in, long long size,
+                  struct cli_resp *resp);
 
 /* GETs path, streaming the body into `out` only when the answer is 2xx. Returns 0 or -1 (printed). */
 int cli_download(const char *path, FILE *out);

@@ -53,11 +53,13 @@ int cli_parse(int argc, char **argv, const struct cli_opt *opts, int max_pos, bo
     if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0)
       return 1;
     if (arg[0] == '-' && arg[1] != '\0') {
-      if (arg[1] != '-') {
+      /* "-x" is the option named "x" when the command has one (no bundling, value in the next word) */
+      bool one_letter = arg[1] != '-' && arg[2] == '\0';
+      if (arg[1] != '-' && !one_letter) {
         cli_errorf("unknown option '%s'", arg);
         return -1;
       }
-      const char *name = arg + 2;
+      const char *name = arg + (one_letter ? 1 : 2);
       const char *eq = strchr(name, '=');
       size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
       const struct cli_opt *o = NULL;
@@ -67,7 +69,7 @@ int cli_parse(int argc, char **argv, const struct cli_opt *opts, int max_pos, bo
           break;
         }
       if (!o) {
-        cli_errorf("unknown option '--%.*s'", (int)nlen, name);
+        cli_errorf("unknown option '%s%.*s'", one_letter ? "-" : "--", (int)nlen, name);
         return -1;
       }
       const char *value = NULL;
@@ -325,6 +327,7 @@ static int on_progress(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult,
 
 struct upload {
   FILE *in;
+  const char *content_type; /* NULL: application/octet-stream */
   bool failed;
 };
 
@@ -384,7 +387,9 @@ static int perform(const char *method, const char *path, const char *body_json, 
   curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
   if (up) {
-    hdrs = curl_slist_append(hdrs, "Content-Type: application/octet-stream");
+    _cleanup_free_ char *ctype =
+        xasprintf("Content-Type: %s", up->content_type ? up->content_type : "application/octet-stream");
+    hdrs = curl_slist_append(hdrs, ctype);
     curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(c, CURLOPT_READDATA, up);
@@ -400,7 +405,7 @@ static int perform(const char *method, const char *path, const char *body_json, 
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, ""); /* an explicit empty body: Content-Length: 0 */
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
   }
-  if (!up)
+  if (!up || strcmp(method, "PUT") != 0)
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
 
@@ -471,8 +476,13 @@ const char *cli_api_url(void) { return api_url; }
 const char *cli_api_key(void) { return api_key; }
 
 int cli_upload(const char *path, FILE *in, long long size, struct cli_resp *resp) {
-  struct upload up = {.in = in};
-  return perform("PUT", path, NULL, &up, size, NULL, NULL, resp);
+  return cli_upload_as("PUT", path, NULL, in, size, resp);
+}
+
+int cli_upload_as(const char *method, const char *path, const char *content_type, FILE *in, long long size,
+                  struct cli_resp *resp) {
+  struct upload up = {.in = in, .content_type = content_type};
+  return perform(method, path, NULL, &up, size, NULL, NULL, resp);
 }
 
 int cli_download(const char *path, FILE *out) {

@@ -1,7 +1,10 @@
 """test_cli_interactive.py -- the CLI's issue-3 commands against a real moatd: exec --stream (output as
 it arrives, binary bytes, exit code), exec --background / ps / attach / kill (tags, replay, detach),
 shell in a real terminal (tmux: typing, the pty's size and SIGWINCH resizes, exit, the local terminal
-restored after the end and after a SIGTERM) and run --python."""
+restored after the end and after a SIGTERM), run --python, and `moat template` (a build from a
+directory with a .dockerignore and a link, its live log and exit status, a failed build, a link out
+of the context refused rather than followed, -f from outside the context with --build-arg, Ctrl-C
+leaving the build running, logs, get, ls, import of a hand-made OCI archive, rm)."""
 
 import os
 import shutil
@@ -14,7 +17,8 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import moatd  # noqa: E402
-from moattest import DaemonTest  # noqa: E402
+import oci_archive  # noqa: E402
+from moattest import DaemonTest, HTTPError  # noqa: E402
 
 MOAT = os.path.join(moatd.BUILD, "moat")
 
@@ -177,6 +181,201 @@ class RunPythonTest(DaemonTest):
         r = subprocess.run([MOAT, "run", "--python", "1", "--", "ls"], env=self.env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=30)
         self.assertEqual(r.returncode, 2)
+
+
+WEB_DOCKERFILE = """FROM base
+COPY site/ /srv/site/
+RUN echo "built by $(whoami)" > /srv/site/built.txt && echo step-output-line
+WORKDIR /srv/site
+HEALTHCHECK --interval=1s CMD curl -fsS http://127.0.0.1:8000/index.html
+CMD ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"]
+"""
+
+
+class TemplateCliTest(DaemonTest):
+    """moat template build|logs|get|ls|import|rm against a real moatd building real templates."""
+    pool = 0
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.env = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % cls.daemon.port, MOAT_API_KEY=cls.c.key)
+
+    def moat(self, *args, timeout=600, cwd=None):
+        return subprocess.run([MOAT] + list(args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, cwd=cwd)
+
+    def tmpdir(self):
+        d = tempfile.mkdtemp(prefix="moat-cli-tpl-")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def write(self, d, files):
+        for name, data in files.items():
+            p = os.path.join(d, name)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(data if isinstance(data, bytes) else data.encode())
+
+    def forget(self, name):
+        def rm():
+            try:
+                self.c.request("DELETE", "/v1/templates/" + name, expect=(204, 404))
+            except Exception:
+                pass
+        self.addCleanup(rm)
+
+    def test_build_serve_logs_get_ls_rm(self):
+        d = self.tmpdir()
+        self.write(d, {"Dockerfile": WEB_DOCKERFILE, "site/index.html": "<h1>from the cli</h1>\n",
+                       "site/secret.key": "must not be sent\n", "site/logs/a.log": "x",
+                       ".dockerignore": "# comments and blank lines are skipped\n\nsite/*.key\nsite/logs\n"})
+        os.symlink("index.html", os.path.join(d, "site", "home.html"))  # a link inside the context
+        self.forget("cliweb")
+        r = self.moat("template", "build", "cliweb", d)
+        out, err = r.stdout.decode(), r.stderr.decode()
+        self.assertEqual(r.returncode, 0, (out, err))
+        lines = out.splitlines()
+        self.assertRegex(lines[0], r"^building template cliweb: build bd-\S+$")
+        build_id = lines[0].rsplit(" ", 1)[1]
+        self.assertIn("#1 FROM base", lines)
+        self.assertIn("#3 | step-output-line", lines, out)
+        self.assertRegex(lines[-1], r"^template cliweb ready \(build %s, [0-9.]+ MiB\)$" % build_id)
+        self.assertIn("sending the build context: 3 files", err)  # Dockerfile, .dockerignore, index.html
+
+        sid = self.sandbox(template="cliweb")["id"]
+        got = self.c.exec(sid, argv=["curl", "-fsS", "http://127.0.0.1:8000/home.html"])
+        self.assertEqual(got["stdout"], "<h1>from the cli</h1>\n", got)
+        got = self.c.exec(sid, argv=["sh", "-c", "cat /srv/site/built.txt; ls /srv/site; readlink /srv/site/home.html"])
+        self.assertEqual(got["stdout"], "built by root\nbuilt.txt\nhome.html\nindex.html\nindex.html\n", got)
+
+        r = self.moat("template", "logs", "cliweb", build_id)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"#3 | step-output-line\n", r.stdout)
+        self.assertIn(b"template cliweb ready", r.stdout)
+        r = self.moat("template", "logs", "cliweb", "bd-nope")
+        self.assertEqual(r.returncode, 1)
+        r = self.moat("template", "get", "cliweb")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import json
+        t = json.loads(r.stdout)
+        self.assertEqual((t["state"], t["source"], t["build_id"], t["from"]), ("ready", "dockerfile", build_id, "base"))
+        r = self.moat("template", "ls")
+        row = [x for x in r.stdout.decode().splitlines() if x.startswith("cliweb ")]
+        self.assertEqual(len(row), 1, r.stdout)
+        self.assertEqual(row[0].split()[1:3], ["dockerfile", "ready"])
+        r = self.moat("template", "ls", "--json")
+        self.assertIn("cliweb", [x["name"] for x in json.loads(r.stdout)])
+
+        r = self.moat("template", "rm", "cliweb")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, b"", b""))
+        r = self.moat("template", "get", "cliweb")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"not_found", r.stderr)
+        r = self.moat("template", "rm", "base")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"forbidden", r.stderr)
+        # the sandbox made from it keeps serving
+        got = self.c.exec(sid, argv=["curl", "-fsS", "http://127.0.0.1:8000/index.html"])
+        self.assertEqual(got["exit_code"], 0, got)
+
+    def test_failed_build_and_refused_context(self):
+        d = self.tmpdir()
+        self.write(d, {"Dockerfile": "FROM base\nRUN echo first\nRUN echo about-to-fail; exit 3\n"})
+        self.forget("clifail")
+        r = self.moat("template", "build", "clifail", d)
+        self.assertEqual(r.returncode, 1, (r.stdout, r.stderr))
+        self.assertIn(b"#3 | about-to-fail\n", r.stdout)
+        self.assertIn(b"clifail: build bd-", r.stderr)
+        self.assertIn(b"failed", r.stderr)
+        self.assertIn(b"exited 3", r.stderr)
+        self.assertNotIn(b"ready", r.stdout)
+
+        # a syntax error: 400 naming the line, no build
+        self.write(d, {"Dockerfile": "FROM base\nFROBNICATE x\n"})
+        r = self.moat("template", "build", "clibad", d)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"line 2", r.stderr)
+
+        # a link out of the context is sent as a link (moatd refuses it), never as what it points to
+        outside = self.tmpdir()
+        self.write(outside, {"secret": "host secret\n"})
+        ctx = self.tmpdir()
+        self.write(ctx, {"Dockerfile": "FROM base\nCOPY leak /leak\n"})
+        os.symlink(os.path.join(outside, "secret"), os.path.join(ctx, "leak"))
+        self.forget("clileak")
+        r = self.moat("template", "build", "clileak", ctx)
+        self.assertEqual(r.returncode, 1, (r.stdout, r.stderr))
+        self.assertIn(b"invalid_request", r.stderr)
+        with self.assertRaises(HTTPError) as cm:
+            self.c.request("GET", "/v1/templates/clileak")
+        self.assertEqual(cm.exception.status, 404)
+
+        # usage errors
+        self.assertEqual(self.moat("template", "build").returncode, 2)
+        self.assertEqual(self.moat("template", "build", "base", d).returncode, 2)  # a recipe takes no DIR
+        self.assertEqual(self.moat("template", "build", "x", "--build-arg", "NOEQ", d).returncode, 2)
+        self.assertEqual(self.moat("template", "ls", "--follow").returncode, 2)
+        self.assertEqual(self.moat("template", "build", "x", os.path.join(d, "missing")).returncode, 1)
+
+    def test_dockerfile_outside_build_args_and_interrupt(self):
+        ctx, elsewhere = self.tmpdir(), self.tmpdir()
+        self.write(ctx, {"data.txt": "context data\n"})
+        self.write(elsewhere, {"web.Dockerfile": "FROM base\nARG WHO=nobody\nCOPY data.txt /data.txt\n"
+                                                 "RUN echo \"hello $WHO\" > /who && sleep 4 && echo slept\n"})
+        self.forget("cliargs")
+        p = subprocess.Popen([MOAT, "template", "build", "cliargs", "-f", os.path.join(elsewhere, "web.Dockerfile"),
+                              "--build-arg", "WHO=cli user", ctx], env=self.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait()))
+        seen = b""
+        deadline = time.time() + 120
+        while b"#4 RUN" not in seen and time.time() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            seen += line
+        self.assertIn(b"#4 RUN", seen, p.stderr.read() if p.poll() is not None else b"")
+        build_id = seen.splitlines()[0].rsplit(b" ", 1)[1].decode()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 128 + signal.SIGINT, (out, err))
+        self.assertIn(b"the build goes on", err)
+        self.assertIn(("moat template logs cliargs %s --follow" % build_id).encode(), err)
+        # the build went on: following it again sees its end
+        r = self.moat("template", "logs", "cliargs", build_id, "--follow")
+        self.assertEqual(r.returncode, 0, (r.stdout, r.stderr))
+        self.assertIn(b"#4 | slept\n", r.stdout)
+        sid = self.sandbox(template="cliargs")["id"]
+        got = self.c.exec(sid, argv=["cat", "/who", "/data.txt"])
+        self.assertEqual(got["stdout"], "hello cli user\ncontext data\n", got)
+
+    def test_import_oci_archive(self):
+        d = self.tmpdir()
+        path = os.path.join(d, "image.tar")
+        with open(path, "wb") as f:
+            f.write(oci_archive.make({"srv/hello.txt": b"from the oci layer\n"}, env=["GREETING=oci"],
+                                     workdir="/srv"))
+        self.forget("clioci")
+        r = self.moat("template", "import", "clioci", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        row = r.stdout.decode().splitlines()[1].split()
+        self.assertEqual(row[:3], ["clioci", "oci", "ready"], r.stdout)
+        t = self.c.request("GET", "/v1/templates/clioci")[1]
+        self.assertEqual((t["source"], t["config"]["workdir"]), ("oci", "/srv"), t)
+        self.assertIn("GREETING=oci", t["config"]["env"])
+        sid = self.sandbox(template="clioci")["id"]
+        self.assertEqual(self.c.get_file(sid, "/srv/hello.txt"), b"from the oci layer\n")
+        # not an archive: the API's error, exit 1
+        bad = os.path.join(d, "bad.tar")
+        with open(bad, "wb") as f:
+            f.write(b"not an archive" * 100)
+        r = self.moat("template", "import", "clibadoci", bad)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"invalid_request", r.stderr)
+        self.assertEqual(self.moat("template", "import", "x", os.path.join(d, "missing.tar")).returncode, 1)
+        r = self.moat("template", "rm", "clioci")
+        self.assertEqual(r.returncode, 0, r.stderr)
 
 
 @unittest.skipUnless(shutil.which("tmux"), "tmux is not installed")

@@ -20,6 +20,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import moatd  # noqa: E402
+import oci_archive  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
 
 import moat  # noqa: E402
@@ -200,6 +201,14 @@ class ValidationTest(unittest.TestCase):
             (ValueError, lambda: sb.pty(cols=0)),
             (TypeError, lambda: sb.pty(rows="24")),
             (TypeError, lambda: sb.pty(["bash"])),
+            (TypeError, lambda: c.templates.build(3)),
+            (TypeError, lambda: c.templates.build("t", build_args=["A=1"])),
+            (TypeError, lambda: c.templates.build("t", build_args={"A": 1})),
+            (TypeError, lambda: c.templates.build("t", on_log="print")),
+            (ValueError, lambda: c.templates.build("t", path="/nonexistent-moat-dir")),
+            (TypeError, lambda: c.templates.import_image("t", 42)),
+            (TypeError, lambda: c.templates.logs("t", "bd-1", follow="yes")),
+            (ValueError, lambda: c.templates.get("")),
         ]
         for i, (exc, fn) in enumerate(cases):
             with self.subTest(case=i):
@@ -643,6 +652,149 @@ class SdkTest(DaemonTest):
             self.assertEqual((e.status, e.code), (501, "not_implemented"))
         except moat.InvalidRequestError as e:
             self.assertIn("network", e.message)
+
+
+WEB_DOCKERFILE = """FROM base
+ARG MSG=default
+COPY site/ /srv/site/
+RUN echo "$MSG" > /srv/site/msg.txt && echo sdk-build-output
+HEALTHCHECK --interval=1s CMD curl -fsS http://127.0.0.1:8000/index.html
+CMD ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/srv/site"]
+"""
+
+
+class SdkTemplateTest(DaemonTest):
+    """client.templates: build (log callback, build args, .dockerignore, links kept as links),
+    a failed build (BuildError), typed errors, logs, import_image of a hand-made OCI archive, delete."""
+    pool = 0
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.client = moat.Client("http://127.0.0.1:%d" % cls.daemon.port, cls.c.key)
+
+    def ctx(self, files, links=()):
+        d = tempfile.mkdtemp(prefix="moat-sdk-tpl-")
+        self.addCleanup(shutil.rmtree, d, True)
+        for name, data in files.items():
+            p = os.path.join(d, name)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "w") as f:
+                f.write(data)
+        for name, target in links:
+            os.symlink(target, os.path.join(d, name))
+        return d
+
+    def forget(self, name):
+        def rm():
+            try:
+                self.client.templates.delete(name)
+            except moat.MoatError:
+                pass
+        self.addCleanup(rm)
+
+    def test_build_serve_logs_delete(self):
+        d = self.ctx({"Dockerfile": WEB_DOCKERFILE, "site/index.html": "<p>from the sdk</p>\n",
+                      "site/private.pem": "secret\n", ".dockerignore": "**/*.pem\n"},
+                     links=[("site/alias.html", "index.html")])
+        self.forget("sdkweb")
+        seen = []
+        t = self.client.templates.build("sdkweb", path=d, build_args={"MSG": "hi from args"}, on_log=seen.append)
+        self.assertIsInstance(t, moat.Template)
+        self.assertEqual((t.name, t.state, t.source, t.usable, t.from_), ("sdkweb", "ready", "dockerfile", True, "base"))
+        self.assertTrue(t.build_id.startswith("bd-"), t)
+        self.assertEqual(t.config["start"][:3], ["python3", "-m", "http.server"])
+        self.assertTrue(all(isinstance(x, moat.BuildLogLine) for x in seen))
+        self.assertIn((4, "stdout", "sdk-build-output"), [(x.step, x.stream, x.text) for x in seen])
+        self.assertEqual(seen[0].step, 1)
+
+        with Sandbox.create("sdkweb", client=self.client) as sb:
+            r = sb.exec(["curl", "-fsS", "http://127.0.0.1:8000/alias.html"])
+            self.assertEqual(r.stdout, "<p>from the sdk</p>\n", r)
+            r = sb.exec("cat /srv/site/msg.txt; ls /srv/site; readlink /srv/site/alias.html")
+            self.assertEqual(r.stdout, "hi from args\nalias.html\nindex.html\nmsg.txt\nindex.html\n", r)
+
+        with self.client.templates.logs("sdkweb", t.build_id) as logs:
+            lines = list(logs)
+        self.assertIn("sdk-build-output", [x.text for x in lines])
+        self.assertEqual((logs.end.state, logs.end.error), ("ready", None))
+        self.assertIn("sdkweb", [x.name for x in self.client.templates.list()])
+        self.assertEqual(self.client.templates.get("sdkweb").build_id, t.build_id)
+        base = [x for x in self.client.templates.list() if x.name == "base"][0]
+        self.assertEqual((base.source, base.usable), ("builtin", True))
+
+        # wait=False: 202 at once, then follow the log
+        t2 = self.client.templates.build("sdkweb", path=d, build_args={"MSG": "second"}, wait=False)
+        self.assertEqual(t2.state, "building")
+        self.assertNotEqual(t2.build_id, t.build_id)
+        with self.assertRaises(moat.ConflictError) as cm:  # one build of a name at a time
+            self.client.templates.build("sdkweb", path=d, wait=False)
+        self.assertEqual(cm.exception.code, "template_building")
+        with self.client.templates.logs("sdkweb", t2.build_id, follow=True) as logs:
+            for _ in logs:
+                pass
+        self.assertEqual(logs.end.state, "ready")
+
+        self.client.templates.delete("sdkweb")
+        with self.assertRaises(moat.NotFoundError):
+            self.client.templates.get("sdkweb")
+        with self.assertRaises(moat.NotFoundError):
+            self.client.templates.logs("sdkweb", t.build_id)
+
+    def test_failed_build_and_bad_context(self):
+        d = self.ctx({"Dockerfile": "FROM base\nRUN echo doomed; exit 4\n"})
+        self.forget("sdkfail")
+        with self.assertRaises(moat.BuildError) as cm:
+            self.client.templates.build("sdkfail", path=d)
+        e = cm.exception
+        self.assertEqual((e.code, e.template), ("build_failed", "sdkfail"))
+        self.assertTrue(e.build_id.startswith("bd-"))
+        self.assertIn("exited 4", e.error)
+        self.assertIn("doomed", e.error)
+        self.assertEqual(self.client.templates.get("sdkfail").state, "failed")
+
+        d = self.ctx({"Dockerfile": "FROM base\nBOGUS\n"})
+        with self.assertRaises(moat.InvalidRequestError) as cm:
+            self.client.templates.build("sdkbad", path=d)
+        self.assertIn("line 2", cm.exception.message)
+        d = self.ctx({"Dockerfile": "FROM nowhere:1\n"})
+        with self.assertRaises(moat.InvalidRequestError):
+            self.client.templates.build("sdkbad", path=d)
+        # a link out of the context is sent as a link, so moatd refuses it (it is never followed)
+        outside = self.ctx({"secret": "host secret\n"})
+        d = self.ctx({"Dockerfile": "FROM base\nCOPY leak /leak\n"}, links=[("leak", os.path.join(outside, "secret"))])
+        with self.assertRaises(moat.InvalidRequestError):
+            self.client.templates.build("sdkbad", path=d)
+        d = self.ctx({"Dockerfile": "FROM base\n"})
+        with self.assertRaises(moat.ConflictError) as cm:
+            self.client.templates.build("base", path=d)
+        self.assertEqual(cm.exception.code, "already_exists")
+        with self.assertRaises(moat.SandboxError) as cm:
+            self.client.templates.delete("base")
+        self.assertEqual(cm.exception.status, 403)
+        with self.assertRaises(moat.NotFoundError):
+            self.client.templates.get("sdkbad")
+
+    def test_import_image(self):
+        self.forget("sdkoci")
+        data = oci_archive.make({"opt/app/hello.txt": b"from the oci layer\n"}, env=["WHO=oci"], workdir="/opt/app")
+        t = self.client.templates.import_image("sdkoci", io.BytesIO(data))
+        self.assertEqual((t.name, t.source, t.state), ("sdkoci", "oci", "ready"))
+        self.assertEqual(t.config["workdir"], "/opt/app")
+        self.assertIn("WHO=oci", t.config["env"])
+        with Sandbox.create("sdkoci", client=self.client) as sb:
+            self.assertEqual(sb.files.read("/opt/app/hello.txt"), "from the oci layer\n")
+        d = self.ctx({})
+        path = os.path.join(d, "image.tar")
+        with open(path, "wb") as f:
+            f.write(data)
+        self.forget("sdkoci2")
+        self.assertEqual(self.client.templates.import_image("sdkoci2", path).source, "oci")
+        with self.assertRaises(moat.InvalidRequestError):
+            self.client.templates.import_image("sdkoci3", io.BytesIO(b"not an image" * 50))
+        self.client.templates.delete("sdkoci")
+        self.client.templates.delete("sdkoci2")
+        self.assertNotIn("sdkoci", [x.name for x in self.client.templates.list()])
 
 
 class SdkCodeTest(DaemonTest):

@@ -11,17 +11,19 @@ See docs/quickstart-python.md in the moat repository.
 
 from .client import (DEFAULT_API_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIFECYCLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
                      DEFAULT_STREAM_IDLE_TIMEOUT, TIMEOUT_MARGIN, Client)
-from .errors import (AuthenticationError, ConflictError, ConnectionError, InvalidRequestError, MoatError,
+from .errors import (AuthenticationError, BuildError, ConflictError, ConnectionError, InvalidRequestError, MoatError,
                      NotFoundError, NotSupportedError, SandboxError, TimeoutError)
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
                      Result, SandboxInfo, Snapshot, WriteInfo)
 from .sandbox import CodeContext, ExploreResult, Files, Process, ProcessStdin, Pty, Sandbox, WatchHandle
+from .template import BuildEnd, BuildLogLine, BuildLogs, Template, Templates
 from .volume import Volume, VolumeAttachment
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Client", "Volume", "VolumeAttachment", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
+    "Sandbox", "Client", "Volume", "VolumeAttachment", "Template", "Templates", "BuildLogLine", "BuildEnd",
+    "BuildLogs", "BuildError", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
     "ExecResult", "SandboxInfo", "EntryInfo", "WriteInfo", "FilesystemEvent", "ProcessInfo", "Execution", "Result",
     "ExecutionError", "Snapshot", "ExploreOutcome",
     "MoatError", "InvalidRequestError", "AuthenticationError", "NotFoundError", "ConflictError", "TimeoutError",

@@ -6,6 +6,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import _check
 from ._http import Transport
+from .template import Templates
 
 DEFAULT_API_URL = "http://127.0.0.1:7070"
 #: Seconds an ordinary call (create, files, list, ...) may take before moat.TimeoutError.
@@ -67,6 +68,15 @@ class Client:
 
     def __repr__(self) -> str:
         return "Client(%r)" % self.api_url
+
+    @property
+    def templates(self) -> "Templates":
+        """The organisation's templates: build (from a Dockerfile), import_image (an OCI archive),
+        get, list, delete, logs."""
+        t = self.__dict__.get("_templates")
+        if t is None:
+            t = self.__dict__["_templates"] = Templates(self)
+        return t
 
     def health(self) -> Dict[str, Any]:
         """GET /healthz (no authentication needed): {"status": "ok", "version", ...}."""

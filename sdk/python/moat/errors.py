@@ -15,6 +15,8 @@ caller as one of these classes, carrying the server's ``code``, ``message`` and 
 anything else         SandboxError (403, 500, 502 ``sandbox_unreachable``, 503, 507)
 ====================  ========================================================
 
+A template build that fails raises ``BuildError`` (code ``build_failed``, no status).
+
 Client-side failures: ``ConnectionError`` (moatd unreachable, or a connection that dropped,
 also in the middle of a stream) and ``TimeoutError`` (the client's own timeout ran out).
 Both also derive from Python's built-in exception of the same name, so ``except TimeoutError``
@@ -78,6 +80,18 @@ class NotSupportedError(SandboxError):
     """This moatd does not support the route or field yet (HTTP 501 not_implemented), or its host
     cannot do it (HTTP 503 checkpoints_unavailable: no working CRIU for snapshots, fork, explore,
     hibernate)."""
+
+
+class BuildError(MoatError):
+    """A template build that ended failed (code ``build_failed``): ``error`` is moatd's account
+    (the step, how its command ended and its last output lines), ``template`` and ``build_id`` the
+    build's (its whole log: ``client.templates.logs(template, build_id)``)."""
+
+    def __init__(self, message: str, *, template: str, build_id: Optional[str], error: Optional[str]):
+        super().__init__(message, code="build_failed", status=None, body=None)
+        self.template = template
+        self.build_id = build_id
+        self.error = error
 
 
 def error_from_response(status: int, body: Any, fallback: str) -> MoatError:

@@ -38,5 +38,7 @@ export {
   CheckpointsUnavailableError,
   ConnectionError,
 } from './errors.js';
+export { Template, BuildError, BuildLogs, contextTar } from './template.js';
+export type { TemplateData, BuildLogLine, BuildEnd, BuildOptions } from './template.js';
 export { health, listTemplates, buildTemplate } from './admin.js';
 export type { Health, TemplateInfo } from './admin.js';
