@@ -510,16 +510,6 @@ static json_t *strv_json(char *const *v) {
   return a;
 }
 
-static char **json_strv(json_t *a) {
-  if (!json_is_array(a))
-    return NULL;
-  char **v = xcalloc(json_array_size(a) + 1, sizeof(char *));
-  size_t i;
-  json_t *s;
-  json_array_foreach(a, i, s) v[i] = xstrdup(json_string_value(s) ? json_string_value(s) : "");
-  return v;
-}
-
 /* The config the template's image gets: the base image's with this Dockerfile's over it. */
 static json_t *image_config(struct ctl_build *b) {
   const struct moat_df_config *dc = &b->plan->config;
@@ -554,8 +544,8 @@ static json_t *image_config(struct ctl_build *b) {
   json_object_set_new(cfg, "workdir", workdir ? json_string(workdir) : json_null());
   json_object_set_new(cfg, "user", user ? json_string(user) : json_null());
   /* entrypoint and cmd as Docker keeps them for an image built FROM this one, and the start command */
-  _cleanup_strv_ char **bep = json_strv(json_object_get(base, "entrypoint"));
-  _cleanup_strv_ char **bcmd = json_strv(json_object_get(base, "cmd"));
+  _cleanup_strv_ char **bep = ctl_json_strv(json_object_get(base, "entrypoint"), false);
+  _cleanup_strv_ char **bcmd = ctl_json_strv(json_object_get(base, "cmd"), false);
   json_t *ep =
       dc->entrypoint_set ? strv_json(dc->entrypoint) : json_incref(json_object_get(base, "entrypoint"));
   json_t *cmd = dc->cmd_set          ? strv_json(dc->cmd)
@@ -600,6 +590,48 @@ static json_t *image_config(struct ctl_build *b) {
       dc->stopsignal ? dc->stopsignal : json_string_value(json_object_get(base, "stopsignal"));
   json_object_set_new(cfg, "stopsignal", stopsig ? json_string(stopsig) : json_null());
   return cfg;
+}
+
+/* ---- a build's record ---- */
+
+/* A name an org may give a template of its own. */
+static int new_template_name(struct moat_control *c, const char *name, moat_error **err) {
+  if (!ctl_template_name_valid(name))
+    return moat_error_set(err, EINVAL, "template name '%s': must match ^[a-z0-9][a-z0-9._-]{0,62}$", name);
+  if (moat_template_exists(c->templates, name))
+    return moat_error_set(err, EEXIST, "'%s' is a template of moatd's own; choose another name", name);
+  return 0;
+}
+
+static struct ctl_build *build_new(struct moat_control *c, const char *org, const char *name,
+                                   const char *prefix) {
+  struct ctl_build *b = xcalloc(1, sizeof(*b));
+  b->log_fd = -1;
+  b->c = c;
+  b->org = xstrdup(org);
+  b->name = xstrdup(name);
+  memcpy(b->id, prefix, 3);
+  random_id(b->id + 3, 17);
+  b->layers = json_array();
+  return b;
+}
+
+/* Adds b to the running builds unless one of its org and name runs (build_lock held). */
+static bool build_register_locked(struct moat_control *c, struct ctl_build *b) {
+  for (struct ctl_build *o = c->builds; o; o = o->next)
+    if (strcmp(o->org, b->org) == 0 && strcmp(o->name, b->name) == 0)
+      return false;
+  b->next = c->builds;
+  c->builds = b;
+  return true;
+}
+
+static void build_unregister_locked(struct moat_control *c, struct ctl_build *b) {
+  for (struct ctl_build **p = &c->builds; *p; p = &(*p)->next)
+    if (*p == b) {
+      *p = b->next;
+      break;
+    }
 }
 
 /* ---- the build ---- */
@@ -731,11 +763,7 @@ static void *build_main(void *arg) {
 
   pthread_mutex_lock(&c->build_lock);
   c->builds_running--;
-  for (struct ctl_build **p = &c->builds; *p; p = &(*p)->next)
-    if (*p == b) {
-      *p = b->next;
-      break;
-    }
+  build_unregister_locked(c, b);
   pthread_cond_broadcast(&c->build_cond);
   pthread_mutex_unlock(&c->build_lock);
   build_free(b);
@@ -771,23 +799,14 @@ int moat_control_template_submit(struct moat_control *c, const char *org,
                                  const struct moat_template_build_req *req, struct moat_user_template *out,
                                  moat_error **err) {
   const char *name = req->name;
-  if (!ctl_template_name_valid(name))
-    return moat_error_set(err, EINVAL, "template name '%s': must match ^[a-z0-9][a-z0-9._-]{0,62}$", name);
-  if (moat_template_exists(c->templates, name))
-    return moat_error_set(err, EEXIST, "'%s' is a template of moatd's own; choose another name", name);
+  if (new_template_name(c, name, err) < 0)
+    return -1;
   if (ctl_build_running(c, org, name))
     return moat_error_set(err, MOAT_E_TEMPLATE_BUILDING, "template '%s' is building already", name);
   if (mkdir_p(c->builds_dir, 0700, err) < 0)
     return -1;
 
-  struct ctl_build *b = xcalloc(1, sizeof(*b));
-  b->log_fd = -1;
-  b->c = c;
-  b->org = xstrdup(org);
-  b->name = xstrdup(name);
-  memcpy(b->id, "bd-", 3);
-  random_id(b->id + 3, 17);
-  b->layers = json_array();
+  struct ctl_build *b = build_new(c, org, name, "bd-");
   b->work_dir = xasprintf("%s/%s", c->builds_dir, b->id);
   int rc = -1;
   _cleanup_free_ char *text = NULL, *log_path = NULL;
@@ -881,22 +900,18 @@ int moat_control_template_submit(struct moat_control *c, const char *org,
   r.error = NULL;
   r.updated_at_ms = now_unix_ms();
   pthread_mutex_lock(&c->build_lock);
-  bool dup = false;
-  for (struct ctl_build *o = c->builds; o && !dup; o = o->next)
-    dup = strcmp(o->org, org) == 0 && strcmp(o->name, name) == 0;
-  if (dup) {
+  if (!build_register_locked(c, b)) {
     pthread_mutex_unlock(&c->build_lock);
     moat_error_set(err, MOAT_E_TEMPLATE_BUILDING, "template '%s' is building already", name);
     unlink(log_path);
     goto out;
   }
   if (moat_store_template_put(c->store, &r, err) < 0) {
+    build_unregister_locked(c, b);
     pthread_mutex_unlock(&c->build_lock);
     unlink(log_path);
     goto out;
   }
-  b->next = c->builds;
-  c->builds = b;
   c->builds_detached++;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -904,7 +919,7 @@ int moat_control_template_submit(struct moat_control *c, const char *org,
   int perr = pthread_create(&b->thread, &attr, build_main, b);
   pthread_attr_destroy(&attr);
   if (perr != 0) {
-    c->builds = b->next;
+    build_unregister_locked(c, b);
     c->builds_detached--;
     pthread_mutex_unlock(&c->build_lock);
     row_finish(b, NULL, NULL, 0, "could not start the build thread");
@@ -1102,30 +1117,15 @@ static int oci_mountpoints(const char *rootfs, moat_error **err) {
 
 int moat_control_template_import(struct moat_control *c, const char *org, const char *name, int archive_fd,
                                  struct moat_user_template *out, moat_error **err) {
-  if (!ctl_template_name_valid(name))
-    return moat_error_set(err, EINVAL, "template name '%s': must match ^[a-z0-9][a-z0-9._-]{0,62}$", name);
-  if (moat_template_exists(c->templates, name))
-    return moat_error_set(err, EEXIST, "'%s' is a template of moatd's own; choose another name", name);
+  if (new_template_name(c, name, err) < 0)
+    return -1;
   if (mkdir_p(c->builds_dir, 0700, err) < 0 || mkdir_p(c->images_dir, 0755, err) < 0)
     return -1;
-  struct ctl_build *b = xcalloc(1, sizeof(*b));
-  b->log_fd = -1;
-  b->c = c;
-  b->org = xstrdup(org);
-  b->name = xstrdup(name);
-  memcpy(b->id, "im-", 3);
-  random_id(b->id + 3, 17);
-  b->layers = json_array();
+  struct ctl_build *b = build_new(c, org, name, "im-");
   pthread_mutex_lock(&c->build_lock);
-  bool dup = false;
-  for (struct ctl_build *o = c->builds; o && !dup; o = o->next)
-    dup = strcmp(o->org, org) == 0 && strcmp(o->name, name) == 0;
-  if (!dup) {
-    b->next = c->builds;
-    c->builds = b;
-  }
+  bool registered = build_register_locked(c, b);
   pthread_mutex_unlock(&c->build_lock);
-  if (dup) {
+  if (!registered) {
     build_free(b);
     return moat_error_set(err, MOAT_E_TEMPLATE_BUILDING, "template '%s' is building already", name);
   }
@@ -1212,11 +1212,7 @@ out:
     image_abandon(tmp);
   moat_oci_config_clear(&oc);
   pthread_mutex_lock(&c->build_lock);
-  for (struct ctl_build **p = &c->builds; *p; p = &(*p)->next)
-    if (*p == b) {
-      *p = b->next;
-      break;
-    }
+  build_unregister_locked(c, b);
   pthread_mutex_unlock(&c->build_lock);
   build_free(b);
   ctl_images_gc(c);

@@ -177,6 +177,9 @@ void ctl_user_template_from_row(const struct moat_store_template *r, struct moat
  * MOAT_E_TEMPLATE_NOT_READY when no build of it was ready. */
 int ctl_template_resolve(struct moat_control *c, const char *org, const char *name, char **column,
                          json_t **config, moat_error **err);
+/* A JSON array of strings as a NULL-terminated list (strv_free); NULL for a non-array, and with
+ * empty_is_null for an empty one. */
+char **ctl_json_strv(json_t *a, bool empty_is_null);
 /* The create's env (object or NULL) over the image config's (a new object). */
 json_t *ctl_template_env(json_t *config, json_t *env);
 /* Starts the image's start command in the new sandbox id and waits for its readiness check. */

@@ -189,8 +189,8 @@ json_t *ctl_template_env(json_t *config, json_t *env) {
   return out;
 }
 
-static char **argv_of(json_t *a) {
-  if (!json_is_array(a) || json_array_size(a) == 0)
+char **ctl_json_strv(json_t *a, bool empty_is_null) {
+  if (!json_is_array(a) || (empty_is_null && json_array_size(a) == 0))
     return NULL;
   char **v = xcalloc(json_array_size(a) + 1, sizeof(char *));
   size_t i;
@@ -220,9 +220,9 @@ static size_t tcp_ports(json_t *config, unsigned *ports, size_t max) {
 
 int ctl_template_start(struct moat_control *c, const char *org, const char *id, json_t *config,
                        moat_error **err) {
-  _cleanup_strv_ char **start = argv_of(json_object_get(config, "start"));
+  _cleanup_strv_ char **start = ctl_json_strv(json_object_get(config, "start"), true);
   json_t *ready = json_object_get(config, "ready");
-  _cleanup_strv_ char **check = argv_of(json_object_get(ready, "argv"));
+  _cleanup_strv_ char **check = ctl_json_strv(json_object_get(ready, "argv"), true);
   const char *user = json_string_value(json_object_get(config, "user"));
   const char *workdir = json_string_value(json_object_get(config, "workdir"));
   if (!start)
