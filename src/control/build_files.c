@@ -68,7 +68,7 @@ static void evict(const char *dir) {
       if (!*oldest || st.st_mtim.tv_sec < old.tv_sec ||
           (st.st_mtim.tv_sec == old.tv_sec && st.st_mtim.tv_nsec < old.tv_nsec)) {
         old = st.st_mtim;
-        snprintf(oldest, sizeof(oldest), "%s", de->d_name);
+        memcpy(oldest, de->d_name, 65); /* a valid hash: 64 characters and its NUL */
       }
     }
     if (n <= MOAT_BUILD_FILES_MAX || !*oldest)
