@@ -67,6 +67,14 @@ bool e2b_template_upload_begin(struct api_req *r, struct e2b_req *e);
 int e2b_template_upload_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len,
                              moat_error **err);
 void e2b_template_upload_finish(struct api_req *r, struct e2b_req *e);
+/* e2b_template_files.c: the signed URL a build's files hash is uploaded to (caller frees); the
+ * build context (a tar: "Dockerfile" = df, and each of copies [{i, hash}] unpacked under
+ * e2b-files/I/, symlinks leaving it left out with a line in warnings) as *out (caller closes). */
+char *e2b_template_upload_url(struct api_req *r, const char *tid, const char *hash);
+int e2b_template_context(struct api_req *r, const char *df, size_t df_len, json_t *copies, json_t *warnings,
+                         int *out, moat_error **err);
+/* A relative path without '..' components or a newline. Pure. */
+bool e2b_template_path_ok(const char *s);
 /* An E2B template reference "NAME[:TAG]" as moat's NAME (buf, or e2b itself without a tag);
  * *missing when the tag is not one of the template's (or the reference is malformed). */
 const char *e2b_template_resolve(struct api_req *r, const char *e2b, char *buf, size_t n, bool *missing);
