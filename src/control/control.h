@@ -440,6 +440,29 @@ int moat_control_build_log_read(struct moat_control *c, const char *org, const c
                                 const char *build_id, uint64_t *offset, json_t *lines, bool *ended,
                                 moat_error **err);
 
+/* ---- files uploaded for builds (control/build_files.c) ----
+ * Archives an org uploads for its builds under a content hash its client computed (E2B's filesHash:
+ * 64 lowercase hex digits), kept whole as they came for the build contexts made from them, at most
+ * MOAT_BUILD_FILES_MAX per org (storing one more removes the least recently stored); and per
+ * template name a JSON object a front end keeps about the builds it started (its own ids, tags).
+ * One org never sees another's files or notes: both live under a directory of its own. */
+#define MOAT_BUILD_FILES_MAX 256
+bool moat_build_file_hash_valid(const char *hash); /* pure */
+bool moat_control_build_file_present(struct moat_control *c, const char *org, const char *hash);
+/* Stores the file spool_fd (from moat_control_upload_spool, written whole) as org's file hash,
+ * replacing one of that hash. */
+int moat_control_build_file_store(struct moat_control *c, const char *org, const char *hash, int spool_fd,
+                                  moat_error **err);
+/* *fd (caller closes) reads org's file hash; ENOENT when none was stored. */
+int moat_control_build_file_open(struct moat_control *c, const char *org, const char *hash, int *fd,
+                                 moat_error **err);
+/* *out (caller decrefs): the notes put for org's template name, NULL when none. EINVAL: a bad name. */
+int moat_control_build_notes_get(struct moat_control *c, const char *org, const char *name, json_t **out,
+                                 moat_error **err);
+/* Replaces them with doc (an object; NULL removes them). */
+int moat_control_build_notes_put(struct moat_control *c, const char *org, const char *name, json_t *doc,
+                                 moat_error **err);
+
 /* ---- volumes (control/volumes.c) ----
  * A volume is an org's file system that outlives its sandboxes: mounted read-write by at most one
  * live sandbox at a time and read-only by any number (also while one writes). A volume of another

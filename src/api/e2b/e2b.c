@@ -37,7 +37,7 @@
 
 /* ---- secret and tokens ---- */
 
-static void hmac_sha256(const uint8_t *key, size_t klen, const void *msg, size_t mlen, uint8_t out[32]) {
+void e2b_hmac(const uint8_t *key, size_t klen, const void *msg, size_t mlen, uint8_t out[32]) {
   uint8_t k[64] = {0}, pad[64], inner[32];
   if (klen > 64) {
     moat_sha256(key, klen, k);
@@ -77,7 +77,7 @@ char *e2b_access_token(const struct api_req *r, const char *org, const char *san
   msg[5 + ol] = '\0';
   memcpy(msg + 6 + ol, sandbox_id, il);
   uint8_t mac[32];
-  hmac_sha256(st->secret, sizeof(st->secret), msg, 6 + ol + il, mac);
+  e2b_hmac(st->secret, sizeof(st->secret), msg, 6 + ol + il, mac);
   _cleanup_free_ char *oh = xmalloc(2 * ol + 1);
   hex_into(oh, (const uint8_t *)org, ol);
   char mh[65];
@@ -126,9 +126,7 @@ static char *token_org(const struct api_req *r, const char *token, const char *s
 /* ---- replies ---- */
 
 /* {"code": status, "message"} as the SDK reads it (handleApiError: body.code, body.message). */
-static int e2b_error(struct api_req *r, unsigned status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int e2b_error(struct api_req *r, unsigned status, const char *fmt, ...) {
+int e2b_error(struct api_req *r, unsigned status, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -137,7 +135,7 @@ static int e2b_error(struct api_req *r, unsigned status, const char *fmt, ...) {
   return api_reply_json(r, status, json_pack("{s:i, s:s}", "code", (int)status, "message", msg));
 }
 
-static int e2b_moat_error(struct api_req *r, moat_error **err) {
+int e2b_moat_error(struct api_req *r, moat_error **err) {
   const char *code;
   unsigned status = api_errno_http(*err ? (*err)->status : 0, &code);
   if (*err && (*err)->status == MOAT_E_NO_CHECKPOINTS)
@@ -500,10 +498,12 @@ static int h_create(struct api_req *r) {
       goto out;
     }
   }
-  tmpl = moat_template_of(tmpl);
+  char tmpl_buf[64];
+  bool tag_missing = false;
+  tmpl = moat_template_of(e2b_template_resolve(r, tmpl, tmpl_buf, sizeof(tmpl_buf), &tag_missing));
   bool snap = strncmp(tmpl, "snap-", 5) == 0;
-  if (!snap &&
-      (!api_valid_template_name(tmpl) || !moat_control_template_known(api_control(r), r->org, tmpl))) {
+  if (!snap && (tag_missing || !api_valid_template_name(tmpl) ||
+                !moat_control_template_known(api_control(r), r->org, tmpl))) {
     ret = e2b_error(r, 404,
                     "template '%.64s' not found (moat has base, code-interpreter-v1 and the templates you "
                     "built or imported)",
@@ -1149,15 +1149,13 @@ static int e2b_metrics(struct api_req *r, const char *id) {
 static void control_dispatch(struct api_req *r) {
   struct cpath p;
   const char *m = r->method;
+  if (e2b_template_dispatch(r))
+    return;
   if (!split_path(r->path, &p)) {
     e2b_error(r, 404, "no such E2B route: %s %.256s", m, r->path);
     return;
   }
   bool get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0, del = strcmp(m, "DELETE") == 0;
-  if (has_prefix_seg(r->path, "/v2/templates") || has_prefix_seg(r->path, "/v3/templates")) {
-    e2b_error(r, 501, "E2B templates are not supported by moat (see docs/e2b-compat.md)");
-    return;
-  }
   if (strcmp(p.seg[0], "sandboxes") == 0) {
     if (p.n == 1) {
       if (post)
@@ -1224,8 +1222,11 @@ static void control_dispatch(struct api_req *r) {
   } else if (strcmp(p.seg[0], "templates") == 0 && !p.v2 && p.n == 2 && del) {
     h_snapshot_delete(r, p.seg[1]);
     return;
-  } else if (strcmp(p.seg[0], "templates") == 0 || strcmp(p.seg[0], "volumes") == 0 ||
-             strcmp(p.seg[0], "volumecontent") == 0 || strcmp(p.seg[0], "secrets") == 0) {
+  } else if (strcmp(p.seg[0], "templates") == 0) {
+    e2b_error(r, 501, "%s %.200s is not supported by moat (see docs/e2b-compat.md)", m, r->path);
+    return;
+  } else if (strcmp(p.seg[0], "volumes") == 0 || strcmp(p.seg[0], "volumecontent") == 0 ||
+             strcmp(p.seg[0], "secrets") == 0) {
     e2b_error(r, 501, "E2B %s are not supported by moat (see docs/e2b-compat.md)", p.seg[0]);
     return;
   }
@@ -1237,6 +1238,10 @@ static bool e2b_begin(struct api_req *r) {
   struct e2b_req *e = r->front;
   if (e->port) /* a sandbox call */
     return sandbox_begin(r, e, url, method);
+  if (e2b_template_upload_begin(r, e))
+    return true;
+  if (e->upload)
+    return false;
   const char *key = api_key_of(r);
   moat_error *err = NULL;
   if (!key || moat_control_auth(api_control(r), key, &r->org, &err) < 0) {
@@ -1255,6 +1260,8 @@ static bool e2b_begin(struct api_req *r) {
 
 static int e2b_body(struct api_req *r, const char *data, size_t len, moat_error **err) {
   struct e2b_req *e = r->front;
+  if (e->upload)
+    return e2b_template_upload_body(r, e, data, len, err);
   if (e->port == E2B_INTERP_PORT)
     return e2b_interp_body(r, e, data, len, err);
   if (e->port == E2B_ENVD_PORT)
@@ -1278,7 +1285,9 @@ static int e2b_body(struct api_req *r, const char *data, size_t len, moat_error 
 
 static int e2b_finish(struct api_req *r) {
   struct e2b_req *e = r->front;
-  if (e->port == E2B_INTERP_PORT)
+  if (e->upload)
+    e2b_template_upload_finish(r, e);
+  else if (e->port == E2B_INTERP_PORT)
     e2b_interp_dispatch(r, e);
   else if (e->port == E2B_ENVD_PORT)
     e2b_envd_dispatch(r, e);

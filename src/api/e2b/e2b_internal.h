@@ -23,7 +23,8 @@ struct e2b_req {
   unsigned port;                    /* 0: control plane; else the sandbox port addressed */
   char sandbox_id[MOAT_ID_LEN + 1]; /* sandbox calls: the moat sandbox id */
   char *org;                        /* the org the request acts for (owned), once authenticated */
-  void *sub;                        /* the envd or interpreter handler's state */
+  bool upload;                      /* a PUT of a template build's files (e2b_template.c) */
+  void *sub;                        /* the envd, interpreter or upload handler's state */
   void (*sub_free)(void *);
 };
 
@@ -51,5 +52,31 @@ void e2b_envd_dispatch(struct api_req *r, struct e2b_req *e);
 bool e2b_interp_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method);
 int e2b_interp_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len, moat_error **err);
 void e2b_interp_dispatch(struct api_req *r, struct e2b_req *e);
+
+/* {"code": status, "message"} (e2b.c); e2b_moat_error answers *err's status and frees it. */
+int e2b_error(struct api_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int e2b_moat_error(struct api_req *r, moat_error **err);
+void e2b_hmac(const uint8_t *key, size_t klen, const void *msg, size_t mlen, uint8_t out[32]);
+
+/* The template builder (e2b_template.c). dispatch: true when it answered a control-plane call
+ * (/v3/templates, /v2/templates/{id}/builds/{bid}, /templates/...). upload_begin: true when the
+ * request is the PUT of a build's files (authenticated by its signed URL, not an API key; e->upload
+ * set), then with the same contract as api_e2b_begin; body/finish as the api's hooks. */
+bool e2b_template_dispatch(struct api_req *r);
+bool e2b_template_upload_begin(struct api_req *r, struct e2b_req *e);
+int e2b_template_upload_body(struct api_req *r, struct e2b_req *e, const char *data, size_t len,
+                             moat_error **err);
+void e2b_template_upload_finish(struct api_req *r, struct e2b_req *e);
+/* e2b_template_files.c: the signed URL a build's files hash is uploaded to (caller frees); the
+ * build context (a tar: "Dockerfile" = df, and each of copies [{i, hash}] unpacked under
+ * e2b-files/I/, symlinks leaving it left out with a line in warnings) as *out (caller closes). */
+char *e2b_template_upload_url(struct api_req *r, const char *tid, const char *hash);
+int e2b_template_context(struct api_req *r, const char *df, size_t df_len, json_t *copies, json_t *warnings,
+                         int *out, moat_error **err);
+/* A relative path without '..' components or a newline. Pure. */
+bool e2b_template_path_ok(const char *s);
+/* An E2B template reference "NAME[:TAG]" as moat's NAME (buf, or e2b itself without a tag);
+ * *missing when the tag is not one of the template's (or the reference is malformed). */
+const char *e2b_template_resolve(struct api_req *r, const char *e2b, char *buf, size_t n, bool *missing);
 
 #endif
