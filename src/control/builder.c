@@ -342,7 +342,9 @@ static int run_step(struct ctl_build *b, size_t i, const char *parent_column, co
   step_say(b, i, "moat", "running in sandbox %s", id);
   _cleanup_free_ struct moat_guest_ep *ep = NULL;
   _cleanup_strv_ char **env = run_env(b, st);
-  const char *user = st->user ? st->user : json_string_value(json_object_get(b->base, "user"));
+  const char *user_spec = st->user ? st->user : json_string_value(json_object_get(b->base, "user"));
+  /* "user[:group]", a name or a uid: the guest takes the user, with its own groups */
+  _cleanup_free_ char *user = user_spec && user_spec[0] ? xstrndup(user_spec, strcspn(user_spec, ":")) : NULL;
   struct moat_proc_stream *ps = NULL;
   int pid = 0, exit_code = -1, sig = 0;
   bool timed_out = false;

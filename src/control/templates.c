@@ -223,14 +223,21 @@ int ctl_template_start(struct moat_control *c, const char *org, const char *id, 
   _cleanup_strv_ char **start = ctl_json_strv(json_object_get(config, "start"), true);
   json_t *ready = json_object_get(config, "ready");
   _cleanup_strv_ char **check = ctl_json_strv(json_object_get(ready, "argv"), true);
-  const char *user = json_string_value(json_object_get(config, "user"));
+  /* USER is "user[:group]" (a name or a uid): the guest takes the user, with its own groups */
+  const char *user_spec = json_string_value(json_object_get(config, "user"));
+  _cleanup_free_ char *user = user_spec && user_spec[0] ? xstrndup(user_spec, strcspn(user_spec, ":")) : NULL;
   const char *workdir = json_string_value(json_object_get(config, "workdir"));
-  if (!start)
+  if (!start && !user && !workdir)
     return 0;
   _cleanup_free_ struct moat_guest_ep *ep = NULL;
   _cleanup_strv_ char **env = NULL;
   if (moat_control_guest(c, org, id, &ep, &env, err) < 0)
     return moat_error_wrap(err, "start command");
+  /* the image's USER and WORKDIR are what an exec naming neither gets, as docker exec does */
+  if ((user || workdir) && moat_guest_set_defaults(ep, user, workdir, err) < 0)
+    return -1;
+  if (!start)
+    return 0;
   struct moat_exec_req req = {.argv = start, .env = env, .cwd = workdir, .user = user};
   struct moat_exec_opts opts = {.background = true, .tag = "start"};
   struct moat_proc_stream *ps = NULL;

@@ -61,10 +61,16 @@ struct guest_spawn {
   bool pty;
   uint64_t t0_ns; /* when it was started (now_ns) */
 };
+/* What an EXEC without a USER or CWD of its own gets (a DEFAULTS request sets them; NULL: root, the
+ * user's home). A default cwd that cannot be entered falls back as the home does. */
+struct guest_defaults {
+  const char *user, *cwd;
+};
 /* Starts the command of an EXEC request (ARGV, ENV, CWD, USER, PTY_COLS/PTY_ROWS) in its own
  * session. Returns 0, or -1 with err (status: the errno for REP_ERROR) when it could not start.
  * Only from a single-threaded process (CLONE_VM|CLONE_VFORK). */
-int guest_spawn(const struct moat_msg *req, const char *etc_dir, struct guest_spawn *out, moat_error **err);
+int guest_spawn(const struct moat_msg *req, const char *etc_dir, const struct guest_defaults *defaults,
+                struct guest_spawn *out, moat_error **err);
 
 /* PID 1's process table (procs.c). The main loop asks for the fds to poll after its own `base`
  * entries (and the poll timeout), then hands back the results. */

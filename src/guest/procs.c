@@ -186,7 +186,8 @@ struct proc {
 };
 
 static const char *g_etc;
-static int g_renew_fd = -1; /* a RENEW request's connection, for main.c */
+static struct guest_defaults g_defaults; /* owned strings */
+static int g_renew_fd = -1;              /* a RENEW request's connection, for main.c */
 static struct proc *g_procs;
 static struct conn *g_conns;
 static uint8_t g_rbuf[MOAT_PROTO_CHUNK];
@@ -562,7 +563,7 @@ static void req_exec(struct conn *c, const struct moat_msg *req) {
   }
   struct guest_spawn sp;
   moat_error *err = NULL;
-  if (guest_spawn(req, g_etc, &sp, &err) < 0) {
+  if (guest_spawn(req, g_etc, &g_defaults, &sp, &err) < 0) {
     conn_error(c, err->status, "%s", moat_error_msg(err));
     moat_error_free(&err);
     return;
@@ -755,6 +756,26 @@ static void req_procs(struct conn *c) {
   conn_finish(c);
 }
 
+/* DEFAULTS: USER and CWD (each optional; absent: none) for the EXECs that name neither. */
+static void req_defaults(struct conn *c, const struct moat_msg *req) {
+  _cleanup_free_ char *user = moat_msg_get_str(req, MOAT_T_USER);
+  _cleanup_free_ char *cwd = moat_msg_get_str(req, MOAT_T_CWD);
+  struct moat_field f;
+  if ((!user && moat_msg_find(req, MOAT_T_USER, &f)) || (!cwd && moat_msg_find(req, MOAT_T_CWD, &f))) {
+    conn_error(c, EINVAL, "defaults: user or cwd holds a NUL byte");
+    return;
+  }
+  if ((user && (!user[0] || strlen(user) > 256)) || (cwd && (cwd[0] != '/' || strlen(cwd) > 4096))) {
+    conn_error(c, EINVAL, "defaults: user must be a name, cwd an absolute path");
+    return;
+  }
+  free((char *)g_defaults.user);
+  free((char *)g_defaults.cwd);
+  g_defaults.user = steal_pointer(&user);
+  g_defaults.cwd = steal_pointer(&cwd);
+  conn_ok(c);
+}
+
 static void handle_request(struct conn *c, const struct moat_msg *req) {
   switch (req->type) {
   case MOAT_REQ_EXEC:
@@ -774,6 +795,9 @@ static void handle_request(struct conn *c, const struct moat_msg *req) {
     break;
   case MOAT_REQ_PROCS:
     req_procs(c);
+    break;
+  case MOAT_REQ_DEFAULTS:
+    req_defaults(c, req);
     break;
   case MOAT_REQ_RENEW:
     if (g_renew_fd >= 0) {

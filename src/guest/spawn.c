@@ -223,7 +223,8 @@ static int open_pty(uint32_t cols, uint32_t rows, int *master, int *slave, moat_
   return 0;
 }
 
-int guest_spawn(const struct moat_msg *req, const char *etc_dir, struct guest_spawn *out, moat_error **err) {
+int guest_spawn(const struct moat_msg *req, const char *etc_dir, const struct guest_defaults *defaults,
+                struct guest_spawn *out, moat_error **err) {
   memset(out, 0, sizeof(*out));
   out->in_fd = out->out_fd = out->err_fd = -1;
   _cleanup_strv_ char **argv = moat_msg_get_strv(req, MOAT_T_ARGV);
@@ -237,6 +238,11 @@ int guest_spawn(const struct moat_msg *req, const char *etc_dir, struct guest_sp
   _cleanup_free_ char *user_arg = moat_msg_get_str(req, MOAT_T_USER);
   if ((!cwd_arg && moat_msg_find(req, MOAT_T_CWD, &f)) || (!user_arg && moat_msg_find(req, MOAT_T_USER, &f)))
     return moat_error_set(err, EINVAL, "exec: cwd or user holds a NUL byte");
+  bool default_cwd = !cwd_arg && defaults && defaults->cwd;
+  if (!user_arg && defaults && defaults->user)
+    user_arg = xstrdup(defaults->user);
+  if (default_cwd)
+    cwd_arg = xstrdup(defaults->cwd);
   uint32_t cols = 0, rows = 0;
   bool has_cols = moat_msg_get_u32(req, MOAT_T_PTY_COLS, &cols) == 0;
   bool has_rows = moat_msg_get_u32(req, MOAT_T_PTY_ROWS, &rows) == 0;
@@ -283,7 +289,7 @@ int guest_spawn(const struct moat_msg *req, const char *etc_dir, struct guest_sp
       .candidates = candidates,
       .sh_argv = sh_argv,
       .cwd = cwd ? cwd : u.home,
-      .cwd_fallback = cwd == NULL,
+      .cwd_fallback = cwd == NULL || default_cwd,
       .in_fd = in[0],
       .out_fd = outp[1],
       .err_fd = errp[1],

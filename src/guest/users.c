@@ -81,13 +81,16 @@ int guest_user_lookup(const char *etc_dir, const char *name, struct guest_user *
     }
     moat_error_free(&rerr);
   }
+  /* a name, or a number: the uid (as docker exec -u 1000 takes it) */
+  uint32_t by_uid = 0;
+  bool numeric = !want_root && parse_id(name, &by_uid) == 0;
   char *save = NULL;
   for (char *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
     char *f[7];
     uint32_t uid, gid;
     if (line[0] == '#' || split_colon(line, f, 7) < 7 || parse_id(f[2], &uid) < 0 || parse_id(f[3], &gid) < 0)
       continue;
-    if (want_root ? uid != 0 : strcmp(f[0], name) != 0)
+    if (want_root ? uid != 0 : numeric ? uid != by_uid : strcmp(f[0], name) != 0)
       continue;
     u->name = xstrdup(f[0]);
     u->uid = uid;
@@ -95,6 +98,13 @@ int guest_user_lookup(const char *etc_dir, const char *name, struct guest_user *
     u->home = xstrdup(f[5][0] ? f[5] : "/");
     u->shell = xstrdup(f[6][0] ? f[6] : "/bin/sh");
     break;
+  }
+  if (!u->name && numeric) { /* a uid the image has no entry for: itself, its own group, home / */
+    u->name = xstrdup(name);
+    u->uid = by_uid;
+    u->gid = by_uid;
+    u->home = xstrdup("/");
+    u->shell = xstrdup("/bin/sh");
   }
   if (!u->name) {
     if (!want_root)

@@ -84,6 +84,7 @@ enum moat_msg_type {
   MOAT_REQ_PROCS = 14,
   MOAT_REQ_WATCH = 15,
   MOAT_REQ_RENEW = 16,
+  MOAT_REQ_DEFAULTS = 17, /* USER and/or CWD that an EXEC without its own takes from now on (PID 1) */
 
   MOAT_MSG_DATA = 20,
   MOAT_MSG_END = 21,

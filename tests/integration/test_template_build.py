@@ -178,6 +178,15 @@ class TemplateBuildTest(DaemonTest):
                               "cat /srv/run/form; cat /srv/app/VERSION; test -e /etc/motd || echo no-motd; "
                               "echo $APP_HOME $PORT"])
         self.assertEqual(r["stdout"], "user:user 640\nfrom the tar\nexec-form\nv1\nno-motd\n/srv/app 8080\n", r)
+        # an exec naming no user or cwd gets the image's USER and WORKDIR, as docker exec does
+        r = self.c.exec(sid, argv=["sh", "-c", "id -un; pwd; cat VERSION"])
+        self.assertEqual(r["stdout"], "user\n/srv/app\nv1\n", r)
+        r = self.c.exec(sid, argv=["sh", "-c", "id -un; pwd"], user="root")
+        self.assertEqual(r["stdout"], "root\n/srv/app\n", r)
+        r = self.c.exec(sid, argv=["pwd"], cwd="/tmp")
+        self.assertEqual(r["stdout"], "/tmp\n", r)
+        r = self.c.exec(sid, argv=["id", "-u"], user="1000")
+        self.assertEqual(r["stdout"], "1000\n", r)
         procs = self.c.request("GET", "/v1/sandboxes/%s/processes" % sid)[1]
         self.assertTrue(any(p.get("tag") == "start" for p in procs["processes"]), procs)
         # no build sandbox is left behind

@@ -59,6 +59,16 @@ static void test_users(void) {
   moat_error_free(&err);
   CHECK(guest_user_lookup(etc, "broken line", &u, &err) < 0, "a line with too few fields matches nothing");
   moat_error_free(&err);
+  CHECK(guest_user_lookup(etc, "1000", &u, &err) == 0 && strcmp(u.name, "user") == 0 && u.uid == 1000 &&
+            strcmp(u.home, "/home/user") == 0,
+        "a number is the uid of the entry that has it");
+  guest_user_clear(&u);
+  CHECK(guest_user_lookup(etc, "4321", &u, &err) == 0 && u.uid == 4321 && u.gid == 4321 &&
+            strcmp(u.home, "/") == 0,
+        "a uid with no entry is itself, its own group, home /");
+  guest_user_clear(&u);
+  CHECK(guest_user_lookup(etc, "4294967295", &u, &err) < 0, "a number beyond uid_t is no uid");
+  moat_error_free(&err);
 
   put("passwd", "user:x:1000:1000::/home/user:/bin/sh\n");
   CHECK(guest_user_lookup(etc, NULL, &u, &err) == 0 && u.uid == 0 && strcmp(u.home, "/root") == 0,

@@ -812,6 +812,19 @@ int moat_guest_renew(const struct moat_guest_ep *ep, moat_error **err) {
   return r < 0 ? moat_error_wrap(err, "renew the restored guest") : 0;
 }
 
+int moat_guest_set_defaults(const struct moat_guest_ep *ep, const char *user, const char *cwd,
+                            moat_error **err) {
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_DEFAULTS);
+  if (user)
+    moat_msg_put_str(&m, MOAT_T_USER, user);
+  if (cwd)
+    moat_msg_put_str(&m, MOAT_T_CWD, cwd);
+  int r = simple_request(ep, &m, err);
+  moat_msg_free(&m);
+  return r < 0 ? moat_error_wrap(err, "set the guest's exec defaults") : 0;
+}
+
 int moat_guest_ping(const struct moat_guest_ep *ep, int timeout_ms, moat_error **err) {
   struct gconn g;
   if (gc_open(&g, ep, err) < 0)

@@ -196,6 +196,10 @@ int moat_guest_check(const struct moat_guest_ep *ep, int timeout_ms, moat_error 
 /* After a restore: has PID 1 re-exec itself with its process table (proto.h RENEW). 0 once the new
  * image answers, or -1. */
 int moat_guest_renew(const struct moat_guest_ep *ep, moat_error **err);
+/* Sets what an exec that names no user or cwd of its own gets from now on (NULL: root, the
+ * user's home); a fork or restore of the sandbox keeps them. */
+int moat_guest_set_defaults(const struct moat_guest_ep *ep, const char *user, const char *cwd,
+                            moat_error **err);
 
 /* Returns 0 once the guest answers a ping within timeout_ms, or -1. */
 int moat_guest_ping(const struct moat_guest_ep *ep, int timeout_ms, moat_error **err);
