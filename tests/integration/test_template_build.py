@@ -11,6 +11,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 
+import moatd  # noqa: E402
 import sse  # noqa: E402
 from moattest import DaemonTest, HTTPError  # noqa: E402
 
@@ -376,3 +377,50 @@ class TemplateBakeTest(DaemonTest):
         fourth = self.sandbox(template="baked")["id"]
         self.assertNotEqual(boot(fourth), boot(first))
         self.assertEqual(self.c.exec(fourth, argv=["cat", "/tmp/v"])["stdout"], "v2\n")
+
+
+class TemplateLimitsTest(DaemonTest):
+    """--build-context-max-mb bounds a context's file data (413, nothing recorded); a build that fails
+    leaves a build running beside it unaffected."""
+    pool = 0
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = moatd.MoatDaemon(pool=0, extra_args=["--build-context-max-mb", "1"])
+        try:
+            cls.daemon.start()
+        except Exception:
+            cls.daemon.stop()
+            raise
+        cls.c = cls.daemon.client
+
+    def test_context_limit(self):
+        big = os.urandom(3 << 20)  # 3 MiB of file data in a 3 MiB tar: under the upload's bound, over the data's
+        builds = os.path.join(self.daemon.data_dir, "builds")
+        before = sorted(os.listdir(builds)) if os.path.isdir(builds) else []
+        with self.assertRaises(HTTPError) as cm:
+            build(self.c, "toobig", tar_of({"Dockerfile": b"FROM base\n", "big.bin": big}))
+        self.assertEqual(cm.exception.status, 413, cm.exception.body)
+        with self.assertRaises(HTTPError) as cm:
+            self.c.request("GET", "/v1/templates/toobig")
+        self.assertEqual(cm.exception.status, 404)
+        self.assertEqual(sorted(os.listdir(builds)) if os.path.isdir(builds) else [], before)
+
+    def test_a_failing_build_beside_a_good_one(self):
+        good = build(self.c, "good", tar_of({"Dockerfile": b"FROM base\nRUN sleep 1 && echo ok > /ok\n"}))
+        bad = build(self.c, "bad", tar_of({"Dockerfile": b"FROM base\nRUN exit 7\n"}))
+        self.addCleanup(lambda: self.c.request("DELETE", "/v1/templates/good", expect=(204, 404)))
+        self.addCleanup(lambda: self.c.request("DELETE", "/v1/templates/bad", expect=(204, 404)))
+        self.assertEqual(follow(self.c, "bad", bad["build_id"])[1]["state"], "failed")
+        self.assertEqual(follow(self.c, "good", good["build_id"])[1]["state"], "ready")
+        sb = self.sandbox(template="good")
+        self.assertEqual(self.c.exec(sb["id"], argv=["cat", "/ok"])["stdout"], "ok\n")
+        # a second build of a template while one runs is refused, and the first goes on
+        again = build(self.c, "good", tar_of({"Dockerfile": b"FROM base\nRUN sleep 2\n"}))
+        with self.assertRaises(HTTPError) as cm:
+            build(self.c, "good", tar_of({"Dockerfile": b"FROM base\n"}))
+        self.assertEqual((cm.exception.status, cm.exception.body["code"]), (409, "template_building"))
+        with self.assertRaises(HTTPError) as cm:
+            self.c.request("DELETE", "/v1/templates/good")
+        self.assertEqual(cm.exception.status, 409)
+        self.assertEqual(follow(self.c, "good", again["build_id"])[1]["state"], "ready")
