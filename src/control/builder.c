@@ -983,8 +983,15 @@ int moat_control_upload_spool(struct moat_control *c, moat_error **err) {
   if (mkdir_p(c->builds_dir, 0700, err) < 0)
     return -1;
   int fd = open(c->builds_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0)
+    return fd;
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) /* else a file system without O_TMPFILE */
+    return moat_error_errno(err, "a temporary file in %s", c->builds_dir);
+  _cleanup_free_ char *path = xasprintf("%s/upload.tmp-XXXXXX", c->builds_dir);
+  fd = mkostemp(path, O_CLOEXEC);
   if (fd < 0)
     return moat_error_errno(err, "a temporary file in %s", c->builds_dir);
+  unlink(path);
   return fd;
 }
 
