@@ -287,7 +287,8 @@ class E2BTest(DaemonTest):
             ("GET", "/sandboxes/sb-0000000000000000x/logs", None, 501),
             ("PUT", "/sandboxes/sb-0000000000000000x", None, 405),
             ("GET", "/secrets", None, 501),
-            ("POST", "/v3/templates", {"name": "x"}, 501),
+            ("GET", "/templates", None, 501),
+            ("POST", "/v3/templates", {"name": "Not A Name"}, 400),
             ("GET", "/volumes", None, 501),
             ("GET", "/v2/nothing-here", None, None),
         ]
