@@ -569,6 +569,7 @@ static int h_trigger(struct api_req *r, const char *tid, const char *bid) {
     return -1;
   struct gen g = {.lines = json_array(), .copies = json_array(), .warnings = json_array()};
   int ret = -1;
+  _cleanup_close_ int ctx = -1; /* before the first goto: its cleanup runs at out */
   emit(&g, "base", "FROM %s", from);
   if (json_is_true(json_object_get(body, "force"))) {
     char id[37];
@@ -608,7 +609,6 @@ static int h_trigger(struct api_req *r, const char *tid, const char *bid) {
     _cleanup_free_ char *j = json_argv(argv);
     emit(&g, "finalize", "ENTRYPOINT %s", j);
   }
-  _cleanup_close_ int ctx = -1;
   if (e2b_template_context(r, g.df.p, g.df.len, g.copies, g.warnings, &ctx, &err) < 0) {
     e2b_moat_error(r, &err);
     goto out;
