@@ -344,6 +344,33 @@ class ProxyToPostgresTest(unittest.TestCase):
                 s.close()
         self.wait_clean()
 
+    def test_global_cap_then_new_address_served(self):
+        # the global cap full from one address: a new address is refused (53300), then served once
+        # those connections close (its refusal leaves no count behind)
+        h = pgtest.ProxyHarness(self.pg.port, "alice", "--max-connections", "2", "--max-conns-per-ip", "2").start()
+        try:
+            held = [connect(h.port) for _ in range(2)]
+            time.sleep(0.3)
+            s = connect(h.port, src="127.0.0.3")
+            s.sendall(startup_packet({"user": "nobody"}))
+            f, _ = read_error(s)
+            s.close()
+            self.assertEqual(f and f.get("C"), "53300", f)
+            for x in held:
+                x.close()
+            deadline = time.time() + 15
+            while True:
+                s = connect(h.port, src="127.0.0.3")
+                s.sendall(startup_packet({"user": "nobody"}))
+                f, _ = read_error(s)
+                s.close()
+                if f and f.get("C") == "3D000":
+                    break
+                self.assertLess(time.time() - deadline, 0, "127.0.0.3 still refused: %s" % f)
+                time.sleep(0.2)
+        finally:
+            h.stop()
+
     def test_startup_deadline(self):
         s = connect(self.proxy.port)
         s.sendall(b"\x00\x00")  # half a length word, then nothing

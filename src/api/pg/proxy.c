@@ -83,11 +83,14 @@ static struct pg_src *src_find(struct moat_pg_proxy *p, const uint8_t a[16], boo
   return s;
 }
 
-static void src_put(struct moat_pg_proxy *p, const uint8_t a[16]) {
+/* Gives back one of a's connections (drop: none, only an entry src_find just made with n 0). */
+static void src_release(struct moat_pg_proxy *p, const uint8_t a[16], bool drop) {
   struct pg_src **pp = &p->src[src_hash(a)];
   for (struct pg_src *s = *pp; s; pp = &s->next, s = s->next)
     if (memcmp(s->addr, a, 16) == 0) {
-      if (--s->n == 0) {
+      if (!drop && s->n > 0)
+        s->n--;
+      if (s->n == 0) {
         *pp = s->next;
         free(s);
       }
@@ -454,7 +457,7 @@ static void *conn_main(void *arg) {
     p->rejecting--;
   } else {
     p->active--;
-    src_put(p, c->src);
+    src_release(p, c->src, false);
   }
   if (--p->threads == 0)
     pthread_cond_broadcast(&p->idle);
@@ -501,7 +504,7 @@ static void admit(struct moat_pg_proxy *p, int fd, const struct sockaddr_storage
     s->n++;
   } else {
     if (s->n == 0)
-      src_put(p, c->src); /* n is 0: frees the entry src_find made */
+      src_release(p, c->src, true); /* the entry src_find made for this refusal */
     if (p->rejecting >= PG_MAX_REJECTERS) {
       pthread_mutex_unlock(&p->lock);
       log_debug("pg %s: over the caps and %d refusals under way: closed", c->peer, PG_MAX_REJECTERS);
@@ -535,7 +538,7 @@ static void admit(struct moat_pg_proxy *p, int fd, const struct sockaddr_storage
       p->rejecting--;
     } else {
       p->active--;
-      src_put(p, c->src);
+      src_release(p, c->src, false);
     }
     if (--p->threads == 0)
       pthread_cond_broadcast(&p->idle);
