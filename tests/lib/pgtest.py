@@ -199,7 +199,8 @@ class ProxyHarness:
             time.sleep(0.05)
 
     def stop(self):
-        """Closes stdin (the harness stops its proxy) and returns its exit status."""
+        """Closes stdin (the harness stops its proxy) and returns its exit status; raises when a
+        sanitizer reported anything (an ASan build: MOAT_BUILD=build/san)."""
         rc = None
         if self.proc:
             try:
@@ -211,6 +212,9 @@ class ProxyHarness:
             self.proc = None
         if self in _live:
             _live.remove(self)
+        log = self.log()
+        if "ERROR: AddressSanitizer" in log or "runtime error:" in log or "LeakSanitizer" in log:
+            raise RuntimeError("pg_harness: sanitizer report:\n" + log[-4000:])
         return rc
 
 
