@@ -72,7 +72,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(O)/fuzz/%,$(FUZZ_SRC))
 
 .PHONY: all run test unit integration bench clean deps format check-format fuzz fuzzers units
-all: $(O)/moatd $(O)/moat build/moat-guest $(UNIT_BIN) $(O)/bench/criu_bench
+all: $(O)/moatd $(O)/moat build/moat-guest $(UNIT_BIN) $(O)/bench/criu_bench $(O)/tests/lib/pg_harness
 
 $(O)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
@@ -114,6 +114,11 @@ $(O)/tests/%: tests/unit/%.c $(O)/libmoat.a
 # The checkpoint benchmark drives the host layer directly (bench/criu_bench.c; run by hand, see its
 # header): built with everything so that it keeps up with the code.
 $(O)/bench/criu_bench: bench/criu_bench.c $(O)/libmoat.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $(filter %.c %.a,$^) $(LDFLAGS) $(DAEMON_LIBS)
+
+# The database proxy in a process of its own, routing to one real PostgreSQL (tests/lib/pgtest.py).
+$(O)/tests/lib/pg_harness: tests/lib/pg_harness.c $(O)/libmoat.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $(filter %.c %.a,$^) $(LDFLAGS) $(DAEMON_LIBS)
 

@@ -4,12 +4,14 @@
 #include "e2b/e2b.h"
 #include "http/http.h"
 #include "mcp/mcp.h"
+#include "pg/pg.h"
 #include "ports/ports.h"
 #include "v1/v1.h"
 
-/* E2B claims its requests before any route is tried; then v1's, MCP's and the ports' routes. */
+/* E2B claims its requests before any route is tried; then v1's, MCP's and the ports' routes. The
+ * database proxy has no routes: a listener of its own. */
 static const struct api_front *const fronts[] = {&api_front_e2b, &api_front_v1, &api_front_mcp,
-                                                 &api_front_ports};
+                                                 &api_front_ports, &api_front_pg};
 
 void api_front_ends(struct api_router *rt) {
   for (size_t i = 0; i < ARRAY_SIZE(fronts); i++)

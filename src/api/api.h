@@ -45,6 +45,10 @@ struct moat_api_config {
    * is its DOMAIN (NULL: any; the URLs handed out then say localhost). */
   const char *proxy_listen;
   const char *proxy_domain;
+  /* The PostgreSQL-protocol proxy's listener ("HOST:PORT"), or NULL for none; its caps (0: the
+   * defaults of api/pg/pg.h). */
+  const char *db_listen;
+  unsigned db_max_connections, db_max_conns_per_ip;
 };
 
 /* Starts serving on cfg->listen with a thread per connection; returns 0 or -1 (EADDRINUSE, ...).
@@ -55,6 +59,8 @@ int moat_api_start(struct moat_api **out, struct moat_control *control, const st
 /* The port actually bound (useful with PORT 0), and the proxy listener's (0: none). */
 unsigned moat_api_port(const struct moat_api *a);
 unsigned moat_api_proxy_port(const struct moat_api *a);
+/* The database proxy's port (0: none). */
+unsigned moat_api_db_port(const struct moat_api *a);
 
 /* Stops accepting, waits for in-flight requests, frees a. */
 void moat_api_stop(struct moat_api *a);

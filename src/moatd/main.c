@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/pg/pg.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "control/control.h"
@@ -38,6 +39,11 @@ static void usage(FILE *f) {
           "  --proxy-listen HOST:PORT  serve exposed ports by host name: a request with Host\n"
           "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
           "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
+          "  --db-listen HOST:PORT|none  the PostgreSQL-protocol proxy: one address for every database,\n"
+          "                       routed by the startup message's user or database (default\n"
+          "                       127.0.0.1:7432; none: no proxy)\n"
+          "  --db-max-connections N  connections the database proxy serves at once (default %d)\n"
+          "  --db-max-conns-per-ip N  of those, from one client address (default %d)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
           "  --lxcfs auto|none|DIR  where sandboxes' /proc/meminfo, stat, uptime and loadavg come\n"
           "                       from (their own memory, CPU time and load). auto (the default): the\n"
@@ -79,9 +85,10 @@ static void usage(FILE *f) {
           "  --max-requests-per-sandbox N requests in flight per sandbox (default %d)\n"
           "  --max-streams-per-sandbox N  streams open per sandbox (default %d)\n"
           "  --max-idle-per-org N  idle keep-alive connections kept per org (default %d)\n",
-          API_DEFAULT_MAX_CONNECTIONS, API_DEFAULT_HEADER_TIMEOUT_S, API_DEFAULT_IDLE_TIMEOUT_S,
-          API_DEFAULT_REQUESTS_PER_ORG, API_DEFAULT_STREAMS_PER_ORG, API_DEFAULT_REQUESTS_PER_SANDBOX,
-          API_DEFAULT_STREAMS_PER_SANDBOX, API_DEFAULT_IDLE_PER_ORG);
+          PG_DEFAULT_MAX_CONNECTIONS, PG_DEFAULT_MAX_CONNS_PER_IP, API_DEFAULT_MAX_CONNECTIONS,
+          API_DEFAULT_HEADER_TIMEOUT_S, API_DEFAULT_IDLE_TIMEOUT_S, API_DEFAULT_REQUESTS_PER_ORG,
+          API_DEFAULT_STREAMS_PER_ORG, API_DEFAULT_REQUESTS_PER_SANDBOX, API_DEFAULT_STREAMS_PER_SANDBOX,
+          API_DEFAULT_IDLE_PER_ORG);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -156,13 +163,14 @@ static char *absolute(const char *p) {
 
 /* Fails when another process listens on listen ("HOST:PORT", "[V6]:PORT"); a port of 0 passes.
  * The API binds for real later; this only lets moatd refuse before it touches any sandbox. */
-static void check_port(const char *listen_addr) {
+/* Dies unless --flag's listen_addr can be listened on (a port of 0 is not tried). */
+static void check_port(const char *flag, const char *listen_addr) {
   const char *colon = strrchr(listen_addr, ':');
   if (!colon || !colon[1])
-    die("--listen %s: expected HOST:PORT", listen_addr);
+    die("--%s %s: expected HOST:PORT", flag, listen_addr);
   uint64_t port;
   if (parse_u64(colon + 1, &port) < 0 || port > 65535)
-    die("--listen %s: bad port", listen_addr);
+    die("--%s %s: bad port", flag, listen_addr);
   if (port == 0)
     return;
   _cleanup_free_ char *host = xstrndup(listen_addr, (size_t)(colon - listen_addr));
@@ -186,7 +194,7 @@ static void check_port(const char *listen_addr) {
     in6->sin6_port = htons((uint16_t)port);
     sl = sizeof(*in6);
   } else {
-    die("--listen %s: HOST must be an IP address or localhost", listen_addr);
+    die("--%s %s: HOST must be an IP address or localhost", flag, listen_addr);
   }
   _cleanup_close_ int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
@@ -194,7 +202,7 @@ static void check_port(const char *listen_addr) {
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 1) < 0)
-    die("cannot listen on %s: %s", listen_addr,
+    die("--%s: cannot listen on %s: %s", flag, listen_addr,
         errno == EADDRINUSE ? "address already in use (is another server on that port?)" : strerror(errno));
 }
 
@@ -262,7 +270,8 @@ int main(int argc, char **argv) {
   uint64_t build_context_max_mb = 1024;
   bool disk_overcommit = false;
   const char *lxcfs_dir = MOAT_HOST_LXCFS_AUTO;
-  const char *proxy_listen = NULL, *proxy_domain = NULL;
+  const char *proxy_listen = NULL, *proxy_domain = NULL, *db_listen = "127.0.0.1:7432";
+  unsigned db_max_connections = 0, db_max_conns_per_ip = 0;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -285,6 +294,9 @@ int main(int argc, char **argv) {
       {"net-block-ports", required_argument, NULL, 'B'},
       {"net-warm", required_argument, NULL, 'W'},
       {"guest-timeout", required_argument, NULL, 0x110},
+      {"db-listen", required_argument, NULL, 0x120},
+      {"db-max-connections", required_argument, NULL, 0x121},
+      {"db-max-conns-per-ip", required_argument, NULL, 0x122},
       {"max-connections", required_argument, NULL, 0x200},
       {"max-conns-per-ip", required_argument, NULL, 0x201},
       {"header-timeout", required_argument, NULL, 0x202},
@@ -357,6 +369,15 @@ int main(int argc, char **argv) {
       net.warm = (unsigned)v;
       break;
     }
+    case 0x120:
+      db_listen = strcmp(optarg, "none") == 0 ? NULL : optarg;
+      break;
+    case 0x121:
+      db_max_connections = flag_uint("db-max-connections", optarg, 1, 1000000);
+      break;
+    case 0x122:
+      db_max_conns_per_ip = flag_uint("db-max-conns-per-ip", optarg, 1, 1000000);
+      break;
     case 0x110: {
       uint64_t v;
       if (parse_u64(optarg, &v) < 0 || v < 9000 || v > 3600000)
@@ -452,7 +473,9 @@ int main(int argc, char **argv) {
     die("lock %s: %s", lock_path, strerror(errno));
   }
 
-  check_port(listen_addr);
+  check_port("listen", listen_addr);
+  if (db_listen)
+    check_port("db-listen", db_listen);
 
   _cleanup_free_ char *exe = exe_dir();
   _cleanup_free_ char *repo = find_repo(exe);
@@ -528,7 +551,10 @@ int main(int argc, char **argv) {
                                .token_secret = token_secret,
                                .token_secret_len = sizeof(token_secret),
                                .proxy_listen = proxy_listen,
-                               .proxy_domain = proxy_domain};
+                               .proxy_domain = proxy_domain,
+                               .db_listen = db_listen,
+                               .db_max_connections = db_max_connections,
+                               .db_max_conns_per_ip = db_max_conns_per_ip};
   struct moat_api *api = NULL;
   if (moat_api_start(&api, control, &ac, &err) < 0) {
     moat_control_close(control);
@@ -543,6 +569,12 @@ int main(int argc, char **argv) {
   if (proxy_listen) {
     printf("moatd port proxy on http://%.*s:%u\n", (int)(strrchr(proxy_listen, ':') - proxy_listen),
            proxy_listen, moat_api_proxy_port(api));
+    fflush(stdout);
+  }
+
+  if (db_listen) {
+    printf("moatd database proxy on %.*s:%u\n", (int)(strrchr(db_listen, ':') - db_listen), db_listen,
+           moat_api_db_port(api));
     fflush(stdout);
   }
 

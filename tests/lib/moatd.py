@@ -533,6 +533,9 @@ class MoatDaemon:
         self.disk_overcommit = disk_overcommit
         self.env = dict(env or {})  # added to (value None: removed from) the test's environment at start()
         self.port = free_port()
+        # the database proxy (--db-listen) on a port of its own unless extra_args name one: its
+        # default, 127.0.0.1:7432, is the machine's to share
+        self.db_port = free_port()
         self.own_data_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="moat-test-", dir="/var/tmp")
         self.template_dir = template_dir or TEMPLATE_DIR
@@ -580,7 +583,9 @@ class MoatDaemon:
                 "--recipes", os.path.join(REPO, "templates")] + \
             (["--disk-overcommit"] if self.disk_overcommit else []) + \
             ([] if self.netns or "--net-uplink" in self.extra_args else ["--net-uplink", "none"]) + \
-            ([] if "--lxcfs" in self.extra_args else ["--lxcfs", "none"]) + self.extra_args
+            ([] if "--lxcfs" in self.extra_args else ["--lxcfs", "none"]) + \
+            ([] if "--db-listen" in self.extra_args else ["--db-listen", "127.0.0.1:%d" % self.db_port]) + \
+            self.extra_args
         env = dict(os.environ)
         for k, v in self.env.items():
             if v is None:

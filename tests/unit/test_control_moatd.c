@@ -131,8 +131,10 @@ static int http_status(int port, const char *path) {
 /* Starts a daemon on a free port; returns its proc and port (0 on failure). */
 static struct proc start_daemon(int *port, char **log) {
   char *args[] = {
-      moatd, "--listen", "127.0.0.1:0", "--data-dir",   data,   "--template-dir",
-      tdir,  "--pool",   "0",           "--net-uplink", "none", /* never the host's default route in a test */
+      moatd,         "--listen",    "127.0.0.1:0", "--data-dir",   data,   "--template-dir",
+      tdir,          "--pool",      "0",           "--net-uplink", "none", /* never the host's default route
+                                                                              in a test */
+      "--db-listen", "127.0.0.1:0", /* nor the machine's 127.0.0.1:7432 */
       NULL};
   struct proc p = spawn(args, false);
   *log = read_until(p.out, "listening on http://127.0.0.1:", 60000);
@@ -200,9 +202,15 @@ int main(void) {
   getsockname(sfd, (struct sockaddr *)&sa, &sl);
   char listen_arg[64];
   snprintf(listen_arg, sizeof(listen_arg), "127.0.0.1:%d", ntohs(sa.sin_port));
-  char *args_port[] = {moatd, "--listen", listen_arg, "--data-dir", data, NULL};
+  char *args_port[] = {moatd, "--listen", listen_arg, "--data-dir", data, "--db-listen", "none", NULL};
   rc = run_moatd(args_port, false, &out);
   CHECK(rc == 1 && strstr(out, "address already in use"), "refuses a port in use (rc %d): %s", rc, out);
+  free(out);
+  char *args_db_port[] = {moatd, "--listen",    "127.0.0.1:0", "--data-dir",
+                          data,  "--db-listen", listen_arg,    NULL};
+  rc = run_moatd(args_db_port, false, &out);
+  CHECK(rc == 1 && strstr(out, "--db-listen") && strstr(out, "address already in use"),
+        "refuses a --db-listen port in use, naming the flag (rc %d): %s", rc, out);
   free(out);
   close(sfd);
 
@@ -213,8 +221,8 @@ int main(void) {
   free(out);
 
   /* An uplink that does not exist: refused at start, naming it. */
-  char *args_uplink[] = {moatd, "--listen",     "127.0.0.1:0", "--data-dir", data, "--template-dir",
-                         tdir,  "--net-uplink", "eth9",        NULL};
+  char *args_uplink[] = {moatd, "--listen",     "127.0.0.1:0", "--data-dir",  data,   "--template-dir",
+                         tdir,  "--net-uplink", "eth9",        "--db-listen", "none", NULL};
   rc = run_moatd(args_uplink, false, &out);
   CHECK(rc == 1 && strstr(out, "uplink interface eth9 does not exist"),
         "refuses --net-uplink eth9, naming it (rc %d): %s", rc, out);

@@ -1,0 +1,658 @@
+/* proxy.c -- the PostgreSQL proxy's listener: startup, routing, caps, cancels, and the byte copy
+ *
+ * An accept thread of its own; a thread per connection (a small stack, PG_BUF bytes buffered each
+ * way), bounded by a global cap and a cap per client address. A connection over either cap is
+ * answered by one of at most PG_MAX_REJECTERS threads with ErrorResponse 53300 after its startup
+ * packet (closed at once beyond that), so that no client holds more than its share and the
+ * others are served. Every wait before a connection is routed has a deadline; a routed
+ * connection lives as long as both ends do (TCP keepalive finds dead peers).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../../common/log.h"
+#include "../../common/util.h"
+#include "../http/http.h"
+#include "pg.h"
+
+#define PG_SRC_BUCKETS 256
+#define PG_STACK (128 * 1024)
+#define PG_WRITE_TIMEOUT_MS 5000 /* an ErrorResponse or the startup packet handed to the server */
+
+struct pg_src {
+  struct pg_src *next;
+  uint8_t addr[16];
+  unsigned n;
+};
+
+struct pg_conn {
+  struct moat_pg_proxy *p;
+  struct pg_conn *prev, *next; /* routed connections, for cancels (under p->lock) */
+  int cfd, sfd;
+  uint8_t src[16];
+  char peer[INET6_ADDRSTRLEN + 8];
+  bool reject; /* over a cap: answered 53300 */
+  char *user, *database, *org, *id;
+  bool have_key; /* pid, secret: the server's BackendKeyData (under p->lock) */
+  uint32_t pid, secret;
+  uint64_t in, out;
+};
+
+struct moat_pg_proxy {
+  struct moat_pg_config cfg;
+  int lfd, stop_fd; /* stop_fd: an eventfd made readable once, when the proxy stops */
+  unsigned port;
+  pthread_t acceptor;
+  pthread_mutex_t lock;
+  pthread_cond_t idle;
+  unsigned active, routed, rejecting, threads;
+  struct pg_conn *conns;
+  struct pg_src *src[PG_SRC_BUCKETS];
+};
+
+/* ---- per-address counts (under p->lock) ---- */
+
+static unsigned src_hash(const uint8_t a[16]) {
+  uint32_t h = 2166136261u;
+  for (int i = 0; i < 16; i++)
+    h = (h ^ a[i]) * 16777619u;
+  return h % PG_SRC_BUCKETS;
+}
+
+static struct pg_src *src_find(struct moat_pg_proxy *p, const uint8_t a[16], bool add) {
+  struct pg_src **pp = &p->src[src_hash(a)];
+  for (struct pg_src *s = *pp; s; s = s->next)
+    if (memcmp(s->addr, a, 16) == 0)
+      return s;
+  if (!add)
+    return NULL;
+  struct pg_src *s = xcalloc(1, sizeof(*s));
+  memcpy(s->addr, a, 16);
+  s->next = *pp;
+  *pp = s;
+  return s;
+}
+
+/* Gives back one of a's connections (drop: none, only an entry src_find just made with n 0). */
+static void src_release(struct moat_pg_proxy *p, const uint8_t a[16], bool drop) {
+  struct pg_src **pp = &p->src[src_hash(a)];
+  for (struct pg_src *s = *pp; s; pp = &s->next, s = s->next)
+    if (memcmp(s->addr, a, 16) == 0) {
+      if (!drop && s->n > 0)
+        s->n--;
+      if (s->n == 0) {
+        *pp = s->next;
+        free(s);
+      }
+      return;
+    }
+}
+
+/* ---- I/O with deadlines ---- */
+
+/* Waits for fd to be ready for ev until deadline (ns) or the proxy stops: 0, or -1 (ETIMEDOUT,
+ * ECANCELED). */
+static int wait_fd(struct moat_pg_proxy *p, int fd, short ev, uint64_t deadline) {
+  for (;;) {
+    uint64_t now = now_ns();
+    if (now >= deadline) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    struct pollfd pf[2] = {{.fd = fd, .events = ev}, {.fd = p->stop_fd, .events = POLLIN}};
+    int ms = (int)((deadline - now) / 1000000) + 1;
+    int r = poll(pf, 2, ms);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return -1;
+    if (pf[1].revents) {
+      errno = ECANCELED;
+      return -1;
+    }
+    if (pf[0].revents)
+      return 0;
+  }
+}
+
+/* Reads exactly n bytes: 0, or -1 (errno; 0 for an end of stream). */
+static int read_full(struct moat_pg_proxy *p, int fd, uint8_t *buf, size_t n, uint64_t deadline) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = read(fd, buf + got, n - got);
+    if (r > 0) {
+      got += (size_t)r;
+      continue;
+    }
+    if (r == 0) {
+      errno = 0;
+      return -1;
+    }
+    if (errno == EINTR)
+      continue;
+    if (errno != EAGAIN || wait_fd(p, fd, POLLIN, deadline) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int write_full(struct moat_pg_proxy *p, int fd, const uint8_t *buf, size_t n, uint64_t deadline) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = send(fd, buf + done, n - done, MSG_NOSIGNAL);
+    if (r > 0) {
+      done += (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r == 0 || errno != EAGAIN || wait_fd(p, fd, POLLOUT, deadline) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static uint64_t deadline_ms(unsigned ms) { return now_ns() + (uint64_t)ms * 1000000ULL; }
+
+/* Sends an ErrorResponse to the client (best effort) and lets it read it before the close. */
+static void send_error(struct pg_conn *c, const char *sqlstate, const char *msg) {
+  uint8_t buf[1024];
+  size_t n = pg_error_response(buf, sizeof(buf), sqlstate, msg);
+  if (write_full(c->p, c->cfd, buf, n, deadline_ms(PG_WRITE_TIMEOUT_MS)) == 0)
+    shutdown(c->cfd, SHUT_WR);
+}
+
+static void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  int idle = 60, intvl = 10, cnt = 6;
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+/* ---- the copy both ways ---- */
+
+struct pg_dir {
+  uint8_t buf[PG_BUF];
+  size_t off, len;
+  bool eof;  /* the reading side ended */
+  bool shut; /* the writing side was shut down after the end */
+};
+
+/* Copies bytes client <-> server until both directions ended (each end's FIN passed on as a
+ * shutdown of the other's writing side), either end fails, or the proxy stops. */
+static void splice_both(struct pg_conn *c) {
+  struct moat_pg_proxy *p = c->p;
+  struct pg_dir *d = xcalloc(2, sizeof(*d)); /* d[0]: client -> server, d[1]: server -> client */
+  int from[2] = {c->cfd, c->sfd}, to[2] = {c->sfd, c->cfd};
+  struct pg_backend_scan scan = {0};
+  bool hup[2] = {false, false}; /* hup[i]: from[i] reported POLLHUP */
+  for (;;) {
+    struct pollfd pf[3] = {{.fd = c->cfd}, {.fd = c->sfd}, {.fd = p->stop_fd, .events = POLLIN}};
+    for (int i = 0; i < 2; i++) {
+      if (d[i].len == 0 && !d[i].eof)
+        pf[i].events |= POLLIN;
+      if (d[1 - i].len > 0)
+        pf[i].events |= POLLOUT;
+      /* a hung-up end whose bytes wait for the other to drain is not polled (it would spin) */
+      if (hup[i] && !(pf[i].events & (POLLIN | POLLOUT)))
+        pf[i].fd = -1;
+    }
+    if (poll(pf, 3, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    if (pf[2].revents)
+      break;
+    bool fail = false;
+    for (int i = 0; i < 2 && !fail; i++) {
+      if (pf[i].revents & POLLERR)
+        fail = true;
+      if (pf[i].revents & POLLHUP)
+        hup[i] = true;
+      if ((pf[i].revents & (POLLIN | POLLHUP)) && d[i].len == 0 && !d[i].eof) {
+        ssize_t r = read(from[i], d[i].buf, sizeof(d[i].buf));
+        if (r > 0) {
+          d[i].off = 0;
+          d[i].len = (size_t)r;
+          if (i == 1 && !scan.done) {
+            pg_backend_scan_feed(&scan, d[i].buf, (size_t)r);
+            if (scan.have_key && !c->have_key) {
+              pthread_mutex_lock(&p->lock);
+              c->pid = scan.pid;
+              c->secret = scan.secret;
+              c->have_key = true;
+              pthread_mutex_unlock(&p->lock);
+            }
+          }
+          if (i == 0)
+            c->in += (uint64_t)r;
+          else
+            c->out += (uint64_t)r;
+        } else if (r == 0) {
+          d[i].eof = true;
+        } else if (errno != EAGAIN && errno != EINTR) {
+          fail = true;
+        }
+      }
+    }
+    for (int i = 0; i < 2 && !fail; i++) {
+      struct pg_dir *x = &d[i];
+      if (x->len > 0) {
+        ssize_t w = send(to[i], x->buf + x->off, x->len, MSG_NOSIGNAL);
+        if (w > 0) {
+          x->off += (size_t)w;
+          x->len -= (size_t)w;
+        } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+          fail = true;
+        }
+      }
+      if (x->eof && x->len == 0 && !x->shut) {
+        shutdown(to[i], SHUT_WR);
+        x->shut = true;
+      }
+    }
+    if (fail || (d[0].shut && d[1].shut))
+      break;
+  }
+  free(d);
+}
+
+/* ---- routing ---- */
+
+static const char *sqlstate_of(int status) {
+  switch (status) {
+  case ENOENT:
+    return "3D000"; /* invalid_catalog_name */
+  case EACCES:
+  case EPERM:
+    return "28000"; /* invalid_authorization_specification */
+  case ETIMEDOUT:
+  case EBUSY:
+  case EAGAIN:
+    return "57P03"; /* cannot_connect_now */
+  default:
+    return "08006"; /* connection_failure */
+  }
+}
+
+static void conn_link(struct pg_conn *c) {
+  struct moat_pg_proxy *p = c->p;
+  pthread_mutex_lock(&p->lock);
+  c->next = p->conns;
+  if (p->conns)
+    p->conns->prev = c;
+  p->conns = c;
+  p->routed++;
+  pthread_mutex_unlock(&p->lock);
+}
+
+static void conn_unlink(struct pg_conn *c) {
+  struct moat_pg_proxy *p = c->p;
+  pthread_mutex_lock(&p->lock);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    p->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  p->routed--;
+  pthread_mutex_unlock(&p->lock);
+}
+
+/* A CancelRequest: forwarded (the client's 16 bytes unchanged) to the server of the routed
+ * connection with that key, reached again through the resolver by its user and database (and
+ * only when that still names the same database); dropped when no connection has the key. */
+static void handle_cancel(struct pg_conn *c, const uint8_t *pkt, const struct pg_startup *st) {
+  struct moat_pg_proxy *p = c->p;
+  _cleanup_free_ char *user = NULL, *database = NULL, *id = NULL;
+  pthread_mutex_lock(&p->lock);
+  for (struct pg_conn *o = p->conns; o; o = o->next)
+    if (o->have_key && o->pid == st->cancel_pid && o->secret == st->cancel_key) {
+      user = xstrdup(o->user);
+      database = xstrdup(o->database);
+      id = xstrdup(o->id);
+      break;
+    }
+  pthread_mutex_unlock(&p->lock);
+  if (!id) {
+    log_info("pg %s: a cancel request matches no connection: dropped", c->peer);
+    return;
+  }
+  moat_error *err = NULL;
+  _cleanup_free_ char *org = NULL, *id2 = NULL;
+  _cleanup_close_ int fd =
+      p->cfg.resolve(p->cfg.arg, user, database, &org, &id2, (int)p->cfg.connect_timeout_ms, &err);
+  if (fd < 0 || strcmp(id, id2) != 0) {
+    log_info("pg %s: cancel for %s not forwarded: %s", c->peer, id, fd < 0 ? moat_error_msg(err) : "moved");
+    moat_error_free(&err);
+    return;
+  }
+  fd_set_nonblock(fd, true);
+  if (write_full(p, fd, pkt, 16, deadline_ms(PG_WRITE_TIMEOUT_MS)) < 0)
+    log_info("pg %s: cancel for %s: %s", c->peer, id, strerror(errno));
+  else
+    log_info("pg %s: cancel forwarded to %s", c->peer, id);
+}
+
+/* Reads the startup packet, answering SSLRequest and GSSENCRequest with 'N' (at most one of
+ * each); 0 with pkt (caller frees) and *st, or -1 when the connection is to close (an
+ * ErrorResponse already sent where the bytes were a startup packet). */
+static int read_startup(struct pg_conn *c, uint8_t **pkt, uint32_t *len, struct pg_startup *st) {
+  struct moat_pg_proxy *p = c->p;
+  uint64_t deadline = deadline_ms(p->cfg.startup_timeout_ms);
+  bool ssl = false, gss = false;
+  for (;;) {
+    uint8_t hdr[4];
+    if (read_full(p, c->cfd, hdr, 4, deadline) < 0) {
+      log_debug("pg %s: closed before a startup packet (%s)", c->peer,
+                errno ? strerror(errno) : "end of stream");
+      return -1;
+    }
+    moat_error *err = NULL;
+    if (pg_startup_length(hdr, len, &err) < 0) {
+      log_info("pg %s: %s: closed", c->peer, moat_error_msg(err));
+      moat_error_free(&err);
+      return -1;
+    }
+    _cleanup_free_ uint8_t *buf = xmalloc(*len);
+    memcpy(buf, hdr, 4);
+    if (read_full(p, c->cfd, buf + 4, *len - 4, deadline) < 0) {
+      log_info("pg %s: startup packet cut short (%s)", c->peer, errno ? strerror(errno) : "end of stream");
+      return -1;
+    }
+    const char *sqlstate = NULL;
+    if (pg_startup_parse(buf, *len, st, &sqlstate, &err) < 0) {
+      log_info("pg %s: %s", c->peer, moat_error_msg(err));
+      send_error(c, sqlstate, moat_error_msg(err));
+      moat_error_free(&err);
+      return -1;
+    }
+    if (st->kind == PG_KIND_SSL || st->kind == PG_KIND_GSSENC) {
+      bool *seen = st->kind == PG_KIND_SSL ? &ssl : &gss;
+      if (*seen) {
+        send_error(c, "08P01", "encryption was already refused on this connection");
+        return -1;
+      }
+      *seen = true;
+      if (write_full(p, c->cfd, (const uint8_t *)"N", 1, deadline) < 0)
+        return -1;
+      continue;
+    }
+    *pkt = steal_pointer(&buf);
+    return 0;
+  }
+}
+
+static void serve(struct pg_conn *c) {
+  struct moat_pg_proxy *p = c->p;
+  _cleanup_free_ uint8_t *pkt = NULL;
+  uint32_t len = 0;
+  struct pg_startup st;
+  if (read_startup(c, &pkt, &len, &st) < 0)
+    return;
+  if (st.kind == PG_KIND_CANCEL) {
+    if (!c->reject)
+      handle_cancel(c, pkt, &st);
+    return;
+  }
+  if (c->reject) {
+    send_error(c, "53300",
+               "sorry, too many connections: the database proxy's cap for this client address "
+               "or for all clients is reached");
+    return;
+  }
+  moat_error *err = NULL;
+  uint64_t t0 = now_ns();
+  c->sfd =
+      p->cfg.resolve(p->cfg.arg, st.user, st.database, &c->org, &c->id, (int)p->cfg.connect_timeout_ms, &err);
+  if (c->sfd < 0) {
+    log_info("pg %s: user \"%s\" database \"%s\": %s", c->peer, st.user, st.database, moat_error_msg(err));
+    send_error(c, sqlstate_of(err ? err->status : 0), moat_error_msg(err));
+    moat_error_free(&err);
+    return;
+  }
+  fd_set_nonblock(c->sfd, true);
+  fd_set_cloexec(c->sfd, true);
+  tune_socket(c->sfd);
+  c->user = xstrdup(st.user);
+  c->database = xstrdup(st.database);
+  double ms = (double)(now_ns() - t0) / 1e6;
+  log_info("pg %s: user \"%s\" database \"%s\" -> %s (%.1f ms)", c->peer, c->user, c->database, c->id, ms);
+  conn_link(c);
+  if (p->cfg.conn_event)
+    p->cfg.conn_event(p->cfg.arg, c->id, +1);
+  uint64_t started = now_ns();
+  if (write_full(p, c->sfd, pkt, len, deadline_ms(PG_WRITE_TIMEOUT_MS)) == 0)
+    splice_both(c);
+  if (p->cfg.conn_event)
+    p->cfg.conn_event(p->cfg.arg, c->id, -1);
+  conn_unlink(c);
+  log_info("pg %s: %s closed after %.1f s (%llu bytes in, %llu out)", c->peer, c->id,
+           (double)(now_ns() - started) / 1e9, (unsigned long long)c->in, (unsigned long long)c->out);
+}
+
+static void *conn_main(void *arg) {
+  struct pg_conn *c = arg;
+  struct moat_pg_proxy *p = c->p;
+  serve(c);
+  close(c->cfd);
+  if (c->sfd >= 0)
+    close(c->sfd);
+  pthread_mutex_lock(&p->lock);
+  if (c->reject) {
+    p->rejecting--;
+  } else {
+    p->active--;
+    src_release(p, c->src, false);
+  }
+  if (--p->threads == 0)
+    pthread_cond_broadcast(&p->idle);
+  pthread_mutex_unlock(&p->lock);
+  free(c->user);
+  free(c->database);
+  free(c->org);
+  free(c->id);
+  free(c);
+  return NULL;
+}
+
+/* ---- accepting ---- */
+
+static void addr_key(const struct sockaddr_storage *ss, uint8_t key[16], char *peer, size_t peer_len) {
+  memset(key, 0, 16);
+  char host[INET6_ADDRSTRLEN] = "?";
+  unsigned port = 0;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    key[10] = key[11] = 0xff; /* the v4-mapped form, as a dual-stack socket reports it */
+    memcpy(key + 12, &in->sin_addr, 4);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+    memcpy(key, &in6->sin6_addr, 16);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    port = ntohs(in6->sin6_port);
+  }
+  snprintf(peer, peer_len, "%s:%u", host, port);
+}
+
+static void admit(struct moat_pg_proxy *p, int fd, const struct sockaddr_storage *ss) {
+  struct pg_conn *c = xcalloc(1, sizeof(*c));
+  c->p = p;
+  c->cfd = fd;
+  c->sfd = -1;
+  addr_key(ss, c->src, c->peer, sizeof(c->peer));
+  pthread_mutex_lock(&p->lock);
+  struct pg_src *s = src_find(p, c->src, true);
+  if (p->active < p->cfg.max_connections && s->n < p->cfg.max_conns_per_ip) {
+    p->active++;
+    s->n++;
+  } else {
+    if (s->n == 0)
+      src_release(p, c->src, true); /* the entry src_find made for this refusal */
+    if (p->rejecting >= PG_MAX_REJECTERS) {
+      pthread_mutex_unlock(&p->lock);
+      log_debug("pg %s: over the caps and %d refusals under way: closed", c->peer, PG_MAX_REJECTERS);
+      close(fd);
+      free(c);
+      return;
+    }
+    p->rejecting++;
+    c->reject = true;
+  }
+  p->threads++;
+  pthread_mutex_unlock(&p->lock);
+  if (c->reject)
+    log_info("pg %s: over the connection caps: refusing", c->peer);
+  fd_set_nonblock(fd, true);
+  tune_socket(fd);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, PG_STACK);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t t;
+  int rc = pthread_create(&t, &attr, conn_main, c);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    log_warn("pg %s: no thread for the connection: %s", c->peer, strerror(rc));
+    c->sfd = -1;
+    /* conn_main's bookkeeping without serving */
+    close(fd);
+    pthread_mutex_lock(&p->lock);
+    if (c->reject) {
+      p->rejecting--;
+    } else {
+      p->active--;
+      src_release(p, c->src, false);
+    }
+    if (--p->threads == 0)
+      pthread_cond_broadcast(&p->idle);
+    pthread_mutex_unlock(&p->lock);
+    free(c);
+  }
+}
+
+static void *accept_main(void *arg) {
+  struct moat_pg_proxy *p = arg;
+  for (;;) {
+    struct pollfd pf[2] = {{.fd = p->lfd, .events = POLLIN}, {.fd = p->stop_fd, .events = POLLIN}};
+    if (poll(pf, 2, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      log_warn("pg: poll: %s", strerror(errno));
+      usleep(100000);
+      continue;
+    }
+    if (pf[1].revents)
+      return NULL;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int fd = accept4(p->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        log_warn("pg: accept: %s", strerror(errno));
+        usleep(100000);
+      }
+      continue;
+    }
+    admit(p, fd, &ss);
+  }
+}
+
+/* ---- start / stop ---- */
+
+int moat_pg_proxy_start(struct moat_pg_proxy **out, const struct moat_pg_config *cfg, moat_error **err) {
+  if (!cfg->resolve)
+    return moat_error_set(err, EINVAL, "the database proxy needs a resolver");
+  unsigned port;
+  bool ipv6;
+  _cleanup_close_ int lfd = api_listen_socket(cfg->listen, &port, &ipv6, err);
+  if (lfd < 0)
+    return -1;
+  int sfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (sfd < 0)
+    return moat_error_errno(err, "eventfd");
+  struct moat_pg_proxy *p = xcalloc(1, sizeof(*p));
+  p->cfg = *cfg;
+#define DEF(f, v)                                                                                            \
+  if (!p->cfg.f)                                                                                             \
+  p->cfg.f = v
+  DEF(max_connections, PG_DEFAULT_MAX_CONNECTIONS);
+  DEF(max_conns_per_ip, PG_DEFAULT_MAX_CONNS_PER_IP);
+  DEF(startup_timeout_ms, PG_DEFAULT_STARTUP_TIMEOUT_MS);
+  DEF(connect_timeout_ms, PG_DEFAULT_CONNECT_TIMEOUT_MS);
+#undef DEF
+  p->cfg.listen = NULL; /* borrowed: not kept */
+  p->stop_fd = sfd;
+  p->port = port;
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_cond_init(&p->idle, NULL);
+  fd_set_nonblock(lfd, true);
+  p->lfd = steal_fd(&lfd);
+  int rc = pthread_create(&p->acceptor, NULL, accept_main, p);
+  if (rc != 0) {
+    close(p->lfd);
+    close(p->stop_fd);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->idle);
+    free(p);
+    errno = rc;
+    return moat_error_errno(err, "database proxy: thread");
+  }
+  log_info("database proxy listening on %s (port %u; caps %u connections, %u per client address)",
+           cfg->listen, port, p->cfg.max_connections, p->cfg.max_conns_per_ip);
+  *out = p;
+  return 0;
+}
+
+unsigned moat_pg_proxy_port(const struct moat_pg_proxy *p) { return p ? p->port : 0; }
+
+unsigned moat_pg_proxy_active(const struct moat_pg_proxy *p, unsigned *routed) {
+  struct moat_pg_proxy *m = (struct moat_pg_proxy *)p;
+  pthread_mutex_lock(&m->lock);
+  unsigned n = m->active;
+  if (routed)
+    *routed = m->routed;
+  pthread_mutex_unlock(&m->lock);
+  return n;
+}
+
+void moat_pg_proxy_stop(struct moat_pg_proxy *p) {
+  if (!p)
+    return;
+  uint64_t one = 1;
+  if (write(p->stop_fd, &one, sizeof(one)) != sizeof(one))
+    log_warn("pg: eventfd: %s", strerror(errno));
+  pthread_join(p->acceptor, NULL);
+  close(p->lfd);
+  /* every connection thread sees stop_fd (a resolver call in flight ends within its timeout) */
+  pthread_mutex_lock(&p->lock);
+  while (p->threads > 0)
+    pthread_cond_wait(&p->idle, &p->lock);
+  pthread_mutex_unlock(&p->lock);
+  close(p->stop_fd);
+  for (size_t i = 0; i < PG_SRC_BUCKETS; i++)
+    while (p->src[i]) {
+      struct pg_src *s = p->src[i];
+      p->src[i] = s->next;
+      free(s);
+    }
+  pthread_mutex_destroy(&p->lock);
+  pthread_cond_destroy(&p->idle);
+  free(p);
+}
