@@ -204,7 +204,7 @@ def main():
         pre_error = "no moatd at %s (build it first: make)" % moatd.moatd_bin()
     elif not os.environ.get("MOAT_TEST_TEMPLATES_READY"):
         t0 = time.time()
-        for name in ("base", "code-interpreter"):  # code-interpreter: tests/integration/test_contexts.py
+        for name in ("base", "code-interpreter", "postgres"):  # test_contexts.py, test_databases.py
             try:
                 moatd.ensure_template(name)
                 stream.write("template %s ready in %s (%.1fs)\n" % (name, moatd.TEMPLATE_DIR, time.time() - t0))

@@ -58,6 +58,7 @@ struct moat_volume_mount {
   bool read_only;
 };
 
+#define MOAT_MAX_SANDBOX_DATABASES 8
 struct moat_sandbox_spec {
   const char *template_name; /* NULL = "base" */
   int64_t ttl_seconds;       /* 0 = default */
@@ -73,6 +74,13 @@ struct moat_sandbox_spec {
   json_t *network;                 /* network policy (host/net/net.h) or NULL for the default; borrowed */
   struct moat_volume_mount volumes[MOAT_MAX_SANDBOX_VOLUMES];
   size_t n_volumes;
+  /* Databases whose URL (moat_control_database_url) goes into env under the name env names; an
+   * id that is not org's database is ENOENT (404). All borrowed. */
+  struct moat_database_attach {
+    const char *id;
+    const char *env; /* a variable name, [A-Za-z_][A-Za-z0-9_]* */
+  } databases[MOAT_MAX_SANDBOX_DATABASES];
+  size_t n_databases;
 };
 
 struct moat_sandbox_info {
@@ -119,6 +127,9 @@ struct moat_control_config {
   bool disk_overcommit;          /* accept disks the data dir cannot back (sparse); default: ENOSPC (507) */
   const char *lxcfs_dir;         /* moat_host_config.lxcfs_dir */
   uint64_t build_context_max_mb; /* a template build's context (its files' data); 0 = 1024 */
+  /* The PostgreSQL proxy's address (moatd --db-listen HOST:PORT; NULL = "127.0.0.1:7432"): where
+   * the proxy (api/pg) listens, and the host:port in the databases' connection URLs. */
+  const char *db_listen;
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every
@@ -528,6 +539,83 @@ int moat_control_volume_write_open(struct moat_control *c, const char *org, cons
 int moat_control_volume_write(struct moat_vfile_writer *w, const char *data, size_t len, moat_error **err);
 int moat_control_volume_write_finish(struct moat_vfile_writer *w, uint64_t *written, moat_error **err);
 void moat_control_volume_write_close(struct moat_vfile_writer *w);
+
+/* ---- databases (control/databases.c) ----
+ * An org's PostgreSQL 15 database: a persistent sandbox of the `postgres` template whose data
+ * directory (initdb --auth=scram-sha-256, fsync on) lives on a volume of the org named
+ * "db-<id>" (listed in GET /v1/volumes; a live sandbox mounts it, so it cannot be deleted there
+ * while the database exists). The server listens on 127.0.0.1:5432 inside the sandbox only; its
+ * one login role (not a superuser) and its database are both named after the id ("db-abc" ->
+ * "db_abc"), the password is 32 random characters kept in the store and shown to the org. A
+ * database of another org is reported as a missing one (ENOENT). States: "creating", "running",
+ * "hibernated" (no connection for idle_seconds: its sandbox is hibernated, costing no compute;
+ * the next connect wakes it), "failed" (its server could not be started; delete it). */
+#define MOAT_DB_ID_LEN 20 /* "db-" + 17 base-36 chars */
+#define MOAT_DB_DEFAULT_SIZE_MB 1024
+#define MOAT_DB_MIN_SIZE_MB 64
+#define MOAT_DB_DEFAULT_IDLE_S 300
+#define MOAT_DB_MAX_IDLE_S (30LL * 24 * 3600)
+#define MOAT_DB_PORT 5432 /* the server's port inside its sandbox */
+
+struct moat_database_spec {
+  const char *name;     /* ^[a-z0-9][a-z0-9_-]{0,62}$, unique in the org */
+  uint64_t size_mb;     /* 0 = MOAT_DB_DEFAULT_SIZE_MB; else [MOAT_DB_MIN_SIZE_MB, the data dir's size] */
+  json_t *metadata;     /* object of string -> string, or NULL; borrowed */
+  int64_t idle_seconds; /* 0 = MOAT_DB_DEFAULT_IDLE_S; at most MOAT_DB_MAX_IDLE_S */
+};
+
+struct moat_database_info {
+  char id[MOAT_DB_ID_LEN + 1];
+  char *org, *name, *state;
+  uint64_t size_mb;
+  int64_t idle_seconds;
+  json_t *metadata; /* owned, object */
+  int64_t created_at_ms;
+  char *role, *password, *database; /* connection credentials (database = role) */
+  char *volume;                     /* the volume's name */
+  char *sandbox_id;                 /* the server's sandbox, NULL before it has one */
+  int connections;                  /* open client connections (moat_control_database_conn_event) */
+};
+void moat_database_info_clear(struct moat_database_info *d);
+void moat_database_infos_free(struct moat_database_info *v, size_t n);
+/* True for ^[a-z0-9][a-z0-9_-]{0,62}$. Pure. */
+bool moat_database_name_valid(const char *name);
+
+/* Creates org's database and waits until its server accepts connections. EINVAL for a bad field,
+ * EEXIST for a name org has, ENOSPC (507) when the data dir cannot back size_mb. On failure
+ * nothing is left; a moatd killed during a create leaves a "creating" row that the next open
+ * removes with its sandbox and volume. */
+int moat_control_database_create(struct moat_control *c, const char *org, const struct moat_database_spec *spec,
+                                 struct moat_database_info *out, moat_error **err);
+/* ENOENT when org has no database id. */
+int moat_control_database_get(struct moat_control *c, const char *org, const char *id,
+                              struct moat_database_info *out, moat_error **err);
+/* Oldest first. */
+int moat_control_database_list(struct moat_control *c, const char *org, struct moat_database_info **out,
+                               size_t *n, moat_error **err);
+/* Kills its sandbox, removes its volume and its row. ENOENT when org has no database id. */
+int moat_control_database_delete(struct moat_control *c, const char *org, const char *id, moat_error **err);
+
+/* THE PROXY'S CONTRACT. A connected TCP fd (caller closes) to the server of the database whose role
+ * is role, or, when role names none, whose database name is database (either may be NULL; the
+ * PostgreSQL startup message's "user" and "database"). A hibernated database is woken first, one
+ * whose sandbox died is started again on its volume; the call returns once the server's port
+ * accepts (bounded by timeout_ms, <= 0: 30 s). *org_out and *id_out (caller frees) name the
+ * database's org and id, for the proxy's own checks (a client of another org must be refused by the
+ * proxy: this function does not know the client). -1 with ENOENT when no database has that role or
+ * name, EBUSY while it is being created or deleted, ETIMEDOUT, EIO when its server cannot start. */
+int moat_control_database_connect(struct moat_control *c, const char *role, const char *database,
+                                  char **org_out, char **id_out, int timeout_ms, moat_error **err);
+/* The proxy reports a client connection to database id opened (delta +1) or closed (-1). A database
+ * with no connection for its idle_seconds (counted from its last close, or from its start) is
+ * hibernated by the reaper. Unknown ids are ignored. */
+void moat_control_database_conn_event(struct moat_control *c, const char *id, int delta);
+/* The address sandboxes and the host use to reach the databases (the proxy's, from
+ * moat_control_config.db_listen), and the URL of database d there:
+ * postgresql://ROLE:PASSWORD@HOST:PORT/DB?sslmode=disable (caller frees). */
+const char *moat_control_db_host(const struct moat_control *c);
+unsigned moat_control_db_port(const struct moat_control *c);
+char *moat_control_database_url(const struct moat_control *c, const struct moat_database_info *d);
 
 /* ---- metrics (control/usage.c) ---- */
 
