@@ -309,6 +309,16 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
     return moat_error_set(
         err, EINVAL,
         "volumes cannot be used with from_snapshot (a restore from a snapshot mounts no volume)");
+  /* the databases' URLs go over the create's env */
+  _cleanup_json_ json_t *db_env = NULL;
+  struct moat_sandbox_spec with_dbs;
+  if (spec->n_databases) {
+    if (!(db_env = ctl_databases_env(c, org, spec, err)))
+      return -1;
+    with_dbs = *spec;
+    with_dbs.env = db_env;
+    spec = &with_dbs;
+  }
   if (spec->from_snapshot)
     return tt_create_from_snapshot(c, org, spec, out, err);
   const char *tmpl = spec->template_name ? spec->template_name : "base";
@@ -939,6 +949,7 @@ static void reap_once(struct moat_control *c) {
   }
   free(v);
   tt_reap_explores(c, now);
+  ctl_databases_reap(c, now);
 }
 
 static void *reaper_main(void *arg) {
@@ -1082,6 +1093,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   pthread_mutex_init(&c->explore_lock, NULL);
   pthread_mutex_init(&c->ctx_lock, NULL);
   pthread_mutex_init(&c->conn_lock, NULL);
+  pthread_mutex_init(&c->db_lock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1101,6 +1113,8 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   const char *template_dir = c->template_dir;
   _cleanup_free_ char *db = xasprintf("%s/moat.db", c->data_dir);
 
+  if (ctl_databases_config(c, cfg->db_listen, err) < 0)
+    goto fail;
   if (mkdir_p(c->data_dir, 0700, err) < 0)
     goto fail;
   if (moat_store_open(&c->store, db, err) < 0)
@@ -1144,6 +1158,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   ctl_images_gc(c);
   ctl_health_open(c, cfg->guest_timeout_ms);
   c->health_open = true;
+  ctl_databases_open(c);
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
     moat_error_set(err, EAGAIN, "start reaper thread");
     goto fail;
@@ -1193,6 +1208,8 @@ void moat_control_close(struct moat_control *c) {
   ctl_ctx_close(c);
   pthread_mutex_destroy(&c->ctx_lock);
   pthread_mutex_destroy(&c->conn_lock); /* every subscription was closed: the api stopped first */
+  ctl_databases_close(c);
+  pthread_mutex_destroy(&c->db_lock);
   ctl_cpu_free(c->cpu);
   free(c->snap_dir);
   free(c->hib_dir);

@@ -585,8 +585,9 @@ bool moat_database_name_valid(const char *name);
  * EEXIST for a name org has, ENOSPC (507) when the data dir cannot back size_mb. On failure
  * nothing is left; a moatd killed during a create leaves a "creating" row that the next open
  * removes with its sandbox and volume. */
-int moat_control_database_create(struct moat_control *c, const char *org, const struct moat_database_spec *spec,
-                                 struct moat_database_info *out, moat_error **err);
+int moat_control_database_create(struct moat_control *c, const char *org,
+                                 const struct moat_database_spec *spec, struct moat_database_info *out,
+                                 moat_error **err);
 /* ENOENT when org has no database id. */
 int moat_control_database_get(struct moat_control *c, const char *org, const char *id,
                               struct moat_database_info *out, moat_error **err);

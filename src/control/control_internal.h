@@ -105,6 +105,11 @@ struct moat_control {
 
   pthread_mutex_t ctx_lock;
   struct ctl_ctx_busy *ctx_busy; /* contexts.c: contexts with a run in progress; ctx_lock */
+
+  pthread_mutex_t db_lock; /* databases.c: a leaf, guards dbs' counts */
+  struct ctl_db *dbs;      /* databases.c: connection counts and start mutexes */
+  char *db_host;           /* the proxy's address in connection URLs (moat_control_config.db_listen) */
+  unsigned db_port;
 };
 
 /* ---- control.c ---- */
@@ -223,6 +228,19 @@ bool ctl_oom_ended(struct moat_control *c, struct live *e, uint64_t before, cons
 /* Reaper pass over a running sandbox no exec is busy in (m held): announces OOM kills no ended
  * command claimed, once the count has stood still for a whole pass. */
 void ctl_oom_reap(struct moat_control *c, struct live *e);
+
+/* ---- databases.c ---- */
+/* Parses moat_control_config.db_listen (NULL: 127.0.0.1:7432) into c->db_host and c->db_port. */
+int ctl_databases_config(struct moat_control *c, const char *listen, moat_error **err);
+/* At open, after recover(): finishes the creates and deletes a moatd cut short (removes them). */
+void ctl_databases_open(struct moat_control *c);
+/* Reaper pass: hibernates the sandbox of each database with no connection for its idle_seconds. */
+void ctl_databases_reap(struct moat_control *c, int64_t now_ms);
+void ctl_databases_close(struct moat_control *c);
+/* spec's env (a copy, or a new object) with the URL of each of spec->databases under its name:
+ * NULL with ENOENT for an id that is not one of org's databases, EINVAL for a bad count. */
+json_t *ctl_databases_env(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
+                          moat_error **err);
 
 /* ---- contexts.c ---- */
 void ctl_ctx_close(struct moat_control *c);

@@ -529,6 +529,7 @@ int main(int argc, char **argv) {
       .disk_overcommit = disk_overcommit,
       .lxcfs_dir = lxcfs_abs,
       .build_context_max_mb = build_context_max_mb,
+      .db_listen = db_listen,
       .net = &net,
   };
   {

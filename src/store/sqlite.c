@@ -111,6 +111,21 @@ static const char *const migrations[] = {
     "  created_at_ms INTEGER NOT NULL,"
     "  updated_at_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (org, name));",
+    /* 5 -> 6: an org's PostgreSQL databases (sqlite_databases.c) */
+    "CREATE TABLE databases ("
+    "  id TEXT PRIMARY KEY,"
+    "  org TEXT NOT NULL REFERENCES orgs(id),"
+    "  name TEXT NOT NULL,"
+    "  size_mb INTEGER NOT NULL,"
+    "  metadata TEXT NOT NULL DEFAULT '{}',"
+    "  idle_seconds INTEGER NOT NULL,"
+    "  role TEXT NOT NULL UNIQUE,"
+    "  password TEXT NOT NULL,"
+    "  volume TEXT NOT NULL,"
+    "  sandbox_id TEXT,"
+    "  state TEXT NOT NULL,"
+    "  created_at_ms INTEGER NOT NULL,"
+    "  UNIQUE (org, name));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,

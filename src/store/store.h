@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 5 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 6 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -253,6 +253,39 @@ int moat_store_templates_fail_building(struct moat_store *s, const char *why, mo
 /* Every image name in use: templates' images and layers, and the images of sandboxes that are not
  * killed and of snapshots (the part of their template after '@'). A NULL-terminated list (strv_free). */
 int moat_store_images_in_use(struct moat_store *s, char ***out, moat_error **err);
+
+/* ---- databases (schema 6; sqlite_databases.c) ----
+ * An org's PostgreSQL database by id; name is unique per org, role (the login role and database
+ * name) unique everywhere. volume names the org's volume holding its data directory, sandbox_id
+ * the sandbox running its server (NULL before there is one). password is stored as given. */
+struct moat_store_database {
+  char *id, *org, *name;
+  uint64_t size_mb;
+  char *metadata_json;
+  int64_t idle_seconds;
+  char *role, *password, *volume, *sandbox_id;
+  char *state; /* "creating", "running", "hibernated", "failed" */
+  int64_t created_at_ms;
+};
+void moat_store_database_clear(struct moat_store_database *d);
+void moat_store_databases_free(struct moat_store_database *v, size_t n);
+/* EEXIST ("database 'NAME' exists") when org has one of that name. */
+int moat_store_database_insert(struct moat_store *s, const struct moat_store_database *d, moat_error **err);
+/* By id (org NULL: any org's). ENOENT ("no database ID") when org has none. */
+int moat_store_database_get(struct moat_store *s, const char *org, const char *id,
+                            struct moat_store_database *out, moat_error **err);
+/* The database whose role is role, else (role NULL or unknown) whose role is database (the
+ * name a PostgreSQL client connects to). ENOENT when neither names one. */
+int moat_store_database_find(struct moat_store *s, const char *role, const char *database,
+                             struct moat_store_database *out, moat_error **err);
+/* org NULL = every org's; oldest first. */
+int moat_store_database_list(struct moat_store *s, const char *org, struct moat_store_database **out,
+                             size_t *n, moat_error **err);
+/* Sets state, and sandbox_id when sandbox_id is not NULL. ENOENT when unknown. */
+int moat_store_database_update(struct moat_store *s, const char *id, const char *state,
+                               const char *sandbox_id, moat_error **err);
+/* ENOENT when unknown. */
+int moat_store_database_delete(struct moat_store *s, const char *id, moat_error **err);
 
 /* Lifecycle events of a sandbox, oldest first. */
 struct moat_store_event {

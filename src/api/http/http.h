@@ -167,6 +167,9 @@ int api_body_parse(const char *buf, size_t len, bool empty_ok, json_t **out, moa
 
 /* POST /v1/sandboxes. On success spec's borrowed pointers point into body (keep it alive). */
 int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_spec *spec, moat_error **err);
+/* POST /v1/databases: {name, size_mb, idle_seconds, metadata}; spec borrows from body. EINVAL naming
+ * the field (an unknown one too). */
+int api_parse_database_create(json_t *body, struct moat_database_spec *spec, moat_error **err);
 /* PATCH /v1/sandboxes/{id}. */
 int api_parse_patch(json_t *body, struct moat_sandbox_patch *patch, moat_error **err);
 

@@ -138,6 +138,38 @@ static int unknown_field(const char *k, const char *const *later, moat_error **e
   return moat_error_set(err, EINVAL, "unknown field '%.128s'", k);
 }
 
+int api_parse_database_create(json_t *body, struct moat_database_spec *spec, moat_error **err) {
+  memset(spec, 0, sizeof(*spec));
+  const char *k;
+  json_t *v;
+  long long x;
+  json_object_foreach(body, k, v) {
+    if (strcmp(k, "name") == 0) {
+      if (want_string(v, k, 63, &spec->name, err) < 0)
+        return -1;
+    } else if (strcmp(k, "size_mb") == 0) {
+      if (want_int(v, k, MOAT_DB_MIN_SIZE_MB, (long long)MOAT_MAX_DISK_MB, &x, err) < 0)
+        return -1;
+      spec->size_mb = (uint64_t)x;
+    } else if (strcmp(k, "idle_seconds") == 0) {
+      if (want_int(v, k, 1, MOAT_DB_MAX_IDLE_S, &x, err) < 0)
+        return -1;
+      spec->idle_seconds = x;
+    } else if (strcmp(k, "metadata") == 0) {
+      if (want_string_map(v, k, false, err) < 0)
+        return -1;
+      spec->metadata = v;
+    } else {
+      return moat_error_set(err, EINVAL, "unknown field '%.128s' (name, size_mb, idle_seconds, metadata)", k);
+    }
+  }
+  if (!spec->name)
+    return moat_error_set(err, EINVAL, "field 'name' is required");
+  if (!moat_database_name_valid(spec->name))
+    return moat_error_set(err, EINVAL, "field 'name' must match ^[a-z0-9][a-z0-9_-]{0,62}$");
+  return 0;
+}
+
 int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_spec *spec,
                      moat_error **err) {
   static const char *const later[] = {NULL};
@@ -243,6 +275,46 @@ int api_parse_create(json_t *body, uint64_t host_memory_mb, struct moat_sandbox_
           return moat_error_set(err, EINVAL, "volumes[%zu] needs a name and a path", i);
       }
       spec->n_volumes = json_array_size(v);
+    } else if (strcmp(k, "databases") == 0) {
+      /* [{id, env}]: control checks the ids are org's databases (control/databases.c) */
+      if (json_is_null(v))
+        continue;
+      if (!json_is_array(v))
+        return moat_error_set(err, EINVAL, "field 'databases' must be an array of {id, env}");
+      if (json_array_size(v) > MOAT_MAX_SANDBOX_DATABASES)
+        return moat_error_set(err, EINVAL, "field 'databases' holds more than %d entries",
+                              MOAT_MAX_SANDBOX_DATABASES);
+      size_t i;
+      json_t *ent;
+      json_array_foreach(v, i, ent) {
+        struct moat_database_attach *a = &spec->databases[i];
+        if (!json_is_object(ent))
+          return moat_error_set(err, EINVAL, "databases[%zu] must be an object {id, env}", i);
+        const char *dk;
+        json_t *dv;
+        json_object_foreach(ent, dk, dv) {
+          char what[48];
+          snprintf(what, sizeof(what), "databases[%zu].%s", i, strcmp(dk, "id") == 0 ? "id" : "env");
+          if (strcmp(dk, "id") == 0 || strcmp(dk, "env") == 0) {
+            if (want_string(dv, what, strcmp(dk, "id") == 0 ? MOAT_DB_ID_LEN : API_MAX_ENV_KEY,
+                            strcmp(dk, "id") == 0 ? &a->id : &a->env, err) < 0)
+              return -1;
+          } else {
+            return moat_error_set(err, EINVAL, "unknown field 'databases[%zu].%.64s' (id, env)", i, dk);
+          }
+        }
+        if (!a->id)
+          return moat_error_set(err, EINVAL, "databases[%zu] needs an id", i);
+        if (!a->env)
+          a->env = "DATABASE_URL";
+        if (!api_valid_env_name(a->env))
+          return moat_error_set(err, EINVAL, "databases[%zu].env: '%.64s' is not a valid variable name", i,
+                                a->env);
+        for (size_t j = 0; j < i; j++)
+          if (strcmp(spec->databases[j].env, a->env) == 0)
+            return moat_error_set(err, EINVAL, "databases[%zu].env: %.64s is set twice", i, a->env);
+      }
+      spec->n_databases = json_array_size(v);
     } else if (strcmp(k, "network") == 0) {
       /* {internet, egress, allow, deny}: control checks the entries (control/network.c) */
       if (json_is_null(v))

@@ -84,6 +84,11 @@ static const struct api_route_def v1_routes[] = {
     {"GET", "/v1/volumes/{name}/files", "volume.files.get", api_h_volume_files_get, 0, NULL},
     {"PUT", "/v1/volumes/{name}/files", "volume.files.put", NULL, 0, &volume_put},
     {"DELETE", "/v1/volumes/{name}/files", "volume.files.delete", api_h_volume_files_delete, 0, NULL},
+
+    {"GET", "/v1/databases", "databases.list", api_h_databases_list, 0, NULL},
+    {"POST", "/v1/databases", "databases.create", api_h_databases_create, API_RT_JSON, NULL},
+    {"GET", "/v1/databases/{sid}", "database.get", api_h_database_get, 0, NULL},
+    {"DELETE", "/v1/databases/{sid}", "database.delete", api_h_database_delete, 0, NULL},
 };
 
 static void v1_routes_add(struct api_router *rt) { api_router_add(rt, v1_routes, ARRAY_SIZE(v1_routes)); }

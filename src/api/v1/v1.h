@@ -37,6 +37,10 @@ int api_files_put_chunk(struct api_req *r, const char *data, size_t len, moat_er
 int api_files_put_finish(struct api_req *r);
 
 /* Volumes (volumes.c): the routes' handlers, and PUT .../files streamed as files.c's. */
+int api_h_databases_create(struct api_req *r, json_t *body);
+int api_h_databases_list(struct api_req *r, json_t *body);
+int api_h_database_get(struct api_req *r, json_t *body);
+int api_h_database_delete(struct api_req *r, json_t *body);
 int api_h_volumes_create(struct api_req *r, json_t *body);
 int api_h_volumes_list(struct api_req *r, json_t *body);
 int api_h_volume_get(struct api_req *r, json_t *body);

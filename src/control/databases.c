@@ -1,0 +1,660 @@
+/* databases.c -- an org's PostgreSQL databases: a row, a volume for the data directory and a
+ * persistent sandbox of the `postgres` template running the server (control.h, "databases") */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+#include "control_internal.h"
+
+#define DB_TEMPLATE "postgres"
+#define DB_MOUNT "/var/lib/postgresql/data" /* the volume's mount point in the sandbox */
+#define DB_PGDATA DB_MOUNT "/pgdata"        /* the cluster: made whole by initdb, then renamed */
+#define DB_META_KEY "moat.database"         /* the sandbox's metadata names its database */
+#define DB_READY_TIMEOUT_MS 60000           /* initdb + first start, or a start after a crash */
+#define DB_CONNECT_TIMEOUT_MS 30000         /* moat_control_database_connect's default */
+#define DB_PASSWORD_LEN 32
+#define DB_SANDBOX_MEMORY_MB 1024
+#define DB_SANDBOX_CPU 1.0
+#define DB_SANDBOX_DISK_MB 1024 /* the server's writable layer; the data is on the volume */
+
+/* One database's connection count and idle clock (c->db_lock, a leaf), and the mutex that
+ * serialises starting its server (held across sandbox and guest calls: never under another lock).
+ * Entries live until close: an id is never reused. */
+struct ctl_db {
+  char id[MOAT_DB_ID_LEN + 1];
+  int conns;
+  int64_t idle_since_ms; /* last close, connect or start */
+  pthread_mutex_t start;
+  struct ctl_db *next;
+};
+
+/* Hands e to *err (or frees it when the caller takes none, or has one). */
+static void take_error(moat_error **err, moat_error *e) {
+  if (err && !*err)
+    *err = e;
+  else
+    moat_error_free(&e);
+}
+
+/* ---- the in-memory table ---- */
+
+static struct ctl_db *db_entry(struct moat_control *c, const char *id) {
+  pthread_mutex_lock(&c->db_lock);
+  struct ctl_db *d = c->dbs;
+  while (d && strcmp(d->id, id) != 0)
+    d = d->next;
+  if (!d) {
+    d = xcalloc(1, sizeof(*d));
+    snprintf(d->id, sizeof(d->id), "%s", id);
+    d->idle_since_ms = now_unix_ms();
+    pthread_mutex_init(&d->start, NULL);
+    d->next = c->dbs;
+    c->dbs = d;
+  }
+  pthread_mutex_unlock(&c->db_lock);
+  return d;
+}
+
+static void db_touch(struct moat_control *c, struct ctl_db *d) {
+  pthread_mutex_lock(&c->db_lock);
+  d->idle_since_ms = now_unix_ms();
+  pthread_mutex_unlock(&c->db_lock);
+}
+
+void moat_control_database_conn_event(struct moat_control *c, const char *id, int delta) {
+  if (!id || strncmp(id, "db-", 3) != 0 || strlen(id) > MOAT_DB_ID_LEN)
+    return;
+  struct ctl_db *d = db_entry(c, id);
+  pthread_mutex_lock(&c->db_lock);
+  d->conns += delta;
+  if (d->conns < 0)
+    d->conns = 0;
+  d->idle_since_ms = now_unix_ms();
+  pthread_mutex_unlock(&c->db_lock);
+}
+
+static int db_conns(struct moat_control *c, const char *id) {
+  int n = 0;
+  pthread_mutex_lock(&c->db_lock);
+  for (struct ctl_db *d = c->dbs; d; d = d->next)
+    if (strcmp(d->id, id) == 0)
+      n = d->conns;
+  pthread_mutex_unlock(&c->db_lock);
+  return n;
+}
+
+/* ---- infos ---- */
+
+void moat_database_info_clear(struct moat_database_info *d) {
+  if (!d)
+    return;
+  free(d->org);
+  free(d->name);
+  free(d->state);
+  json_decref(d->metadata);
+  free(d->role);
+  free(d->password);
+  free(d->database);
+  free(d->volume);
+  free(d->sandbox_id);
+  memset(d, 0, sizeof(*d));
+}
+
+void moat_database_infos_free(struct moat_database_info *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++)
+    moat_database_info_clear(&v[i]);
+  free(v);
+}
+
+bool moat_database_name_valid(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > 63)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char ch = s[i];
+    bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+    if (!alnum && (i == 0 || (ch != '_' && ch != '-')))
+      return false;
+  }
+  return true;
+}
+
+/* The state the API shows: the row's, or for a database past its create, its sandbox's
+ * ("running", "hibernated", "paused"; "stopped" when the sandbox is gone: the next connect starts
+ * the server again). */
+static char *shown_state(struct moat_control *c, const struct moat_store_database *r) {
+  if (strcmp(r->state, "running") != 0 || !r->sandbox_id)
+    return xstrdup(r->state);
+  struct moat_sandbox_info sb = {0};
+  moat_error *e = NULL;
+  if (moat_control_get(c, r->org, r->sandbox_id, &sb, &e) < 0) {
+    moat_error_free(&e);
+    return xstrdup("stopped");
+  }
+  const char *st = sb.state == MOAT_SB_KILLED ? "stopped" : moat_sandbox_state_name(sb.state);
+  char *ret = xstrdup(st);
+  moat_sandbox_info_clear(&sb);
+  return ret;
+}
+
+static void info_of(struct moat_control *c, const struct moat_store_database *r,
+                    struct moat_database_info *out) {
+  memset(out, 0, sizeof(*out));
+  snprintf(out->id, sizeof(out->id), "%s", r->id);
+  out->org = xstrdup(r->org);
+  out->name = xstrdup(r->name);
+  out->state = shown_state(c, r);
+  out->size_mb = r->size_mb;
+  out->idle_seconds = r->idle_seconds;
+  out->metadata = parse_object(r->metadata_json);
+  out->created_at_ms = r->created_at_ms;
+  out->role = xstrdup(r->role);
+  out->password = xstrdup(r->password);
+  out->database = xstrdup(r->role);
+  out->volume = xstrdup(r->volume);
+  out->sandbox_id = r->sandbox_id ? xstrdup(r->sandbox_id) : NULL;
+  out->connections = db_conns(c, r->id);
+}
+
+const char *moat_control_db_host(const struct moat_control *c) { return c->db_host; }
+unsigned moat_control_db_port(const struct moat_control *c) { return c->db_port; }
+
+char *moat_control_database_url(const struct moat_control *c, const struct moat_database_info *d) {
+  bool v6 = strchr(c->db_host, ':') != NULL;
+  return xasprintf("postgresql://%s:%s@%s%s%s:%u/%s?sslmode=disable", d->role, d->password, v6 ? "[" : "",
+                   c->db_host, v6 ? "]" : "", c->db_port, d->database);
+}
+
+int ctl_databases_config(struct moat_control *c, const char *listen, moat_error **err) {
+  const char *l = listen && listen[0] ? listen : "127.0.0.1:7432";
+  const char *colon = strrchr(l, ':');
+  char *end = NULL;
+  unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
+  if (!colon || colon == l || !end || *end || colon[1] == '\0' || port == 0 || port > 65535)
+    return moat_error_set(err, EINVAL, "--db-listen: '%.128s' is not HOST:PORT", l);
+  const char *h = l;
+  size_t hl = (size_t)(colon - l);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  c->db_host = xstrndup(h, hl);
+  c->db_port = (unsigned)port;
+  return 0;
+}
+
+json_t *ctl_databases_env(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
+                          moat_error **err) {
+  if (spec->n_databases > MOAT_MAX_SANDBOX_DATABASES) {
+    moat_error_set(err, EINVAL, "databases: at most %d", MOAT_MAX_SANDBOX_DATABASES);
+    return NULL;
+  }
+  json_t *env = spec->env ? json_deep_copy(spec->env) : json_object();
+  for (size_t i = 0; i < spec->n_databases; i++) {
+    const struct moat_database_attach *a = &spec->databases[i];
+    struct moat_database_info d;
+    if (!a->id || !a->env || moat_control_database_get(c, org, a->id, &d, err) < 0) {
+      if (!a->id || !a->env)
+        moat_error_set(err, EINVAL, "databases[%zu]: needs an id and an env name", i);
+      else
+        moat_error_wrap(err, "databases[%zu]", i);
+      json_decref(env);
+      return NULL;
+    }
+    char *url = moat_control_database_url(c, &d);
+    json_object_set_new(env, a->env, json_string(url));
+    free(url);
+    moat_database_info_clear(&d);
+  }
+  return env;
+}
+
+/* ---- the server ---- */
+
+/* Makes the cluster on the volume unless it is there (initdb as postgres, the org's role and its
+ * database in single-user mode, then one rename: a cut-short initdb leaves only pgdata.new, which
+ * the next attempt removes). $1 is the role; the role's password comes on stdin. */
+static const char init_script[] =
+    "set -eu\n"
+    "D=" DB_PGDATA "\n"
+    "chown postgres:postgres " DB_MOUNT "\n"
+    "chmod 0700 " DB_MOUNT "\n"
+    "if [ -s \"$D/PG_VERSION\" ]; then exit 0; fi\n"
+    "read -r PW\n"
+    "rm -rf \"$D.new\"\n"
+    "install -d -o postgres -g postgres -m 0700 \"$D.new\"\n"
+    "SU=$(mktemp)\n"
+    "head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n' > \"$SU\"\n" /* a superuser password no one keeps */
+    "chown postgres \"$SU\"\n"
+    "runuser -u postgres -- initdb -D \"$D.new\" -U postgres --auth=scram-sha-256 --pwfile=\"$SU\" "
+    "--encoding=UTF8 --locale=C.UTF-8 >/dev/null\n"
+    "rm -f \"$SU\"\n"
+    "cat >> \"$D.new/postgresql.conf\" <<'EOF'\n"
+    "listen_addresses = '127.0.0.1'\n"
+    "port = 5432\n"
+    "unix_socket_directories = ''\n"
+    "fsync = on\n"
+    "synchronous_commit = on\n"
+    "full_page_writes = on\n"
+    "huge_pages = off\n"
+    "EOF\n"
+    "printf 'host %s %s 127.0.0.1/32 scram-sha-256\\n' \"$1\" \"$1\" > \"$D.new/pg_hba.conf\"\n"
+    "printf \"CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD '%s';\\n"
+    "CREATE DATABASE %s OWNER %s;\\n\" \"$1\" \"$PW\" \"$1\" \"$1\" |"
+    " runuser -u postgres -- postgres --single -D \"$D.new\" postgres >/dev/null\n"
+    "sync\n"
+    "mv \"$D.new\" \"$D\"\n"
+    "sync\n";
+
+static int db_exec(struct moat_control *c, const struct moat_store_database *r, char **argv, const char *user,
+                   const char *stdin_data, uint32_t timeout_ms, struct moat_exec_result *res,
+                   moat_error **err) {
+  struct moat_exec_req req = {.argv = argv,
+                              .user = user,
+                              .cwd = "/",
+                              .timeout_ms = timeout_ms,
+                              .max_output = 8192,
+                              .stdin_data = stdin_data,
+                              .stdin_len = stdin_data ? strlen(stdin_data) : 0};
+  memset(res, 0, sizeof(*res));
+  return moat_control_exec(c, r->org, r->sandbox_id, &req, res, err);
+}
+
+/* 0 when the command exited 0, else -1 EIO with what it said. */
+static int db_run(struct moat_control *c, const struct moat_store_database *r, char **argv, const char *user,
+                  const char *stdin_data, uint32_t timeout_ms, const char *what, moat_error **err) {
+  struct moat_exec_result res;
+  if (db_exec(c, r, argv, user, stdin_data, timeout_ms, &res, err) < 0)
+    return moat_error_wrap(err, "%s", what);
+  int ret = 0;
+  if (res.exit_code != 0 || res.timed_out)
+    ret = moat_error_set(err, EIO, "%s: %s%d: %.400s", what, res.timed_out ? "timed out, exit " : "exit ",
+                         res.exit_code, res.err_len ? res.err : (res.out ? res.out : ""));
+  moat_exec_result_free(&res);
+  return ret;
+}
+
+/* Starts the server in r's sandbox (a fresh sandbox: a postmaster.pid a dead one left is removed
+ * first) as a background process tagged "postgres", and waits until pg_isready answers. */
+static int db_start_server(struct moat_control *c, const struct moat_store_database *r, bool fresh,
+                           moat_error **err) {
+  if (fresh) {
+    char *rm[] = {"rm", "-f", DB_PGDATA "/postmaster.pid", NULL};
+    if (db_run(c, r, rm, NULL, NULL, 10000, "remove a stale postmaster.pid", err) < 0)
+      return -1;
+  }
+  _cleanup_free_ struct moat_guest_ep *ep = NULL;
+  if (moat_control_guest(c, r->org, r->sandbox_id, &ep, NULL, err) < 0)
+    return -1;
+  char *argv[] = {"postgres", "-D", DB_PGDATA, NULL};
+  struct moat_exec_req req = {.argv = argv, .user = "postgres", .cwd = "/"};
+  struct moat_exec_opts opts = {.background = true, .tag = "postgres"};
+  struct moat_proc_stream *ps = NULL;
+  int pid = 0;
+  if (moat_guest_exec_start(ep, &req, &opts, &ps, &pid, err) < 0)
+    return moat_error_wrap(err, "start postgres");
+  moat_proc_stream_close(ps);
+  uint64_t deadline = now_ns() + (uint64_t)DB_READY_TIMEOUT_MS * 1000000ull;
+  char *check[] = {"pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432", "-t", "5", NULL};
+  for (;;) {
+    struct moat_exec_result res;
+    moat_error *e = NULL;
+    int rc = db_exec(c, r, check, "postgres", NULL, 10000, &res, &e);
+    bool ready = rc == 0 && res.exit_code == 0;
+    if (rc == 0)
+      moat_exec_result_free(&res);
+    moat_error_free(&e);
+    if (ready)
+      return 0;
+    if (now_ns() > deadline)
+      return moat_error_set(err, EIO,
+                            "postgres did not become ready in %d s (its output: GET "
+                            "/v1/sandboxes/%s/processes/postgres)",
+                            DB_READY_TIMEOUT_MS / 1000, r->sandbox_id);
+    usleep(50 * 1000);
+  }
+}
+
+/* The sandbox of r made by a create or restart that did not get to record it (moatd died), or
+ * NULL. Caller frees. */
+static char *db_find_sandbox(struct moat_control *c, const struct moat_store_database *r) {
+  _cleanup_json_ json_t *meta = json_pack("{ss}", DB_META_KEY, r->id);
+  struct moat_sandbox_info *v = NULL;
+  size_t n = 0;
+  moat_error *e = NULL;
+  if (moat_control_list(c, r->org, NULL, meta, &v, &n, &e) < 0) {
+    moat_error_free(&e);
+    return NULL;
+  }
+  char *id = n ? xstrdup(v[0].id) : NULL;
+  moat_sandbox_infos_free(v, n);
+  return id;
+}
+
+/* Kills r's recorded sandbox and any other one made for it. Logged, not failed. */
+static void db_kill_sandboxes(struct moat_control *c, const struct moat_store_database *r) {
+  for (int round = 0; round < 4; round++) {
+    _cleanup_free_ char *sid = r->sandbox_id && round == 0 ? xstrdup(r->sandbox_id) : db_find_sandbox(c, r);
+    if (!sid)
+      return;
+    moat_error *e = NULL;
+    if (moat_control_kill(c, r->org, sid, "api", &e) < 0 && e->status != ENOENT)
+      log_warn("database %s: kill its sandbox %s: %s", r->id, sid, moat_error_msg(e));
+    moat_error_free(&e);
+  }
+}
+
+/* A new sandbox for r mounting its volume (r->sandbox_id replaced, and recorded), the cluster made
+ * when the volume has none, and the server started. d->start held. */
+static int db_new_server(struct moat_control *c, struct moat_store_database *r, moat_error **err) {
+  _cleanup_json_ json_t *meta = json_pack("{ss}", DB_META_KEY, r->id);
+  struct moat_sandbox_spec spec = {
+      .template_name = DB_TEMPLATE,
+      .persistent = true,
+      .metadata = meta,
+      .limits = {.cpu = DB_SANDBOX_CPU, .memory_mb = DB_SANDBOX_MEMORY_MB, .disk_mb = DB_SANDBOX_DISK_MB},
+      .volumes = {{.name = r->volume, .path = DB_MOUNT, .read_only = false}},
+      .n_volumes = 1,
+  };
+  struct moat_sandbox_info sb = {0};
+  if (moat_control_create(c, r->org, &spec, &sb, err) < 0)
+    return moat_error_wrap(err, "database %s: its sandbox", r->id);
+  free(r->sandbox_id);
+  r->sandbox_id = xstrdup(sb.id);
+  moat_sandbox_info_clear(&sb);
+  if (moat_store_database_update(c->store, r->id, r->state, r->sandbox_id, err) < 0)
+    goto fail;
+  char *init[] = {"sh", "-c", (char *)init_script, "sh", r->role, NULL};
+  _cleanup_free_ char *pw = xasprintf("%s\n", r->password);
+  if (db_run(c, r, init, NULL, pw, DB_READY_TIMEOUT_MS, "initdb", err) < 0)
+    goto fail;
+  if (db_start_server(c, r, true, err) < 0)
+    goto fail;
+  return 0;
+fail:
+  db_kill_sandboxes(c, r);
+  return moat_error_wrap(err, "database %s", r->id);
+}
+
+/* ---- create, get, list, delete ---- */
+
+int moat_control_database_create(struct moat_control *c, const char *org,
+                                 const struct moat_database_spec *spec, struct moat_database_info *out,
+                                 moat_error **err) {
+  if (!moat_database_name_valid(spec->name))
+    return moat_error_set(err, EINVAL, "name: must match ^[a-z0-9][a-z0-9_-]{0,62}$");
+  uint64_t size = spec->size_mb ? spec->size_mb : MOAT_DB_DEFAULT_SIZE_MB;
+  if (size < MOAT_DB_MIN_SIZE_MB || size > c->bounds.disk_fs_mb)
+    return moat_error_set(err, EINVAL, "size_mb: must be between %d and %llu (the data filesystem's size)",
+                          MOAT_DB_MIN_SIZE_MB, (unsigned long long)c->bounds.disk_fs_mb);
+  int64_t idle = spec->idle_seconds ? spec->idle_seconds : MOAT_DB_DEFAULT_IDLE_S;
+  if (idle < 1 || idle > MOAT_DB_MAX_IDLE_S)
+    return moat_error_set(err, EINVAL, "idle_seconds: must be between 1 and %lld",
+                          (long long)MOAT_DB_MAX_IDLE_S);
+  if (spec->metadata && !json_is_object(spec->metadata))
+    return moat_error_set(err, EINVAL, "metadata: must be an object");
+
+  char id[MOAT_DB_ID_LEN + 1] = "db-";
+  random_id(id + 3, MOAT_DB_ID_LEN - 3);
+  char role[MOAT_DB_ID_LEN + 1];
+  snprintf(role, sizeof(role), "%s", id);
+  role[2] = '_';
+  char password[DB_PASSWORD_LEN + 1];
+  random_id(password, DB_PASSWORD_LEN);
+  _cleanup_free_ char *meta = dump_object(spec->metadata);
+  struct moat_store_database row = {
+      .id = id,
+      .org = (char *)org,
+      .name = (char *)spec->name,
+      .size_mb = size,
+      .metadata_json = meta,
+      .idle_seconds = idle,
+      .role = role,
+      .password = password,
+      .volume = id, /* the volume is named as the database's id */
+      .state = "creating",
+      .created_at_ms = now_unix_ms(),
+  };
+  /* the row first: a moatd that dies from here on leaves a "creating" row, which the next open
+   * removes with whatever was made for it (ctl_databases_open) */
+  if (moat_store_database_insert(c->store, &row, err) < 0)
+    return -1;
+  if (moat_control_volume_create(c, org, row.volume, size, NULL, err) < 0) {
+    if (err && *err && (*err)->status == EEXIST)
+      (*err)->status = EIO;
+    moat_store_database_delete(c->store, id, NULL);
+    return moat_error_wrap(err, "database '%s'", spec->name);
+  }
+  struct ctl_db *d = db_entry(c, id);
+  pthread_mutex_lock(&d->start);
+  row.sandbox_id = NULL;
+  int rc = db_new_server(c, &row, err);
+  if (rc == 0) {
+    row.state = "running";
+    rc = moat_store_database_update(c->store, id, "running", NULL, err);
+  }
+  pthread_mutex_unlock(&d->start);
+  char *sid = row.sandbox_id; /* db_new_server's copy */
+  if (rc < 0) {
+    row.state = "creating";
+    db_kill_sandboxes(c, &row);
+    free(sid);
+    moat_error *e = NULL;
+    if (moat_control_volume_delete(c, org, id, &e) < 0) {
+      log_warn("database %s: remove its volume: %s", id, moat_error_msg(e));
+      moat_error_free(&e);
+    }
+    moat_store_database_delete(c->store, id, NULL);
+    return -1;
+  }
+  db_touch(c, d);
+  log_info("database %s (%s) created for %s: %llu MiB, sandbox %s", spec->name, id, org,
+           (unsigned long long)size, sid);
+  if (out)
+    info_of(c, &row, out);
+  free(sid);
+  return 0;
+}
+
+int moat_control_database_get(struct moat_control *c, const char *org, const char *id,
+                              struct moat_database_info *out, moat_error **err) {
+  struct moat_store_database r = {0};
+  if (moat_store_database_get(c->store, org, id, &r, err) < 0)
+    return -1;
+  info_of(c, &r, out);
+  moat_store_database_clear(&r);
+  return 0;
+}
+
+int moat_control_database_list(struct moat_control *c, const char *org, struct moat_database_info **out,
+                               size_t *n, moat_error **err) {
+  struct moat_store_database *rows = NULL;
+  size_t nr = 0;
+  *out = NULL;
+  *n = 0;
+  if (moat_store_database_list(c->store, org, &rows, &nr, err) < 0)
+    return -1;
+  struct moat_database_info *v = nr ? xcalloc(nr, sizeof(*v)) : NULL;
+  for (size_t i = 0; i < nr; i++)
+    info_of(c, &rows[i], &v[i]);
+  moat_store_databases_free(rows, nr);
+  *out = v;
+  *n = nr;
+  return 0;
+}
+
+/* Removes r: state "deleting" (connects are refused from here), its sandboxes, its volume, its row.
+ * A moatd that dies on the way leaves the row "deleting", which the next open finishes. */
+static int db_remove(struct moat_control *c, struct moat_store_database *r, moat_error **err) {
+  if (moat_store_database_update(c->store, r->id, "deleting", NULL, err) < 0)
+    return -1;
+  struct ctl_db *d = db_entry(c, r->id);
+  pthread_mutex_lock(&d->start);
+  db_kill_sandboxes(c, r);
+  pthread_mutex_unlock(&d->start);
+  moat_error *e = NULL;
+  if (moat_control_volume_delete(c, r->org, r->volume, &e) < 0 && e->status != MOAT_E_NO_VOLUME) {
+    moat_error_wrap(&e, "database %s: remove its volume %s", r->id, r->volume);
+    take_error(err, e);
+    return -1;
+  }
+  moat_error_free(&e);
+  if (moat_store_database_delete(c->store, r->id, err) < 0)
+    return -1;
+  log_info("database %s (%s) of %s deleted", r->name, r->id, r->org);
+  return 0;
+}
+
+int moat_control_database_delete(struct moat_control *c, const char *org, const char *id, moat_error **err) {
+  struct moat_store_database r = {0};
+  if (moat_store_database_get(c->store, org, id, &r, err) < 0)
+    return -1;
+  int ret = -1;
+  if (strcmp(r.state, "creating") == 0)
+    moat_error_set(err, EBUSY, "database %s is being created", id);
+  else
+    ret = db_remove(c, &r, err);
+  moat_store_database_clear(&r);
+  return ret;
+}
+
+/* ---- connect ---- */
+
+int moat_control_database_connect(struct moat_control *c, const char *role, const char *database,
+                                  char **org_out, char **id_out, int timeout_ms, moat_error **err) {
+  if (timeout_ms <= 0)
+    timeout_ms = DB_CONNECT_TIMEOUT_MS;
+  struct moat_store_database r = {0};
+  if (moat_store_database_find(c->store, role, database, &r, err) < 0)
+    return -1;
+  int fd = -1;
+  struct ctl_db *d = db_entry(c, r.id);
+  if (strcmp(r.state, "running") != 0) {
+    if (strcmp(r.state, "failed") == 0)
+      moat_error_set(err, EIO, "database %s failed to start", r.id);
+    else
+      moat_error_set(err, EBUSY, "database %s is %s", r.id, r.state);
+    goto out;
+  }
+  db_touch(c, d);
+  moat_error *e = NULL;
+  /* the sandbox is woken here when it hibernates (moat_control_port_connect) */
+  if (r.sandbox_id)
+    fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, &e);
+  if (fd >= 0)
+    goto ok;
+  /* something to repair: one caller at a time per database */
+  pthread_mutex_lock(&d->start);
+  moat_error_free(&e);
+  struct moat_store_database now = {0};
+  if (moat_store_database_get(c->store, NULL, r.id, &now, err) < 0) {
+    pthread_mutex_unlock(&d->start);
+    goto out;
+  }
+  moat_store_database_clear(&r);
+  r = now;
+  if (r.sandbox_id)
+    fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, &e);
+  if (fd < 0 && e && e->status == ECONNREFUSED) {
+    /* the sandbox lives, its server does not listen: start it (a server still starting fails on
+     * its lock file and the one starting is waited for) */
+    moat_error_free(&e);
+    if (db_start_server(c, &r, false, err) == 0)
+      fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
+  } else if (fd < 0 && (!e || e->status == ENOENT)) {
+    /* the sandbox is gone (killed, or moatd restarted without it): a new one on the same volume */
+    moat_error_free(&e);
+    log_info("database %s: its sandbox %s is gone; starting a new one", r.id,
+             r.sandbox_id ? r.sandbox_id : "-");
+    if (db_new_server(c, &r, err) == 0)
+      fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
+  } else if (fd < 0) {
+    take_error(err, e);
+  }
+  pthread_mutex_unlock(&d->start);
+  if (fd < 0) {
+    moat_error_wrap(err, "database %s", r.id);
+    goto out;
+  }
+ok:
+  db_touch(c, d);
+  if (org_out)
+    *org_out = xstrdup(r.org);
+  if (id_out)
+    *id_out = xstrdup(r.id);
+out:
+  moat_store_database_clear(&r);
+  return fd;
+}
+
+/* ---- open, reaper, close ---- */
+
+void ctl_databases_open(struct moat_control *c) {
+  struct moat_store_database *rows = NULL;
+  size_t n = 0;
+  moat_error *e = NULL;
+  if (moat_store_database_list(c->store, NULL, &rows, &n, &e) < 0) {
+    log_warn("databases: not recovering interrupted creates: %s", moat_error_msg(e));
+    moat_error_free(&e);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct moat_store_database *r = &rows[i];
+    if (strcmp(r->state, "creating") != 0 && strcmp(r->state, "deleting") != 0)
+      continue;
+    log_info("databases: removing %s (%s), left %s by a moatd that stopped", r->name, r->id, r->state);
+    if (db_remove(c, r, &e) < 0) {
+      log_warn("databases: remove %s: %s", r->id, moat_error_msg(e));
+      moat_error_free(&e);
+    }
+  }
+  moat_store_databases_free(rows, n);
+}
+
+void ctl_databases_reap(struct moat_control *c, int64_t now_ms) {
+  struct moat_store_database *rows = NULL;
+  size_t n = 0;
+  moat_error *e = NULL;
+  if (moat_store_database_list(c->store, NULL, &rows, &n, &e) < 0) {
+    moat_error_free(&e);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct moat_store_database *r = &rows[i];
+    if (strcmp(r->state, "running") != 0 || !r->sandbox_id)
+      continue;
+    struct ctl_db *d = db_entry(c, r->id);
+    pthread_mutex_lock(&c->db_lock);
+    bool idle = d->conns == 0 && now_ms - d->idle_since_ms >= r->idle_seconds * 1000;
+    pthread_mutex_unlock(&c->db_lock);
+    if (!idle || pthread_mutex_trylock(&d->start) != 0)
+      continue;
+    struct moat_sandbox_info sb = {0};
+    if (moat_control_get(c, r->org, r->sandbox_id, &sb, &e) == 0 && sb.state == MOAT_SB_RUNNING) {
+      if (moat_control_hibernate(c, r->org, r->sandbox_id, &e) == 0)
+        log_info("database %s: no connection for %lld s: hibernated", r->id, (long long)r->idle_seconds);
+      else
+        log_warn("database %s: hibernate: %s", r->id, moat_error_msg(e));
+      db_touch(c, d); /* the next attempt is an idle period away */
+    }
+    moat_error_free(&e);
+    moat_sandbox_info_clear(&sb);
+    pthread_mutex_unlock(&d->start);
+  }
+  moat_store_databases_free(rows, n);
+}
+
+void ctl_databases_close(struct moat_control *c) {
+  for (struct ctl_db *d = c->dbs, *next; d; d = next) {
+    next = d->next;
+    pthread_mutex_destroy(&d->start);
+    free(d);
+  }
+  c->dbs = NULL;
+  free(c->db_host);
+  c->db_host = NULL;
+}
