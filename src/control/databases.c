@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "control_internal.h"
@@ -366,12 +367,14 @@ static int db_new_server(struct moat_control *c, struct moat_store_database *r, 
   free(r->sandbox_id);
   r->sandbox_id = xstrdup(sb.id);
   moat_sandbox_info_clear(&sb);
+  moat_crash_point("db_sandbox_made");
   if (moat_store_database_update(c->store, r->id, r->state, r->sandbox_id, err) < 0)
     goto fail;
   char *init[] = {"sh", "-c", (char *)init_script, "sh", r->role, NULL};
   _cleanup_free_ char *pw = xasprintf("%s\n", r->password);
   if (db_run(c, r, init, NULL, pw, DB_READY_TIMEOUT_MS, "initdb", err) < 0)
     goto fail;
+  moat_crash_point("db_initdb_done");
   if (db_start_server(c, r, true, err) < 0)
     goto fail;
   return 0;
@@ -429,6 +432,7 @@ int moat_control_database_create(struct moat_control *c, const char *org,
     moat_store_database_delete(c->store, id, NULL);
     return moat_error_wrap(err, "database '%s'", spec->name);
   }
+  moat_crash_point("db_volume_made");
   struct ctl_db *d = db_entry(c, id);
   pthread_mutex_lock(&d->start);
   row.sandbox_id = NULL;
@@ -496,6 +500,7 @@ static int db_remove(struct moat_control *c, struct moat_store_database *r, moat
   pthread_mutex_lock(&d->start);
   db_kill_sandboxes(c, r);
   pthread_mutex_unlock(&d->start);
+  moat_crash_point("db_delete_killed");
   moat_error *e = NULL;
   if (moat_control_volume_delete(c, r->org, r->volume, &e) < 0 && e->status != MOAT_E_NO_VOLUME) {
     moat_error_wrap(&e, "database %s: remove its volume %s", r->id, r->volume);
@@ -631,6 +636,15 @@ void ctl_databases_reap(struct moat_control *c, int64_t now_ms) {
     pthread_mutex_lock(&c->db_lock);
     bool idle = d->conns == 0 && now_ms - d->idle_since_ms >= r->idle_seconds * 1000;
     pthread_mutex_unlock(&c->db_lock);
+    /* an exec or a file call in its sandbox counts as use too */
+    struct live *sb_live = idle ? live_get(c, r->sandbox_id) : NULL;
+    if (sb_live) {
+      int64_t api_ms = __atomic_load_n(&sb_live->last_api_ms, __ATOMIC_RELAXED);
+      if (__atomic_load_n(&sb_live->inflight, __ATOMIC_SEQ_CST) > 0 ||
+          now_ms - api_ms < r->idle_seconds * 1000)
+        idle = false;
+      live_put(c, sb_live);
+    }
     if (!idle || pthread_mutex_trylock(&d->start) != 0)
       continue;
     struct moat_sandbox_info sb = {0};

@@ -1,0 +1,276 @@
+"""test_databases.py -- PostgreSQL databases (POST /v1/databases): created running with their own role
+and password, written and read with psql inside the database's own sandbox (the server listens on that
+sandbox's loopback only), committed rows survive a moatd restart, a kill -9 of moatd and idle
+hibernation; delete removes the sandbox and the volume; another org's key gets 404 everywhere; bad
+input is 400; a moatd killed in the middle of a create or a delete leaves nothing half-made; a sandbox
+created with databases: [{id, env}] gets the connection URL in its env."""
+
+import os
+import sys
+import time
+import unittest
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import moatd  # noqa: E402
+from moattest import DaemonTest  # noqa: E402
+
+CREATE_TIMEOUT = 900  # the first create builds the postgres template when tests/run.py has not
+
+
+def dbname():
+    return "db-" + uuid.uuid4().hex[:10]
+
+
+class DatabaseMixin:
+    def database(self, client=None, **spec):
+        """Creates a database (201 asserted), deleted when the test ends."""
+        client = client or self.c
+        spec.setdefault("name", dbname())
+        spec.setdefault("size_mb", 64)
+        _, d = client.request("POST", "/v1/databases", body=spec, expect=201, timeout=CREATE_TIMEOUT)
+        self.addCleanup(self._delete_db_quietly, client is not self.c and client, d["id"])
+        return d
+
+    def _delete_db_quietly(self, client, did):
+        """client False: self.c as it is then (a test that restarts moatd replaces it)."""
+        try:
+            (client or self.c).request("DELETE", "/v1/databases/" + did, expect=(204, 404), timeout=120)
+        except Exception:
+            pass
+
+    def dget(self, did, client=None, expect=200):
+        return (client or self.c).request("GET", "/v1/databases/" + did, expect=expect)[1]
+
+    def psql(self, d, sql, client=None):
+        """Runs sql with psql inside the database's own sandbox, as its role over TCP on 127.0.0.1
+        (SCRAM), and returns psql's unaligned output."""
+        conn = d["connection"]
+        r = (client or self.c).exec(d["sandbox_id"], argv=[
+            "psql", "-X", "-h", "127.0.0.1", "-p", "5432", "-U", conn["user"], "-d", conn["database"],
+            "-v", "ON_ERROR_STOP=1", "-Atc", sql], env={"PGPASSWORD": conn["password"]}, timeout=120)
+        self.assertEqual(r["exit_code"], 0, r)
+        return r["stdout"]
+
+    def db_volumes(self, client=None):
+        _, v = (client or self.c).request("GET", "/v1/volumes")
+        return sorted(x["name"] for x in v["volumes"] if x["name"].startswith("db-"))
+
+    def db_sandboxes(self, client=None):
+        """Live sandboxes made for a database (their metadata names it)."""
+        return [s["id"] for s in (client or self.c).list() if "moat.database" in s.get("metadata", {})]
+
+
+class DatabaseTest(DatabaseMixin, DaemonTest):
+    pool = 0
+
+    def test_create_write_read(self):
+        d = self.database(metadata={"team": "a"}, idle_seconds=600)
+        self.assertTrue(d["id"].startswith("db-"), d)
+        self.assertEqual(d["state"], "running")
+        self.assertEqual((d["size_mb"], d["idle_seconds"], d["metadata"]), (64, 600, {"team": "a"}))
+        conn = d["connection"]
+        role = d["id"].replace("-", "_")
+        self.assertEqual((conn["user"], conn["database"]), (role, role))
+        self.assertEqual(len(conn["password"]), 32)
+        self.assertEqual((conn["host"], conn["port"]), ("127.0.0.1", 7432))
+        self.assertEqual(conn["url"], "postgresql://%s:%s@127.0.0.1:7432/%s?sslmode=disable" % (
+            role, conn["password"], role))
+        self.psql(d, "CREATE TABLE notes (id serial PRIMARY KEY, body text NOT NULL)")
+        self.psql(d, "INSERT INTO notes (body) VALUES ('first'), ('second')")
+        self.assertEqual(self.psql(d, "SELECT body FROM notes ORDER BY id"), "first\nsecond\n")
+        # the role is the org's, not a superuser; fsync is on; the server listens on loopback only
+        self.assertEqual(self.psql(d, "SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles "
+                                      "WHERE rolname = current_user"), "f|f|f\n")
+        self.assertEqual(self.psql(d, "SHOW fsync"), "on\n")
+        self.assertEqual(self.psql(d, "SHOW listen_addresses"), "127.0.0.1\n")
+        # the role may not read server files or settings beyond its own
+        r = self.c.exec(d["sandbox_id"], argv=["psql", "-X", "-h", "127.0.0.1", "-U", role, "-d", role, "-Atc",
+                                               "SELECT pg_read_file('PG_VERSION')"],
+                        env={"PGPASSWORD": conn["password"]})
+        self.assertNotEqual(r["exit_code"], 0, r)
+        self.assertIn("permission denied", r["stderr"])
+        # the cluster is on the volume
+        self.assertEqual(self.c.sh(d["sandbox_id"], "findmnt -no TARGET -T /var/lib/postgresql/data/pgdata; "
+                                   "cat /var/lib/postgresql/data/pgdata/PG_VERSION"),
+                         "/var/lib/postgresql/data\n15\n")
+        # a wrong password is refused (SCRAM)
+        bad = dict(d, connection=dict(conn, password="x" * 32))
+        r = self.c.exec(d["sandbox_id"], argv=["psql", "-X", "-h", "127.0.0.1", "-U", role, "-d", role, "-Atc",
+                                               "SELECT 1"], env={"PGPASSWORD": bad["connection"]["password"]})
+        self.assertNotEqual(r["exit_code"], 0, r)
+        self.assertIn("password authentication failed", r["stderr"])
+        # listed, readable, and its volume is the org's
+        self.assertEqual(self.dget(d["id"])["name"], d["name"])
+        _, lst = self.c.request("GET", "/v1/databases")
+        self.assertIn(d["id"], [x["id"] for x in lst["databases"]])
+        self.assertIn(d["volume"], self.db_volumes())
+        _, vol = self.c.request("GET", "/v1/volumes/" + d["volume"])
+        self.assertEqual(vol["attached"], [{"sandbox": d["sandbox_id"], "path": "/var/lib/postgresql/data",
+                                            "read_only": False}])
+        # its volume cannot be deleted from under it
+        self.assertApiError(409, "volume_in_use", self.c.request, "DELETE", "/v1/volumes/" + d["volume"])
+
+    def test_delete_removes_sandbox_and_volume(self):
+        d = self.database()
+        self.psql(d, "CREATE TABLE t (x int)")
+        self.c.request("DELETE", "/v1/databases/" + d["id"], expect=204, timeout=120)
+        self.dget(d["id"], expect=404)
+        self.assertNotIn(d["volume"], self.db_volumes())
+        self.assertEqual(self.c.get(d["sandbox_id"])["state"], "killed")
+        self.c.request("DELETE", "/v1/databases/" + d["id"], expect=404)
+        # the name is free again
+        d2 = self.database(name=d["name"])
+        self.assertNotEqual(d2["id"], d["id"])
+        self.assertEqual(self.psql(d2, "SELECT count(*) FROM pg_tables WHERE tablename = 't'"), "0\n")
+
+    def test_another_org_gets_404(self):
+        d = self.database()
+        other = self.c.with_key(self.daemon.new_org_key("org-" + uuid.uuid4().hex[:8]))
+        for method in ("GET", "DELETE"):
+            e = self.assertApiError(404, "not_found", other.request, method, "/v1/databases/" + d["id"])
+            self.assertNotIn(d["connection"]["password"], str(e.body))
+        _, lst = other.request("GET", "/v1/databases")
+        self.assertEqual(lst["databases"], [])
+        self.assertApiError(404, "not_found", other.create, databases=[{"id": d["id"]}])
+        # the same name in another org is its own database
+        mine = self.database(client=other, name=d["name"])
+        self.assertNotEqual(mine["id"], d["id"])
+        # and the first is untouched
+        self.assertEqual(self.dget(d["id"])["state"], "running")
+        self.assertEqual(self.psql(d, "SELECT 1"), "1\n")
+
+    def test_bad_input(self):
+        post = lambda body: self.c.request("POST", "/v1/databases", body=body)  # noqa: E731
+        for name in ("a'b", 'a"b', "a b", " a", "A", "-a", "_a", "a;drop", "", "x" * 64, "a.b", "é"):
+            self.assertApiError(400, "invalid_request", post, {"name": name})
+        for body in ({}, {"name": 7}, {"name": "ok", "size_mb": 0}, {"name": "ok", "size_mb": -1},
+                     {"name": "ok", "size_mb": "64"}, {"name": "ok", "size_mb": 1.5},
+                     {"name": "ok", "size_mb": 1 << 40}, {"name": "ok", "idle_seconds": 0},
+                     {"name": "ok", "metadata": {"a": 1}}, {"name": "ok", "metadata": []},
+                     {"name": "ok", "branch": True}, {"name": "ok", "password": "mine"}):
+            self.assertApiError(400, "invalid_request", post, body)
+        # beyond the data dir's file system: 400 naming the limit
+        e = self.assertApiError(400, "invalid_request", post, {"name": "ok", "size_mb": 8 * 1024 * 1024})
+        self.assertIn("size_mb", e.body["message"])
+        self.assertApiError(400, None, self.c.request, "POST", "/v1/databases", raw=b"[1]",
+                            headers={"Content-Type": "application/json"})
+        for bad in ("db-nope", "sb-aaaaaaaaaaaaaaaaa", "db-" + "a" * 17, "x"):
+            self.assertApiError(404, "not_found", self.dget, bad)
+        self.assertApiError(404, "not_found", self.c.create, databases=[{"id": "db-" + "a" * 17}])
+        for dbs in ("x", [{"env": "X"}], [{"id": "db-x", "env": "1A"}], [{"id": "db-x", "extra": 1}], [7]):
+            self.assertApiError(400, "invalid_request", self.c.create, databases=dbs)
+        # nothing was made by any of them
+        _, lst = self.c.request("GET", "/v1/databases")
+        self.assertEqual(lst["databases"], [])
+        self.assertEqual(self.db_volumes(), [])
+        # a name twice is 409
+        d = self.database()
+        self.assertApiError(409, "already_exists", post, {"name": d["name"]})
+
+    def test_attach_puts_the_url_in_env(self):
+        a, b = self.database(), self.database()
+        sid = self.sandbox(databases=[{"id": a["id"]}, {"id": b["id"], "env": "MEMORY_URL"}],
+                           env={"OTHER": "1"})["id"]
+        out = self.c.sh(sid, 'printf "%s\\n%s\\n%s\\n" "$DATABASE_URL" "$MEMORY_URL" "$OTHER"')
+        self.assertEqual(out, "%s\n%s\n1\n" % (a["connection"]["url"], b["connection"]["url"]))
+
+    def test_idle_hibernation(self):
+        if not self.c.healthz()["checkpoints"]["available"]:
+            self.skipTest("no working CRIU on this host")
+        d = self.database(idle_seconds=2)
+        self.psql(d, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+        deadline = time.time() + 60
+        while self.dget(d["id"])["state"] != "hibernated":
+            self.assertLess(time.time(), deadline, "not hibernated: %r" % self.dget(d["id"]))
+            time.sleep(0.5)
+        self.assertEqual(self.c.get(d["sandbox_id"])["state"], "hibernated")
+        # an exec wakes it; the committed row is there and the server takes writes again
+        self.assertEqual(self.psql(d, "SELECT sum(x) FROM t"), "1\n")
+        self.psql(d, "INSERT INTO t VALUES (2)")
+        self.assertEqual(self.psql(d, "SELECT sum(x) FROM t"), "3\n")
+        self.assertEqual(self.dget(d["id"])["state"], "running")
+
+
+class DatabaseRestartTest(DatabaseMixin, DaemonTest):
+    """Committed rows survive a moatd restart and a kill -9 of moatd (the server's sandbox is
+    persistent and runs on; its data is on the volume with fsync on)."""
+    pool = 0
+
+    def restart(self, kill9):
+        if kill9:
+            self.daemon.kill9()
+        else:
+            self.daemon.terminate()
+        self.daemon.start()
+        self.c = self.daemon.client
+
+    def check(self, kill9):
+        d = self.database()
+        self.psql(d, "CREATE TABLE t (n int PRIMARY KEY)")
+        self.psql(d, "INSERT INTO t SELECT generate_series(1, 1000)")
+        self.restart(kill9)
+        self.assertEqual(self.dget(d["id"])["state"], "running")
+        self.assertEqual(self.psql(d, "SELECT count(*), sum(n) FROM t"), "1000|500500\n")
+        self.psql(d, "INSERT INTO t VALUES (1001)")
+        self.restart(kill9)
+        self.assertEqual(self.psql(d, "SELECT max(n) FROM t"), "1001\n")
+        self.c.request("DELETE", "/v1/databases/" + d["id"], expect=204, timeout=120)
+        self.assertEqual(self.db_volumes(), [])
+
+    def test_restart(self):
+        self.check(kill9=False)
+
+    def test_kill9(self):
+        self.check(kill9=True)
+
+
+class DatabaseCrashTest(DatabaseMixin, unittest.TestCase):
+    """moatd dies (SIGKILL at a named point, MOAT_CRASH_AT) in the middle of a create or a delete; the
+    next moatd removes what was made: no database row, no volume, no live sandbox for it."""
+
+    def setUp(self):
+        self.d = moatd.MoatDaemon(pool=0)
+        self.addCleanup(self.d.stop)
+        self.d.start()
+        self.c = self.d.client
+
+    def crash_at(self, point, method, path, body=None):
+        self.d.terminate()
+        self.d.env["MOAT_CRASH_AT"] = point
+        self.d.start()
+        self.c = self.d.client
+        try:
+            reply = self.c.request(method, path, body=body, timeout=CREATE_TIMEOUT)
+        except Exception as e:  # the daemon dies under it
+            reply = e
+        rc = self.d.proc.wait(60)
+        del self.d.env["MOAT_CRASH_AT"]
+        self.assertEqual(rc, -9, "moatd did not die at %s: exit %r, reply %r" % (point, rc, reply))
+        self.assertIn("crash point " + point, self.d.log_tail(100000))
+        self.d.start()
+        self.c = self.d.client
+
+    def assertNothingLeft(self, point):
+        _, lst = self.c.request("GET", "/v1/databases")
+        self.assertEqual(lst["databases"], [], point)
+        self.assertEqual(self.db_volumes(), [], point)
+        self.assertEqual(self.db_sandboxes(), [], point)
+
+    def test_crash_in_create(self):
+        for point in ("db_volume_made", "db_sandbox_made", "db_initdb_done"):
+            with self.subTest(point=point):
+                self.crash_at(point, "POST", "/v1/databases", {"name": "crash", "size_mb": 64})
+                self.assertNothingLeft(point)
+        # the name is usable afterwards and the database works
+        d = self.database(name="crash")
+        self.psql(d, "CREATE TABLE t (x int)")
+
+    def test_crash_in_delete(self):
+        d = self.database()
+        self.crash_at("db_delete_killed", "DELETE", "/v1/databases/" + d["id"])
+        self.assertNothingLeft("db_delete_killed")
+
+
+if __name__ == "__main__":
+    unittest.main()
