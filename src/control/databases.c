@@ -353,10 +353,13 @@ static void db_kill_sandboxes(struct moat_control *c, const struct moat_store_da
  * when the volume has none, and the server started. d->start held. */
 static int db_new_server(struct moat_control *c, struct moat_store_database *r, moat_error **err) {
   _cleanup_json_ json_t *meta = json_pack("{ss}", DB_META_KEY, r->id);
+  /* loopback only: moatd reaches the server through the sandbox's loopback, it needs no network */
+  _cleanup_json_ json_t *net = json_pack("{sb}", "internet", 0);
   struct moat_sandbox_spec spec = {
       .template_name = DB_TEMPLATE,
       .persistent = true,
       .metadata = meta,
+      .network = net,
       .limits = {.cpu = DB_SANDBOX_CPU, .memory_mb = DB_SANDBOX_MEMORY_MB, .disk_mb = DB_SANDBOX_DISK_MB},
       .volumes = {{.name = r->volume, .path = DB_MOUNT, .read_only = false}},
       .n_volumes = 1,

@@ -84,6 +84,9 @@ class DatabaseTest(DatabaseMixin, DaemonTest):
                                       "WHERE rolname = current_user"), "f|f|f\n")
         self.assertEqual(self.psql(d, "SHOW fsync"), "on\n")
         self.assertEqual(self.psql(d, "SHOW listen_addresses"), "127.0.0.1\n")
+        # its sandbox has loopback only
+        _, net = self.c.request("GET", "/v1/sandboxes/%s/network" % d["sandbox_id"])
+        self.assertIs(net["policy"]["internet"], False, net)
         # the role may not read server files or settings beyond its own
         r = self.c.exec(d["sandbox_id"], argv=["psql", "-X", "-h", "127.0.0.1", "-U", role, "-d", role, "-Atc",
                                                "SELECT pg_read_file('PG_VERSION')"],
