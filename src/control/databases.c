@@ -548,6 +548,9 @@ int moat_control_database_connect(struct moat_control *c, const char *role, cons
       moat_error_set(err, EBUSY, "database %s is %s", r.id, r.state);
     goto out;
   }
+  /* d->start is held from here to the touch after the connection: the reaper takes it before it
+   * hibernates (and looks at the idle clock again), so it never hibernates under a connect */
+  pthread_mutex_lock(&d->start);
   db_touch(c, d);
   moat_error *e = NULL;
   /* the sandbox is woken here when it hibernates (moat_control_port_connect) */
@@ -555,8 +558,7 @@ int moat_control_database_connect(struct moat_control *c, const char *role, cons
     fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, &e);
   if (fd >= 0)
     goto ok;
-  /* something to repair: one caller at a time per database */
-  pthread_mutex_lock(&d->start);
+  /* something to repair (one caller at a time per database), from the row as it is now */
   moat_error_free(&e);
   struct moat_store_database now = {0};
   if (moat_store_database_get(c->store, NULL, r.id, &now, err) < 0) {
@@ -565,31 +567,36 @@ int moat_control_database_connect(struct moat_control *c, const char *role, cons
   }
   moat_store_database_clear(&r);
   r = now;
-  if (r.sandbox_id)
-    fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, &e);
-  if (fd < 0 && e && e->status == ECONNREFUSED) {
-    /* the sandbox lives, its server does not listen: start it (a server still starting fails on
-     * its lock file and the one starting is waited for) */
-    moat_error_free(&e);
-    if (db_start_server(c, &r, false, err) == 0)
-      fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
-  } else if (fd < 0 && (!e || e->status == ENOENT)) {
-    /* the sandbox is gone (killed, or moatd restarted without it): a new one on the same volume */
-    moat_error_free(&e);
-    log_info("database %s: its sandbox %s is gone; starting a new one", r.id,
-             r.sandbox_id ? r.sandbox_id : "-");
-    if (db_new_server(c, &r, err) == 0)
-      fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
-  } else if (fd < 0) {
-    take_error(err, e);
+  if (strcmp(r.state, "running") != 0) {
+    moat_error_set(err, EBUSY, "database %s is %s", r.id, r.state);
+  } else {
+    if (r.sandbox_id)
+      fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, &e);
+    if (fd < 0 && e && e->status == ECONNREFUSED) {
+      /* the sandbox lives, its server does not listen: start it (a server still starting fails on
+       * its lock file and the one starting is waited for) */
+      moat_error_free(&e);
+      if (db_start_server(c, &r, false, err) == 0)
+        fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
+    } else if (fd < 0 && (!e || e->status == ENOENT)) {
+      /* the sandbox is gone (killed, or moatd restarted without it): a new one on the same volume */
+      moat_error_free(&e);
+      log_info("database %s: its sandbox %s is gone; starting a new one", r.id,
+               r.sandbox_id ? r.sandbox_id : "-");
+      if (db_new_server(c, &r, err) == 0)
+        fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
+    } else if (fd < 0) {
+      take_error(err, e);
+    }
   }
-  pthread_mutex_unlock(&d->start);
   if (fd < 0) {
+    pthread_mutex_unlock(&d->start);
     moat_error_wrap(err, "database %s", r.id);
     goto out;
   }
 ok:
   db_touch(c, d);
+  pthread_mutex_unlock(&d->start);
   if (org_out)
     *org_out = xstrdup(r.org);
   if (id_out)
@@ -650,6 +657,13 @@ void ctl_databases_reap(struct moat_control *c, int64_t now_ms) {
     }
     if (!idle || pthread_mutex_trylock(&d->start) != 0)
       continue;
+    pthread_mutex_lock(&c->db_lock); /* a connect may have ended between the look and the lock */
+    idle = d->conns == 0 && now_unix_ms() - d->idle_since_ms >= r->idle_seconds * 1000;
+    pthread_mutex_unlock(&c->db_lock);
+    if (!idle) {
+      pthread_mutex_unlock(&d->start);
+      continue;
+    }
     struct moat_sandbox_info sb = {0};
     if (moat_control_get(c, r->org, r->sandbox_id, &sb, &e) == 0 && sb.state == MOAT_SB_RUNNING) {
       if (moat_control_hibernate(c, r->org, r->sandbox_id, &e) == 0)

@@ -122,6 +122,13 @@ class DatabaseTest(DatabaseMixin, DaemonTest):
         self.assertNotIn(d["volume"], self.db_volumes())
         self.assertEqual(self.c.get(d["sandbox_id"])["state"], "killed")
         self.c.request("DELETE", "/v1/databases/" + d["id"], expect=404)
+        # a database whose sandbox was deleted through the sandbox API is "stopped"; its delete still
+        # removes the volume
+        d3 = self.database()
+        self.c.delete(d3["sandbox_id"])
+        self.assertEqual(self.dget(d3["id"])["state"], "stopped")
+        self.c.request("DELETE", "/v1/databases/" + d3["id"], expect=204, timeout=120)
+        self.assertNotIn(d3["volume"], self.db_volumes())
         # the name is free again
         d2 = self.database(name=d["name"])
         self.assertNotEqual(d2["id"], d["id"])
