@@ -1,6 +1,7 @@
 /* databases.c -- an org's PostgreSQL databases: a row, a volume for the data directory and a
  * persistent sandbox of the `postgres` template running the server (control.h, "databases") */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #define DB_READY_TIMEOUT_MS 60000           /* initdb + first start, or a start after a crash */
 #define DB_CONNECT_TIMEOUT_MS 30000         /* moat_control_database_connect's default */
 #define DB_PASSWORD_LEN 32
+#define DB_REPAIR_STACK (8u << 20) /* a connect that wakes or starts a server runs on a stack this big */
 #define DB_SANDBOX_MEMORY_MB 1024
 #define DB_SANDBOX_CPU 1.0
 #define DB_SANDBOX_DISK_MB 1024 /* the server's writable layer; the data is on the volume */
@@ -532,10 +534,26 @@ int moat_control_database_delete(struct moat_control *c, const char *org, const 
 
 /* ---- connect ---- */
 
-int moat_control_database_connect(struct moat_control *c, const char *role, const char *database,
-                                  char **org_out, char **id_out, int timeout_ms, moat_error **err) {
-  if (timeout_ms <= 0)
-    timeout_ms = DB_CONNECT_TIMEOUT_MS;
+/* Whether org's sandbox id is running now (no wake is needed to reach it). */
+static bool sandbox_running(struct moat_control *c, const char *org, const char *id) {
+  struct live *e = id ? live_get(c, id) : NULL;
+  if (!e)
+    return false;
+  pthread_mutex_lock(&e->m);
+  bool running = e->state == MOAT_SB_RUNNING && e->slot >= 0 && strcmp(e->org, org) == 0;
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  return running;
+}
+
+#define DB_NEEDS_STACK (-2)
+
+/* moat_control_database_connect. Without may_repair it only connects to a running sandbox's
+ * server and returns DB_NEEDS_STACK (nothing set) when more is needed: a wake, a restart or a new
+ * sandbox, which run deep call chains that a caller's small thread stack (the proxy's) may not
+ * hold. */
+static int db_connect(struct moat_control *c, const char *role, const char *database, char **org_out,
+                      char **id_out, int timeout_ms, bool may_repair, moat_error **err) {
   struct moat_store_database r = {0};
   if (moat_store_database_find(c->store, role, database, &r, err) < 0)
     return -1;
@@ -553,11 +571,22 @@ int moat_control_database_connect(struct moat_control *c, const char *role, cons
   pthread_mutex_lock(&d->start);
   db_touch(c, d);
   moat_error *e = NULL;
+  if (!may_repair && !sandbox_running(c, r.org, r.sandbox_id)) {
+    pthread_mutex_unlock(&d->start);
+    moat_store_database_clear(&r);
+    return DB_NEEDS_STACK;
+  }
   /* the sandbox is woken here when it hibernates (moat_control_port_connect) */
   if (r.sandbox_id)
     fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, &e);
   if (fd >= 0)
     goto ok;
+  if (!may_repair) {
+    moat_error_free(&e);
+    pthread_mutex_unlock(&d->start);
+    moat_store_database_clear(&r);
+    return DB_NEEDS_STACK;
+  }
   /* something to repair (one caller at a time per database), from the row as it is now */
   moat_error_free(&e);
   struct moat_store_database now = {0};
@@ -604,6 +633,48 @@ ok:
 out:
   moat_store_database_clear(&r);
   return fd;
+}
+
+struct connect_job {
+  struct moat_control *c;
+  const char *role, *database;
+  char **org_out, **id_out;
+  int timeout_ms, fd;
+  moat_error *err;
+};
+
+static void *connect_main(void *arg) {
+  struct connect_job *j = arg;
+  j->fd = db_connect(j->c, j->role, j->database, j->org_out, j->id_out, j->timeout_ms, true, &j->err);
+  return NULL;
+}
+
+int moat_control_database_connect(struct moat_control *c, const char *role, const char *database,
+                                  char **org_out, char **id_out, int timeout_ms, moat_error **err) {
+  if (timeout_ms <= 0)
+    timeout_ms = DB_CONNECT_TIMEOUT_MS;
+  int fd = db_connect(c, role, database, org_out, id_out, timeout_ms, false, err);
+  if (fd != DB_NEEDS_STACK)
+    return fd;
+  /* a wake, a restart or a new sandbox: on a thread with a full stack */
+  struct connect_job j = {.c = c,
+                          .role = role,
+                          .database = database,
+                          .org_out = org_out,
+                          .id_out = id_out,
+                          .timeout_ms = timeout_ms,
+                          .fd = -1};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, DB_REPAIR_STACK);
+  pthread_t t;
+  int rc = pthread_create(&t, &attr, connect_main, &j);
+  pthread_attr_destroy(&attr);
+  if (rc != 0)
+    return moat_error_set(err, EAGAIN, "database: start a connect thread: %s", strerror(rc));
+  pthread_join(t, NULL);
+  take_error(err, j.err);
+  return j.fd;
 }
 
 /* ---- open, reaper, close ---- */

@@ -6,6 +6,8 @@ input is 400; a moatd killed in the middle of a create or a delete leaves nothin
 created with databases: [{id, env}] gets the connection URL in its env."""
 
 import os
+import shutil
+import subprocess
 import sys
 import time
 import unittest
@@ -52,6 +54,14 @@ class DatabaseMixin:
         self.assertEqual(r["exit_code"], 0, r)
         return r["stdout"]
 
+    def host_psql(self, d, sql, url=None, check=True):
+        """Runs the host's psql through moatd's PostgreSQL proxy with the database's URL."""
+        r = subprocess.run(["psql", "-X", url or d["connection"]["url"], "-v", "ON_ERROR_STOP=1", "-Atc", sql],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, PGCONNECT_TIMEOUT="60"))
+        if check:
+            self.assertEqual(r.returncode, 0, r.stderr)
+        return r
+
     def db_volumes(self, client=None):
         _, v = (client or self.c).request("GET", "/v1/volumes")
         return sorted(x["name"] for x in v["volumes"] if x["name"].startswith("db-"))
@@ -73,9 +83,11 @@ class DatabaseTest(DatabaseMixin, DaemonTest):
         role = d["id"].replace("-", "_")
         self.assertEqual((conn["user"], conn["database"]), (role, role))
         self.assertEqual(len(conn["password"]), 32)
-        self.assertEqual((conn["host"], conn["port"]), ("127.0.0.1", 7432))
-        self.assertEqual(conn["url"], "postgresql://%s:%s@127.0.0.1:7432/%s?sslmode=disable" % (
-            role, conn["password"], role))
+        # the proxy's address (moatd --db-listen; the tests' daemons listen on a port of their own)
+        port = self.daemon.db_port
+        self.assertEqual((conn["host"], conn["port"]), ("127.0.0.1", port))
+        self.assertEqual(conn["url"], "postgresql://%s:%s@127.0.0.1:%d/%s?sslmode=disable" % (
+            role, conn["password"], port, role))
         self.psql(d, "CREATE TABLE notes (id serial PRIMARY KEY, body text NOT NULL)")
         self.psql(d, "INSERT INTO notes (body) VALUES ('first'), ('second')")
         self.assertEqual(self.psql(d, "SELECT body FROM notes ORDER BY id"), "first\nsecond\n")
@@ -200,6 +212,88 @@ class DatabaseTest(DatabaseMixin, DaemonTest):
         self.psql(d, "INSERT INTO t VALUES (2)")
         self.assertEqual(self.psql(d, "SELECT sum(x) FROM t"), "3\n")
         self.assertEqual(self.dget(d["id"])["state"], "running")
+
+
+@unittest.skipUnless(shutil.which("psql"), "no psql on the host (Debian's postgresql-client)")
+class DatabaseProxyTest(DatabaseMixin, DaemonTest):
+    """Through moatd's PostgreSQL proxy (--db-listen) with the host's psql: the proxy reaches the
+    server through moat_control_database_connect, which wakes a hibernated database, starts the
+    server again when it died in its sandbox, and a new sandbox on the same volume when the sandbox
+    is gone; committed rows survive all three."""
+    pool = 0
+
+    def test_write_and_read_through_the_proxy(self):
+        d = self.database()
+        self.host_psql(d, "CREATE TABLE t (x int); INSERT INTO t VALUES (1), (2)")
+        self.assertEqual(self.host_psql(d, "SELECT sum(x) FROM t").stdout, "3\n")
+        # what the proxy wrote is what the server has
+        self.assertEqual(self.psql(d, "SELECT sum(x) FROM t"), "3\n")
+        # a wrong password is the server's refusal (SCRAM end to end); an unknown role is the proxy's
+        url = d["connection"]["url"].replace(d["connection"]["password"], "y" * 32)
+        r = self.host_psql(d, "SELECT 1", url=url, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("password authentication failed", r.stderr)
+        url = d["connection"]["url"].replace(d["connection"]["user"], "db_nosuchdatabase0000")
+        r = self.host_psql(d, "SELECT 1", url=url.replace("/" + d["connection"]["database"] + "?", "/db_nosuch?"),
+                           check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no database for user 'db_nosuchdatabase0000'", r.stderr)
+
+    def test_connect_wakes_a_hibernated_database(self):
+        if not self.c.healthz()["checkpoints"]["available"]:
+            self.skipTest("no working CRIU on this host")
+        d = self.database(idle_seconds=2)
+        self.host_psql(d, "CREATE TABLE t (x int); INSERT INTO t VALUES (7)")
+        deadline = time.time() + 60
+        while self.dget(d["id"])["state"] != "hibernated":
+            self.assertLess(time.time(), deadline, "not hibernated: %r" % self.dget(d["id"]))
+            time.sleep(0.5)
+        # the connection is held until the server is back, with its rows
+        self.assertEqual(self.host_psql(d, "SELECT x FROM t").stdout, "7\n")
+        self.assertEqual(self.dget(d["id"])["state"], "running")
+
+    def test_an_open_connection_keeps_it_awake(self):
+        """A connection the proxy reports open (conn_event) keeps the database from hibernating past
+        its idle_seconds: the query outlasts them three times and ends well."""
+        if not self.c.healthz()["checkpoints"]["available"]:
+            self.skipTest("no working CRIU on this host")
+        d = self.database(idle_seconds=2)
+        p = subprocess.Popen(["psql", "-X", d["connection"]["url"], "-Atc", "SELECT pg_sleep(6)"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(p.kill)
+        time.sleep(1)
+        self.assertEqual(self.dget(d["id"])["connections"], 1)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual(self.dget(d["id"])["state"], "running")
+        # the reaper did not even try (a checkpoint of a server with a client connection fails)
+        log = self.daemon.log_tail(100000)
+        self.assertNotIn("database %s: hibernate" % d["id"], log)
+        self.assertNotIn("database %s: no connection" % d["id"], log)
+        deadline = time.time() + 10  # the proxy reports the close once it has seen both ends go
+        while self.dget(d["id"])["connections"] != 0:
+            self.assertLess(time.time(), deadline, "connection still counted: %r" % self.dget(d["id"]))
+            time.sleep(0.1)
+
+    def test_server_killed_in_its_sandbox(self):
+        d = self.database()
+        self.host_psql(d, "CREATE TABLE t (x int); INSERT INTO t SELECT generate_series(1, 100)")
+        # kill -9 of the postmaster (and so its backends): the next connection starts it again,
+        # which recovers from its WAL
+        self.c.sh(d["sandbox_id"], "kill -9 $(head -1 /var/lib/postgresql/data/pgdata/postmaster.pid)")
+        self.assertEqual(self.host_psql(d, "SELECT count(*) FROM t").stdout, "100\n")
+
+    def test_sandbox_gone(self):
+        d = self.database()
+        self.host_psql(d, "CREATE TABLE t (x int); INSERT INTO t VALUES (5)")
+        self.c.delete(d["sandbox_id"])
+        self.assertEqual(self.dget(d["id"])["state"], "stopped")
+        # a new sandbox on the same volume, the data as committed
+        self.assertEqual(self.host_psql(d, "SELECT x FROM t").stdout, "5\n")
+        now = self.dget(d["id"])
+        self.assertEqual(now["state"], "running")
+        self.assertNotEqual(now["sandbox_id"], d["sandbox_id"])
+        self.assertEqual(len(self.db_sandboxes()), 1)
 
 
 class DatabaseRestartTest(DatabaseMixin, DaemonTest):
