@@ -145,8 +145,8 @@ int moat_store_database_find(struct moat_store *s, const char *role, const char 
     sqlite3_reset(st);
   }
   if (st && ret < 0)
-    moat_error_set(err, ENOENT, "no database for user '%.64s' or database '%.64s'", role ? role : "",
-                   database ? database : "");
+    moat_error_set(err, ENOENT, "no such database: user \"%.64s\", database \"%.64s\"", role ? role : "",
+                   database ? database : (role ? role : ""));
   pthread_mutex_unlock(&s->lock);
   return ret;
 }

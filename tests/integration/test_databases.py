@@ -237,7 +237,7 @@ class DatabaseProxyTest(DatabaseMixin, DaemonTest):
         r = self.host_psql(d, "SELECT 1", url=url.replace("/" + d["connection"]["database"] + "?", "/db_nosuch?"),
                            check=False)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("no database for user 'db_nosuchdatabase0000'", r.stderr)
+        self.assertIn('no such database: user "db_nosuchdatabase0000", database "db_nosuchdatabase0000"', r.stderr)
 
     def test_connect_wakes_a_hibernated_database(self):
         if not self.c.healthz()["checkpoints"]["available"]:
