@@ -616,6 +616,8 @@ void moat_control_database_conn_event(struct moat_control *c, const char *id, in
  * postgresql://ROLE:PASSWORD@HOST:PORT/DB?sslmode=disable (caller frees). */
 const char *moat_control_db_host(const struct moat_control *c);
 unsigned moat_control_db_port(const struct moat_control *c);
+/* The port the proxy bound, for a db_listen of port 0 (moatd's main sets it once the proxy listens). */
+void moat_control_set_db_port(struct moat_control *c, unsigned port);
 char *moat_control_database_url(const struct moat_control *c, const struct moat_database_info *d);
 
 /* ---- metrics (control/usage.c) ---- */

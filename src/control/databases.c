@@ -164,12 +164,19 @@ static void info_of(struct moat_control *c, const struct moat_store_database *r,
 }
 
 const char *moat_control_db_host(const struct moat_control *c) { return c->db_host; }
-unsigned moat_control_db_port(const struct moat_control *c) { return c->db_port; }
+unsigned moat_control_db_port(const struct moat_control *c) {
+  return __atomic_load_n(&c->db_port, __ATOMIC_RELAXED);
+}
+
+void moat_control_set_db_port(struct moat_control *c, unsigned port) {
+  if (port)
+    __atomic_store_n(&c->db_port, port, __ATOMIC_RELAXED);
+}
 
 char *moat_control_database_url(const struct moat_control *c, const struct moat_database_info *d) {
   bool v6 = strchr(c->db_host, ':') != NULL;
   return xasprintf("postgresql://%s:%s@%s%s%s:%u/%s?sslmode=disable", d->role, d->password, v6 ? "[" : "",
-                   c->db_host, v6 ? "]" : "", c->db_port, d->database);
+                   c->db_host, v6 ? "]" : "", moat_control_db_port(c), d->database);
 }
 
 int ctl_databases_config(struct moat_control *c, const char *listen, moat_error **err) {
@@ -177,7 +184,7 @@ int ctl_databases_config(struct moat_control *c, const char *listen, moat_error 
   const char *colon = strrchr(l, ':');
   char *end = NULL;
   unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
-  if (!colon || colon == l || !end || *end || colon[1] == '\0' || port == 0 || port > 65535)
+  if (!colon || colon == l || !end || *end || colon[1] == '\0' || port > 65535)
     return moat_error_set(err, EINVAL, "--db-listen: '%.128s' is not HOST:PORT", l);
   const char *h = l;
   size_t hl = (size_t)(colon - l);

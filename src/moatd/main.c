@@ -574,6 +574,7 @@ int main(int argc, char **argv) {
   }
 
   if (db_listen) {
+    moat_control_set_db_port(control, moat_api_db_port(api)); /* --db-listen HOST:0: the port bound */
     printf("moatd database proxy on %.*s:%u\n", (int)(strrchr(db_listen, ':') - db_listen), db_listen,
            moat_api_db_port(api));
     fflush(stdout);
