@@ -3,8 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "../../control/control.h"
 #include "../http/http.h"
-#include "db_contract.h"
 #include "pg.h"
 
 struct pg_front {
@@ -15,15 +15,12 @@ struct pg_front {
 static int control_resolve(void *arg, const char *user, const char *database, char **org, char **id,
                            int timeout_ms, moat_error **err) {
   struct pg_front *f = arg;
-  if (!moat_control_database_connect)
-    return moat_error_set(err, ENOENT, "no such database: user \"%s\", database \"%s\"", user, database);
   return moat_control_database_connect(f->control, user, database, org, id, timeout_ms, err);
 }
 
 static void control_conn_event(void *arg, const char *id, int delta) {
   struct pg_front *f = arg;
-  if (moat_control_database_conn_event)
-    moat_control_database_conn_event(f->control, id, delta);
+  moat_control_database_conn_event(f->control, id, delta);
 }
 
 static void pg_close(void *state) {
