@@ -380,10 +380,10 @@ static int db_new_server(struct moat_control *c, struct moat_store_database *r, 
   r->sandbox_id = xstrdup(sb.id);
   moat_sandbox_info_clear(&sb);
   moat_crash_point("db_sandbox_made");
+  char *init[] = {"sh", "-c", (char *)init_script, "sh", r->role, NULL};
+  _cleanup_free_ char *pw = xasprintf("%s\n", r->password); /* before the first goto: freed at fail */
   if (moat_store_database_update(c->store, r->id, r->state, r->sandbox_id, err) < 0)
     goto fail;
-  char *init[] = {"sh", "-c", (char *)init_script, "sh", r->role, NULL};
-  _cleanup_free_ char *pw = xasprintf("%s\n", r->password);
   if (db_run(c, r, init, NULL, pw, DB_READY_TIMEOUT_MS, "initdb", err) < 0)
     goto fail;
   moat_crash_point("db_initdb_done");
