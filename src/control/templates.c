@@ -24,6 +24,8 @@
 
 #define READY_POLL_MS 100
 #define READY_TIMEOUT_MS 60000
+#define BAKE_ATTEMPTS 5
+#define BAKE_RETRY_MS 100
 
 void moat_user_template_clear(struct moat_user_template *t) {
   if (!t)
@@ -322,10 +324,24 @@ void ctl_template_bake(struct moat_control *c, const char *org, const char *id, 
   _cleanup_free_ char *part = xasprintf("%s.partial-%s", path, suffix);
   moat_error *err = NULL;
   uint64_t t0 = now_ns();
-  if (mkdir_p(c->baked_dir, 0700, &err) < 0 || tt_checkpoint_running(c, org, id, part, &err) < 0) {
-    log_warn("template %s: bake its start state from %s: %s", column, id, moat_error_msg(err));
+  if (mkdir_p(c->baked_dir, 0700, &err) < 0) {
+    log_warn("template %s: bake its start state: %s", column, moat_error_msg(err));
     moat_error_free(&err);
     return;
+  }
+  /* A server can still hold the readiness check's connection for a moment (a handler thread closing
+   * it): CRIU does not dump an established TCP connection, so the dump is tried again shortly. */
+  for (int attempt = 1;; attempt++) {
+    if (tt_checkpoint_running(c, org, id, part, &err) == 0)
+      break;
+    if (attempt == BAKE_ATTEMPTS || (err && err->status == MOAT_E_NO_CHECKPOINTS)) {
+      log_warn("template %s: bake its start state from %s (%d attempts): %s", column, id, attempt,
+               moat_error_msg(err));
+      moat_error_free(&err);
+      return;
+    }
+    moat_error_free(&err);
+    sleep_ms(BAKE_RETRY_MS);
   }
   _cleanup_free_ char *image_file = xasprintf("%s/image", part);
   _cleanup_close_ int fd = open(image_file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

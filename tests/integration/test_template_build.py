@@ -357,7 +357,8 @@ class TemplateBakeTest(DaemonTest):
         first = self.sandbox(template="baked")["id"]
         second = self.sandbox(template="baked")["id"]
         # the second is the first's start state restored: the same boot token, the server answering
-        self.assertEqual(boot(first), boot(second))
+        self.assertEqual(boot(first), boot(second), "not restored from the baked state; moatd's log:\n" +
+                         "\n".join(ln for ln in self.daemon.log_tail(200).splitlines() if "template" in ln))
         r = self.c.exec(second, argv=["curl", "-fsS", "http://127.0.0.1:8080/greeting"])
         self.assertEqual(r["stdout"], "baked\n", r)
         sb = self.c.request("GET", "/v1/sandboxes/" + second)[1]
