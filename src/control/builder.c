@@ -22,9 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-#include <linux/openat2.h>
 
 #include "../common/buf.h"
 #include "../common/log.h"
@@ -212,52 +210,6 @@ static void image_abandon(const char *tmp) {
   }
 }
 
-/* mkdir -p of the absolute path inside the image root at root_fd, every component resolved in it. */
-static int mkdir_in_root(int root_fd, const char *path, moat_error **err) {
-  _cleanup_free_ char *p = xstrdup(path);
-  for (char *s = p + 1;; s++) {
-    bool end = *s == '\0';
-    if (*s == '/' || end) {
-      char saved = *s;
-      *s = '\0';
-      struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-                             .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
-      int fd = (int)syscall(SYS_openat2, root_fd, p, &how, sizeof(how));
-      if (fd >= 0) {
-        close(fd);
-      } else if (errno == ENOENT) {
-        char *slash = strrchr(p, '/');
-        *slash = '\0';
-        struct open_how phow = how;
-        int pfd = (int)syscall(SYS_openat2, root_fd, p[0] ? p : "/", &phow, sizeof(phow));
-        *slash = '/';
-        if (pfd < 0)
-          return moat_error_errno(err, "WORKDIR %s", path);
-        int r = mkdirat(pfd, slash + 1, 0755);
-        close(pfd);
-        if (r < 0 && errno != EEXIST)
-          return moat_error_errno(err, "WORKDIR %s: mkdir", path);
-      } else {
-        return moat_error_errno(err, "WORKDIR %s", path);
-      }
-      *s = saved;
-    }
-    if (end)
-      break;
-  }
-  return 0;
-}
-
-static bool dir_in_root(int root_fd, const char *path) {
-  struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-                         .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
-  int fd = (int)syscall(SYS_openat2, root_fd, path, &how, sizeof(how));
-  if (fd < 0)
-    return false;
-  close(fd);
-  return true;
-}
-
 /* ---- steps ---- */
 
 /* The environment a RUN gets: the base image's env, then the step's (ENV and ARGs in scope). */
@@ -436,7 +388,7 @@ static int make_image(struct ctl_build *b, size_t i, const char *parent, const c
     if (root < 0) {
       rc = moat_error_errno(err, "open %s", rootfs);
     } else if (st->kind == MOAT_DF_WORKDIR) {
-      rc = mkdir_in_root(root, st->argv[0], err);
+      rc = moat_image_mkdirs(root, st->argv[0], err);
     } else {
       _cleanup_strv_ char **expanded = NULL;
       struct moat_copy_opts o = {.dest = st->argv[st->argc - 1],
@@ -682,7 +634,7 @@ static int build_steps(struct ctl_build *b, char **image_out, moat_error **err) 
     if (st->kind == MOAT_DF_WORKDIR) { /* a layer only when the directory is not there yet */
       _cleanup_free_ char *root = xasprintf("%s/%s/rootfs", ctl_image_dir(c, parent), parent);
       _cleanup_close_ int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (rfd >= 0 && dir_in_root(rfd, st->argv[0]))
+      if (rfd >= 0 && moat_image_has_dir(rfd, st->argv[0]))
         continue;
     }
     char image[27];

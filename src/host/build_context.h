@@ -112,4 +112,10 @@ int moat_build_context_digest(struct moat_build_context *c, char *const *expande
 int moat_build_context_copy(struct moat_build_context *c, int root_fd, char *const *expanded, size_t n,
                             const struct moat_copy_opts *o, moat_error **err);
 
+/* WORKDIR in an image being built: whether the absolute path is a directory in the image at root_fd,
+ * and making it (each missing directory 0755, root's), every component resolved inside the image as
+ * COPY resolves them. mkdirs: 0, or -1 (ENOTDIR when a non-directory is in the way). */
+bool moat_image_has_dir(int root_fd, const char *path);
+int moat_image_mkdirs(int root_fd, const char *path, moat_error **err);
+
 #endif

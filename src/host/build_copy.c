@@ -346,3 +346,19 @@ int moat_build_context_copy(struct moat_build_context *c, int root_fd, char *con
   }
   return 0;
 }
+
+bool moat_image_has_dir(int root_fd, const char *path) {
+  _cleanup_free_ char *clean = moat_bc_clean(path);
+  _cleanup_close_ int fd = moat_bc_openat2(root_fd, clean, O_PATH | O_DIRECTORY, MOAT_BC_IN_ROOT);
+  return fd >= 0;
+}
+
+int moat_image_mkdirs(int root_fd, const char *path, moat_error **err) {
+  _cleanup_free_ char *clean = moat_bc_clean(path);
+  const struct moat_bc_owner root = {.set = true, .uid = 0, .gid = 0};
+  int fd = -1;
+  if (moat_bc_mkdirs(root_fd, clean, MOAT_BC_IN_ROOT, &root, &fd, err) < 0)
+    return moat_error_wrap(err, "WORKDIR %s", path);
+  close(fd);
+  return 0;
+}
