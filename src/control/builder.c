@@ -214,23 +214,9 @@ static void image_abandon(const char *tmp) {
 
 /* The environment a RUN gets: the base image's env, then the step's (ENV and ARGs in scope). */
 static char **run_env(struct ctl_build *b, const struct moat_df_step *st) {
-  json_t *env = json_object();
-  size_t i;
-  json_t *kv;
-  json_array_foreach(json_object_get(b->base, "env"), i, kv) {
-    const char *s = json_string_value(kv), *eq = s ? strchr(s, '=') : NULL;
-    if (eq && eq != s) {
-      _cleanup_free_ char *k = xstrndup(s, (size_t)(eq - s));
-      json_object_set_new(env, k, json_string(eq + 1));
-    }
-  }
-  for (char **e = st->env; e && *e; e++) {
-    const char *eq = strchr(*e, '=');
-    if (eq && eq != *e) {
-      _cleanup_free_ char *k = xstrndup(*e, (size_t)(eq - *e));
-      json_object_set_new(env, k, json_string(eq + 1));
-    }
-  }
+  json_t *env = ctl_template_env(b->base, NULL);
+  for (char **e = st->env; e && *e; e++)
+    ctl_env_set_kv(env, *e);
   char **v = moat_env_merge(env, NULL);
   json_decref(env);
   return v;

@@ -185,6 +185,8 @@ int ctl_template_resolve(struct moat_control *c, const char *org, const char *na
 /* A JSON array of strings as a NULL-terminated list (strv_free); NULL for a non-array, and with
  * empty_is_null for an empty one. */
 char **ctl_json_strv(json_t *a, bool empty_is_null);
+/* Sets K in the env object from a "K=V" entry (one without a name before '=' is left out). */
+void ctl_env_set_kv(json_t *env, const char *kv);
 /* The create's env (object or NULL) over the image config's (a new object). */
 json_t *ctl_template_env(json_t *config, json_t *env);
 /* Starts the image's start command in the new sandbox id and waits for its readiness check. */

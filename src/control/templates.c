@@ -174,18 +174,20 @@ int ctl_template_resolve(struct moat_control *c, const char *org, const char *na
   return ret;
 }
 
+void ctl_env_set_kv(json_t *env, const char *kv) {
+  const char *eq = kv ? strchr(kv, '=') : NULL;
+  if (!eq || eq == kv)
+    return;
+  _cleanup_free_ char *k = xstrndup(kv, (size_t)(eq - kv));
+  json_object_set_new(env, k, json_string(eq + 1));
+}
+
 /* "K=V" entries of the image config's env under the create's own (an object, or NULL). */
 json_t *ctl_template_env(json_t *config, json_t *env) {
   json_t *out = json_object();
   size_t i;
   json_t *kv;
-  json_array_foreach(json_object_get(config, "env"), i, kv) {
-    const char *s = json_string_value(kv), *eq = s ? strchr(s, '=') : NULL;
-    if (!eq || eq == s)
-      continue;
-    _cleanup_free_ char *k = xstrndup(s, (size_t)(eq - s));
-    json_object_set_new(out, k, json_string(eq + 1));
-  }
+  json_array_foreach(json_object_get(config, "env"), i, kv) ctl_env_set_kv(out, json_string_value(kv));
   if (env)
     json_object_update(out, env);
   return out;
