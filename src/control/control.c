@@ -322,6 +322,10 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
   if (spec->from_snapshot)
     return tt_create_from_snapshot(c, org, spec, out, err);
   const char *tmpl = spec->template_name ? spec->template_name : "base";
+  struct moat_store_db_attachment dbs[MOAT_MAX_SANDBOX_DATABASES];
+  for (size_t i = 0; i < spec->n_databases; i++)
+    dbs[i] = (struct moat_store_db_attachment){.env = (char *)spec->databases[i].env,
+                                               .database_id = (char *)spec->databases[i].id};
   struct ctl_new n = {
       .template_name = tmpl,
       .persistent = spec->persistent,
@@ -331,6 +335,8 @@ int moat_control_create(struct moat_control *c, const char *org, const struct mo
       .network = spec->network,
       .volumes = spec->volumes,
       .n_volumes = spec->n_volumes,
+      .databases = dbs,
+      .n_databases = spec->n_databases,
   };
   if (spec->network && moat_control_network_check(c, spec->network, err) < 0)
     return -1;
@@ -439,6 +445,15 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   memset(&inst, 0, sizeof(inst));
   /* volumes are claimed once the row exists: a claim is live while its sandbox's row is */
   int rc = n->n_volumes ? ctl_volumes_claim(c, org, id, n->volumes, n->n_volumes, err) : 0;
+  if (rc == 0 && n->n_databases) {
+    struct moat_store_db_attachment *att = xcalloc(n->n_databases, sizeof(*att));
+    for (size_t i = 0; i < n->n_databases; i++) {
+      att[i] = n->databases[i];
+      att[i].sandbox_id = id;
+    }
+    rc = moat_store_db_attach(c->store, att, n->n_databases, err);
+    free(att);
+  }
   bool claimed = rc == 0;
   if (claimed)
     rc = n->restore_dir ? moat_host_restore(c->host, n->restore_dir, ctl_image_of(tmpl), &limits,

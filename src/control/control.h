@@ -269,9 +269,12 @@ int moat_control_snapshot_delete(struct moat_control *c, const char *org, const 
 /* Forks running sandbox id count (1..16) times: one checkpoint (the parent keeps running), then
  * count concurrent restores. *children gets count infos (caller frees with
  * moat_sandbox_infos_free): independent sandboxes with the parent's template, limits, TTL,
- * metadata and env, forked_from = id. On any failure the children made are killed. */
+ * metadata and env, forked_from = id. They are given the parent's databases (its env holds their
+ * URLs), or with branch_databases each child a branch of each of them (ctl_databases_for_child: the
+ * child's env holds its branches' URLs; they are deleted once the child is killed; EINVAL when the
+ * parent was given none). On any failure the children made are killed. */
 int moat_control_fork(struct moat_control *c, const char *org, const char *id, unsigned count,
-                      struct moat_sandbox_info **children, moat_error **err);
+                      bool branch_databases, struct moat_sandbox_info **children, moat_error **err);
 
 /* Returns sandbox id (running or paused) to snapshot_id (a snapshot of this same sandbox): the
  * snapshot is restored into a fresh slot, the record swapped under the same id, the old slot
@@ -312,10 +315,11 @@ void moat_explore_result_clear(struct moat_explore_result *r);
 /* Forks running sandbox id once per branch, runs each branch's command concurrently and reports
  * outcomes. first_success: the first branch (by finish time) that exits 0 wins and stays as an
  * independent sandbox; all others are killed (also when none passes). best: every branch stays
- * alive for MOAT_EXPLORE_BEST_TTL_S; the client calls moat_control_explore_keep. */
+ * alive for MOAT_EXPLORE_BEST_TTL_S; the client calls moat_control_explore_keep. branch_databases:
+ * as moat_control_fork's (a killed branch's databases go with it). */
 int moat_control_explore(struct moat_control *c, const char *org, const char *id,
                          const struct moat_explore_branch *branches, size_t n, enum moat_explore_keep keep,
-                         struct moat_explore_result *out, moat_error **err);
+                         bool branch_databases, struct moat_explore_result *out, moat_error **err);
 /* keep best: promotes branch sandbox_id of explore explore_id (started from sandbox id) to an
  * independent sandbox with the parent's TTL and kills the other branches. ENOENT when unknown or
  * already decided. */
@@ -597,6 +601,15 @@ int moat_control_database_list(struct moat_control *c, const char *org, struct m
 /* Kills its sandbox, removes its volume and its row. ENOENT when org has no database id. */
 int moat_control_database_delete(struct moat_control *c, const char *org, const char *id, moat_error **err);
 
+/* Makes org's database spec->name a branch of its database id: the source's data as of now (a
+ * copy-on-write copy of its volume where the data dir's file system can, else a full copy; either
+ * taken with the source's server frozen, so it holds every transaction committed before the
+ * call), with its own role, password and volume, independent from then on. spec->size_mb is 0 or
+ * the source's; idle_seconds 0 takes the source's. EBUSY while the source is being created or
+ * deleted, ENOENT when org has no database id, EEXIST for a name org has. */
+int moat_control_database_branch(struct moat_control *c, const char *org, const char *id,
+                                 const struct moat_database_spec *spec, struct moat_database_info *out,
+                                 moat_error **err);
 /* THE PROXY'S CONTRACT. A connected TCP fd (caller closes) to the server of the database whose role
  * is role, or, when role names none, whose database name is database (either may be NULL; the
  * PostgreSQL startup message's "user" and "database"). A hibernated database is woken first, one

@@ -146,6 +146,9 @@ struct ctl_new {
   json_t *network; /* network policy, borrowed; NULL = default (a fork: its parent's) */
   const struct moat_volume_mount *volumes; /* borrowed, n_volumes of them, checked */
   size_t n_volumes;
+  /* the databases whose URLs env holds, recorded with the row (sandbox_id is filled in there) */
+  const struct moat_store_db_attachment *databases;
+  size_t n_databases;
 };
 /* Creates (records, builds or restores, marks running) a sandbox; fills out when not NULL and
  * id (MOAT_ID_LEN + 1) when not NULL. On failure nothing is left but a row recorded killed. */
@@ -156,6 +159,11 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
 /* Before a create records anything: every volume is org's and no read-write one is held. */
 int ctl_volumes_precheck(struct moat_control *c, const char *org, const struct moat_volume_mount *v, size_t n,
                          moat_error **err);
+/* Makes org's volume dst_name a copy of its volume src_name as it is now (moat_host_volume_copy:
+ * the caller stops src_name's writers). EEXIST when dst_name exists, MOAT_E_NO_VOLUME when
+ * src_name does not. */
+int ctl_volume_copy(struct moat_control *c, const char *org, const char *src_name, const char *dst_name,
+                    moat_error **err);
 /* Records sandbox id's volumes (its row exists), atomically against other creates. */
 int ctl_volumes_claim(struct moat_control *c, const char *org, const char *id,
                       const struct moat_volume_mount *v, size_t n, moat_error **err);
@@ -234,7 +242,8 @@ void ctl_oom_reap(struct moat_control *c, struct live *e);
 /* ---- databases.c ---- */
 /* Parses moat_control_config.db_listen (NULL: 127.0.0.1:7432) into c->db_host and c->db_port. */
 int ctl_databases_config(struct moat_control *c, const char *listen, moat_error **err);
-/* At open, after recover(): finishes the creates and deletes a moatd cut short (removes them). */
+/* At open, after recover(): finishes the creates, branches and deletes a moatd cut short (removes
+ * them) and resumes the servers a branch cut short left frozen. */
 void ctl_databases_open(struct moat_control *c);
 /* Reaper pass: hibernates the sandbox of each database with no connection for its idle_seconds. */
 void ctl_databases_reap(struct moat_control *c, int64_t now_ms);
@@ -243,6 +252,18 @@ void ctl_databases_close(struct moat_control *c);
  * NULL with ENOENT for an id that is not one of org's databases, EINVAL for a bad count. */
 json_t *ctl_databases_env(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
                           moat_error **err);
+
+/* A fork child's env and database attachments (*att_out, np of them, caller frees with
+ * moat_store_db_attachments_free) from its parent's (parent_env, patt): the same databases, or with
+ * branch a new branch of each (owned by the child: it goes once the child is killed) whose URL
+ * replaces the parent's in env. NULL on failure, with no branch left. */
+json_t *ctl_databases_for_child(struct moat_control *c, const char *org, const char *parent_id,
+                                const json_t *parent_env, const struct moat_store_db_attachment *patt,
+                                size_t np, bool branch, struct moat_store_db_attachment **att_out,
+                                moat_error **err);
+/* Deletes the databases among att's n that it owns (a child that was not made). Logged. */
+void ctl_databases_drop_owned(struct moat_control *c, const char *org, struct moat_store_db_attachment *att,
+                              size_t n);
 
 /* ---- contexts.c ---- */
 void ctl_ctx_close(struct moat_control *c);
@@ -282,9 +303,10 @@ void tt_forget_hibernated(struct moat_control *c, const char *id);
 void tt_reap_idle(struct moat_control *c, struct live *e, int64_t now_ms);
 /* Checkpoints org's sandbox id once (a paused one's kept image is reused) and restores it count
  * (1..16) times concurrently; ids gets count ids (MOAT_ID_LEN + 1 each). why names the caller in
- * logs and errors. On failure the children made are killed. 0 or -1. */
+ * logs and errors. The children get the parent's databases, or with branch_dbs each a branch of each
+ * (EINVAL when it has none). On failure the children made are killed. 0 or -1. */
 int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigned count, const char *why,
-                char (*ids)[MOAT_ID_LEN + 1], moat_error **err);
+                bool branch_dbs, char (*ids)[MOAT_ID_LEN + 1], moat_error **err);
 
 /* ---- explore.c ---- */
 /* Explores whose keep-best window ran out are forgotten (their branches die by TTL). */

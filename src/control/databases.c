@@ -260,6 +260,23 @@ static const char init_script[] =
     "mv \"$D.new\" \"$D\"\n"
     "sync\n";
 
+/* A branch's first start: the cluster copied from its source takes the branch's role, database and
+ * password (single-user mode, after the crash recovery a copy of a live cluster needs), and
+ * pg_hba.conf admits the branch's role only. $1 is the branch's role, $2 the source's; the
+ * password comes on stdin. Single-user mode reports a failed statement without failing: its
+ * ERROR line fails the script. */
+static const char rename_script[] =
+    "set -eu\n"
+    "D=" DB_PGDATA "\n"
+    "read -r PW\n"
+    "rm -f \"$D/postmaster.pid\"\n" /* the source's server was live when the copy was taken */
+    "printf 'host %s %s 127.0.0.1/32 scram-sha-256\\n' \"$1\" \"$1\" > \"$D/pg_hba.conf\"\n"
+    "OUT=$(printf \"ALTER ROLE %s RENAME TO %s;\\nALTER ROLE %s PASSWORD '%s';\\n"
+    "ALTER DATABASE %s RENAME TO %s;\\n\" \"$2\" \"$1\" \"$1\" \"$PW\" \"$2\" \"$1\" |"
+    " runuser -u postgres -- postgres --single -D \"$D\" postgres 2>&1 >/dev/null)\n"
+    "if printf '%s\\n' \"$OUT\" | grep -E '^(ERROR|FATAL|PANIC):' >&2; then exit 1; fi\n"
+    "sync\n";
+
 static int db_exec(struct moat_control *c, const struct moat_store_database *r, char **argv, const char *user,
                    const char *stdin_data, uint32_t timeout_ms, struct moat_exec_result *res,
                    moat_error **err) {
@@ -359,8 +376,10 @@ static void db_kill_sandboxes(struct moat_control *c, const struct moat_store_da
 }
 
 /* A new sandbox for r mounting its volume (r->sandbox_id replaced, and recorded), the cluster made
- * when the volume has none, and the server started. d->start held. */
-static int db_new_server(struct moat_control *c, struct moat_store_database *r, moat_error **err) {
+ * when the volume has none (or, with from_role, the copied cluster of from_role's database renamed
+ * as r's: a branch's first start), and the server started. d->start held. */
+static int db_new_server(struct moat_control *c, struct moat_store_database *r, const char *from_role,
+                         moat_error **err) {
   _cleanup_json_ json_t *meta = json_pack("{ss}", DB_META_KEY, r->id);
   /* loopback only: moatd reaches the server through the sandbox's loopback, it needs no network */
   _cleanup_json_ json_t *net = json_pack("{sb}", "internet", 0);
@@ -384,6 +403,12 @@ static int db_new_server(struct moat_control *c, struct moat_store_database *r, 
   _cleanup_free_ char *pw = xasprintf("%s\n", r->password); /* before the first goto: freed at fail */
   if (moat_store_database_update(c->store, r->id, r->state, r->sandbox_id, err) < 0)
     goto fail;
+  if (from_role) {
+    char *rename[] = {"sh", "-c", (char *)rename_script, "sh", r->role, (char *)from_role, NULL};
+    if (db_run(c, r, rename, NULL, pw, DB_READY_TIMEOUT_MS, "rename the copied cluster", err) < 0)
+      goto fail;
+    moat_crash_point("db_branch_renamed");
+  }
   if (db_run(c, r, init, NULL, pw, DB_READY_TIMEOUT_MS, "initdb", err) < 0)
     goto fail;
   moat_crash_point("db_initdb_done");
@@ -396,6 +421,76 @@ fail:
 }
 
 /* ---- create, get, list, delete ---- */
+
+/* The names a new database's row points at (db_row_new fills them). */
+struct db_new {
+  char id[MOAT_DB_ID_LEN + 1];
+  char role[MOAT_DB_ID_LEN + 1];
+  char password[DB_PASSWORD_LEN + 1];
+};
+
+/* A new "creating" row for org's database name: a fresh id, its role ("db-abc" -> "db_abc": a
+ * PostgreSQL name that needs no quoting), password and volume (named as the id), all in nw. */
+static struct moat_store_database db_row_new(struct db_new *nw, const char *org, const char *name,
+                                             uint64_t size_mb, char *metadata_json, int64_t idle_s) {
+  snprintf(nw->id, sizeof(nw->id), "db-");
+  random_id(nw->id + 3, MOAT_DB_ID_LEN - 3);
+  snprintf(nw->role, sizeof(nw->role), "%s", nw->id);
+  nw->role[2] = '_';
+  random_id(nw->password, DB_PASSWORD_LEN);
+  return (struct moat_store_database){
+      .id = nw->id,
+      .org = (char *)org,
+      .name = (char *)name,
+      .size_mb = size_mb,
+      .metadata_json = metadata_json,
+      .idle_seconds = idle_s,
+      .role = nw->role,
+      .password = nw->password,
+      .volume = nw->id,
+      .state = "creating",
+      .created_at_ms = now_unix_ms(),
+  };
+}
+
+/* Undoes a create or branch that failed before it was "running": r's sandboxes, its volume, its
+ * row. Logged, not failed (the next open removes what is left of a "creating" row). */
+static void db_discard(struct moat_control *c, struct moat_store_database *r) {
+  r->state = "creating";
+  db_kill_sandboxes(c, r);
+  moat_error *e = NULL;
+  if (moat_control_volume_delete(c, r->org, r->volume, &e) < 0 && e->status != MOAT_E_NO_VOLUME)
+    log_warn("database %s: remove its volume: %s", r->id, moat_error_msg(e));
+  moat_error_free(&e);
+  moat_store_database_delete(c->store, r->id, NULL);
+}
+
+/* The rest of a create or a branch once row ("creating") and its volume exist: a server on the
+ * volume (from_role: see db_new_server), the row "running", out filled. On failure everything made
+ * for row is removed. */
+static int db_finish(struct moat_control *c, struct moat_store_database *row, const char *from_role,
+                     struct moat_database_info *out, moat_error **err) {
+  struct ctl_db *d = db_entry(c, row->id);
+  pthread_mutex_lock(&d->start);
+  row->sandbox_id = NULL;
+  int rc = db_new_server(c, row, from_role, err);
+  if (rc == 0) {
+    row->state = "running";
+    rc = moat_store_database_update(c->store, row->id, "running", NULL, err);
+  }
+  pthread_mutex_unlock(&d->start);
+  _cleanup_free_ char *sid = row->sandbox_id; /* db_new_server's copy */
+  if (rc < 0) {
+    db_discard(c, row);
+    row->sandbox_id = NULL;
+    return -1;
+  }
+  db_touch(c, d);
+  if (out)
+    info_of(c, row, out);
+  row->sandbox_id = NULL;
+  return 0;
+}
 
 int moat_control_database_create(struct moat_control *c, const char *org,
                                  const struct moat_database_spec *spec, struct moat_database_info *out,
@@ -413,31 +508,14 @@ int moat_control_database_create(struct moat_control *c, const char *org,
   if (spec->metadata && !json_is_object(spec->metadata))
     return moat_error_set(err, EINVAL, "metadata: must be an object");
 
-  char id[MOAT_DB_ID_LEN + 1] = "db-";
-  random_id(id + 3, MOAT_DB_ID_LEN - 3);
-  char role[MOAT_DB_ID_LEN + 1];
-  snprintf(role, sizeof(role), "%s", id);
-  role[2] = '_';
-  char password[DB_PASSWORD_LEN + 1];
-  random_id(password, DB_PASSWORD_LEN);
+  struct db_new nw;
   _cleanup_free_ char *meta = dump_object(spec->metadata);
-  struct moat_store_database row = {
-      .id = id,
-      .org = (char *)org,
-      .name = (char *)spec->name,
-      .size_mb = size,
-      .metadata_json = meta,
-      .idle_seconds = idle,
-      .role = role,
-      .password = password,
-      .volume = id, /* the volume is named as the database's id */
-      .state = "creating",
-      .created_at_ms = now_unix_ms(),
-  };
+  struct moat_store_database row = db_row_new(&nw, org, spec->name, size, meta, idle);
   /* the row first: a moatd that dies from here on leaves a "creating" row, which the next open
    * removes with whatever was made for it (ctl_databases_open) */
   if (moat_store_database_insert(c->store, &row, err) < 0)
     return -1;
+  const char *id = row.id;
   if (moat_control_volume_create(c, org, row.volume, size, NULL, err) < 0) {
     if (err && *err && (*err)->status == EEXIST)
       (*err)->status = EIO;
@@ -445,34 +523,9 @@ int moat_control_database_create(struct moat_control *c, const char *org,
     return moat_error_wrap(err, "database '%s'", spec->name);
   }
   moat_crash_point("db_volume_made");
-  struct ctl_db *d = db_entry(c, id);
-  pthread_mutex_lock(&d->start);
-  row.sandbox_id = NULL;
-  int rc = db_new_server(c, &row, err);
-  if (rc == 0) {
-    row.state = "running";
-    rc = moat_store_database_update(c->store, id, "running", NULL, err);
-  }
-  pthread_mutex_unlock(&d->start);
-  char *sid = row.sandbox_id; /* db_new_server's copy */
-  if (rc < 0) {
-    row.state = "creating";
-    db_kill_sandboxes(c, &row);
-    free(sid);
-    moat_error *e = NULL;
-    if (moat_control_volume_delete(c, org, id, &e) < 0) {
-      log_warn("database %s: remove its volume: %s", id, moat_error_msg(e));
-      moat_error_free(&e);
-    }
-    moat_store_database_delete(c->store, id, NULL);
+  if (db_finish(c, &row, NULL, out, err) < 0)
     return -1;
-  }
-  db_touch(c, d);
-  log_info("database %s (%s) created for %s: %llu MiB, sandbox %s", spec->name, id, org,
-           (unsigned long long)size, sid);
-  if (out)
-    info_of(c, &row, out);
-  free(sid);
+  log_info("database %s (%s) created for %s: %llu MiB", spec->name, id, org, (unsigned long long)size);
   return 0;
 }
 
@@ -539,7 +592,7 @@ int moat_control_database_delete(struct moat_control *c, const char *org, const 
   return ret;
 }
 
-/* ---- connect ---- */
+/* ---- branch ---- */
 
 /* Whether org's sandbox id is running now (no wake is needed to reach it). */
 static bool sandbox_running(struct moat_control *c, const char *org, const char *id) {
@@ -552,6 +605,148 @@ static bool sandbox_running(struct moat_control *c, const char *org, const char 
   live_put(c, e);
   return running;
 }
+
+
+int moat_control_database_branch(struct moat_control *c, const char *org, const char *id,
+                                 const struct moat_database_spec *spec, struct moat_database_info *out,
+                                 moat_error **err) {
+  if (!moat_database_name_valid(spec->name))
+    return moat_error_set(err, EINVAL, "name: must match ^[a-z0-9][a-z0-9_-]{0,62}$");
+  if (spec->metadata && !json_is_object(spec->metadata))
+    return moat_error_set(err, EINVAL, "metadata: must be an object");
+  if (spec->idle_seconds < 0 || spec->idle_seconds > MOAT_DB_MAX_IDLE_S)
+    return moat_error_set(err, EINVAL, "idle_seconds: must be between 1 and %lld",
+                          (long long)MOAT_DB_MAX_IDLE_S);
+  struct moat_store_database src = {0};
+  if (moat_store_database_get(c->store, org, id, &src, err) < 0)
+    return -1;
+  int ret = -1;
+  struct db_new nw;
+  _cleanup_free_ char *meta = dump_object(spec->metadata);
+  struct moat_store_database row = db_row_new(&nw, org, spec->name, src.size_mb, meta,
+                                               spec->idle_seconds ? spec->idle_seconds : src.idle_seconds);
+  if (spec->size_mb && spec->size_mb != src.size_mb) {
+    moat_error_set(err, EINVAL, "size_mb: a branch has its source's size (%llu)",
+                   (unsigned long long)src.size_mb);
+    goto out;
+  }
+  if (strcmp(src.state, "running") != 0) {
+    moat_error_set(err, EBUSY, "database %s is %s: only a running or hibernated one can be branched", id,
+                   src.state);
+    goto out;
+  }
+  if (moat_store_database_insert(c->store, &row, err) < 0)
+    goto out;
+  /* The copy: under the source's start mutex (no wake, hibernation or restart meanwhile), its
+   * server's sandbox frozen when it runs (so the copy is what a power cut would leave: committed
+   * transactions are in the WAL, which the branch's first start replays), thawed right after. A
+   * moatd that dies in between leaves the sandbox paused: the next open resumes it. */
+  struct ctl_db *d = db_entry(c, src.id);
+  uint64_t t0 = now_ns();
+  pthread_mutex_lock(&d->start);
+  bool frozen = false;
+  int rc = 0;
+  if (src.sandbox_id && sandbox_running(c, org, src.sandbox_id)) {
+    rc = moat_control_pause(c, org, src.sandbox_id, err);
+    frozen = rc == 0;
+  }
+  uint64_t t_frozen = now_ns();
+  if (rc == 0) {
+    moat_crash_point("db_branch_frozen");
+    rc = ctl_volume_copy(c, org, src.volume, row.volume, err);
+  }
+  t_frozen = now_ns() - t_frozen;
+  if (frozen) {
+    moat_error *e = NULL;
+    if (moat_control_resume(c, org, src.sandbox_id, &e) < 0) {
+      log_error("database %s: thaw its sandbox %s after a branch: %s", src.id, src.sandbox_id,
+                moat_error_msg(e));
+      moat_error_free(&e);
+    }
+  }
+  pthread_mutex_unlock(&d->start);
+  if (rc < 0) {
+    moat_error_wrap(err, "branch database %s", id);
+    moat_store_database_delete(c->store, row.id, NULL);
+    goto out;
+  }
+  moat_crash_point("db_branch_copied");
+  if (db_finish(c, &row, src.role, out, err) < 0) {
+    moat_error_wrap(err, "branch '%s' of database %s", spec->name, id);
+    goto out;
+  }
+  log_info("database %s (%s) branched from %s for %s: %llu MiB, source frozen %.1f ms, ready in %.1f ms",
+           spec->name, row.id, src.id, org, (unsigned long long)src.size_mb, t_frozen / 1e6,
+           (now_ns() - t0) / 1e6);
+  ret = 0;
+out:
+  moat_store_database_clear(&src);
+  return ret;
+}
+
+/* ---- the databases of a fork's children ---- */
+
+void ctl_databases_drop_owned(struct moat_control *c, const char *org, struct moat_store_db_attachment *att,
+                              size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!att[i].owned)
+      continue;
+    moat_error *e = NULL;
+    if (moat_control_database_delete(c, org, att[i].database_id, &e) < 0 && e->status != ENOENT)
+      log_warn("database %s: delete the branch of a child not made: %s", att[i].database_id, moat_error_msg(e));
+    moat_error_free(&e);
+  }
+}
+
+json_t *ctl_databases_for_child(struct moat_control *c, const char *org, const char *parent_id,
+                                const json_t *parent_env, const struct moat_store_db_attachment *patt,
+                                size_t np, bool branch, struct moat_store_db_attachment **att_out,
+                                moat_error **err) {
+  json_t *env = parent_env ? json_deep_copy(parent_env) : json_object();
+  struct moat_store_db_attachment *att = np ? xcalloc(np, sizeof(*att)) : NULL;
+  size_t made = 0;
+  for (; made < np; made++) {
+    struct moat_store_db_attachment *a = &att[made];
+    a->env = xstrdup(patt[made].env);
+    if (!branch) {
+      a->database_id = xstrdup(patt[made].database_id);
+      continue;
+    }
+    struct moat_database_info src, d;
+    if (moat_control_database_get(c, org, patt[made].database_id, &src, err) < 0) {
+      moat_error_wrap(err, "branch database %s (%s) of %s", patt[made].database_id, patt[made].env, parent_id);
+      goto fail;
+    }
+    char name[64], tag[9];
+    random_id(tag, 8);
+    snprintf(name, sizeof(name), "%.40s-%s", src.name, tag);
+    _cleanup_json_ json_t *meta = json_pack("{ssss}", "moat.branch_of", src.id, "moat.forked_from", parent_id);
+    moat_database_info_clear(&src);
+    struct moat_database_spec spec = {.name = name, .metadata = meta};
+    if (moat_control_database_branch(c, org, patt[made].database_id, &spec, &d, err) < 0) {
+      moat_error_wrap(err, "branch database %s (%s) of %s", patt[made].database_id, patt[made].env, parent_id);
+      goto fail;
+    }
+    a->database_id = xstrdup(d.id);
+    a->owned = true;
+    char *url = moat_control_database_url(c, &d);
+    json_object_set_new(env, a->env, json_string(url));
+    free(url);
+    moat_database_info_clear(&d);
+  }
+  *att_out = att;
+  return env;
+fail:
+  free(att[made].env);
+  att[made].env = NULL;
+  ctl_databases_drop_owned(c, org, att, made);
+  moat_store_db_attachments_free(att, made);
+  json_decref(env);
+  *att_out = NULL;
+  return NULL;
+}
+
+/* ---- connect ---- */
 
 #define DB_NEEDS_STACK (-2)
 
@@ -619,7 +814,7 @@ static int db_connect(struct moat_control *c, const char *role, const char *data
       moat_error_free(&e);
       log_info("database %s: its sandbox %s is gone; starting a new one", r.id,
                r.sandbox_id ? r.sandbox_id : "-");
-      if (db_new_server(c, &r, err) == 0)
+      if (db_new_server(c, &r, NULL, err) == 0)
         fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
     } else if (fd < 0) {
       take_error(err, e);
@@ -697,6 +892,19 @@ void ctl_databases_open(struct moat_control *c) {
   }
   for (size_t i = 0; i < n; i++) {
     struct moat_store_database *r = &rows[i];
+    if (strcmp(r->state, "running") == 0 && r->sandbox_id) {
+      /* a branch that moatd did not finish froze its source's server */
+      struct moat_sandbox_info sb = {0};
+      if (moat_control_get(c, r->org, r->sandbox_id, &sb, &e) == 0 && sb.state == MOAT_SB_PAUSED) {
+        log_info("databases: resuming the server of %s (%s), left paused by a moatd that stopped", r->name,
+                 r->id);
+        if (moat_control_resume(c, r->org, r->sandbox_id, &e) < 0)
+          log_warn("databases: resume %s: %s", r->id, moat_error_msg(e));
+      }
+      moat_error_free(&e);
+      moat_sandbox_info_clear(&sb);
+      continue;
+    }
     if (strcmp(r->state, "creating") != 0 && strcmp(r->state, "deleting") != 0)
       continue;
     log_info("databases: removing %s (%s), left %s by a moatd that stopped", r->name, r->id, r->state);
@@ -708,10 +916,37 @@ void ctl_databases_open(struct moat_control *c) {
   moat_store_databases_free(rows, n);
 }
 
+/* Deletes the databases branched for sandboxes that are killed now. */
+static void reap_orphans(struct moat_control *c) {
+  struct moat_store_db_attachment *v = NULL;
+  size_t n = 0;
+  moat_error *e = NULL;
+  if (moat_store_db_orphans(c->store, &v, &n, &e) < 0) {
+    log_warn("databases: list the branches of killed sandboxes: %s", moat_error_msg(e));
+    moat_error_free(&e);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct moat_store_database r = {0};
+    if (moat_store_database_get(c->store, NULL, v[i].database_id, &r, &e) == 0 &&
+        strcmp(r.state, "creating") != 0 && strcmp(r.state, "deleting") != 0) {
+      if (db_remove(c, &r, &e) == 0)
+        log_info("database %s: its sandbox %s is gone: deleted", r.id, v[i].sandbox_id);
+      else
+        log_warn("database %s: delete the branch of the gone sandbox %s: %s", r.id, v[i].sandbox_id,
+                 moat_error_msg(e));
+    }
+    moat_error_free(&e);
+    moat_store_database_clear(&r);
+  }
+  moat_store_db_attachments_free(v, n);
+}
+
 void ctl_databases_reap(struct moat_control *c, int64_t now_ms) {
   struct moat_store_database *rows = NULL;
   size_t n = 0;
   moat_error *e = NULL;
+  reap_orphans(c);
   if (moat_store_database_list(c->store, NULL, &rows, &n, &e) < 0) {
     moat_error_free(&e);
     return;

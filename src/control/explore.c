@@ -141,7 +141,7 @@ static void *branch_main(void *arg) {
 
 int moat_control_explore(struct moat_control *c, const char *org, const char *id,
                          const struct moat_explore_branch *branches, size_t n, enum moat_explore_keep keep,
-                         struct moat_explore_result *out, moat_error **err) {
+                         bool branch_databases, struct moat_explore_result *out, moat_error **err) {
   memset(out, 0, sizeof(*out));
   if (n < 1 || n > MOAT_EXPLORE_MAX_BRANCHES)
     return moat_error_set(err, EINVAL, "branches: must hold 1 to %d branches", MOAT_EXPLORE_MAX_BRANCHES);
@@ -152,7 +152,7 @@ int moat_control_explore(struct moat_control *c, const char *org, const char *id
       return moat_error_set(err, EINVAL, "branches[%zu].timeout_ms: must be between 0 and 86400000", i);
   }
   char(*ids)[MOAT_ID_LEN + 1] = xcalloc(n, sizeof(*ids));
-  if (tt_fork_ids(c, org, id, (unsigned)n, "explore", ids, err) < 0) {
+  if (tt_fork_ids(c, org, id, (unsigned)n, "explore", branch_databases, ids, err) < 0) {
     free(ids);
     return -1;
   }

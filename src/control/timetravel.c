@@ -783,8 +783,11 @@ out:
 
 struct child_job {
   struct moat_control *c;
-  const char *org;
+  const char *org, *parent;
   const struct ctl_new *n;
+  const struct moat_store_db_attachment *parent_dbs; /* the parent's databases */
+  size_t n_parent_dbs;
+  bool branch_dbs; /* each child gets a branch of each */
   char id[MOAT_ID_LEN + 1];
   uint64_t ready_ns; /* since the fork began */
   uint64_t t0;
@@ -794,13 +797,31 @@ struct child_job {
 
 static void *child_main(void *arg) {
   struct child_job *j = arg;
-  j->rc = ctl_create(j->c, j->org, j->n, j->id, NULL, &j->err);
+  struct ctl_new n = *j->n;
+  struct moat_store_db_attachment *att = NULL;
+  json_t *env = NULL;
+  if (j->n_parent_dbs) {
+    env = ctl_databases_for_child(j->c, j->org, j->parent, j->n->env, j->parent_dbs, j->n_parent_dbs,
+                                  j->branch_dbs, &att, &j->err);
+    if (!env) {
+      j->rc = -1;
+      return NULL;
+    }
+    n.env = env;
+    n.databases = att;
+    n.n_databases = j->n_parent_dbs;
+  }
+  j->rc = ctl_create(j->c, j->org, &n, j->id, NULL, &j->err);
   j->ready_ns = now_ns() - j->t0;
+  if (j->rc < 0)
+    ctl_databases_drop_owned(j->c, j->org, att, j->n_parent_dbs);
+  moat_store_db_attachments_free(att, j->n_parent_dbs);
+  json_decref(env);
   return NULL;
 }
 
 int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigned count, const char *why,
-                char (*ids)[MOAT_ID_LEN + 1], moat_error **err) {
+                bool branch_dbs, char (*ids)[MOAT_ID_LEN + 1], moat_error **err) {
   if (count < 1 || count > MOAT_EXPLORE_MAX_BRANCHES)
     return moat_error_set(err, EINVAL, "count: must be between 1 and %d", MOAT_EXPLORE_MAX_BRANCHES);
   if (!moat_host_can_checkpoint(c->host))
@@ -845,6 +866,12 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
   struct moat_volume_mount mounts[MOAT_MAX_SANDBOX_VOLUMES];
   if (rc == 0 && moat_store_attachments(c->store, NULL, id, &att, &n_att, err) < 0)
     rc = -1;
+  struct moat_store_db_attachment *dbs = NULL;
+  size_t n_dbs = 0;
+  if (rc == 0 && moat_store_db_attachments(c->store, id, &dbs, &n_dbs, err) < 0)
+    rc = -1;
+  if (rc == 0 && branch_dbs && n_dbs == 0)
+    rc = moat_error_set(err, EINVAL, "databases: \"branch\": sandbox %s was given no database", id);
   for (size_t i = 0; i < n_att && i < MOAT_MAX_SANDBOX_VOLUMES; i++)
     mounts[i] =
         (struct moat_volume_mount){.name = att[i].volume_name, .path = att[i].path, .read_only = true};
@@ -863,6 +890,7 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
   if (rc < 0) {
     json_decref(env);
     moat_store_attachments_free(att, n_att);
+    moat_store_db_attachments_free(dbs, n_dbs);
     if (img)
       ref_put(c, img);
     moat_store_sandbox_clear(&row);
@@ -878,7 +906,15 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
   bool *started = xcalloc(count, sizeof(*started));
   uint64_t t1 = now_ns();
   for (unsigned i = 0; i < count; i++) {
-    jobs[i] = (struct child_job){.c = c, .org = org, .n = &n, .t0 = t1, .rc = -1};
+    jobs[i] = (struct child_job){.c = c,
+                                 .org = org,
+                                 .parent = id,
+                                 .n = &n,
+                                 .parent_dbs = dbs,
+                                 .n_parent_dbs = n_dbs,
+                                 .branch_dbs = branch_dbs,
+                                 .t0 = t1,
+                                 .rc = -1};
     started[i] = pthread_create(&th[i], NULL, child_main, &jobs[i]) == 0;
     if (!started[i])
       moat_error_set(&jobs[i].err, EAGAIN, "start a restore thread");
@@ -923,6 +959,7 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
   free(th);
   free(started);
   moat_store_attachments_free(att, n_att);
+  moat_store_db_attachments_free(dbs, n_dbs);
   json_decref(env);
   json_decref(meta);
   moat_store_sandbox_clear(&row);
@@ -930,12 +967,12 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
 }
 
 int moat_control_fork(struct moat_control *c, const char *org, const char *id, unsigned count,
-                      struct moat_sandbox_info **children, moat_error **err) {
+                      bool branch_databases, struct moat_sandbox_info **children, moat_error **err) {
   *children = NULL;
   if (count < 1 || count > MOAT_EXPLORE_MAX_BRANCHES)
     return moat_error_set(err, EINVAL, "count: must be between 1 and %d", MOAT_EXPLORE_MAX_BRANCHES);
   char(*ids)[MOAT_ID_LEN + 1] = xcalloc(count, sizeof(*ids));
-  if (tt_fork_ids(c, org, id, count, "fork", ids, err) < 0) {
+  if (tt_fork_ids(c, org, id, count, "fork", branch_databases, ids, err) < 0) {
     free(ids);
     return -1;
   }

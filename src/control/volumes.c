@@ -168,6 +168,45 @@ int moat_control_volume_create(struct moat_control *c, const char *org, const ch
   return out ? info_of(c, &row, out, err) : 0;
 }
 
+int ctl_volume_copy(struct moat_control *c, const char *org, const char *src_name, const char *dst_name,
+                    moat_error **err) {
+  if (!moat_volume_name_valid(dst_name))
+    return moat_error_set(err, EINVAL, "name: must match [a-z0-9][a-z0-9_.-]{0,62}");
+  struct moat_store_volume src = {0};
+  if (moat_store_volume_get(c->store, org, src_name, &src, err) < 0)
+    return remap(err);
+  struct moat_store_volume row = {0};
+  moat_error *e = NULL;
+  if (moat_store_volume_get(c->store, org, dst_name, &row, &e) == 0) {
+    moat_store_volume_clear(&row);
+    moat_store_volume_clear(&src);
+    return moat_error_set(err, EEXIST, "volume '%s' exists", dst_name);
+  }
+  moat_error_free(&e);
+  char vid[20] = "v-";
+  random_id(vid + 2, 16);
+  vid[18] = '\0';
+  int ret = moat_host_volume_copy(c->host, src.id, vid, err);
+  if (ret < 0) {
+    if (err && *err && (*err)->status != ENOSPC)
+      (*err)->status = EIO;
+    moat_error_wrap(err, "copy volume '%s'", src_name);
+  } else {
+    row = (struct moat_store_volume){.id = vid,
+                                     .org = (char *)org,
+                                     .name = (char *)dst_name,
+                                     .size_mb = src.size_mb,
+                                     .created_at_ms = now_unix_ms()};
+    ret = moat_store_volume_insert(c->store, &row, err);
+    if (ret < 0)
+      moat_host_volume_remove(c->host, vid, NULL);
+    else
+      log_info("volume %s (%s) of %s copied from %s (%s)", dst_name, vid, org, src_name, src.id);
+  }
+  moat_store_volume_clear(&src);
+  return ret;
+}
+
 int moat_control_volume_get(struct moat_control *c, const char *org, const char *name,
                             struct moat_volume_info *out, moat_error **err) {
   struct moat_store_volume row = {0};

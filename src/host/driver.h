@@ -215,6 +215,12 @@ bool moat_host_can_checkpoint(struct moat_host *h);
  * backed by the data dir unless moatd overcommits disks (ENOSPC when it cannot be). 0, or -1 with
  * nothing left behind. */
 int moat_host_volume_create(struct moat_host *h, const char *vid, uint64_t size_mb, moat_error **err);
+/* Makes volume dst_vid's storage a copy of src_vid's as it is now: what src_vid's file system
+ * holds unwritten is synced to its storage first, then copied (copy-on-write where the data dir's
+ * file system shares extents). A consistent copy needs nothing writing to src_vid meanwhile: the
+ * caller stops its writers (freezes the sandboxes that mount it). EEXIST when dst_vid has storage;
+ * ENOSPC when the data dir cannot hold it. 0, or -1 with nothing left behind. */
+int moat_host_volume_copy(struct moat_host *h, const char *src_vid, const char *dst_vid, moat_error **err);
 /* Removes volume vid's storage (absent: 0). Sandboxes that still mount it keep it until they end. */
 int moat_host_volume_remove(struct moat_host *h, const char *vid, moat_error **err);
 /* A directory fd of the root of volume vid's files, in no mount namespace (caller closes), for the
@@ -302,6 +308,7 @@ struct moat_driver_ops {
   int (*guest_sessions)(struct moat_host *h, int slot);
   /* optional: volumes (NULL: ENOSYS) */
   int (*volume_create)(struct moat_host *h, const char *vid, uint64_t size_mb, moat_error **err);
+  int (*volume_copy)(struct moat_host *h, const char *src_vid, const char *dst_vid, moat_error **err);
   int (*volume_remove)(struct moat_host *h, const char *vid, moat_error **err);
   int (*volume_root)(struct moat_host *h, const char *vid, moat_error **err);
   int (*volume_attach)(struct moat_host *h, int slot, const char *vid, const char *path, bool read_only,

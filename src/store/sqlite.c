@@ -126,6 +126,15 @@ static const char *const migrations[] = {
     "  state TEXT NOT NULL,"
     "  created_at_ms INTEGER NOT NULL,"
     "  UNIQUE (org, name));",
+    /* 6 -> 7: the databases a sandbox was given (its env names their URLs), and which were branched
+     * for it (they go when it is killed) */
+    "CREATE TABLE database_attachments ("
+    "  sandbox_id TEXT NOT NULL,"
+    "  env TEXT NOT NULL,"
+    "  database_id TEXT NOT NULL,"
+    "  owned INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (sandbox_id, env));"
+    "CREATE INDEX database_attachments_database ON database_attachments(database_id);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,

@@ -210,19 +210,130 @@ int moat_store_database_update(struct moat_store *s, const char *id, const char 
 }
 
 int moat_store_database_delete(struct moat_store *s, const char *id, moat_error **err) {
-  static const char sql[] = "DELETE FROM databases WHERE id = ?1";
+  static const char del_att[] = "DELETE FROM database_attachments WHERE database_id = ?1";
+  static const char del_row[] = "DELETE FROM databases WHERE id = ?1";
+  pthread_mutex_lock(&s->lock);
+  int ret = -1;
+  if (sql_begin(s, err) < 0)
+    goto out;
+  sqlite3_stmt *st = sql_stmt(s, del_att, err);
+  if (!st)
+    goto fail;
+  sql_bind_text(st, 1, id);
+  if (sql_step_done(s, st, err, "delete database attachments") < 0)
+    goto fail;
+  if (!(st = sql_stmt(s, del_row, err)))
+    goto fail;
+  sql_bind_text(st, 1, id);
+  if (sql_step_done(s, st, err, "delete database") < 0)
+    goto fail;
+  if (sqlite3_changes(s->db) != 1) {
+    moat_error_set(err, ENOENT, "no database %s", id);
+    goto fail;
+  }
+  ret = sql_commit(s, err);
+  goto out;
+fail:
+  sql_rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+/* ---- attachments ---- */
+
+void moat_store_db_attachments_free(struct moat_store_db_attachment *v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) {
+    free(v[i].sandbox_id);
+    free(v[i].env);
+    free(v[i].database_id);
+  }
+  free(v);
+}
+
+int moat_store_db_attach(struct moat_store *s, const struct moat_store_db_attachment *a, size_t n,
+                         moat_error **err) {
+  static const char sql[] =
+      "INSERT OR REPLACE INTO database_attachments (sandbox_id, env, database_id, owned) VALUES (?1, ?2, ?3, ?4)";
+  pthread_mutex_lock(&s->lock);
+  int ret = -1;
+  if (sql_begin(s, err) < 0)
+    goto out;
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_stmt *st = sql_stmt(s, sql, err);
+    if (!st)
+      goto fail;
+    sql_bind_text(st, 1, a[i].sandbox_id);
+    sql_bind_text(st, 2, a[i].env);
+    sql_bind_text(st, 3, a[i].database_id);
+    sqlite3_bind_int(st, 4, a[i].owned);
+    if (sql_step_done(s, st, err, "record a database attachment") < 0)
+      goto fail;
+  }
+  ret = sql_commit(s, err);
+  goto out;
+fail:
+  sql_rollback(s);
+out:
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+/* Runs st (bound; columns sandbox_id, env, database_id, owned) into *out. */
+static int attachment_rows(struct moat_store *s, sqlite3_stmt *st, struct moat_store_db_attachment **out,
+                           size_t *n, moat_error **err) {
+  struct moat_store_db_attachment *v = NULL;
+  size_t len = 0, cap = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 4;
+      v = xrealloc(v, cap * sizeof(*v));
+    }
+    v[len++] = (struct moat_store_db_attachment){.sandbox_id = sql_col_text(st, 0),
+                                                 .env = sql_col_text(st, 1),
+                                                 .database_id = sql_col_text(st, 2),
+                                                 .owned = sqlite3_column_int(st, 3) != 0};
+  }
+  if (rc != SQLITE_DONE) {
+    sql_db_error(s, rc, err, "list database attachments");
+    moat_store_db_attachments_free(v, len);
+    return -1;
+  }
+  *out = v;
+  *n = len;
+  return 0;
+}
+
+int moat_store_db_attachments(struct moat_store *s, const char *sandbox_id, struct moat_store_db_attachment **out,
+                              size_t *n, moat_error **err) {
+  static const char sql[] = "SELECT sandbox_id, env, database_id, owned FROM database_attachments "
+                            "WHERE sandbox_id = ?1 ORDER BY env";
+  *out = NULL;
+  *n = 0;
   pthread_mutex_lock(&s->lock);
   int ret = -1;
   sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
-    sql_bind_text(st, 1, id);
-    if (sql_step_done(s, st, err, "delete database") == 0) {
-      if (sqlite3_changes(s->db) == 1)
-        ret = 0;
-      else
-        moat_error_set(err, ENOENT, "no database %s", id);
-    }
+    sql_bind_text(st, 1, sandbox_id);
+    ret = attachment_rows(s, st, out, n, err);
   }
+  pthread_mutex_unlock(&s->lock);
+  return ret;
+}
+
+int moat_store_db_orphans(struct moat_store *s, struct moat_store_db_attachment **out, size_t *n,
+                          moat_error **err) {
+  static const char sql[] =
+      "SELECT a.sandbox_id, a.env, a.database_id, a.owned FROM database_attachments a "
+      "LEFT JOIN sandboxes b ON b.id = a.sandbox_id WHERE a.owned = 1 AND (b.id IS NULL OR b.state = 'killed')";
+  *out = NULL;
+  *n = 0;
+  pthread_mutex_lock(&s->lock);
+  int ret = -1;
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
+  if (st)
+    ret = attachment_rows(s, st, out, n, err);
   pthread_mutex_unlock(&s->lock);
   return ret;
 }

@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 6 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 7 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -284,8 +284,26 @@ int moat_store_database_list(struct moat_store *s, const char *org, struct moat_
 /* Sets state, and sandbox_id when sandbox_id is not NULL. ENOENT when unknown. */
 int moat_store_database_update(struct moat_store *s, const char *id, const char *state,
                                const char *sandbox_id, moat_error **err);
-/* ENOENT when unknown. */
+/* ENOENT when unknown. Its attachments go too. */
 int moat_store_database_delete(struct moat_store *s, const char *id, moat_error **err);
+
+/* A database given to a sandbox: its URL is in the sandbox's env under env; owned when it was
+ * branched for the sandbox (it goes once the sandbox is killed). */
+struct moat_store_db_attachment {
+  char *sandbox_id, *env, *database_id;
+  bool owned;
+};
+void moat_store_db_attachments_free(struct moat_store_db_attachment *v, size_t n);
+/* Records a's n attachments (one transaction; sandbox_id's row need not exist yet). */
+int moat_store_db_attach(struct moat_store *s, const struct moat_store_db_attachment *a, size_t n,
+                         moat_error **err);
+/* sandbox_id's attachments, by env name. */
+int moat_store_db_attachments(struct moat_store *s, const char *sandbox_id, struct moat_store_db_attachment **out,
+                              size_t *n, moat_error **err);
+/* The attachments that own a database whose sandbox is killed or has no row (the databases to
+ * delete). */
+int moat_store_db_orphans(struct moat_store *s, struct moat_store_db_attachment **out, size_t *n,
+                          moat_error **err);
 
 /* Lifecycle events of a sandbox, oldest first. */
 struct moat_store_event {

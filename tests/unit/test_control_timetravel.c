@@ -154,7 +154,7 @@ static void test_checkpoints(struct moat_control *c) {
   CHECK(run(c, r.id, "cat /root/v", &out) == 0 && strcmp(out, "v1\n") == 0, "restored sandbox has v1");
   free(out);
   struct moat_sandbox_info *kids = NULL;
-  CHECK(moat_control_fork(c, "default", r.id, 2, &kids, &err) == 0 && kids && kids[0].forked_from &&
+  CHECK(moat_control_fork(c, "default", r.id, 2, false, &kids, &err) == 0 && kids && kids[0].forked_from &&
             strcmp(kids[0].forked_from, r.id) == 0,
         "fork 2 of the restored sandbox");
   for (int k = 0; kids && k < 2; k++) {
@@ -163,7 +163,7 @@ static void test_checkpoints(struct moat_control *c) {
     moat_control_kill(c, "default", kids[k].id, "api", &err);
   }
   moat_sandbox_infos_free(kids, 2);
-  CHECK(status_of(moat_control_fork(c, "default", id, 17, &kids, &err), &err) == EINVAL, "fork 17: EINVAL");
+  CHECK(status_of(moat_control_fork(c, "default", id, 17, false, &kids, &err), &err) == EINVAL, "fork 17: EINVAL");
   CHECK(status_of(moat_control_rollback(c, "default", r.id, si.id, &err), &err) == EINVAL,
         "rollback to another sandbox's snapshot: EINVAL");
   CHECK(moat_control_rollback(c, "default", id, si.id, &err) == 0, "rollback");

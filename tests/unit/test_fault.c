@@ -269,7 +269,7 @@ static int op_create(moat_error **err) {
 
 static int op_fork(moat_error **err) {
   struct moat_sandbox_info *kids = NULL;
-  int rc = moat_control_fork(ctl, "default", parent, 2, &kids, err);
+  int rc = moat_control_fork(ctl, "default", parent, 2, false, &kids, err);
   if (rc == 0)
     moat_sandbox_infos_free(kids, 2);
   return rc;

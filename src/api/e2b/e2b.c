@@ -842,7 +842,7 @@ static int h_fork(struct api_req *r, const char *id) {
   }
   struct moat_sandbox_info *kids = NULL;
   moat_error *err = NULL;
-  if (moat_control_fork(api_control(r), r->org, id, (unsigned)count, &kids, &err) < 0) {
+  if (moat_control_fork(api_control(r), r->org, id, (unsigned)count, false, &kids, &err) < 0) {
     if (err && err->status == ENOENT) {
       moat_error_free(&err);
       ret = e2b_error(r, 404, "sandbox \"%s\" not found", id);

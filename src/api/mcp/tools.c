@@ -470,7 +470,7 @@ static int tool_fork(const struct mcp_call *c, json_t *args, struct tool_out *o)
     return -1;
   moat_error *err = NULL;
   struct moat_sandbox_info *kids = NULL;
-  if (moat_control_fork(api_control(c->r), c->r->org, id, (unsigned)count, &kids, &err) < 0)
+  if (moat_control_fork(api_control(c->r), c->r->org, id, (unsigned)count, false, &kids, &err) < 0)
     return out_moat_error(o, "fork_sandbox", &err);
   json_t *arr = json_array();
   for (int64_t i = 0; i < count; i++)

@@ -1,4 +1,4 @@
-/* databases.c -- /v1/databases: an org's PostgreSQL databases (create, list, get, delete) */
+/* databases.c -- /v1/databases: an org's PostgreSQL databases (create, list, get, branch, delete) */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,4 +93,23 @@ int api_h_database_delete(struct api_req *r, json_t *body) {
   if (moat_control_database_delete(api_control(r), r->org, id, &err) < 0)
     return api_reply_moat_error(r, &err);
   return api_reply_empty(r, 204);
+}
+
+/* POST /v1/databases/{id}/branch {name, size_mb, idle_seconds, metadata}: as a create's body. */
+int api_h_database_branch(struct api_req *r, json_t *body) {
+  if (api_args_none(r) < 0)
+    return -1;
+  const char *id = db_id(r);
+  if (!id)
+    return -1;
+  struct moat_database_spec spec;
+  moat_error *err = NULL;
+  if (api_parse_database_create(body, &spec, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  struct moat_database_info d;
+  if (moat_control_database_branch(api_control(r), r->org, id, &spec, &d, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  int ret = api_reply_json(r, 201, database_json(r, &d));
+  moat_database_info_clear(&d);
+  return ret;
 }

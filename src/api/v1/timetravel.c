@@ -152,8 +152,23 @@ int api_h_snapshot_delete(struct api_req *r, json_t *body) {
 
 /* ---- fork, rollback ---- */
 
+/* The optional field databases: "branch" (each child gets a branch of each database its parent was
+ * given). *branch set; -1 with the reply sent for anything else. */
+static int databases_field(struct api_req *r, json_t *body, bool *branch) {
+  json_t *d = body ? json_object_get(body, "databases") : NULL;
+  *branch = false;
+  if (!d)
+    return 0;
+  if (!json_is_string(d) || strcmp(json_string_value(d), "branch") != 0) {
+    api_reply_error(r, 400, "invalid_request", "field 'databases' must be \"branch\" when given");
+    return -1;
+  }
+  *branch = true;
+  return 0;
+}
+
 int api_h_fork(struct api_req *r, json_t *body) {
-  static const char *const allowed[] = {"count", "memory", NULL};
+  static const char *const allowed[] = {"count", "memory", "databases", NULL};
   moat_error *err = NULL;
   if (api_args_none(r) < 0)
     return -1;
@@ -175,8 +190,11 @@ int api_h_fork(struct api_req *r, json_t *body) {
     return api_reply_error(
         r, 400, "invalid_request",
         "field 'memory': only true is supported (a fork always carries memory and processes)");
+  bool branch = false;
+  if (databases_field(r, body, &branch) < 0)
+    return -1;
   struct moat_sandbox_info *v = NULL;
-  if (moat_control_fork(api_control(r), r->org, r->route.id, (unsigned)count, &v, &err) < 0)
+  if (moat_control_fork(api_control(r), r->org, r->route.id, (unsigned)count, branch, &v, &err) < 0)
     return api_reply_moat_error(r, &err);
   json_t *arr = json_array();
   for (json_int_t i = 0; i < count; i++)
@@ -238,7 +256,7 @@ static json_t *bytes_json(const char *buf, size_t len) {
 }
 
 int api_h_explore(struct api_req *r, json_t *body) {
-  static const char *const allowed[] = {"branches", "keep", NULL};
+  static const char *const allowed[] = {"branches", "keep", "databases", NULL};
   static const char *const branch_allowed[] = {"cmd", "timeout_ms", NULL};
   moat_error *err = NULL;
   if (api_args_none(r) < 0)
@@ -292,8 +310,11 @@ int api_h_explore(struct api_req *r, json_t *body) {
     b[i].cmd = json_string_value(cmd);
     b[i].timeout_ms = to ? json_integer_value(to) : 0;
   }
+  bool branch = false;
+  if (databases_field(r, body, &branch) < 0)
+    return -1;
   struct moat_explore_result res;
-  if (moat_control_explore(api_control(r), r->org, r->route.id, b, n, keep, &res, &err) < 0)
+  if (moat_control_explore(api_control(r), r->org, r->route.id, b, n, keep, branch, &res, &err) < 0)
     return api_reply_moat_error(r, &err);
   json_t *outs = json_array();
   for (size_t i = 0; i < res.n; i++) {

@@ -39,6 +39,7 @@ int api_files_put_finish(struct api_req *r);
 /* Volumes (volumes.c): the routes' handlers, and PUT .../files streamed as files.c's. */
 int api_h_databases_create(struct api_req *r, json_t *body);
 int api_h_databases_list(struct api_req *r, json_t *body);
+int api_h_database_branch(struct api_req *r, json_t *body);
 int api_h_database_get(struct api_req *r, json_t *body);
 int api_h_database_delete(struct api_req *r, json_t *body);
 int api_h_volumes_create(struct api_req *r, json_t *body);

@@ -260,6 +260,52 @@ fail:
   return -1;
 }
 
+int moat_disk_image_copy(const char *src_img, const char *dst_img, moat_error **err) {
+  _cleanup_free_ char *tmp = xasprintf("%s.tmp", dst_img);
+  unlink(tmp);
+  {
+    _cleanup_close_ int in = open(src_img, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+      return moat_error_errno(err, "open %s", src_img);
+    _cleanup_close_ int out = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0)
+      return moat_error_errno(err, "create %s", tmp);
+    struct stat st;
+    int r = fstat(in, &st);
+    /* a reflink where the file system shares extents (XFS, btrfs), else the data extents */
+    if (r == 0 && ioctl(out, FICLONE, in) < 0) {
+      close(out);
+      out = -1;
+      unlink(tmp);
+      if (copy_sparse(src_img, tmp, err) < 0)
+        goto fail;
+      out = open(tmp, O_RDWR | O_CLOEXEC);
+    }
+    if (r < 0 || out < 0) {
+      moat_error_errno(err, "copy %s", src_img);
+      goto fail;
+    }
+    /* the source's allocation carries over: a reserved image stays reserved */
+    if (st.st_blocks * 512 >= st.st_size && fallocate(out, 0, 0, st.st_size) < 0) {
+      moat_error_set(err, errno == ENOSPC ? ENOSPC : EIO, "reserve %s: %s", tmp, strerror(errno));
+      goto fail;
+    }
+    if (fsync(out) < 0) {
+      moat_error_errno(err, "fsync %s", tmp);
+      goto fail;
+    }
+  }
+  if (rename(tmp, dst_img) < 0) {
+    moat_error_errno(err, "rename %s", tmp);
+    goto fail;
+  }
+  fsync_parent(dst_img);
+  return 0;
+fail:
+  unlink(tmp);
+  return -1;
+}
+
 /* The loop device whose backing file is img_path (an absolute path), into dev; true if found. */
 static bool find_loop(const char *img_path, char *dev, size_t dev_len) {
   DIR *d = opendir("/sys/block");

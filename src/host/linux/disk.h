@@ -32,6 +32,13 @@ int moat_disk_reserve(int img_fd, uint64_t size_mb, moat_error **err);
  * with nothing left at img_path. */
 int moat_disk_image_make(const char *img_path, uint64_t size_mb, bool reserve, moat_error **err);
 
+/* Copies the image at src_img to dst_img (written as dst_img.tmp, renamed into place, fsynced): a
+ * reflink where the file system can, else its data extents (holes stay holes); an image whose
+ * blocks were all allocated gets them all allocated (ENOSPC when they do not fit). The caller makes
+ * src_img quiescent first (nothing writing to it, what was written synced). 0, or -1 with nothing
+ * left at dst_img. */
+int moat_disk_image_copy(const char *src_img, const char *dst_img, moat_error **err);
+
 /* Mounts the image at img_path (absolute) detached, through the loop device that backs it already
  * when it is still mounted somewhere (so there is one superblock per image), else a new autoclear
  * loop device. The mount fd (caller closes; the loop device goes once no mount holds it), or -1. */

@@ -1347,6 +1347,7 @@ const struct moat_driver_ops moat_linux_driver = {
     .net = linux_net,
     .net_slot = linux_net_slot,
     .volume_create = moat_linux_volume_create,
+    .volume_copy = moat_linux_volume_copy,
     .volume_remove = moat_linux_volume_remove,
     .volume_root = moat_linux_volume_root,
     .volume_attach = moat_linux_volume_attach,

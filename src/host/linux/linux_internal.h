@@ -83,6 +83,7 @@ struct moat_volumes *moat_linux_volumes(struct moat_linux *h);
 int moat_linux_volume_create(struct moat_host *h, const char *vid, uint64_t size_mb, moat_error **err);
 int moat_linux_volume_remove(struct moat_host *h, const char *vid, moat_error **err);
 int moat_linux_volume_root(struct moat_host *h, const char *vid, moat_error **err);
+int moat_linux_volume_copy(struct moat_host *h, const char *src_vid, const char *dst_vid, moat_error **err);
 int moat_linux_volume_attach(struct moat_host *h, int slot, const char *vid, const char *path, bool read_only,
                              moat_error **err);
 int moat_linux_volume_usage(struct moat_host *h, const char *vid, struct moat_disk_usage *out,

@@ -144,6 +144,29 @@ int moat_linux_volume_remove(struct moat_host *base, const char *vid, moat_error
   return 0;
 }
 
+int moat_linux_volume_copy(struct moat_host *base, const char *src_vid, const char *dst_vid, moat_error **err) {
+  struct moat_volumes *v = moat_linux_volumes(moat_linux_of(base));
+  if (!valid_vid(src_vid) || !valid_vid(dst_vid))
+    return moat_error_set(err, EINVAL, "bad volume id '%.48s'", valid_vid(src_vid) ? dst_vid : src_vid);
+  _cleanup_free_ char *src = image_path(v, src_vid);
+  _cleanup_free_ char *dst = image_path(v, dst_vid);
+  if (access(dst, F_OK) == 0)
+    return moat_error_set(err, EEXIST, "volume %s exists", dst_vid);
+  /* what the source's file system holds in memory goes to its image first (syncfs wants an fd
+   * that is not O_PATH, as the detached mount's is) */
+  {
+    _cleanup_close_ int mnt = volume_mount(v, src_vid, err);
+    if (mnt < 0)
+      return moat_error_wrap(err, "copy volume %s", src_vid);
+    _cleanup_close_ int root = openat(mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0 || syncfs(root) < 0)
+      return moat_error_errno(err, "sync volume %s", src_vid);
+  }
+  if (moat_disk_image_copy(src, dst, err) < 0)
+    return moat_error_wrap(err, "copy volume %s to %s", src_vid, dst_vid);
+  return 0;
+}
+
 int moat_linux_volume_root(struct moat_host *base, const char *vid, moat_error **err) {
   return volume_mount(moat_linux_volumes(moat_linux_of(base)), vid, err);
 }
