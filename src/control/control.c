@@ -1109,6 +1109,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   pthread_mutex_init(&c->ctx_lock, NULL);
   pthread_mutex_init(&c->conn_lock, NULL);
   pthread_mutex_init(&c->db_lock, NULL);
+  ctl_db_events_open(c);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1224,6 +1225,7 @@ void moat_control_close(struct moat_control *c) {
   pthread_mutex_destroy(&c->ctx_lock);
   pthread_mutex_destroy(&c->conn_lock); /* every subscription was closed: the api stopped first */
   ctl_databases_close(c);
+  ctl_db_events_close(c);
   pthread_mutex_destroy(&c->db_lock);
   ctl_cpu_free(c->cpu);
   free(c->snap_dir);

@@ -610,6 +610,23 @@ int moat_control_database_delete(struct moat_control *c, const char *org, const 
 int moat_control_database_branch(struct moat_control *c, const char *org, const char *id,
                                  const struct moat_database_spec *spec, struct moat_database_info *out,
                                  moat_error **err);
+/* Database id's recent events (the last 256) with seq > after, oldest first: objects {type,
+ * database_id, at_ms, seq, ...}: "created" {branch_of?}, "branched" {branch_id}, "connection"
+ * {opened: bool, connections}, "hibernated", "woken" {wake_ms}, "restarted" {reason}, "deleted".
+ * ENOENT when org has no database id (a deleted one too). */
+json_t *moat_control_database_events(struct moat_control *c, const char *org, const char *id, uint64_t after,
+                                     moat_error **err);
+/* moatd's counters over every org's databases since it started. */
+#define MOAT_DB_WAKE_BUCKETS 8
+extern const double moat_db_wake_bounds[MOAT_DB_WAKE_BUCKETS]; /* seconds */
+struct moat_database_stats {
+  uint64_t connections_total;                /* client connections the proxy routed */
+  uint64_t wakes_total;                      /* connects that woke or restarted a server */
+  uint64_t wake_le[MOAT_DB_WAKE_BUCKETS];    /* cumulative: wakes that took <= bound */
+  double wake_sum_s;
+};
+void moat_control_database_stats(struct moat_control *c, struct moat_database_stats *out);
+
 /* THE PROXY'S CONTRACT. A connected TCP fd (caller closes) to the server of the database whose role
  * is role, or, when role names none, whose database name is database (either may be NULL; the
  * PostgreSQL startup message's "user" and "database"). A hibernated database is woken first, one

@@ -108,6 +108,7 @@ struct moat_control {
 
   pthread_mutex_t db_lock; /* databases.c: a leaf, guards dbs' counts */
   struct ctl_db *dbs;      /* databases.c: connection counts and start mutexes */
+  struct ctl_db_events *db_events; /* database_events.c: recent events and counters */
   char *db_host;           /* the proxy's address in connection URLs (moat_control_config.db_listen) */
   unsigned db_port;
 };
@@ -264,6 +265,17 @@ json_t *ctl_databases_for_child(struct moat_control *c, const char *org, const c
 /* Deletes the databases among att's n that it owns (a child that was not made). Logged. */
 void ctl_databases_drop_owned(struct moat_control *c, const char *org, struct moat_store_db_attachment *att,
                               size_t n);
+
+/* ---- database_events.c ---- */
+void ctl_db_events_open(struct moat_control *c);
+void ctl_db_events_close(struct moat_control *c);
+/* Appends an event of database id: fields (stolen; NULL for none) with type, database_id, at_ms and
+ * seq added. Types: created, branched, connection, hibernated, woken, restarted, deleted. */
+void ctl_db_event(struct moat_control *c, const char *id, const char *type, json_t *fields);
+/* Drops id's events (the database is gone). */
+void ctl_db_events_forget(struct moat_control *c, const char *id);
+/* A connect that had to wake or restart its database's server took seconds. */
+void ctl_db_wake_observed(struct moat_control *c, double seconds);
 
 /* ---- contexts.c ---- */
 void ctl_ctx_close(struct moat_control *c);

@@ -77,7 +77,9 @@ void moat_control_database_conn_event(struct moat_control *c, const char *id, in
   if (d->conns < 0)
     d->conns = 0;
   d->idle_since_ms = now_unix_ms();
+  int now = d->conns;
   pthread_mutex_unlock(&c->db_lock);
+  ctl_db_event(c, id, "connection", json_pack("{sbsi}", "opened", delta > 0, "connections", now));
 }
 
 static int db_conns(struct moat_control *c, const char *id) {
@@ -525,6 +527,7 @@ int moat_control_database_create(struct moat_control *c, const char *org,
   moat_crash_point("db_volume_made");
   if (db_finish(c, &row, NULL, out, err) < 0)
     return -1;
+  ctl_db_event(c, id, "created", NULL);
   log_info("database %s (%s) created for %s: %llu MiB", spec->name, id, org, (unsigned long long)size);
   return 0;
 }
@@ -575,6 +578,7 @@ static int db_remove(struct moat_control *c, struct moat_store_database *r, moat
   moat_error_free(&e);
   if (moat_store_database_delete(c->store, r->id, err) < 0)
     return -1;
+  ctl_db_events_forget(c, r->id);
   log_info("database %s (%s) of %s deleted", r->name, r->id, r->org);
   return 0;
 }
@@ -675,6 +679,8 @@ int moat_control_database_branch(struct moat_control *c, const char *org, const 
     moat_error_wrap(err, "branch '%s' of database %s", spec->name, id);
     goto out;
   }
+  ctl_db_event(c, row.id, "created", json_pack("{ss}", "branch_of", src.id));
+  ctl_db_event(c, src.id, "branched", json_pack("{ss}", "branch_id", row.id));
   log_info("database %s (%s) branched from %s for %s: %llu MiB, source frozen %.1f ms, ready in %.1f ms",
            spec->name, row.id, src.id, org, (unsigned long long)src.size_mb, t_frozen / 1e6,
            (now_ns() - t0) / 1e6);
@@ -807,6 +813,7 @@ static int db_connect(struct moat_control *c, const char *role, const char *data
       /* the sandbox lives, its server does not listen: start it (a server still starting fails on
        * its lock file and the one starting is waited for) */
       moat_error_free(&e);
+      ctl_db_event(c, r.id, "restarted", json_pack("{ss}", "reason", "its server was not running"));
       if (db_start_server(c, &r, false, err) == 0)
         fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
     } else if (fd < 0 && (!e || e->status == ENOENT)) {
@@ -814,6 +821,7 @@ static int db_connect(struct moat_control *c, const char *role, const char *data
       moat_error_free(&e);
       log_info("database %s: its sandbox %s is gone; starting a new one", r.id,
                r.sandbox_id ? r.sandbox_id : "-");
+      ctl_db_event(c, r.id, "restarted", json_pack("{ss}", "reason", "its sandbox was gone"));
       if (db_new_server(c, &r, NULL, err) == 0)
         fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
     } else if (fd < 0) {
@@ -855,15 +863,17 @@ int moat_control_database_connect(struct moat_control *c, const char *role, cons
                                   char **org_out, char **id_out, int timeout_ms, moat_error **err) {
   if (timeout_ms <= 0)
     timeout_ms = DB_CONNECT_TIMEOUT_MS;
+  uint64_t t0 = now_ns();
   int fd = db_connect(c, role, database, org_out, id_out, timeout_ms, false, err);
   if (fd != DB_NEEDS_STACK)
     return fd;
   /* a wake, a restart or a new sandbox: on a thread with a full stack */
+  char *id = NULL;
   struct connect_job j = {.c = c,
                           .role = role,
                           .database = database,
                           .org_out = org_out,
-                          .id_out = id_out,
+                          .id_out = &id,
                           .timeout_ms = timeout_ms,
                           .fd = -1};
   pthread_attr_t attr;
@@ -876,6 +886,15 @@ int moat_control_database_connect(struct moat_control *c, const char *role, cons
     return moat_error_set(err, EAGAIN, "database: start a connect thread: %s", strerror(rc));
   pthread_join(t, NULL);
   take_error(err, j.err);
+  if (j.fd >= 0) {
+    double s = (double)(now_ns() - t0) / 1e9;
+    ctl_db_wake_observed(c, s);
+    ctl_db_event(c, id, "woken", json_pack("{sf}", "wake_ms", s * 1e3));
+  }
+  if (id_out)
+    *id_out = id;
+  else
+    free(id);
   return j.fd;
 }
 
@@ -979,7 +998,8 @@ void ctl_databases_reap(struct moat_control *c, int64_t now_ms) {
     }
     struct moat_sandbox_info sb = {0};
     if (moat_control_get(c, r->org, r->sandbox_id, &sb, &e) == 0 && sb.state == MOAT_SB_RUNNING) {
-      if (moat_control_hibernate(c, r->org, r->sandbox_id, &e) == 0)
+      if (moat_control_hibernate(c, r->org, r->sandbox_id, &e) == 0 &&
+          (ctl_db_event(c, r->id, "hibernated", NULL), true))
         log_info("database %s: no connection for %lld s: hibernated", r->id, (long long)r->idle_seconds);
       else
         log_warn("database %s: hibernate: %s", r->id, moat_error_msg(e));

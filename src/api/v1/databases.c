@@ -2,8 +2,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "../../common/buf.h"
 #include "v1.h"
+
+#define DB_EV_POLL_MS 200 /* latency of a live event */
 
 /* A database as CONTRACT.md's Databases section shows it: the password is the org's to see. */
 static json_t *database_json(struct api_req *r, const struct moat_database_info *d) {
@@ -111,5 +115,89 @@ int api_h_database_branch(struct api_req *r, json_t *body) {
     return api_reply_moat_error(r, &err);
   int ret = api_reply_json(r, 201, database_json(r, &d));
   moat_database_info_clear(&d);
+  return ret;
+}
+
+/* ---- GET /v1/databases/{id}/events ---- */
+
+/* The stream: first a "state" event (the database as GET shows it), then each event as control
+ * records it (moat_control_database_events) under its type's name; it ends with "deleted" once the
+ * database is gone. */
+struct dbev {
+  struct moat_control *ctl;
+  char *org, *id;
+  uint64_t seq; /* the last event sent */
+};
+
+static void dbev_free(void *ctx) {
+  struct dbev *e = ctx;
+  free(e->org);
+  free(e->id);
+  free(e);
+}
+
+static void dbev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
+  struct dbev *e = ctx;
+  moat_error *err = NULL;
+  json_t *evs = moat_control_database_events(e->ctl, e->org, e->id, e->seq, &err);
+  if (!evs) {
+    if (err && err->status == ENOENT)
+      api_sse_format(out, "deleted", json_pack("{s:s}", "database_id", e->id));
+    else {
+      const char *code;
+      api_errno_http(err ? err->status : 0, &code);
+      api_sse_format(out, "error", api_error_json(code, moat_error_msg(err)));
+    }
+    moat_error_free(&err);
+    *done = true;
+    return;
+  }
+  size_t i;
+  json_t *ev;
+  json_array_foreach(evs, i, ev) {
+    e->seq = (uint64_t)json_integer_value(json_object_get(ev, "seq"));
+    api_sse_format(out, json_string_value(json_object_get(ev, "type")), json_incref(ev));
+  }
+  size_t n = json_array_size(evs);
+  json_decref(evs);
+  if (n == 0) {
+    struct timespec ts = {0, (long)(timeout_ms < DB_EV_POLL_MS ? timeout_ms : DB_EV_POLL_MS) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+int api_h_database_events(struct api_req *r, json_t *body) {
+  if (api_args_none(r) < 0)
+    return -1;
+  const char *id = db_id(r);
+  if (!id)
+    return -1;
+  struct moat_control *c = api_control(r);
+  moat_error *err = NULL;
+  struct moat_database_info d;
+  if (moat_control_database_get(c, r->org, id, &d, &err) < 0)
+    return api_reply_moat_error(r, &err);
+  /* what is there now is history: the stream starts after it, with the state */
+  json_t *past = moat_control_database_events(c, r->org, id, 0, &err);
+  if (!past) {
+    moat_database_info_clear(&d);
+    return api_reply_moat_error(r, &err);
+  }
+  struct dbev *e = xcalloc(1, sizeof(*e));
+  e->ctl = c;
+  e->org = xstrdup(r->org);
+  e->id = xstrdup(id);
+  size_t n = json_array_size(past);
+  if (n)
+    e->seq = (uint64_t)json_integer_value(json_object_get(json_array_get(past, n - 1), "seq"));
+  json_decref(past);
+  struct moat_buf first = {0};
+  api_sse_format(&first, "state",
+                 json_pack("{s:s, s:s, s:i, s:s?}", "database_id", d.id, "state", d.state, "connections",
+                           d.connections, "sandbox_id", d.sandbox_id));
+  moat_database_info_clear(&d);
+  struct api_stream_source src = {.next = dbev_next, .free = dbev_free, .ctx = e, .poll_ms = DB_EV_POLL_MS};
+  int ret = api_stream_reply(r, &src, "text/event-stream", first.p);
+  free(first.p);
   return ret;
 }

@@ -141,6 +141,44 @@ static uint64_t self_open_fds(void) {
   return n > 0 ? n - 1 : 0; /* not the directory's own fd */
 }
 
+/* The databases' families: states over every org, each of org's databases' open connections, and
+ * moatd's connection and wake counters with the wake times' histogram. */
+static void database_families(struct moat_control *c, const char *org, struct moat_buf *b) {
+  static const char *const states[] = {"creating", "running", "paused", "hibernated", "stopped", "failed", "deleting"};
+  size_t n_states = sizeof(states) / sizeof(states[0]);
+  uint64_t by_state[sizeof(states) / sizeof(states[0])] = {0};
+  struct moat_database_info *v = NULL;
+  size_t n = 0;
+  moat_error *err = NULL;
+  if (moat_control_database_list(c, NULL, &v, &n, &err) < 0)
+    moat_error_free(&err);
+  for (size_t i = 0; i < n; i++)
+    for (size_t s = 0; s < n_states; s++)
+      by_state[s] += strcmp(v[i].state, states[s]) == 0;
+  family(b, "moat_databases", "gauge", "Databases by state, every org.");
+  for (size_t s = 0; s < n_states; s++)
+    buf_printf(b, "moat_databases{state=\"%s\"} %llu\n", states[s], (unsigned long long)by_state[s]);
+  family(b, "moat_database_connections", "gauge", "Open client connections of the database (caller's org).");
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(v[i].org, org) == 0)
+      buf_printf(b, "moat_database_connections{database=\"%s\",name=\"%s\",state=\"%s\"} %d\n", v[i].id,
+                 v[i].name, v[i].state, v[i].connections);
+  moat_database_infos_free(v, n);
+  struct moat_database_stats st;
+  moat_control_database_stats(c, &st);
+  family(b, "moat_database_connections_total", "counter", "Client connections the PostgreSQL proxy routed.");
+  buf_printf(b, "moat_database_connections_total %llu\n", (unsigned long long)st.connections_total);
+  family(b, "moat_database_wakes_total", "counter", "Connections that had to wake or restart their server.");
+  buf_printf(b, "moat_database_wakes_total %llu\n", (unsigned long long)st.wakes_total);
+  family(b, "moat_database_wake_seconds", "histogram", "Time from a connection to its woken server's answer.");
+  for (size_t i = 0; i < MOAT_DB_WAKE_BUCKETS; i++)
+    buf_printf(b, "moat_database_wake_seconds_bucket{le=\"%g\"} %llu\n", moat_db_wake_bounds[i],
+               (unsigned long long)st.wake_le[i]);
+  buf_printf(b, "moat_database_wake_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)st.wakes_total);
+  buf_printf(b, "moat_database_wake_seconds_sum %.6f\n", st.wake_sum_s);
+  buf_printf(b, "moat_database_wake_seconds_count %llu\n", (unsigned long long)st.wakes_total);
+}
+
 int api_h_metrics(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
@@ -194,6 +232,7 @@ int api_h_metrics(struct api_req *r, json_t *body) {
     if (v[i].sampled)
       sandbox_sample(&b, "moat_sandbox_oom_kills_total", &v[i], (double)v[i].u.oom_kills);
   free(v);
+  database_families(c, r->org, &b);
 
   family(&b, "moat_process_resident_memory_bytes", "gauge", "moatd's resident set size.");
   buf_printf(&b, "moat_process_resident_memory_bytes %llu\n", (unsigned long long)self_rss_bytes());

@@ -90,6 +90,7 @@ static const struct api_route_def v1_routes[] = {
     {"GET", "/v1/databases/{sid}", "database.get", api_h_database_get, 0, NULL},
     {"DELETE", "/v1/databases/{sid}", "database.delete", api_h_database_delete, 0, NULL},
     {"POST", "/v1/databases/{sid}/branch", "database.branch", api_h_database_branch, API_RT_JSON, NULL},
+    {"GET", "/v1/databases/{sid}/events", "database.events", api_h_database_events, API_RT_STREAM, NULL},
 };
 
 static void v1_routes_add(struct api_router *rt) { api_router_add(rt, v1_routes, ARRAY_SIZE(v1_routes)); }
