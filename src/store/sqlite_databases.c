@@ -121,7 +121,8 @@ int moat_store_database_get(struct moat_store *s, const char *org, const char *i
 
 int moat_store_database_find(struct moat_store *s, const char *org, const char *role, const char *database,
                              struct moat_store_database *out, moat_error **err) {
-  static const char sql[] = "SELECT " DATABASE_COLS " FROM databases WHERE role = ?1 AND (?2 IS NULL OR org = ?2)";
+  static const char sql[] =
+      "SELECT " DATABASE_COLS " FROM databases WHERE role = ?1 AND (?2 IS NULL OR org = ?2)";
   const char *keys[2] = {role, database};
   pthread_mutex_lock(&s->lock);
   int ret = -1;

@@ -38,8 +38,8 @@ static const char *name;
 static unsigned resolve_delay_ms;
 static int ev_plus, ev_minus; /* atomic */
 
-static int resolve(void *arg, const char *scope, const char *user, const char *database, char **org, char **id, int timeout_ms,
-                   moat_error **err) {
+static int resolve(void *arg, const char *scope, const char *user, const char *database, char **org,
+                   char **id, int timeout_ms, moat_error **err) {
   if ((strcmp(user, name) != 0 && strcmp(database, name) != 0) || (scope && strcmp(scope, "org-test") != 0))
     return moat_error_set(err, ENOENT, "no such database: user \"%s\", database \"%s\"", user, database);
   if (resolve_delay_ms)

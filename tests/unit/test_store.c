@@ -417,8 +417,9 @@ static void test_database_find(struct moat_store *s) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char *got = db_find(s, cases[i].org, cases[i].role, cases[i].database);
-    CHECK(strcmp(got, cases[i].want) == 0, "find org %s role %s database %s: %s", cases[i].org ? cases[i].org : "NULL",
-          cases[i].role, cases[i].database ? cases[i].database : "NULL", got);
+    CHECK(strcmp(got, cases[i].want) == 0, "find org %s role %s database %s: %s",
+          cases[i].org ? cases[i].org : "NULL", cases[i].role, cases[i].database ? cases[i].database : "NULL",
+          got);
     free(got);
   }
 }

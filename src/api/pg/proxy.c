@@ -44,7 +44,7 @@ struct pg_src {
 };
 
 struct pg_listener {
-  int fd; /* -1: none */
+  int fd;                     /* -1: none */
   unsigned active, rejecting; /* under p->lock */
 };
 
@@ -56,7 +56,8 @@ struct pg_conn {
   uint8_t src[16];
   struct sockaddr_storage ss;
   socklen_t ss_len;
-  char peer[INET6_ADDRSTRLEN + 64]; /* ADDR:PORT, and " (CLIENT)" for a scoped one */
+  /* ADDR:PORT, and " (CLIENT)" for a scoped one */
+  char peer[INET6_ADDRSTRLEN + 64];
   char *client; /* scoped: the origin's name for the client, or NULL */
   char *scope;  /* scoped: the client's org, "" when its address maps to none; main: NULL */
   bool reject;  /* over a cap: answered 53300 */
@@ -358,8 +359,8 @@ static void handle_cancel(struct pg_conn *c, const uint8_t *pkt, const struct pg
   moat_error *err = NULL;
   _cleanup_free_ char *org = NULL, *id2 = NULL;
   /* a scoped client cancels only on its org's databases */
-  _cleanup_close_ int fd = p->cfg.resolve(p->cfg.arg, c->scope, user, database, &org, &id2,
-                                          (int)p->cfg.connect_timeout_ms, &err);
+  _cleanup_close_ int fd =
+      p->cfg.resolve(p->cfg.arg, c->scope, user, database, &org, &id2, (int)p->cfg.connect_timeout_ms, &err);
   if (fd < 0 || strcmp(id, id2) != 0) {
     log_info("pg %s: cancel for %s not forwarded: %s", c->peer, id, fd < 0 ? moat_error_msg(err) : "moved");
     moat_error_free(&err);

@@ -25,7 +25,8 @@ int moat_net_listen_tcp(struct moat_net *n, unsigned port, int backlog, moat_err
     return -1;
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = net_dns_ip(n)};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = net_dns_ip(n)};
   char addr[MOAT_NET_ADDR_LEN];
   moat_net_service_address(n, addr);
   if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0)
