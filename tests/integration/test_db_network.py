@@ -14,7 +14,8 @@ postgres template, clients in sandboxes of the postgres template (psql) or of th
   service, as DNS is); one with internet: false has the same DATABASE_URL and reaches nothing until
   its network is turned on at run time;
 - 1,000 connections from one sandbox: its per-address cap (256) held, 64 refused with 53300, the rest
-  closed at once; meanwhile another org's sandbox and the host are served.
+  closed at once; meanwhile another org's sandbox and the host are served;
+- after a kill -9 and a restart of moatd, the adopted sandbox reaches its database with the same URL.
 """
 
 import json
@@ -308,6 +309,25 @@ class DatabaseFromSandboxTest(DatabaseMixin, NetDaemonTest):
                 break
             time.sleep(0.3)
         self.assertEqual(got, {"first": "R"})
+
+    def test_kill9_and_restart_keep_it(self):
+        """A moatd killed with -9 and started again: the adopted sandbox reaches its database with
+        the same URL (the listener and its firewall port are made again, the address maps to the
+        adopted sandbox), and another org's sandbox is still refused."""
+        d = self.database()
+        sid = self.client_sandbox(databases=[{"id": d["id"]}])
+        theirs = self.client_sandbox(client=self.other)
+        r = self.sandbox_psql(sid, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+        self.assertEqual(r["exit_code"], 0, r)
+        self.daemon.kill9()
+        self.daemon.start()
+        r = self.sandbox_psql(sid, "INSERT INTO t VALUES (2)")
+        self.assertEqual(r["exit_code"], 0, r)
+        r = self.sandbox_psql(sid, "SELECT sum(x) FROM t")
+        self.assertEqual((r["exit_code"], r["stdout"]), (0, "3\n"), r)
+        role = d["connection"]["user"]
+        self.assertEqual(self.startup(theirs, role, client=self.other),
+                         {"C": "3D000", "M": 'no such database: user "%s", database "%s"' % (role, role)})
 
 
 if __name__ == "__main__":
