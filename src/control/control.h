@@ -74,8 +74,10 @@ struct moat_sandbox_spec {
   json_t *network;                 /* network policy (host/net/net.h) or NULL for the default; borrowed */
   struct moat_volume_mount volumes[MOAT_MAX_SANDBOX_VOLUMES];
   size_t n_volumes;
-  /* Databases whose URL (moat_control_database_url) goes into env under the name env names; an
-   * id that is not org's database is ENOENT (404). All borrowed. */
+  /* Databases whose URL goes into env under the name env names: the in-sandbox one
+   * (moat_control_database_sandbox_url) when this moatd has that listener, else the host's
+   * (moat_control_database_url, which nothing in a sandbox reaches); an id that is not org's
+   * database is ENOENT (404). All borrowed. */
   struct moat_database_attach {
     const char *id;
     const char *env; /* a variable name, [A-Za-z_][A-Za-z0-9_]* */
@@ -629,19 +631,23 @@ void moat_control_database_stats(struct moat_control *c, struct moat_database_st
 
 /* THE PROXY'S CONTRACT. A connected TCP fd (caller closes) to the server of the database whose role
  * is role, or, when role names none, whose database name is database (either may be NULL; the
- * PostgreSQL startup message's "user" and "database"). A hibernated database is woken first, one
- * whose sandbox died is started again on its volume; the call returns once the server's port
- * accepts (bounded by timeout_ms, <= 0: 30 s). *org_out and *id_out (caller frees) name the
- * database's org and id, for the proxy's own checks (a client of another org must be refused by the
- * proxy: this function does not know the client). -1 with ENOENT when no database has that role or
- * name, EBUSY while it is being created or deleted, ETIMEDOUT, EIO when its server cannot start. */
-int moat_control_database_connect(struct moat_control *c, const char *role, const char *database,
-                                  char **org_out, char **id_out, int timeout_ms, moat_error **err);
+ * PostgreSQL startup message's "user" and "database"), of org only: org NULL takes any org's (the
+ * host listener, where the credentials are the check), else only org's (the in-sandbox listener:
+ * the org of the sandbox that connected, "" when no live sandbox did), another org's database
+ * being refused as an unknown one (ENOENT, the same message: nothing tells that it exists), before
+ * anything of it is touched (no wake). A hibernated database is woken first, one whose sandbox
+ * died is started again on its volume; the call returns once the server's port accepts (bounded
+ * by timeout_ms, <= 0: 30 s). *org_out and *id_out (caller frees) name the database's org and id.
+ * -1 with ENOENT when no database (of org) has that role or name, EBUSY while it is being created
+ * or deleted, ETIMEDOUT, EIO when its server cannot start. */
+int moat_control_database_connect(struct moat_control *c, const char *org, const char *role,
+                                  const char *database, char **org_out, char **id_out, int timeout_ms,
+                                  moat_error **err);
 /* The proxy reports a client connection to database id opened (delta +1) or closed (-1). A database
  * with no connection for its idle_seconds (counted from its last close, or from its start) is
  * hibernated by the reaper. Unknown ids are ignored. */
 void moat_control_database_conn_event(struct moat_control *c, const char *id, int delta);
-/* The address sandboxes and the host use to reach the databases (the proxy's, from
+/* The address the host uses to reach the databases (the proxy's, from
  * moat_control_config.db_listen), and the URL of database d there:
  * postgresql://ROLE:PASSWORD@HOST:PORT/DB?sslmode=disable (caller frees). */
 const char *moat_control_db_host(const struct moat_control *c);
@@ -649,6 +655,26 @@ unsigned moat_control_db_port(const struct moat_control *c);
 /* The port the proxy bound, for a db_listen of port 0 (moatd's main sets it once the proxy listens). */
 void moat_control_set_db_port(struct moat_control *c, unsigned port);
 char *moat_control_database_url(const struct moat_control *c, const struct moat_database_info *d);
+/* The URL postgresql://ROLE:PASSWORD@HOST:PORT/DATABASE?sslmode=disable, an IPv6 HOST in brackets
+ * (caller frees). Pure. */
+char *moat_database_url_format(const char *host, unsigned port, const char *role, const char *password,
+                               const char *database);
+
+/* The proxy's second listener, for sandboxes: a TCP socket listening on the routing namespace's
+ * service address (the sandboxes' DNS server) at MOAT_DB_SANDBOX_PORT, open to every sandbox whose
+ * network is on (host/net/net.h moat_net_listen_tcp); from then on the sandbox URL below is given.
+ * The fd (caller owns it), or -1: ENODEV when this moatd has no sandbox networking (sandboxes have
+ * loopback only), others from the network layer. Once. */
+#define MOAT_DB_SANDBOX_PORT 5432
+int moat_control_database_listen_sandboxes(struct moat_control *c, moat_error **err);
+/* The org of the live sandbox (running or paused, its slot bound to it) whose network address is
+ * addr_be (IPv4, network order: a client address on the in-sandbox listener): 0 with *org and
+ * *sandbox_id (caller frees), or -1 ENOENT when no live sandbox holds that address now. */
+int moat_control_sandbox_org_at(struct moat_control *c, uint32_t addr_be, char **org, char **sandbox_id,
+                                moat_error **err);
+/* The URL of database d as a sandbox reaches it (the in-sandbox listener: the service address and
+ * MOAT_DB_SANDBOX_PORT), or NULL when there is no such listener (caller frees). */
+char *moat_control_database_sandbox_url(const struct moat_control *c, const struct moat_database_info *d);
 
 /* ---- metrics (control/usage.c) ---- */
 

@@ -111,6 +111,10 @@ struct moat_control {
   struct ctl_db_events *db_events; /* database_events.c: recent events and counters */
   char *db_host;           /* the proxy's address in connection URLs (moat_control_config.db_listen) */
   unsigned db_port;
+  /* the proxy's in-sandbox listener (moat_control_database_listen_sandboxes): its address and
+   * port in sandbox URLs; port 0 (atomic) while there is none */
+  char db_sandbox_host[16];
+  unsigned db_sandbox_port;
 };
 
 /* ---- control.c ---- */

@@ -10,6 +10,7 @@
 #include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "../host/net/net.h"
 #include "control_internal.h"
 
 #define DB_TEMPLATE "postgres"
@@ -175,10 +176,34 @@ void moat_control_set_db_port(struct moat_control *c, unsigned port) {
     __atomic_store_n(&c->db_port, port, __ATOMIC_RELAXED);
 }
 
+char *moat_database_url_format(const char *host, unsigned port, const char *role, const char *password,
+                               const char *database) {
+  bool v6 = strchr(host, ':') != NULL;
+  return xasprintf("postgresql://%s:%s@%s%s%s:%u/%s?sslmode=disable", role, password, v6 ? "[" : "", host,
+                   v6 ? "]" : "", port, database);
+}
+
 char *moat_control_database_url(const struct moat_control *c, const struct moat_database_info *d) {
-  bool v6 = strchr(c->db_host, ':') != NULL;
-  return xasprintf("postgresql://%s:%s@%s%s%s:%u/%s?sslmode=disable", d->role, d->password, v6 ? "[" : "",
-                   c->db_host, v6 ? "]" : "", moat_control_db_port(c), d->database);
+  return moat_database_url_format(c->db_host, moat_control_db_port(c), d->role, d->password, d->database);
+}
+
+char *moat_control_database_sandbox_url(const struct moat_control *c, const struct moat_database_info *d) {
+  unsigned port = __atomic_load_n(&c->db_sandbox_port, __ATOMIC_ACQUIRE);
+  return port ? moat_database_url_format(c->db_sandbox_host, port, d->role, d->password, d->database) : NULL;
+}
+
+int moat_control_database_listen_sandboxes(struct moat_control *c, moat_error **err) {
+  struct moat_net *net = moat_host_net(c->host);
+  if (!net)
+    return moat_error_set(err, ENODEV, "this moatd has no sandbox networking: sandboxes have loopback only");
+  if (__atomic_load_n(&c->db_sandbox_port, __ATOMIC_ACQUIRE))
+    return moat_error_set(err, EALREADY, "the in-sandbox database listener is open already");
+  int fd = moat_net_listen_tcp(net, MOAT_DB_SANDBOX_PORT, 0, err);
+  if (fd < 0)
+    return moat_error_wrap(err, "the database proxy's in-sandbox listener");
+  moat_net_service_address(net, c->db_sandbox_host);
+  __atomic_store_n(&c->db_sandbox_port, MOAT_DB_SANDBOX_PORT, __ATOMIC_RELEASE);
+  return fd;
 }
 
 int ctl_databases_config(struct moat_control *c, const char *listen, moat_error **err) {
@@ -199,6 +224,14 @@ int ctl_databases_config(struct moat_control *c, const char *listen, moat_error 
   return 0;
 }
 
+/* The URL a sandbox given d gets in its env. A sandbox reaches the proxy on the service address of
+ * its network (its loopback is its own); without sandbox networking nothing in it reaches a
+ * database: the host's URL, as shown. */
+static char *attach_url(struct moat_control *c, const struct moat_database_info *d) {
+  char *url = moat_control_database_sandbox_url(c, d);
+  return url ? url : moat_control_database_url(c, d);
+}
+
 json_t *ctl_databases_env(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
                           moat_error **err) {
   if (spec->n_databases > MOAT_MAX_SANDBOX_DATABASES) {
@@ -217,7 +250,7 @@ json_t *ctl_databases_env(struct moat_control *c, const char *org, const struct 
       json_decref(env);
       return NULL;
     }
-    char *url = moat_control_database_url(c, &d);
+    char *url = attach_url(c, &d);
     json_object_set_new(env, a->env, json_string(url));
     free(url);
     moat_database_info_clear(&d);
@@ -745,7 +778,7 @@ json_t *ctl_databases_for_child(struct moat_control *c, const char *org, const c
     }
     a->database_id = xstrdup(d.id);
     a->owned = true;
-    char *url = moat_control_database_url(c, &d);
+    char *url = attach_url(c, &d);
     json_object_set_new(env, a->env, json_string(url));
     free(url);
     moat_database_info_clear(&d);
@@ -770,10 +803,10 @@ fail:
  * server and returns DB_NEEDS_STACK (nothing set) when more is needed: a wake, a restart or a new
  * sandbox, which run deep call chains that a caller's small thread stack (the proxy's) may not
  * hold. */
-static int db_connect(struct moat_control *c, const char *role, const char *database, char **org_out,
-                      char **id_out, int timeout_ms, bool may_repair, moat_error **err) {
+static int db_connect(struct moat_control *c, const char *org, const char *role, const char *database,
+                      char **org_out, char **id_out, int timeout_ms, bool may_repair, moat_error **err) {
   struct moat_store_database r = {0};
-  if (moat_store_database_find(c->store, role, database, &r, err) < 0)
+  if (moat_store_database_find(c->store, org, role, database, &r, err) < 0)
     return -1;
   int fd = -1;
   struct ctl_db *d = db_entry(c, r.id);
@@ -857,7 +890,7 @@ out:
 
 struct connect_job {
   struct moat_control *c;
-  const char *role, *database;
+  const char *org, *role, *database;
   char **org_out, **id_out;
   int timeout_ms, fd;
   moat_error *err;
@@ -865,21 +898,23 @@ struct connect_job {
 
 static void *connect_main(void *arg) {
   struct connect_job *j = arg;
-  j->fd = db_connect(j->c, j->role, j->database, j->org_out, j->id_out, j->timeout_ms, true, &j->err);
+  j->fd = db_connect(j->c, j->org, j->role, j->database, j->org_out, j->id_out, j->timeout_ms, true, &j->err);
   return NULL;
 }
 
-int moat_control_database_connect(struct moat_control *c, const char *role, const char *database,
-                                  char **org_out, char **id_out, int timeout_ms, moat_error **err) {
+int moat_control_database_connect(struct moat_control *c, const char *org, const char *role,
+                                  const char *database, char **org_out, char **id_out, int timeout_ms,
+                                  moat_error **err) {
   if (timeout_ms <= 0)
     timeout_ms = DB_CONNECT_TIMEOUT_MS;
   uint64_t t0 = now_ns();
-  int fd = db_connect(c, role, database, org_out, id_out, timeout_ms, false, err);
+  int fd = db_connect(c, org, role, database, org_out, id_out, timeout_ms, false, err);
   if (fd != DB_NEEDS_STACK)
     return fd;
   /* a wake, a restart or a new sandbox: on a thread with a full stack */
   char *id = NULL;
   struct connect_job j = {.c = c,
+                          .org = org,
                           .role = role,
                           .database = database,
                           .org_out = org_out,

@@ -1,6 +1,7 @@
 /* network.c -- control's side of sandbox networking: policy on create and at run time,
- * network state and the connection log of a sandbox, by id and org */
+ * network state and the connection log of a sandbox, by id and org; which sandbox holds an address */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/util.h"
@@ -108,4 +109,29 @@ json_t *moat_control_network_log(struct moat_control *c, const char *org, const 
   if (ns == -2 || !moat_host_net(c->host))
     return json_array();
   return moat_net_log(moat_host_net(c->host), ns, since, limit, err);
+}
+
+int moat_control_sandbox_org_at(struct moat_control *c, uint32_t addr_be, char **org, char **sandbox_id,
+                                moat_error **err) {
+  struct moat_net *net = moat_host_net(c->host);
+  char id[MOAT_ID_LEN + 1] = "";
+  int ns = net ? moat_net_sandbox_at(net, addr_be, id, sizeof(id)) : -1;
+  struct live *e = ns >= 0 ? live_get(c, id) : NULL;
+  if (!e)
+    return moat_error_set(err, ENOENT, "no live sandbox holds that address");
+  pthread_mutex_lock(&e->m);
+  bool live = e->state == MOAT_SB_RUNNING || e->state == MOAT_SB_PAUSED;
+  int slot = live ? e->slot : -1;
+  char *o = live ? xstrdup(e->org) : NULL;
+  pthread_mutex_unlock(&e->m);
+  live_put(c, e);
+  /* the network slot the address names is the one this sandbox holds now */
+  if (slot < 0 || moat_host_net_slot(c->host, slot) != ns) {
+    free(o);
+    return moat_error_set(err, ENOENT, "no live sandbox holds that address");
+  }
+  *org = o;
+  if (sandbox_id)
+    *sandbox_id = xstrdup(id);
+  return 0;
 }

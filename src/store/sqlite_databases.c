@@ -119,9 +119,10 @@ int moat_store_database_get(struct moat_store *s, const char *org, const char *i
   return ret;
 }
 
-int moat_store_database_find(struct moat_store *s, const char *role, const char *database,
+int moat_store_database_find(struct moat_store *s, const char *org, const char *role, const char *database,
                              struct moat_store_database *out, moat_error **err) {
-  static const char sql[] = "SELECT " DATABASE_COLS " FROM databases WHERE role = ?1";
+  static const char sql[] =
+      "SELECT " DATABASE_COLS " FROM databases WHERE role = ?1 AND (?2 IS NULL OR org = ?2)";
   const char *keys[2] = {role, database};
   pthread_mutex_lock(&s->lock);
   int ret = -1;
@@ -132,6 +133,7 @@ int moat_store_database_find(struct moat_store *s, const char *role, const char 
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     sql_bind_text(st, 1, keys[i]);
+    sql_bind_text(st, 2, org);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
       read_database(st, out);

@@ -275,8 +275,10 @@ int moat_store_database_insert(struct moat_store *s, const struct moat_store_dat
 int moat_store_database_get(struct moat_store *s, const char *org, const char *id,
                             struct moat_store_database *out, moat_error **err);
 /* The database whose role is role, else (role NULL or unknown) whose role is database (the
- * name a PostgreSQL client connects to). ENOENT when neither names one. */
-int moat_store_database_find(struct moat_store *s, const char *role, const char *database,
+ * name a PostgreSQL client connects to), of org only (NULL: any org's; "": none). ENOENT ("no
+ * such database: user "ROLE", database "DATABASE"", the same whether another org has one or not)
+ * when neither names one. */
+int moat_store_database_find(struct moat_store *s, const char *org, const char *role, const char *database,
                              struct moat_store_database *out, moat_error **err);
 /* org NULL = every org's; oldest first. */
 int moat_store_database_list(struct moat_store *s, const char *org, struct moat_store_database **out,

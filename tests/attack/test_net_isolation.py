@@ -77,12 +77,16 @@ class NetIsolationTest(NetDaemonTest):
         targets = host_ipv4_addresses() + [net["dns"], "10.200.0.5", "10.200.0.6"]
         self.assertTrue(targets)
         for a in targets:
-            for p in (port, 22, 80):
+            # the database proxy: its host listener nowhere; its sandbox listener (5432) on the DNS
+            # address only (test_db_network.py)
+            for p in (port, self.daemon.db_port, 22, 80) + (() if a == net["dns"] else (5432,)):
                 self.assertFalse(self.connects(sid, a, p, wait_s=1), "reached %s:%d" % (a, p))
         # moatd's own loopback is not the sandbox's
         self.assertFalse(self.connects(sid, "127.0.0.1", port, wait_s=1))
-        # the DNS address answers DNS only
+        self.assertFalse(self.connects(sid, "127.0.0.1", self.daemon.db_port, wait_s=1))
+        # the DNS address answers DNS and the database proxy's sandbox listener only
         self.assertEqual(self.resolve(sid, "allowed.test"), ["198.51.100.10"])
+        self.assertTrue(self.connects(sid, net["dns"], 5432, wait_s=2))
 
     def test_mining_ports_blocked(self):
         out = self.fi.exec(sys.executable, "-c", "import socket;s=socket.create_connection(('198.51.100.20',3333),5);"

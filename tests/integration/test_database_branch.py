@@ -23,6 +23,11 @@ from moattest import DaemonTest  # noqa: E402
 from test_databases import CREATE_TIMEOUT, DatabaseMixin, dbname  # noqa: E402
 
 
+def in_sandbox(d):
+    """The URL a sandbox given d has in its env."""
+    return d["connection"].get("sandbox_url") or d["connection"]["url"]
+
+
 class BranchMixin(DatabaseMixin):
     def branch(self, d, client=None, expect=201, **spec):
         client = client or self.c
@@ -178,7 +183,7 @@ class ForkBranchTest(BranchMixin, DaemonTest):
 
     def parent_with(self, d):
         sb = self.sandbox(databases=[{"id": d["id"], "env": "DATABASE_URL"}])
-        self.assertEqual(self.c.sh(sb["id"], "printenv DATABASE_URL").strip(), d["connection"]["url"])
+        self.assertEqual(self.c.sh(sb["id"], "printenv DATABASE_URL").strip(), in_sandbox(d))
         return sb
 
     def child_dbs(self, parent_db):
@@ -197,7 +202,7 @@ class ForkBranchTest(BranchMixin, DaemonTest):
         branches = self.child_dbs(d)
         self.assertEqual(len(branches), 2, branches)
         self.assertEqual({b["metadata"]["moat.forked_from"] for b in branches}, {sb["id"]})
-        urls = {b["connection"]["url"]: b for b in branches}
+        urls = {in_sandbox(b): b for b in branches}
         seen = {}
         for k in kids:
             url = self.c.sh(k, "printenv DATABASE_URL").strip()
@@ -216,7 +221,7 @@ class ForkBranchTest(BranchMixin, DaemonTest):
                                timeout=CREATE_TIMEOUT)
         plain = r2["sandboxes"][0]["id"]
         self.addCleanup(self._delete_quietly, self.c, plain)
-        self.assertEqual(self.c.sh(plain, "printenv DATABASE_URL").strip(), d["connection"]["url"])
+        self.assertEqual(self.c.sh(plain, "printenv DATABASE_URL").strip(), in_sandbox(d))
         # a killed child's branch goes; the other's stays
         self.c.delete(kids[0])
         self.wait_gone(seen[kids[0]]["id"])
@@ -243,14 +248,14 @@ class ForkBranchTest(BranchMixin, DaemonTest):
         out = {o["sandbox_id"]: o for o in r["outcomes"]}
         self.assertEqual(out[winner]["exit_code"], 0, r)
         winner_url = self.c.sh(winner, "printenv DATABASE_URL").strip()
-        self.assertNotEqual(winner_url, d["connection"]["url"])
+        self.assertNotEqual(winner_url, in_sandbox(d))
         # the losers' branches go; the winner's stays and holds the parent's data
         deadline = time.time() + 60
         while len(self.child_dbs(d)) != 1:
             self.assertLess(time.time(), deadline, "losers' branches still there: %r" % self.child_dbs(d))
             time.sleep(0.3)
         (kept,) = self.child_dbs(d)
-        self.assertEqual(kept["connection"]["url"], winner_url)
+        self.assertEqual(in_sandbox(kept), winner_url)
         self.assertEqual(self.host_psql(kept, "SELECT n FROM t").stdout, "1\n")
 
     def test_bad_input(self):

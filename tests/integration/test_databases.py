@@ -195,6 +195,9 @@ class DatabaseTest(DatabaseMixin, DaemonTest):
         sid = self.sandbox(databases=[{"id": a["id"]}, {"id": b["id"], "env": "MEMORY_URL"}],
                            env={"OTHER": "1"})["id"]
         out = self.c.sh(sid, 'printf "%s\\n%s\\n%s\\n" "$DATABASE_URL" "$MEMORY_URL" "$OTHER"')
+        # this moatd has no sandbox networking (--net-uplink none): no in-sandbox URL, the variable is the
+        # host's (test_db_network.py has the in-sandbox one)
+        self.assertIsNone(a["connection"]["sandbox_url"])
         self.assertEqual(out, "%s\n%s\n1\n" % (a["connection"]["url"], b["connection"]["url"]))
 
     def test_idle_hibernation(self):

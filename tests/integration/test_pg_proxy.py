@@ -14,6 +14,14 @@ PQcancel reaches the right server (57014) while a CancelRequest with a wrong key
 concurrent connections all work and leave nothing behind (proxy and server), 1,000 connections
 from one address do not keep another address from being served, a client that sends nothing is
 closed after the startup deadline, and stopping the proxy closes routed connections.
+
+ScopedListenerTest: the harness's scoped listener (moatd's in-sandbox one; there each sandbox
+address maps to its sandbox's org) maps 127.0.0.1 to the database's org, 127.0.0.3 to another and
+127.0.0.4 to none: the first is served (psql), the others get the very ErrorResponse an unknown
+database gets, with the right credentials; a CancelRequest with the right key from another org's
+address is dropped while the same from the right org's cancels; the scoped listener's per-address
+cap is its own (the main listener full from one address leaves that address served on the scoped
+one).
 """
 
 import os
@@ -392,6 +400,172 @@ class ProxyToPostgresTest(unittest.TestCase):
         finally:
             h.stop()
         self.wait_clean()
+
+
+class KeyRelay:
+    """One TCP connection relayed to 127.0.0.1:port, reading the server's BackendKeyData on the way
+    (the cancel key libpq keeps to itself)."""
+
+    def __init__(self, port):
+        self.target = port
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(1)
+        self.port = self.ls.getsockname()[1]
+        self.down = b""
+        self.socks = []
+
+    def start(self):
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _pump(self, a, b, record):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                if record:
+                    self.down += d
+                b.sendall(d)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _run(self):
+        c, _ = self.ls.accept()
+        u = connect(self.target)
+        u.settimeout(None)
+        self.socks = [c, u]
+        threading.Thread(target=self._pump, args=(u, c, True), daemon=True).start()
+        self._pump(c, u, False)
+
+    def backend_key(self, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            d, i = self.down, 1 if self.down[:1] == b"N" else 0
+            while i + 5 <= len(d):
+                t, n = d[i:i + 1], struct.unpack("!I", d[i + 1:i + 5])[0]
+                if t == b"K" and i + 1 + n <= len(d):
+                    return struct.unpack("!II", d[i + 5:i + 13])
+                i += 1 + n
+            time.sleep(0.05)
+        raise AssertionError("no BackendKeyData seen: %r" % self.down[:200])
+
+    def stop(self):
+        for x in self.socks + [self.ls]:
+            x.close()
+
+
+class ScopedListenerTest(unittest.TestCase):
+    pg = None
+    proxy = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pg = pgtest.PostgresServer(max_connections=50)
+        try:
+            cls.pg.start()
+            cls.proxy = pgtest.ProxyHarness(cls.pg.port, "alice", "--max-conns-per-ip", str(PER_IP),
+                                            "--scoped-listen", "127.0.0.1:0", "--scope", "127.0.0.1=org-test",
+                                            "--scope", "127.0.0.3=org-other").start()
+        except Exception:
+            cls.tearDownClass()
+            raise
+        cls.pq = pgtest.Libpq()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.proxy:
+            cls.proxy.stop()
+        if cls.pg:
+            cls.pg.stop()
+
+    def refusal(self, port, src, params):
+        s = connect(port, src=src)
+        s.sendall(startup_packet(params))
+        f, data = read_error(s)
+        s.close()
+        self.assertIsNotNone(f, data[:100])
+        return f.get("C"), f.get("M")
+
+    def test_org_scope(self):
+        sp = self.proxy.scoped_port
+        r = psql(sp, "alice", "alice", "select 1", password="alice-secret")
+        self.assertEqual((r.returncode, r.stdout), (0, b"1\n"), r)
+        unknown = self.refusal(sp, "127.0.0.1", {"user": "nosuch", "database": "nosuch"})
+        self.assertEqual(unknown, ("3D000", 'no such database: user "nosuch", database "nosuch"'))
+        for src in ("127.0.0.3", "127.0.0.4"):
+            got = self.refusal(sp, src, {"user": "alice", "database": "alice"})
+            self.assertEqual(got, ("3D000", 'no such database: user "alice", database "alice"'), src)
+            self.assertEqual(self.refusal(sp, src, {"user": "nosuch", "database": "nosuch"}), unknown, src)
+        # the main listener does not scope: the same startup from 127.0.0.3 reaches the server
+        s = connect(self.proxy.port, src="127.0.0.3")
+        s.sendall(startup_packet({"user": "alice", "database": "alice"}))
+        s.settimeout(10)
+        self.assertEqual(s.recv(1), b"R")  # the server's AuthenticationSASL
+        s.close()
+        self.assertIn("(client of org-test)", self.proxy.log())
+        self.assertIn("maps to no org", self.proxy.log())
+
+    def test_cancel_scoped(self):
+        relay = KeyRelay(self.proxy.scoped_port).start()
+        dsn = "host=127.0.0.1 port=%d user=alice dbname=alice password=alice-secret sslmode=disable " \
+              "connect_timeout=20" % relay.port
+        c = self.pq.connect(dsn)
+        try:
+            pid, key = relay.backend_key()
+            self.assertEqual(pid, c.backend_pid())
+            out = {}
+
+            def run(sql):
+                try:
+                    c.query(sql)
+                    out["code"] = None
+                except pgtest.PGError as e:
+                    out["code"] = e.sqlstate
+
+            # the right key from another org's address is dropped: the query runs to its end
+            t = threading.Thread(target=run, args=("select pg_sleep(1.5)",))
+            t.start()
+            time.sleep(0.3)
+            s = connect(self.proxy.scoped_port, src="127.0.0.3")
+            s.sendall(struct.pack("!IIII", 16, 80877102, pid, key))
+            self.assertTrue(closed_silently(s))
+            s.close()
+            t.join(30)
+            self.assertIsNone(out.get("code"), "a cancel from another org's address reached the server")
+            # the same from the database's org cancels
+            t = threading.Thread(target=run, args=("select pg_sleep(60)",))
+            t.start()
+            time.sleep(0.5)
+            s = connect(self.proxy.scoped_port, src="127.0.0.1")
+            s.sendall(struct.pack("!IIII", 16, 80877102, pid, key))
+            self.assertTrue(closed_silently(s))
+            s.close()
+            t.join(30)
+            self.assertFalse(t.is_alive(), "the query was not cancelled")
+            self.assertEqual(out.get("code"), "57014", out)
+        finally:
+            c.close()
+            relay.stop()
+
+    def test_caps_per_listener(self):
+        held = []
+        try:
+            for _ in range(PER_IP):
+                held.append(connect(self.proxy.port, src="127.0.0.1"))
+            time.sleep(0.3)
+            self.assertEqual(self.refusal(self.proxy.port, "127.0.0.1", {"user": "alice"})[0], "53300")
+            r = psql(self.proxy.scoped_port, "alice", "alice", "select 5", password="alice-secret")
+            self.assertEqual((r.returncode, r.stdout), (0, b"5\n"), r)
+        finally:
+            for s in held:
+                s.close()
 
 
 if __name__ == "__main__":

@@ -175,6 +175,12 @@ class ProxyHarness:
         if not line.startswith("pg proxy on port "):
             raise RuntimeError("pg_harness did not start: %r %s" % (line, self.log()))
         self.port = int(line.split()[-1])
+        self.scoped_port = None
+        if "--scoped-listen" in self.argv:
+            line = self.proc.stdout.readline().decode()
+            if not line.startswith("scoped on port "):
+                raise RuntimeError("pg_harness: no scoped listener: %r %s" % (line, self.log()))
+            self.scoped_port = int(line.split()[-1])
         return self
 
     def log(self):

@@ -1,5 +1,5 @@
 /* test_control_spec.c -- control's spec resolution (defaults, bounds, host capacity), metadata and env
- * checks, env merging and state names */
+ * checks, env merging, state names and database URLs */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -204,7 +204,26 @@ static void test_states(void) {
         "unknown and NULL names are rejected");
 }
 
+static void test_database_urls(void) {
+  struct {
+    const char *host;
+    unsigned port;
+    const char *want;
+  } cases[] = {
+      {"127.0.0.1", 7432, "postgresql://db_x:pw@127.0.0.1:7432/db_x?sslmode=disable"},
+      {"10.200.0.1", 5432, "postgresql://db_x:pw@10.200.0.1:5432/db_x?sslmode=disable"},
+      {"::1", 7432, "postgresql://db_x:pw@[::1]:7432/db_x?sslmode=disable"},
+      {"localhost", 1, "postgresql://db_x:pw@localhost:1/db_x?sslmode=disable"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char *u = moat_database_url_format(cases[i].host, cases[i].port, "db_x", "pw", "db_x");
+    CHECK(strcmp(u, cases[i].want) == 0, "database URL on %s:%u: %s", cases[i].host, cases[i].port, u);
+    free(u);
+  }
+}
+
 int main(void) {
+  test_database_urls();
   test_defaults();
   test_bounds();
   test_metadata_env();

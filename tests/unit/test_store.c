@@ -1,4 +1,5 @@
-/* test_store.c -- the SQLite store: CRUD, filters, org scoping, transitions and events, migrations */
+/* test_store.c -- the SQLite store: CRUD, filters, org scoping, transitions and events, migrations,
+ * databases found by role within an org */
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -361,6 +362,68 @@ static void test_migrations(void) {
   free(v1);
 }
 
+static int db_insert(struct moat_store *s, const char *id, const char *org, const char *role) {
+  struct moat_store_database d = {.id = (char *)id,
+                                  .org = (char *)org,
+                                  .name = (char *)id,
+                                  .size_mb = 64,
+                                  .metadata_json = (char *)"{}",
+                                  .idle_seconds = 300,
+                                  .role = (char *)role,
+                                  .password = (char *)"pw",
+                                  .volume = (char *)id,
+                                  .state = (char *)"running",
+                                  .created_at_ms = now_unix_ms()};
+  moat_error *err = NULL;
+  int rc = moat_store_database_insert(s, &d, &err);
+  if (rc < 0)
+    printf("# insert database %s: %s\n", id, moat_error_msg(err));
+  moat_error_free(&err);
+  return rc;
+}
+
+/* moat_store_database_find(org, role, database): the id found, or "ENOENT: message". Caller frees. */
+static char *db_find(struct moat_store *s, const char *org, const char *role, const char *database) {
+  struct moat_store_database r = {0};
+  moat_error *err = NULL;
+  char *out;
+  if (moat_store_database_find(s, org, role, database, &r, &err) == 0)
+    out = xstrdup(r.id);
+  else
+    out = xasprintf("%s: %s", err && err->status == ENOENT ? "ENOENT" : "error", moat_error_msg(err));
+  moat_error_free(&err);
+  moat_store_database_clear(&r);
+  return out;
+}
+
+static void test_database_find(struct moat_store *s) {
+  CHECK(db_insert(s, "db-aaaa", "org-a", "db_aaaa") == 0 && db_insert(s, "db-bbbb", "org-b", "db_bbbb") == 0,
+        "two databases of two orgs");
+  struct {
+    const char *org, *role, *database, *want;
+  } cases[] = {
+      {NULL, "db_aaaa", "db_aaaa", "db-aaaa"},
+      {NULL, "db_bbbb", NULL, "db-bbbb"},
+      {"org-a", "db_aaaa", "db_aaaa", "db-aaaa"},
+      {"org-a", "nosuch", "db_aaaa", "db-aaaa"}, /* by the database name when the role names none */
+      {"org-b", "db_bbbb", "db_bbbb", "db-bbbb"},
+      /* another org's: as unknown as a name nobody has, with the same message */
+      {"org-b", "db_aaaa", "db_aaaa", "ENOENT: no such database: user \"db_aaaa\", database \"db_aaaa\""},
+      {"org-b", "nosuch", "nosuch", "ENOENT: no such database: user \"nosuch\", database \"nosuch\""},
+      {"org-b", "db_aaaa", "db_bbbb", "db-bbbb"}, /* org-a's role is skipped, org-b's database found */
+      {"org-a", "db_bbbb", "nosuch", "ENOENT: no such database: user \"db_bbbb\", database \"nosuch\""},
+      {"", "db_aaaa", "db_aaaa", "ENOENT: no such database: user \"db_aaaa\", database \"db_aaaa\""},
+      {"org-c", "db_aaaa", NULL, "ENOENT: no such database: user \"db_aaaa\", database \"db_aaaa\""},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char *got = db_find(s, cases[i].org, cases[i].role, cases[i].database);
+    CHECK(strcmp(got, cases[i].want) == 0, "find org %s role %s database %s: %s",
+          cases[i].org ? cases[i].org : "NULL", cases[i].role, cases[i].database ? cases[i].database : "NULL",
+          got);
+    free(got);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -387,6 +450,7 @@ int main(void) {
   test_keys(s);
   test_crud(s);
   test_threads(s);
+  test_database_find(s);
   moat_store_close(s);
   test_migrations();
 

@@ -10,6 +10,12 @@
  * BackendKeyData it carries, or dropped. Errors before a connection is routed are ErrorResponse
  * messages with a SQLSTATE; bytes that are not a startup packet close the connection.
  *
+ * Two listeners: the main one (cfg->listen), where any client may name any database (the server's
+ * SCRAM is the check), and optionally a scoped one (cfg->scoped_fd, in moatd the sandboxes'
+ * listener), where each client address is mapped to an org when its connection is accepted
+ * (cfg->origin) and only that org's databases are routed to; every other name, and every name
+ * from an address that maps to no org, is answered as an unknown database.
+ *
  * The parser (startup.c) is pure: unit tests and the fuzz target link it alone.
  */
 #ifndef MOAT_API_PG_H
@@ -18,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "../../common/error.h"
 
@@ -79,12 +86,18 @@ void pg_backend_scan_feed(struct pg_backend_scan *s, const uint8_t *p, size_t n)
 
 /* ---- the proxy (proxy.c) ---- */
 
-/* Finds and connects to the server of the database a startup names. Returns a connected TCP fd
- * (the caller owns it) and sets *org and *id (caller frees), or -1 with *err: ENOENT (no such
- * database: 3D000), EACCES/EPERM (28000), others (ETIMEDOUT waking it...: 57P03 / 08006). May
- * block up to timeout_ms. */
-typedef int (*moat_pg_resolve_fn)(void *arg, const char *user, const char *database, char **org, char **id,
-                                  int timeout_ms, moat_error **err);
+/* Finds and connects to the server of the database a startup names, of org only (NULL: any org's,
+ * the main listener; "" matches none: a scoped client whose address maps to no org). Returns a
+ * connected TCP fd (the caller owns it) and sets *db_org and *id (caller frees), or -1 with *err:
+ * ENOENT (no such database, or one of another org: 3D000, the same message either way), EACCES/EPERM
+ * (28000), others (ETIMEDOUT waking it...: 57P03 / 08006). May block up to timeout_ms. */
+typedef int (*moat_pg_resolve_fn)(void *arg, const char *org, const char *user, const char *database,
+                                  char **db_org, char **id, int timeout_ms, moat_error **err);
+/* The org whose databases a client of the scoped listener at address sa may reach: 0 with *org and
+ * *client (a name for it in logs; both caller frees), or -1 when the address maps to no org. Called
+ * on the connection's thread once it is accepted, before a byte of it is read; must not block. */
+typedef int (*moat_pg_origin_fn)(void *arg, const struct sockaddr *sa, unsigned sa_len, char **org,
+                                 char **client);
 /* Told +1 when a client connection is routed to database id and -1 when it closes. */
 typedef void (*moat_pg_conn_event_fn)(void *arg, const char *id, int delta);
 
@@ -97,8 +110,11 @@ typedef void (*moat_pg_conn_event_fn)(void *arg, const char *id, int delta);
 
 struct moat_pg_config {
   const char *listen;               /* "HOST:PORT" (api_parse_listen's forms), PORT 0 = any */
-  unsigned max_connections;         /* 0: PG_DEFAULT_MAX_CONNECTIONS */
-  unsigned max_conns_per_ip;        /* 0: PG_DEFAULT_MAX_CONNS_PER_IP */
+  moat_pg_origin_fn origin;         /* NULL: no scoped listener; else scoped_fd is one */
+  int scoped_fd;                    /* a listening TCP socket, the proxy's from start on (closed by
+                                       start when it fails); used only with origin */
+  unsigned max_connections;         /* 0: PG_DEFAULT_MAX_CONNECTIONS (each listener's) */
+  unsigned max_conns_per_ip;        /* 0: PG_DEFAULT_MAX_CONNS_PER_IP (each listener's) */
   unsigned startup_timeout_ms;      /* 0: PG_DEFAULT_STARTUP_TIMEOUT_MS */
   unsigned connect_timeout_ms;      /* 0: PG_DEFAULT_CONNECT_TIMEOUT_MS */
   moat_pg_resolve_fn resolve;       /* required */
@@ -107,11 +123,11 @@ struct moat_pg_config {
 };
 
 struct moat_pg_proxy;
-/* Binds cfg->listen and serves it with a thread per connection (an accept thread of its own).
- * 0, or -1 with *err (EADDRINUSE, EINVAL...). */
+/* Binds cfg->listen and serves it, and cfg->scoped_fd with cfg->origin, with a thread per
+ * connection (an accept thread of its own for both). 0, or -1 with *err (EADDRINUSE, EINVAL...). */
 int moat_pg_proxy_start(struct moat_pg_proxy **out, const struct moat_pg_config *cfg, moat_error **err);
 unsigned moat_pg_proxy_port(const struct moat_pg_proxy *p);
-/* Connections served now (routed or still in their startup) and routed ones. */
+/* Connections served now (routed or still in their startup; both listeners') and routed ones. */
 unsigned moat_pg_proxy_active(const struct moat_pg_proxy *p, unsigned *routed);
 /* Stops accepting, closes every connection, waits for their threads, frees p. NULL: nothing. */
 void moat_pg_proxy_stop(struct moat_pg_proxy *p);

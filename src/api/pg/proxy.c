@@ -1,11 +1,15 @@
-/* proxy.c -- the PostgreSQL proxy's listener: startup, routing, caps, cancels, and the byte copy
+/* proxy.c -- the PostgreSQL proxy's listeners: startup, routing, caps, cancels, and the byte copy
  *
- * An accept thread of its own; a thread per connection (a small stack, PG_BUF bytes buffered each
- * way), bounded by a global cap and a cap per client address. A connection over either cap is
- * answered by one of at most PG_MAX_REJECTERS threads with ErrorResponse 53300 after its startup
- * packet (closed at once beyond that), so that no client holds more than its share and the
- * others are served. Every wait before a connection is routed has a deadline; a routed
- * connection lives as long as both ends do (TCP keepalive finds dead peers).
+ * An accept thread of its own for the main listener and the scoped one; a thread per connection
+ * (a small stack, PG_BUF bytes buffered each way), bounded, per listener, by a cap on all its
+ * connections and a cap per client address. A connection over either cap is answered by one of at
+ * most PG_MAX_REJECTERS threads (per listener) with ErrorResponse 53300 after its startup packet
+ * (closed at once beyond that), so that no client holds more than its share and the others are
+ * served, and neither listener's clients take the other's room. A scoped connection's client
+ * address is mapped to its org (cfg->origin) before anything of it is read; only that org's
+ * databases are resolved for it, its cancels included. Every wait before a connection is routed
+ * has a deadline; a routed connection lives as long as both ends do (TCP keepalive finds dead
+ * peers).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,19 +33,34 @@
 #define PG_STACK (128 * 1024)
 #define PG_WRITE_TIMEOUT_MS 5000 /* an ErrorResponse or the startup packet handed to the server */
 
+#define PG_MAIN 0   /* the listener of cfg->listen */
+#define PG_SCOPED 1 /* cfg->scoped_fd's */
+
 struct pg_src {
   struct pg_src *next;
   uint8_t addr[16];
+  uint8_t lst; /* PG_MAIN or PG_SCOPED: the two listeners' addresses are counted apart */
   unsigned n;
+};
+
+struct pg_listener {
+  int fd;                     /* -1: none */
+  unsigned active, rejecting; /* under p->lock */
 };
 
 struct pg_conn {
   struct moat_pg_proxy *p;
   struct pg_conn *prev, *next; /* routed connections, for cancels (under p->lock) */
   int cfd, sfd;
+  uint8_t lst; /* PG_MAIN or PG_SCOPED */
   uint8_t src[16];
-  char peer[INET6_ADDRSTRLEN + 8];
-  bool reject; /* over a cap: answered 53300 */
+  struct sockaddr_storage ss;
+  socklen_t ss_len;
+  /* ADDR:PORT, and " (CLIENT)" for a scoped one */
+  char peer[INET6_ADDRSTRLEN + 64];
+  char *client; /* scoped: the origin's name for the client, or NULL */
+  char *scope;  /* scoped: the client's org, "" when its address maps to none; main: NULL */
+  bool reject;  /* over a cap: answered 53300 */
   char *user, *database, *org, *id;
   bool have_key; /* pid, secret: the server's BackendKeyData (under p->lock) */
   uint32_t pid, secret;
@@ -50,44 +69,48 @@ struct pg_conn {
 
 struct moat_pg_proxy {
   struct moat_pg_config cfg;
-  int lfd, stop_fd; /* stop_fd: an eventfd made readable once, when the proxy stops */
+  struct pg_listener lst[2]; /* PG_MAIN, PG_SCOPED */
+  int stop_fd;               /* an eventfd made readable once, when the proxy stops */
   unsigned port;
   pthread_t acceptor;
   pthread_mutex_t lock;
   pthread_cond_t idle;
-  unsigned active, routed, rejecting, threads;
+  unsigned routed, threads;
   struct pg_conn *conns;
   struct pg_src *src[PG_SRC_BUCKETS];
 };
 
 /* ---- per-address counts (under p->lock) ---- */
 
-static unsigned src_hash(const uint8_t a[16]) {
+static unsigned src_hash(const uint8_t a[16], uint8_t lst) {
   uint32_t h = 2166136261u;
   for (int i = 0; i < 16; i++)
     h = (h ^ a[i]) * 16777619u;
+  h = (h ^ lst) * 16777619u;
   return h % PG_SRC_BUCKETS;
 }
 
-static struct pg_src *src_find(struct moat_pg_proxy *p, const uint8_t a[16], bool add) {
-  struct pg_src **pp = &p->src[src_hash(a)];
+static struct pg_src *src_find(struct moat_pg_proxy *p, const uint8_t a[16], uint8_t lst, bool add) {
+  struct pg_src **pp = &p->src[src_hash(a, lst)];
   for (struct pg_src *s = *pp; s; s = s->next)
-    if (memcmp(s->addr, a, 16) == 0)
+    if (s->lst == lst && memcmp(s->addr, a, 16) == 0)
       return s;
   if (!add)
     return NULL;
   struct pg_src *s = xcalloc(1, sizeof(*s));
   memcpy(s->addr, a, 16);
+  s->lst = lst;
   s->next = *pp;
   *pp = s;
   return s;
 }
 
-/* Gives back one of a's connections (drop: none, only an entry src_find just made with n 0). */
-static void src_release(struct moat_pg_proxy *p, const uint8_t a[16], bool drop) {
-  struct pg_src **pp = &p->src[src_hash(a)];
+/* Gives back one of a's connections on listener lst (drop: none, only an entry src_find just made
+ * with n 0). */
+static void src_release(struct moat_pg_proxy *p, const uint8_t a[16], uint8_t lst, bool drop) {
+  struct pg_src **pp = &p->src[src_hash(a, lst)];
   for (struct pg_src *s = *pp; s; pp = &s->next, s = s->next)
-    if (memcmp(s->addr, a, 16) == 0) {
+    if (s->lst == lst && memcmp(s->addr, a, 16) == 0) {
       if (!drop && s->n > 0)
         s->n--;
       if (s->n == 0) {
@@ -314,8 +337,9 @@ static void conn_unlink(struct pg_conn *c) {
 }
 
 /* A CancelRequest: forwarded (the client's 16 bytes unchanged) to the server of the routed
- * connection with that key, reached again through the resolver by its user and database (and
- * only when that still names the same database); dropped when no connection has the key. */
+ * connection with that key, reached again through the resolver by its user and database within
+ * the client's scope (and only when that still names the same database); dropped when no
+ * connection has the key. */
 static void handle_cancel(struct pg_conn *c, const uint8_t *pkt, const struct pg_startup *st) {
   struct moat_pg_proxy *p = c->p;
   _cleanup_free_ char *user = NULL, *database = NULL, *id = NULL;
@@ -334,8 +358,9 @@ static void handle_cancel(struct pg_conn *c, const uint8_t *pkt, const struct pg
   }
   moat_error *err = NULL;
   _cleanup_free_ char *org = NULL, *id2 = NULL;
+  /* a scoped client cancels only on its org's databases */
   _cleanup_close_ int fd =
-      p->cfg.resolve(p->cfg.arg, user, database, &org, &id2, (int)p->cfg.connect_timeout_ms, &err);
+      p->cfg.resolve(p->cfg.arg, c->scope, user, database, &org, &id2, (int)p->cfg.connect_timeout_ms, &err);
   if (fd < 0 || strcmp(id, id2) != 0) {
     log_info("pg %s: cancel for %s not forwarded: %s", c->peer, id, fd < 0 ? moat_error_msg(err) : "moved");
     moat_error_free(&err);
@@ -417,8 +442,8 @@ static void serve(struct pg_conn *c) {
   }
   moat_error *err = NULL;
   uint64_t t0 = now_ns();
-  c->sfd =
-      p->cfg.resolve(p->cfg.arg, st.user, st.database, &c->org, &c->id, (int)p->cfg.connect_timeout_ms, &err);
+  c->sfd = p->cfg.resolve(p->cfg.arg, c->scope, st.user, st.database, &c->org, &c->id,
+                          (int)p->cfg.connect_timeout_ms, &err);
   if (c->sfd < 0) {
     log_info("pg %s: user \"%s\" database \"%s\": %s", c->peer, st.user, st.database, moat_error_msg(err));
     send_error(c, sqlstate_of(err ? err->status : 0), moat_error_msg(err));
@@ -445,23 +470,50 @@ static void serve(struct pg_conn *c) {
            (double)(now_ns() - started) / 1e9, (unsigned long long)c->in, (unsigned long long)c->out);
 }
 
+/* The accounting of c's end (p->lock held): its listener's counts and its address's. */
+static void conn_done(struct moat_pg_proxy *p, struct pg_conn *c) {
+  struct pg_listener *l = &p->lst[c->lst];
+  if (c->reject) {
+    l->rejecting--;
+  } else {
+    l->active--;
+    src_release(p, c->src, c->lst, false);
+  }
+  if (--p->threads == 0)
+    pthread_cond_broadcast(&p->idle);
+}
+
+/* A scoped connection's org, from its client address, before anything of it is read. */
+static void map_origin(struct pg_conn *c) {
+  struct moat_pg_proxy *p = c->p;
+  char *org = NULL, *client = NULL;
+  if (p->cfg.origin(p->cfg.arg, (const struct sockaddr *)&c->ss, (unsigned)c->ss_len, &org, &client) < 0) {
+    free(org);
+    free(client);
+    org = xstrdup(""); /* no database matches: every name is answered as unknown */
+    log_info("pg %s: the client address maps to no org: every database is unknown to it", c->peer);
+  } else if (client) {
+    size_t n = strlen(c->peer);
+    snprintf(c->peer + n, sizeof(c->peer) - n, " (%s)", client);
+  }
+  c->scope = org;
+  c->client = client;
+}
+
 static void *conn_main(void *arg) {
   struct pg_conn *c = arg;
   struct moat_pg_proxy *p = c->p;
+  if (c->lst == PG_SCOPED && !c->reject)
+    map_origin(c);
   serve(c);
   close(c->cfd);
   if (c->sfd >= 0)
     close(c->sfd);
   pthread_mutex_lock(&p->lock);
-  if (c->reject) {
-    p->rejecting--;
-  } else {
-    p->active--;
-    src_release(p, c->src, false);
-  }
-  if (--p->threads == 0)
-    pthread_cond_broadcast(&p->idle);
+  conn_done(p, c);
   pthread_mutex_unlock(&p->lock);
+  free(c->scope);
+  free(c->client);
   free(c->user);
   free(c->database);
   free(c->org);
@@ -491,28 +543,33 @@ static void addr_key(const struct sockaddr_storage *ss, uint8_t key[16], char *p
   snprintf(peer, peer_len, "%s:%u", host, port);
 }
 
-static void admit(struct moat_pg_proxy *p, int fd, const struct sockaddr_storage *ss) {
+static void admit(struct moat_pg_proxy *p, uint8_t lst, int fd, const struct sockaddr_storage *ss,
+                  socklen_t ss_len) {
   struct pg_conn *c = xcalloc(1, sizeof(*c));
+  struct pg_listener *l = &p->lst[lst];
   c->p = p;
   c->cfd = fd;
   c->sfd = -1;
+  c->lst = lst;
+  c->ss = *ss;
+  c->ss_len = ss_len;
   addr_key(ss, c->src, c->peer, sizeof(c->peer));
   pthread_mutex_lock(&p->lock);
-  struct pg_src *s = src_find(p, c->src, true);
-  if (p->active < p->cfg.max_connections && s->n < p->cfg.max_conns_per_ip) {
-    p->active++;
+  struct pg_src *s = src_find(p, c->src, lst, true);
+  if (l->active < p->cfg.max_connections && s->n < p->cfg.max_conns_per_ip) {
+    l->active++;
     s->n++;
   } else {
     if (s->n == 0)
-      src_release(p, c->src, true); /* the entry src_find made for this refusal */
-    if (p->rejecting >= PG_MAX_REJECTERS) {
+      src_release(p, c->src, lst, true); /* the entry src_find made for this refusal */
+    if (l->rejecting >= PG_MAX_REJECTERS) {
       pthread_mutex_unlock(&p->lock);
       log_debug("pg %s: over the caps and %d refusals under way: closed", c->peer, PG_MAX_REJECTERS);
       close(fd);
       free(c);
       return;
     }
-    p->rejecting++;
+    l->rejecting++;
     c->reject = true;
   }
   p->threads++;
@@ -534,14 +591,7 @@ static void admit(struct moat_pg_proxy *p, int fd, const struct sockaddr_storage
     /* conn_main's bookkeeping without serving */
     close(fd);
     pthread_mutex_lock(&p->lock);
-    if (c->reject) {
-      p->rejecting--;
-    } else {
-      p->active--;
-      src_release(p, c->src, false);
-    }
-    if (--p->threads == 0)
-      pthread_cond_broadcast(&p->idle);
+    conn_done(p, c);
     pthread_mutex_unlock(&p->lock);
     free(c);
   }
@@ -550,35 +600,55 @@ static void admit(struct moat_pg_proxy *p, int fd, const struct sockaddr_storage
 static void *accept_main(void *arg) {
   struct moat_pg_proxy *p = arg;
   for (;;) {
-    struct pollfd pf[2] = {{.fd = p->lfd, .events = POLLIN}, {.fd = p->stop_fd, .events = POLLIN}};
-    if (poll(pf, 2, -1) < 0) {
+    /* a negative fd (no scoped listener) is ignored by poll */
+    struct pollfd pf[3] = {{.fd = p->stop_fd, .events = POLLIN},
+                           {.fd = p->lst[PG_MAIN].fd, .events = POLLIN},
+                           {.fd = p->lst[PG_SCOPED].fd, .events = POLLIN}};
+    if (poll(pf, 3, -1) < 0) {
       if (errno == EINTR)
         continue;
       log_warn("pg: poll: %s", strerror(errno));
       usleep(100000);
       continue;
     }
-    if (pf[1].revents)
+    if (pf[0].revents)
       return NULL;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    int fd = accept4(p->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        log_warn("pg: accept: %s", strerror(errno));
-        usleep(100000);
+    for (uint8_t i = PG_MAIN; i <= PG_SCOPED; i++) {
+      if (!pf[1 + i].revents)
+        continue;
+      struct sockaddr_storage ss;
+      socklen_t sl = sizeof(ss);
+      int fd = accept4(p->lst[i].fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          log_warn("pg: accept: %s", strerror(errno));
+          usleep(100000);
+        }
+        continue;
       }
-      continue;
+      admit(p, i, fd, &ss, sl);
     }
-    admit(p, fd, &ss);
   }
 }
 
 /* ---- start / stop ---- */
 
+/* "ADDR:PORT" of a listening socket, for the log. */
+static void sock_name(int fd, char *out, size_t len) {
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof(ss);
+  uint8_t key[16];
+  snprintf(out, len, "?");
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+    addr_key(&ss, key, out, len);
+}
+
 int moat_pg_proxy_start(struct moat_pg_proxy **out, const struct moat_pg_config *cfg, moat_error **err) {
+  _cleanup_close_ int scoped = cfg->origin ? cfg->scoped_fd : -1; /* ours from here on */
   if (!cfg->resolve)
     return moat_error_set(err, EINVAL, "the database proxy needs a resolver");
+  if (cfg->origin && cfg->scoped_fd < 0)
+    return moat_error_set(err, EINVAL, "the database proxy's scoped listener needs a socket");
   unsigned port;
   bool ipv6;
   _cleanup_close_ int lfd = api_listen_socket(cfg->listen, &port, &ipv6, err);
@@ -603,10 +673,18 @@ int moat_pg_proxy_start(struct moat_pg_proxy **out, const struct moat_pg_config 
   pthread_mutex_init(&p->lock, NULL);
   pthread_cond_init(&p->idle, NULL);
   fd_set_nonblock(lfd, true);
-  p->lfd = steal_fd(&lfd);
+  p->lst[PG_MAIN].fd = steal_fd(&lfd);
+  p->lst[PG_SCOPED].fd = -1;
+  if (scoped >= 0) {
+    fd_set_nonblock(scoped, true);
+    fd_set_cloexec(scoped, true);
+    p->lst[PG_SCOPED].fd = steal_fd(&scoped);
+  }
   int rc = pthread_create(&p->acceptor, NULL, accept_main, p);
   if (rc != 0) {
-    close(p->lfd);
+    close(p->lst[PG_MAIN].fd);
+    if (p->lst[PG_SCOPED].fd >= 0)
+      close(p->lst[PG_SCOPED].fd);
     close(p->stop_fd);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->idle);
@@ -616,6 +694,13 @@ int moat_pg_proxy_start(struct moat_pg_proxy **out, const struct moat_pg_config 
   }
   log_info("database proxy listening on %s (port %u; caps %u connections, %u per client address)",
            cfg->listen, port, p->cfg.max_connections, p->cfg.max_conns_per_ip);
+  if (p->lst[PG_SCOPED].fd >= 0) {
+    char name[INET6_ADDRSTRLEN + 8];
+    sock_name(p->lst[PG_SCOPED].fd, name, sizeof(name));
+    log_info("database proxy listening on %s for scoped clients (each reaches its org's databases only; "
+             "the same caps)",
+             name);
+  }
   *out = p;
   return 0;
 }
@@ -625,7 +710,7 @@ unsigned moat_pg_proxy_port(const struct moat_pg_proxy *p) { return p ? p->port 
 unsigned moat_pg_proxy_active(const struct moat_pg_proxy *p, unsigned *routed) {
   struct moat_pg_proxy *m = (struct moat_pg_proxy *)p;
   pthread_mutex_lock(&m->lock);
-  unsigned n = m->active;
+  unsigned n = m->lst[PG_MAIN].active + m->lst[PG_SCOPED].active;
   if (routed)
     *routed = m->routed;
   pthread_mutex_unlock(&m->lock);
@@ -639,7 +724,9 @@ void moat_pg_proxy_stop(struct moat_pg_proxy *p) {
   if (write(p->stop_fd, &one, sizeof(one)) != sizeof(one))
     log_warn("pg: eventfd: %s", strerror(errno));
   pthread_join(p->acceptor, NULL);
-  close(p->lfd);
+  for (int i = PG_MAIN; i <= PG_SCOPED; i++)
+    if (p->lst[i].fd >= 0)
+      close(p->lst[i].fd);
   /* every connection thread sees stop_fd (a resolver call in flight ends within its timeout) */
   pthread_mutex_lock(&p->lock);
   while (p->threads > 0)

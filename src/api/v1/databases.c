@@ -17,6 +17,10 @@ static json_t *database_json(struct api_req *r, const struct moat_database_info 
                            (json_int_t)moat_control_db_port(c), "user", d->role, "password", d->password,
                            "database", d->database, "url", url);
   free(url);
+  /* how a sandbox reaches it (null: this moatd gives sandboxes no network, nothing in one does) */
+  char *sandbox_url = moat_control_database_sandbox_url(c, d);
+  json_object_set_new(conn, "sandbox_url", sandbox_url ? json_string(sandbox_url) : json_null());
+  free(sandbox_url);
   json_t *o = json_object();
   json_object_set_new(o, "id", json_string(d->id));
   json_object_set_new(o, "name", json_string(d->name));

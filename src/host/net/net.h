@@ -91,6 +91,27 @@ int moat_net_reconcile(struct moat_net *n, moat_error **err);
  * ECONNREFUSED when nothing listens there, ETIMEDOUT, EINVAL for a port out of 1..65535. */
 int moat_net_connect_port(int netns_fd, unsigned port, int timeout_ms, moat_error **err);
 
+/* ---- moatd's own services for sandboxes ---- */
+
+/* The service address (dotted IPv4, at most 15 characters): where sandboxes reach moatd's DNS
+ * (port 53) and the services of moat_net_listen_tcp, the same for every slot. */
+#define MOAT_NET_ADDR_LEN 16
+void moat_net_service_address(const struct moat_net *n, char out[MOAT_NET_ADDR_LEN]);
+
+/* A TCP socket listening on the service address's port (1..65535, not 53) in the routing
+ * namespace, backlog <= 0: SOMAXCONN. From then on the firewall admits new connections to it from
+ * every sandbox whose network is on (internet not false), whatever its egress policy: it is
+ * moatd's own service, as DNS is; a sandbox with internet: false (its link down) reaches nothing.
+ * The sandbox's address is its own (the firewall drops a spoofed source), so moat_net_sandbox_at
+ * names who connected. Returns the fd (close-on-exec, blocking; the caller owns it), or -1:
+ * EINVAL for the port, EADDRINUSE, EIO when the firewall could not be opened. */
+int moat_net_listen_tcp(struct moat_net *n, unsigned port, int backlog, moat_error **err);
+
+/* The sandbox whose slot has the address addr_be (network order) and is bound to it now: its slot
+ * (>= 0) and its id copied into id[0..id_len), or -1 when the address is no slot's, or the slot is
+ * free, prepared, being torn down or not yet bound. Memory only (no syscall). */
+int moat_net_sandbox_at(struct moat_net *n, uint32_t addr_be, char *id, size_t id_len);
+
 /* ---- policy ---- */
 
 #define MOAT_NET_MAX_RULES 1024 /* entries in allow + deny */

@@ -7,7 +7,9 @@
  *   offline (internet: false) · another sandbox · 169.254.0.0/16 (cloud metadata) · the host's
  *   own addresses (moatd's API included) · blocked ports (mining pools) · deny CIDRs · addresses of
  *   denied names · allow CIDRs · addresses of allowed names · egress "deny" default · allow.
- * IPv6 (fe80::/10 included) is never forwarded; the routing namespace itself answers only DNS.
+ * IPv6 (fe80::/10 included) is never forwarded; the routing namespace itself answers only DNS and
+ * moatd's TCP services on the DNS address (set "services", service.c), to sandboxes whose network
+ * is on whatever their egress policy (they are moatd's own, as DNS is).
  */
 #include "net_internal.h"
 
@@ -164,6 +166,7 @@ int nft_open(struct moat_net *n, moat_error **err) {
               "add table inet moat\n"
               "add set inet moat hostaddrs { type ipv4_addr; flags interval; auto-merge; }\n"
               "add set inet moat blockports { type inet_service; }\n"
+              "add set inet moat services { type inet_service; }\n"
               "add set inet moat offline { type ipv4_addr; }\n"
               "add set inet moat egress_deny { type ipv4_addr; }\n"
               "add set inet moat policied { type ipv4_addr; }\n"
@@ -178,7 +181,7 @@ int nft_open(struct moat_net *n, moat_error **err) {
               "add chain inet moat post { type nat hook postrouting priority 100; policy accept; }\n"
               "flush chain inet moat pre\nflush chain inet moat input\nflush chain inet moat forward\n"
               "flush chain inet moat egress\nflush chain inet moat post\n"
-              "flush set inet moat hostaddrs\nflush set inet moat blockports\n"
+              "flush set inet moat hostaddrs\nflush set inet moat blockports\nflush set inet moat services\n"
               "add element inet moat hostaddrs { ");
   host_addrs(n, &s, &len);
   net_sappend(&s, &len, " }\nadd element inet moat blockports { %s }\n", n->block_ports);
@@ -193,6 +196,7 @@ int nft_open(struct moat_net *n, moat_error **err) {
       "add rule inet moat input iifname \"mv*\" ip saddr @offline drop\n"
       "add rule inet moat input iifname \"mv*\" ip daddr %s udp dport 53 accept\n"
       "add rule inet moat input iifname \"mv*\" ip daddr %s tcp dport 53 accept\n"
+      "add rule inet moat input iifname \"mv*\" ip daddr %s tcp dport @services accept\n"
       "add rule inet moat input iifname \"mv*\" ct state new log group " NFLOG_G " prefix \"D host\" drop\n"
       "add rule inet moat forward ct state established,related accept\n"
       "add rule inet moat forward ct state invalid drop\n"
@@ -218,7 +222,7 @@ int nft_open(struct moat_net *n, moat_error **err) {
       "add rule inet moat egress oifname \"mup0\" log group " NFLOG_G " prefix \"A default\" accept\n"
       "add rule inet moat egress log group " NFLOG_G " prefix \"D route\" drop\n"
       "add rule inet moat post oifname \"mup0\" masquerade\n",
-      dns, dns);
+      dns, dns, dns);
   int r = nft_run(n, s, err);
   free(s);
   return r < 0 ? moat_error_wrap(err, "build table inet moat") : 0;
