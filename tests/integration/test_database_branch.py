@@ -181,8 +181,8 @@ class DatabaseBranchTest(BranchMixin, DaemonTest):
 class ForkBranchTest(BranchMixin, DaemonTest):
     pool = 0
 
-    def parent_with(self, d):
-        sb = self.sandbox(databases=[{"id": d["id"], "env": "DATABASE_URL"}])
+    def parent_with(self, d, **spec):
+        sb = self.sandbox(databases=[{"id": d["id"], "env": "DATABASE_URL"}], **spec)
         self.assertEqual(self.c.sh(sb["id"], "printenv DATABASE_URL").strip(), in_sandbox(d))
         return sb
 
@@ -239,11 +239,13 @@ class ForkBranchTest(BranchMixin, DaemonTest):
         d = self.database()
         self.host_psql(d, "CREATE TABLE t AS SELECT 1 AS n")
         sb = self.parent_with(d)
-        # branch i exits i: the one that exits 0 wins
+        # branch i exits i: the one that exits 0 wins (test_db_network has them write through the
+        # proxy's in-sandbox listener)
         branches = [{"cmd": "printenv DATABASE_URL; exit %d" % i} for i in range(3)]
         _, r = self.c.request("POST", "/v1/sandboxes/%s/explore" % sb["id"],
                               body={"branches": branches, "databases": "branch"}, timeout=CREATE_TIMEOUT)
         winner = r["winner"]
+        self.assertTrue(winner, r)
         self.addCleanup(self._delete_quietly, self.c, winner)
         out = {o["sandbox_id"]: o for o in r["outcomes"]}
         self.assertEqual(out[winner]["exit_code"], 0, r)

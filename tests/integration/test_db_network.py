@@ -165,6 +165,32 @@ class DatabaseFromSandboxTest(DatabaseMixin, NetDaemonTest):
         return self.psql(d, sql)
 
     # -- tests --
+    def test_explore_branches_write_their_own_rows(self):
+        """explore with databases: "branch": each branch writes its own row into its own branch of
+        the parent's database through the in-sandbox listener; the winner's branch keeps the
+        winner's row only, the losers' branches go, and the parent's database has none of them."""
+        d = self.database()
+        self.host_psql(d, "CREATE TABLE t AS SELECT 1 AS n")
+        sb = self.sandbox(template="postgres", databases=[{"id": d["id"], "env": "DATABASE_URL"}])
+        branches = [{"cmd": "psql -X \"$DATABASE_URL\" -v ON_ERROR_STOP=1 -c 'INSERT INTO t VALUES (%d)' && exit %d"
+                            % (10 + i, i)} for i in range(3)]
+        _, r = self.c.request("POST", "/v1/sandboxes/%s/explore" % sb["id"],
+                              body={"branches": branches, "databases": "branch"}, timeout=600)
+        winner = r["winner"]
+        self.assertTrue(winner, r)
+        self.addCleanup(self._delete_quietly, self.c, winner)
+        self.assertEqual({o["sandbox_id"]: o["exit_code"] for o in r["outcomes"]}[winner], 0, r)
+        deadline = time.time() + 60
+        while True:
+            _, lst = self.c.request("GET", "/v1/databases")
+            mine = [x for x in lst["databases"] if x["metadata"].get("moat.branch_of") == d["id"]]
+            if len(mine) == 1:
+                break
+            self.assertLess(time.time(), deadline, "losers' branches still there: %r" % mine)
+            time.sleep(0.3)
+        self.assertEqual(self.host_psql(mine[0], "SELECT string_agg(n::text, ',' ORDER BY n) FROM t").stdout, "1,10\n")
+        self.assertEqual(self.host_psql(d, "SELECT string_agg(n::text, ',' ORDER BY n) FROM t").stdout, "1\n")
+
     def test_same_org_writes_the_host_reads(self):
         d = self.database()
         conn = d["connection"]
