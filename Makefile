@@ -42,7 +42,7 @@ CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 $(WARN) -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -MMD -MP -Isrc $(SANFLAGS)
 LDFLAGS += $(SANFLAGS)
 
-DAEMON_LIBS := -lmicrohttpd -lwslay -ljansson -lsqlite3 -lseccomp -lmnl -lnftables -larchive -lz -lpthread
+DAEMON_LIBS := -lmicrohttpd -lwslay -ljansson -lsqlite3 -lseccomp -lmnl -lnftables -larchive -lssl -lcrypto -lz -lpthread
 CLI_LIBS := -lcurl -lwslay -ljansson -larchive
 
 # Every .c beneath a layer's folder (layers may have folders of their own: api/v1, host/linux, ...).

@@ -49,6 +49,7 @@ struct moat_api_config {
    * defaults of api/pg/pg.h). */
   const char *db_listen;
   unsigned db_max_connections, db_max_conns_per_ip;
+  const char *db_tls_cert, *db_tls_key; /* PEM files for the proxy's TLS, or NULL */
 };
 
 /* Starts serving on cfg->listen with a thread per connection; returns 0 or -1 (EADDRINUSE, ...).

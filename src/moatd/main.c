@@ -44,6 +44,9 @@ static void usage(FILE *f) {
           "                       127.0.0.1:7432; none: no proxy). With sandbox networking it also\n"
           "                       listens for sandboxes on their DNS address, port 5432 (each served\n"
           "                       its own org's databases only)\n"
+          "  --db-tls-cert FILE --db-tls-key FILE  TLS for the database proxy's clients (a PEM certificate\n"
+          "                       chain and its key; both listeners answer SSLRequest with 'S'). Without\n"
+          "                       them: no TLS (sslmode=disable or prefer)\n"
           "  --db-max-connections N  connections the database proxy serves at once (default %d)\n"
           "  --db-max-conns-per-ip N  of those, from one client address (default %d)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
@@ -274,6 +277,7 @@ int main(int argc, char **argv) {
   const char *lxcfs_dir = MOAT_HOST_LXCFS_AUTO;
   const char *proxy_listen = NULL, *proxy_domain = NULL, *db_listen = "127.0.0.1:7432";
   unsigned db_max_connections = 0, db_max_conns_per_ip = 0;
+  const char *db_tls_cert = NULL, *db_tls_key = NULL;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -299,6 +303,8 @@ int main(int argc, char **argv) {
       {"db-listen", required_argument, NULL, 0x120},
       {"db-max-connections", required_argument, NULL, 0x121},
       {"db-max-conns-per-ip", required_argument, NULL, 0x122},
+      {"db-tls-cert", required_argument, NULL, 0x123},
+      {"db-tls-key", required_argument, NULL, 0x124},
       {"max-connections", required_argument, NULL, 0x200},
       {"max-conns-per-ip", required_argument, NULL, 0x201},
       {"header-timeout", required_argument, NULL, 0x202},
@@ -376,6 +382,12 @@ int main(int argc, char **argv) {
       break;
     case 0x121:
       db_max_connections = flag_uint("db-max-connections", optarg, 1, 1000000);
+      break;
+    case 0x123:
+      db_tls_cert = optarg;
+      break;
+    case 0x124:
+      db_tls_key = optarg;
       break;
     case 0x122:
       db_max_conns_per_ip = flag_uint("db-max-conns-per-ip", optarg, 1, 1000000);
@@ -478,6 +490,10 @@ int main(int argc, char **argv) {
   check_port("listen", listen_addr);
   if (db_listen)
     check_port("db-listen", db_listen);
+  if (!db_tls_cert != !db_tls_key)
+    die("--db-tls-cert and --db-tls-key go together (a certificate and its key)");
+  if (db_tls_cert && !db_listen)
+    die("--db-tls-cert: there is no database proxy (--db-listen none)");
 
   _cleanup_free_ char *exe = exe_dir();
   _cleanup_free_ char *repo = find_repo(exe);
@@ -557,7 +573,9 @@ int main(int argc, char **argv) {
                                .proxy_domain = proxy_domain,
                                .db_listen = db_listen,
                                .db_max_connections = db_max_connections,
-                               .db_max_conns_per_ip = db_max_conns_per_ip};
+                               .db_max_conns_per_ip = db_max_conns_per_ip,
+                               .db_tls_cert = db_tls_cert,
+                               .db_tls_key = db_tls_key};
   struct moat_api *api = NULL;
   if (moat_api_start(&api, control, &ac, &err) < 0) {
     moat_control_close(control);

@@ -52,6 +52,8 @@ static int pg_open(struct moat_api *a, const struct moat_api_config *cfg, void *
         .resolve = control_resolve,
         .conn_event = control_conn_event,
         .arg = f,
+        .tls_cert = cfg->db_tls_cert,
+        .tls_key = cfg->db_tls_key,
     };
     /* sandboxes reach the proxy on their network's service address (ENODEV: no sandbox networking,
      * no such listener: a sandbox has loopback only) */

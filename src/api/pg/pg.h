@@ -5,8 +5,10 @@
  * found by a resolver (in moatd: control's moat_control_database_connect, which wakes a
  * hibernated database) and the client's startup packet is handed to that server; from then on
  * bytes are copied both ways unchanged. The server authenticates the client itself (SCRAM end to
- * end): the proxy never sees a password. SSLRequest and GSSENCRequest are answered 'N' (no
- * encryption here); a CancelRequest is forwarded to the server of the connection whose
+ * end): the proxy never sees a password. SSLRequest is answered 'S' and the client's TLS
+ * terminated here when the proxy has a certificate (cfg->tls_cert/tls_key; the bytes to the
+ * server, on its sandbox's loopback, stay plain), else 'N'; GSSENCRequest is answered 'N'; a
+ * CancelRequest is forwarded to the server of the connection whose
  * BackendKeyData it carries, or dropped. Errors before a connection is routed are ErrorResponse
  * messages with a SQLSTATE; bytes that are not a startup packet close the connection.
  *
@@ -120,7 +122,15 @@ struct moat_pg_config {
   moat_pg_resolve_fn resolve;       /* required */
   moat_pg_conn_event_fn conn_event; /* NULL: none */
   void *arg;                        /* passed to both */
+  const char *tls_cert, *tls_key;   /* PEM files (a chain, its key) for TLS on both listeners; NULL:
+                                       none (SSLRequest answered 'N') */
 };
+
+/* ---- TLS (tls.c) ---- */
+typedef struct ssl_ctx_st SSL_CTX;
+/* A server context for cert (a PEM chain) and key: TLS 1.2 and later, no compression, no
+ * renegotiation, partial writes. NULL with *err (EINVAL naming the file and OpenSSL's reason). */
+SSL_CTX *pg_tls_context(const char *cert, const char *key, moat_error **err);
 
 struct moat_pg_proxy;
 /* Binds cfg->listen and serves it, and cfg->scoped_fd with cfg->origin, with a thread per

@@ -24,6 +24,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "../../common/log.h"
 #include "../../common/util.h"
 #include "../http/http.h"
@@ -31,6 +34,7 @@
 
 #define PG_SRC_BUCKETS 256
 #define PG_STACK (128 * 1024)
+#define PG_TLS_STACK (512 * 1024) /* with TLS: OpenSSL's handshake wants more */
 #define PG_WRITE_TIMEOUT_MS 5000 /* an ErrorResponse or the startup packet handed to the server */
 
 #define PG_MAIN 0   /* the listener of cfg->listen */
@@ -52,6 +56,7 @@ struct pg_conn {
   struct moat_pg_proxy *p;
   struct pg_conn *prev, *next; /* routed connections, for cancels (under p->lock) */
   int cfd, sfd;
+  SSL *ssl;    /* the client's TLS once negotiated, else NULL */
   uint8_t lst; /* PG_MAIN or PG_SCOPED */
   uint8_t src[16];
   struct sockaddr_storage ss;
@@ -69,6 +74,7 @@ struct pg_conn {
 
 struct moat_pg_proxy {
   struct moat_pg_config cfg;
+  SSL_CTX *tls; /* NULL: SSLRequest answered 'N' */
   struct pg_listener lst[2]; /* PG_MAIN, PG_SCOPED */
   int stop_fd;               /* an eventfd made readable once, when the proxy stops */
   unsigned port;
@@ -187,12 +193,123 @@ static int write_full(struct moat_pg_proxy *p, int fd, const uint8_t *buf, size_
 
 static uint64_t deadline_ms(unsigned ms) { return now_ns() + (uint64_t)ms * 1000000ULL; }
 
+/* ---- the client's end: its socket, or TLS over it ---- */
+
+/* One SSL call's outcome as a read()/write() would give it: > 0 bytes, 0 at the end, or -1 with
+ * errno (EAGAIN, and *want the poll event it waits for; EPROTO for a TLS failure). */
+static ssize_t tls_result(struct pg_conn *c, int r, short *want) {
+  if (r > 0)
+    return r;
+  int e = SSL_get_error(c->ssl, r);
+  switch (e) {
+  case SSL_ERROR_WANT_READ:
+    *want = POLLIN;
+    errno = EAGAIN;
+    return -1;
+  case SSL_ERROR_WANT_WRITE:
+    *want = POLLOUT;
+    errno = EAGAIN;
+    return -1;
+  case SSL_ERROR_ZERO_RETURN:
+    return 0;
+  case SSL_ERROR_SYSCALL:
+    ERR_clear_error();
+    if (errno == 0)
+      return 0; /* the peer closed without close_notify */
+    return -1;
+  default:
+    ERR_clear_error();
+    errno = EPROTO;
+    return -1;
+  }
+}
+
+/* read() or write() of the client: *want gets the event to wait for on EAGAIN. */
+static ssize_t client_read(struct pg_conn *c, uint8_t *buf, size_t n, short *want) {
+  *want = POLLIN;
+  if (!c->ssl)
+    return read(c->cfd, buf, n);
+  return tls_result(c, SSL_read(c->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n), want);
+}
+
+static ssize_t client_write(struct pg_conn *c, const uint8_t *buf, size_t n, short *want) {
+  *want = POLLOUT;
+  if (!c->ssl)
+    return send(c->cfd, buf, n, MSG_NOSIGNAL);
+  return tls_result(c, SSL_write(c->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n), want);
+}
+
+/* read_full and write_full of the client's end. */
+static int client_read_full(struct pg_conn *c, uint8_t *buf, size_t n, uint64_t deadline) {
+  if (!c->ssl)
+    return read_full(c->p, c->cfd, buf, n, deadline);
+  for (size_t got = 0; got < n;) {
+    short want;
+    ssize_t r = client_read(c, buf + got, n - got, &want);
+    if (r > 0) {
+      got += (size_t)r;
+      continue;
+    }
+    if (r == 0) {
+      errno = 0;
+      return -1;
+    }
+    if (errno != EAGAIN || wait_fd(c->p, c->cfd, want, deadline) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int client_write_full(struct pg_conn *c, const uint8_t *buf, size_t n, uint64_t deadline) {
+  if (!c->ssl)
+    return write_full(c->p, c->cfd, buf, n, deadline);
+  for (size_t done = 0; done < n;) {
+    short want;
+    ssize_t r = client_write(c, buf + done, n - done, &want);
+    if (r > 0) {
+      done += (size_t)r;
+      continue;
+    }
+    if (r == 0 || errno != EAGAIN || wait_fd(c->p, c->cfd, want, deadline) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* The client's writing side ends (after its last bytes): close_notify over TLS, then FIN. */
+static void client_shutdown(struct pg_conn *c) {
+  if (c->ssl)
+    SSL_shutdown(c->ssl);
+  shutdown(c->cfd, SHUT_WR);
+}
+
+/* The TLS handshake after 'S', until deadline: 0, or -1 (logged). */
+static int tls_accept(struct pg_conn *c, uint64_t deadline) {
+  c->ssl = SSL_new(c->p->tls);
+  if (!c->ssl || SSL_set_fd(c->ssl, c->cfd) != 1) {
+    log_warn("pg %s: TLS: no session", c->peer);
+    return -1;
+  }
+  for (;;) {
+    short want = POLLIN;
+    int r = SSL_accept(c->ssl);
+    if (r == 1)
+      return 0;
+    if (tls_result(c, r, &want) < 0 && errno == EAGAIN && wait_fd(c->p, c->cfd, want, deadline) == 0)
+      continue;
+    log_info("pg %s: TLS handshake failed (%s)", c->peer, errno == ETIMEDOUT ? "timed out" : "refused");
+    SSL_free(c->ssl);
+    c->ssl = NULL; /* nothing more is said on this connection */
+    return -1;
+  }
+}
+
 /* Sends an ErrorResponse to the client (best effort) and lets it read it before the close. */
 static void send_error(struct pg_conn *c, const char *sqlstate, const char *msg) {
   uint8_t buf[1024];
   size_t n = pg_error_response(buf, sizeof(buf), sqlstate, msg);
-  if (write_full(c->p, c->cfd, buf, n, deadline_ms(PG_WRITE_TIMEOUT_MS)) == 0)
-    shutdown(c->cfd, SHUT_WR);
+  if (client_write_full(c, buf, n, deadline_ms(PG_WRITE_TIMEOUT_MS)) == 0)
+    client_shutdown(c);
 }
 
 static void tune_socket(int fd) {
@@ -215,25 +332,32 @@ struct pg_dir {
 };
 
 /* Copies bytes client <-> server until both directions ended (each end's FIN passed on as a
- * shutdown of the other's writing side), either end fails, or the proxy stops. */
+ * shutdown of the other's writing side), either end fails, or the proxy stops. The client's end
+ * may be TLS: its reads and writes each wait for what OpenSSL asks (want[]), and bytes OpenSSL
+ * holds decrypted already (SSL_pending) are read without waiting for the socket. */
 static void splice_both(struct pg_conn *c) {
   struct moat_pg_proxy *p = c->p;
   struct pg_dir *d = xcalloc(2, sizeof(*d)); /* d[0]: client -> server, d[1]: server -> client */
-  int from[2] = {c->cfd, c->sfd}, to[2] = {c->sfd, c->cfd};
   struct pg_backend_scan scan = {0};
-  bool hup[2] = {false, false}; /* hup[i]: from[i] reported POLLHUP */
+  bool hup[2] = {false, false}; /* hup[i]: end i (0 client, 1 server) reported POLLHUP */
+  /* the events the client's end waits for: for reading it (from TLS, POLLOUT during a key update)
+   * and for writing to it */
+  short c_rd = POLLIN, c_wr = POLLOUT;
   for (;;) {
     struct pollfd pf[3] = {{.fd = c->cfd}, {.fd = c->sfd}, {.fd = p->stop_fd, .events = POLLIN}};
-    for (int i = 0; i < 2; i++) {
-      if (d[i].len == 0 && !d[i].eof)
-        pf[i].events |= POLLIN;
-      if (d[1 - i].len > 0)
-        pf[i].events |= POLLOUT;
-      /* a hung-up end whose bytes wait for the other to drain is not polled (it would spin) */
+    if (d[0].len == 0 && !d[0].eof)
+      pf[0].events |= c_rd;
+    if (d[1].len > 0)
+      pf[0].events |= c_wr;
+    if (d[1].len == 0 && !d[1].eof)
+      pf[1].events |= POLLIN;
+    if (d[0].len > 0)
+      pf[1].events |= POLLOUT;
+    for (int i = 0; i < 2; i++) /* a hung-up end whose bytes wait for the other is not polled (it would spin) */
       if (hup[i] && !(pf[i].events & (POLLIN | POLLOUT)))
         pf[i].fd = -1;
-    }
-    if (poll(pf, 3, -1) < 0) {
+    bool pending = c->ssl && d[0].len == 0 && !d[0].eof && SSL_pending(c->ssl) > 0;
+    if (poll(pf, 3, pending ? 0 : -1) < 0) {
       if (errno == EINTR)
         continue;
       break;
@@ -241,52 +365,76 @@ static void splice_both(struct pg_conn *c) {
     if (pf[2].revents)
       break;
     bool fail = false;
-    for (int i = 0; i < 2 && !fail; i++) {
+    for (int i = 0; i < 2; i++) {
       if (pf[i].revents & POLLERR)
         fail = true;
       if (pf[i].revents & POLLHUP)
         hup[i] = true;
-      if ((pf[i].revents & (POLLIN | POLLHUP)) && d[i].len == 0 && !d[i].eof) {
-        ssize_t r = read(from[i], d[i].buf, sizeof(d[i].buf));
-        if (r > 0) {
-          d[i].off = 0;
-          d[i].len = (size_t)r;
-          if (i == 1 && !scan.done) {
-            pg_backend_scan_feed(&scan, d[i].buf, (size_t)r);
-            if (scan.have_key && !c->have_key) {
-              pthread_mutex_lock(&p->lock);
-              c->pid = scan.pid;
-              c->secret = scan.secret;
-              c->have_key = true;
-              pthread_mutex_unlock(&p->lock);
-            }
-          }
-          if (i == 0)
-            c->in += (uint64_t)r;
-          else
-            c->out += (uint64_t)r;
-        } else if (r == 0) {
-          d[i].eof = true;
-        } else if (errno != EAGAIN && errno != EINTR) {
-          fail = true;
-        }
+    }
+    /* client -> server: read the client */
+    if (!fail && d[0].len == 0 && !d[0].eof && (pending || (pf[0].revents & (c_rd | POLLHUP)))) {
+      ssize_t r = client_read(c, d[0].buf, sizeof(d[0].buf), &c_rd);
+      if (r > 0) {
+        d[0].off = 0;
+        d[0].len = (size_t)r;
+        c->in += (uint64_t)r;
+        c_rd = POLLIN;
+      } else if (r == 0) {
+        d[0].eof = true;
+      } else if (errno != EAGAIN && errno != EINTR) {
+        fail = true;
       }
     }
-    for (int i = 0; i < 2 && !fail; i++) {
-      struct pg_dir *x = &d[i];
-      if (x->len > 0) {
-        ssize_t w = send(to[i], x->buf + x->off, x->len, MSG_NOSIGNAL);
-        if (w > 0) {
-          x->off += (size_t)w;
-          x->len -= (size_t)w;
-        } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
-          fail = true;
+    /* server -> client: read the server */
+    if (!fail && (pf[1].revents & (POLLIN | POLLHUP)) && d[1].len == 0 && !d[1].eof) {
+      ssize_t r = read(c->sfd, d[1].buf, sizeof(d[1].buf));
+      if (r > 0) {
+        d[1].off = 0;
+        d[1].len = (size_t)r;
+        if (!scan.done) {
+          pg_backend_scan_feed(&scan, d[1].buf, (size_t)r);
+          if (scan.have_key && !c->have_key) {
+            pthread_mutex_lock(&p->lock);
+            c->pid = scan.pid;
+            c->secret = scan.secret;
+            c->have_key = true;
+            pthread_mutex_unlock(&p->lock);
+          }
         }
+        c->out += (uint64_t)r;
+      } else if (r == 0) {
+        d[1].eof = true;
+      } else if (errno != EAGAIN && errno != EINTR) {
+        fail = true;
       }
-      if (x->eof && x->len == 0 && !x->shut) {
-        shutdown(to[i], SHUT_WR);
-        x->shut = true;
+    }
+    /* the writes: to the server, then to the client */
+    if (!fail && d[0].len > 0) {
+      ssize_t w = send(c->sfd, d[0].buf + d[0].off, d[0].len, MSG_NOSIGNAL);
+      if (w > 0) {
+        d[0].off += (size_t)w;
+        d[0].len -= (size_t)w;
+      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        fail = true;
       }
+    }
+    if (!fail && d[1].len > 0) {
+      ssize_t w = client_write(c, d[1].buf + d[1].off, d[1].len, &c_wr);
+      if (w > 0) {
+        d[1].off += (size_t)w;
+        d[1].len -= (size_t)w;
+        c_wr = POLLOUT;
+      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        fail = true;
+      }
+    }
+    if (!fail && d[0].eof && d[0].len == 0 && !d[0].shut) {
+      shutdown(c->sfd, SHUT_WR);
+      d[0].shut = true;
+    }
+    if (!fail && d[1].eof && d[1].len == 0 && !d[1].shut) {
+      client_shutdown(c);
+      d[1].shut = true;
     }
     if (fail || (d[0].shut && d[1].shut))
       break;
@@ -382,7 +530,7 @@ static int read_startup(struct pg_conn *c, uint8_t **pkt, uint32_t *len, struct 
   bool ssl = false, gss = false;
   for (;;) {
     uint8_t hdr[4];
-    if (read_full(p, c->cfd, hdr, 4, deadline) < 0) {
+    if (client_read_full(c, hdr, 4, deadline) < 0) {
       log_debug("pg %s: closed before a startup packet (%s)", c->peer,
                 errno ? strerror(errno) : "end of stream");
       return -1;
@@ -395,7 +543,7 @@ static int read_startup(struct pg_conn *c, uint8_t **pkt, uint32_t *len, struct 
     }
     _cleanup_free_ uint8_t *buf = xmalloc(*len);
     memcpy(buf, hdr, 4);
-    if (read_full(p, c->cfd, buf + 4, *len - 4, deadline) < 0) {
+    if (client_read_full(c, buf + 4, *len - 4, deadline) < 0) {
       log_info("pg %s: startup packet cut short (%s)", c->peer, errno ? strerror(errno) : "end of stream");
       return -1;
     }
@@ -409,11 +557,16 @@ static int read_startup(struct pg_conn *c, uint8_t **pkt, uint32_t *len, struct 
     if (st->kind == PG_KIND_SSL || st->kind == PG_KIND_GSSENC) {
       bool *seen = st->kind == PG_KIND_SSL ? &ssl : &gss;
       if (*seen) {
-        send_error(c, "08P01", "encryption was already refused on this connection");
+        send_error(c, "08P01", "encryption was already negotiated or refused on this connection");
         return -1;
       }
       *seen = true;
-      if (write_full(p, c->cfd, (const uint8_t *)"N", 1, deadline) < 0)
+      bool tls = st->kind == PG_KIND_SSL && p->tls && !c->ssl;
+      /* 'S', then the handshake: nothing the client sent after its SSLRequest is read as plain text
+       * (read_full read the request's bytes only) */
+      if (client_write_full(c, (const uint8_t *)(tls ? "S" : "N"), 1, deadline) < 0)
+        return -1;
+      if (tls && tls_accept(c, deadline) < 0)
         return -1;
       continue;
     }
@@ -506,6 +659,7 @@ static void *conn_main(void *arg) {
   if (c->lst == PG_SCOPED && !c->reject)
     map_origin(c);
   serve(c);
+  SSL_free(c->ssl);
   close(c->cfd);
   if (c->sfd >= 0)
     close(c->sfd);
@@ -580,7 +734,7 @@ static void admit(struct moat_pg_proxy *p, uint8_t lst, int fd, const struct soc
   tune_socket(fd);
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, PG_STACK);
+  pthread_attr_setstacksize(&attr, p->tls ? PG_TLS_STACK : PG_STACK);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t t;
   int rc = pthread_create(&t, &attr, conn_main, c);
@@ -654,11 +808,18 @@ int moat_pg_proxy_start(struct moat_pg_proxy **out, const struct moat_pg_config 
   _cleanup_close_ int lfd = api_listen_socket(cfg->listen, &port, &ipv6, err);
   if (lfd < 0)
     return -1;
+  SSL_CTX *tls = NULL;
+  if ((cfg->tls_cert || cfg->tls_key) && !(tls = pg_tls_context(cfg->tls_cert, cfg->tls_key, err)))
+    return -1;
   int sfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (sfd < 0)
+  if (sfd < 0) {
+    SSL_CTX_free(tls);
     return moat_error_errno(err, "eventfd");
+  }
   struct moat_pg_proxy *p = xcalloc(1, sizeof(*p));
   p->cfg = *cfg;
+  p->tls = tls;
+  p->cfg.tls_cert = p->cfg.tls_key = NULL; /* borrowed: not kept */
 #define DEF(f, v)                                                                                            \
   if (!p->cfg.f)                                                                                             \
   p->cfg.f = v
@@ -688,12 +849,13 @@ int moat_pg_proxy_start(struct moat_pg_proxy **out, const struct moat_pg_config 
     close(p->stop_fd);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->idle);
+    SSL_CTX_free(p->tls);
     free(p);
     errno = rc;
     return moat_error_errno(err, "database proxy: thread");
   }
-  log_info("database proxy listening on %s (port %u; caps %u connections, %u per client address)",
-           cfg->listen, port, p->cfg.max_connections, p->cfg.max_conns_per_ip);
+  log_info("database proxy listening on %s (port %u; caps %u connections, %u per client address; TLS %s)",
+           cfg->listen, port, p->cfg.max_connections, p->cfg.max_conns_per_ip, p->tls ? "offered" : "not offered");
   if (p->lst[PG_SCOPED].fd >= 0) {
     char name[INET6_ADDRSTRLEN + 8];
     sock_name(p->lst[PG_SCOPED].fd, name, sizeof(name));
@@ -741,5 +903,6 @@ void moat_pg_proxy_stop(struct moat_pg_proxy *p) {
     }
   pthread_mutex_destroy(&p->lock);
   pthread_cond_destroy(&p->idle);
+  SSL_CTX_free(p->tls);
   free(p);
 }
