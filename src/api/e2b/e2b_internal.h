@@ -28,6 +28,12 @@ struct e2b_req {
   void (*sub_free)(void *);
 };
 
+/* Whether org's sandbox id is killed or gone, or becomes so within 2 s while it still shows running
+ * (a kill stops its processes a moment before its state says so). A stream whose guest connection
+ * failed asks this: when true it drops the client's connection, as E2B's proxy does for a sandbox
+ * that went away, rather than sending moat's error. */
+bool e2b_sandbox_gone(struct moat_control *ctl, const char *org, const char *id);
+
 /* The front end's state (e2b.c makes it when the api starts). */
 struct envd_fs_state;
 struct e2b_state {

@@ -24,12 +24,26 @@
 struct proc_ctx {
   struct moat_proc_stream *ps;
   bool pty;
+  struct moat_control *ctl;
+  char *org;
+  char id[MOAT_ID_LEN + 1];
 };
+
+static struct proc_ctx *proc_ctx_new(struct api_req *r, struct envd_req *q, struct moat_proc_stream *ps, bool pty) {
+  struct proc_ctx *c = xcalloc(1, sizeof(*c));
+  c->ps = ps;
+  c->pty = pty;
+  c->ctl = api_control(r);
+  c->org = xstrdup(q->e->org);
+  snprintf(c->id, sizeof(c->id), "%s", q->e->sandbox_id);
+  return c;
+}
 
 static void proc_ctx_free(void *p) {
   struct proc_ctx *c = p;
   if (c->ps)
     moat_proc_stream_close(c->ps);
+  free(c->org);
   free(c);
 }
 
@@ -48,6 +62,12 @@ static void proc_pull(struct cx_stream *s, int timeout_ms) {
   int rc = moat_proc_stream_next(c->ps, &ev, timeout_ms, &err);
   if (rc < 0 && err && err->status == ETIMEDOUT) {
     moat_error_free(&err);
+    return;
+  }
+  if (rc < 0 && e2b_sandbox_gone(c->ctl, c->org, c->id)) {
+    /* the guest connection failed (reset) because the sandbox was killed: as the end below */
+    moat_error_free(&err);
+    s->cut = true;
     return;
   }
   if (rc < 0)
@@ -246,9 +266,7 @@ static int p_start(struct api_req *r, struct envd_req *q, json_t *body) {
     if (moat_proc_stream_close_input(ps, &cerr) < 0)
       moat_error_free(&cerr);
   }
-  struct proc_ctx *c = xcalloc(1, sizeof(*c));
-  c->ps = ps;
-  c->pty = cols != 0;
+  struct proc_ctx *c = proc_ctx_new(r, q, ps, cols != 0);
   struct cx_stream *s = cx_stream_new(r, event_msg("keepalive", json_object()));
   s->pull = proc_pull;
   s->ctx = c;
@@ -285,9 +303,7 @@ static int p_connect(struct api_req *r, struct envd_req *q, json_t *body) {
     moat_proc_stream_close(ps);
     return cx_stream_error(r, "not_found", "process with pid %d not found (it has exited)", p);
   }
-  struct proc_ctx *c = xcalloc(1, sizeof(*c));
-  c->ps = ps;
-  c->pty = info.pty;
+  struct proc_ctx *c = proc_ctx_new(r, q, ps, info.pty);
   struct cx_stream *s = cx_stream_new(r, event_msg("keepalive", json_object()));
   s->pull = proc_pull;
   s->ctx = c;

@@ -212,15 +212,13 @@ static void error_line(struct moat_buf *out, json_t *e) {
   free(b.p);
 }
 
-/* Whether the run's sandbox is killed or killed now (a kill stops the kernel a moment before the
- * state says so: asked for up to E2B_GONE_WAIT_MS). */
 #define E2B_GONE_WAIT_MS 2000
-static bool sandbox_gone(struct e2b_run *x) {
+bool e2b_sandbox_gone(struct moat_control *ctl, const char *org, const char *id) {
   for (int waited = 0;; waited += 100) {
     struct moat_sandbox_info info;
     memset(&info, 0, sizeof(info));
     moat_error *err = NULL;
-    int rc = moat_control_get(x->ctl, x->org, x->id, &info, &err);
+    int rc = moat_control_get(ctl, org, id, &info, &err);
     bool gone = rc < 0 ? err && err->status == ENOENT : info.state == MOAT_SB_KILLED;
     bool running = rc == 0 && info.state == MOAT_SB_RUNNING;
     moat_error_free(&err);
@@ -268,7 +266,7 @@ static void run_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done
       x->ended = true;
       flush_text(x, out, true);
       const struct moat_ctx_outcome *o = moat_ctx_run_outcome(x->u);
-      if ((o->error || o->restarted) && sandbox_gone(x)) {
+      if ((o->error || o->restarted) && e2b_sandbox_gone(x->ctl, x->org, x->id)) {
         x->cut = true;
         *done = true;
         return;
