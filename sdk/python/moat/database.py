@@ -5,7 +5,7 @@
     db = Database.create("app", size_mb=256)           # or client.databases.create("app")
     print(db.url)                                      # postgresql://db_...:...@127.0.0.1:7432/db_...?sslmode=disable
     with Sandbox.create(databases=[db]) as sb:         # $DATABASE_URL is db.url in every command
-        sb.exec('psql "$DATABASE_URL" -c "select 1"')
+        print(sb.exec('echo "$DATABASE_URL"').stdout)   # db.url (a client on the host reaches it)
     trial = db.branch("app-trial")                     # a new database with db's data
     trial.delete()
 """
