@@ -597,6 +597,16 @@ int moat_control_database_list(struct moat_control *c, const char *org, struct m
 /* Kills its sandbox, removes its volume and its row. ENOENT when org has no database id. */
 int moat_control_database_delete(struct moat_control *c, const char *org, const char *id, moat_error **err);
 
+/* Makes org's database spec->name a branch of its database id: the source's data as of now (a
+ * copy-on-write copy of its volume where the data dir's file system can, else a full copy; either
+ * taken with the source's server frozen, so it holds every transaction committed before the
+ * call), with its own role, password and volume, independent from then on. spec->size_mb is 0 or
+ * the source's; idle_seconds 0 takes the source's. EBUSY while the source is being created or
+ * deleted, ENOENT when org has no database id, EEXIST for a name org has. */
+int moat_control_database_branch(struct moat_control *c, const char *org, const char *id,
+                                 const struct moat_database_spec *spec, struct moat_database_info *out,
+                                 moat_error **err);
+
 /* THE PROXY'S CONTRACT. A connected TCP fd (caller closes) to the server of the database whose role
  * is role, or, when role names none, whose database name is database (either may be NULL; the
  * PostgreSQL startup message's "user" and "database"). A hibernated database is woken first, one

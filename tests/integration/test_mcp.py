@@ -395,6 +395,9 @@ class MCPDatabaseTest(DatabaseMixin, DaemonTest):
     def test_client_databases(self):
         self.run_databases("databases")
 
+    def test_client_database_branch(self):
+        self.run_databases("database_branch")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -120,7 +120,7 @@ const scenarios = {
     const { client } = await connect('/v1/mcp');
     const { tools } = await client.listTools();
     assert.deepEqual(tools.map((t) => t.name).sort(),
-      ['create_sandbox', 'database_create', 'database_delete', 'database_list', 'exec', 'fork_sandbox',
+      ['create_sandbox', 'database_branch', 'database_create', 'database_delete', 'database_list', 'exec', 'fork_sandbox',
         'hibernate_sandbox', 'kill_sandbox', 'list_sandboxes']);
     let r = await call(client, 'create_sandbox', { ttl_seconds: 600, metadata: { run: RUN } });
     assert.equal(r.isError, false, text(r));
@@ -273,6 +273,55 @@ const scenarios = {
     assert.match(text(r), /^error \(not_found\): no database 'db-nope'/);
     r = await call(client, 'database_delete', {});
     assert.match(text(r), /invalid arguments: 'database_id' is required/);
+    await client.close();
+  },
+
+  // database_branch: a new database with the source's rows, changed apart; errors as the v1 route answers them
+  async database_branch() {
+    const { client } = await connect('/v1/mcp');
+    const { tools } = await client.listTools();
+    const schema = tools.find((t) => t.name === 'database_branch').inputSchema;
+    assert.deepEqual(schema.required, ['database_id', 'name']);
+    assert.deepEqual(Object.keys(schema.properties).sort(), ['database_id', 'idle_seconds', 'metadata', 'name']);
+    const { spawnSync } = await import('node:child_process');
+    const sql = (url, q) => {
+      const r = spawnSync('psql', ['-X', url, '-v', 'ON_ERROR_STOP=1', '-Atc', q], { encoding: 'utf8', timeout: 120_000 });
+      assert.equal(r.status, 0, r.stderr);
+      return r.stdout;
+    };
+    let r = await call(client, 'database_create', { name: RUN, size_mb: 64, metadata: { run: RUN } });
+    assert.equal(r.isError, false, text(r));
+    const src = JSON.parse(text(r));
+    sql(src.connection.url, 'create table t (x int)');
+    sql(src.connection.url, 'insert into t values (1), (2)');
+    r = await call(client, 'database_branch', { database_id: src.id, name: RUN + '-b', idle_seconds: 900, metadata: { run: RUN } });
+    assert.equal(r.isError, false, text(r));
+    const br = JSON.parse(text(r));
+    assert.match(br.id, /^db-[a-z0-9]{17}$/);
+    assert.notEqual(br.id, src.id);
+    assert.notEqual(br.connection.url, src.connection.url);
+    assert.deepEqual([br.name, br.state, br.idle_seconds, br.metadata], [RUN + '-b', 'running', 900, { run: RUN }]);
+    assert.equal(sql(br.connection.url, 'select sum(x) from t'), '3\n');
+    sql(br.connection.url, 'insert into t values (10)');
+    assert.equal(sql(src.connection.url, 'select sum(x) from t'), '3\n');
+    assert.equal(sql(br.connection.url, 'select sum(x) from t'), '13\n');
+
+    r = await call(client, 'database_branch', { database_id: src.id, name: RUN + '-b' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /^error \(already_exists\): database_branch: /);
+    r = await call(client, 'database_branch', { database_id: 'db-' + 'a'.repeat(17), name: RUN + '-c' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /^error \(not_found\): database_branch: /);
+    r = await call(client, 'database_branch', { database_id: src.id, name: 'Bad Name' });
+    assert.match(text(r), /^error \(invalid_request\): database_branch: .*name/);
+    r = await call(client, 'database_branch', { database_id: src.id });
+    assert.match(text(r), /invalid arguments: 'name' is required/);
+    r = await call(client, 'database_branch', { database_id: src.id, name: 'x', size_mb: 64 });
+    assert.match(text(r), /unknown argument 'size_mb'/);
+    for (const id of [br.id, src.id]) {
+      r = await call(client, 'database_delete', { database_id: id });
+      assert.equal(r.isError, false, text(r));
+    }
     await client.close();
   },
 

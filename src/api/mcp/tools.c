@@ -573,6 +573,28 @@ static int tool_database_list(const struct mcp_call *c, json_t *args, struct too
   return 0;
 }
 
+static int tool_database_branch(const struct mcp_call *c, json_t *args, struct tool_out *o) {
+  static const char *const keys[] = {"database_id", "name", "idle_seconds", "metadata", NULL};
+  const char *id, *name;
+  if (check_keys(args, keys, o) < 0 || arg_database(args, &id, o) < 0 ||
+      arg_str(args, "name", true, 63, &name, o) < 0)
+    return -1;
+  _cleanup_json_ json_t *body = json_pack("{s:s}", "name", name);
+  if (db_common_args(args, body, o) < 0)
+    return -1;
+  /* The same checks as POST /v1/databases/{id}/branch. */
+  moat_error *err = NULL;
+  struct moat_database_spec spec;
+  if (api_parse_database_create(body, &spec, &err) < 0)
+    return out_moat_error(o, "database_branch", &err);
+  struct moat_database_info d;
+  if (moat_control_database_branch(api_control(c->r), c->r->org, id, &spec, &d, &err) < 0)
+    return out_moat_error(o, "database_branch", &err);
+  out_json(o, api_database_json(api_control(c->r), &d));
+  moat_database_info_clear(&d);
+  return 0;
+}
+
 static int tool_database_delete(const struct mcp_call *c, json_t *args, struct tool_out *o) {
   static const char *const keys[] = {"database_id", NULL};
   const char *id;
@@ -690,6 +712,12 @@ static const struct tool workspace_tools[] = {
     {"database_list", "List databases",
      "Lists this account's PostgreSQL databases, with their connections, as JSON.",
      "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", tool_database_list},
+    {"database_branch", "Branch a database",
+     "Makes a new PostgreSQL database holding a database's data as it is now (its own credentials; the two "
+     "change independently from then on) and returns it as JSON, as database_create does.",
+     "{\"type\":\"object\",\"properties\":{" DB_PROP "," DB_NAME_PROP "," DB_COMMON_PROPS
+     "},\"required\":[\"database_id\",\"name\"],\"additionalProperties\":false}",
+     tool_database_branch},
     {"database_delete", "Delete a database", "Deletes a PostgreSQL database and all its data.",
      "{\"type\":\"object\",\"properties\":{" DB_PROP
      "},\"required\":[\"database_id\"],\"additionalProperties\":false}",
