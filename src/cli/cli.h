@@ -109,6 +109,7 @@ int cmd_run(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_volume(int argc, char **argv);
+int cmd_db(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_kill(int argc, char **argv);
@@ -143,7 +144,8 @@ int cli_create_opt(int id, const char *value, struct create_opts *c);
   "  --disk MB         writable layer size (default 10240)\n"                                                \
   "  --from-snapshot SID  start from a snapshot (its memory, processes and files)\n"                         \
   "  --hibernate-after S  with --persistent: hibernate after S seconds idle (no API use, no CPU)\n"          \
-  "  --volume NAME:PATH[:ro]  mount volume NAME at PATH, read-only with :ro (repeatable, at most 8)\n"
+  "  --volume NAME:PATH[:ro]  mount volume NAME at PATH, read-only with :ro (repeatable, at most 8)\n"       \
+  "  --database ID[:ENV]  set ENV (default DATABASE_URL) to database ID's connection URL (repeatable)\n"
 #define CREATE_USAGE CREATE_USAGE_COMMON "  --env K=V         environment for every exec (repeatable)\n"
 
 /* Runs argv in sandbox id (exec options already in body) and relays its output; returns the exit

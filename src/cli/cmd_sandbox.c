@@ -17,7 +17,8 @@ enum {
   O_DISK,
   O_FROM_SNAPSHOT,
   O_HIBERNATE_AFTER,
-  O_VOLUME
+  O_VOLUME,
+  O_DATABASE
 };
 
 const struct cli_opt cli_create_opts[] = {{"template", true, O_TEMPLATE},
@@ -32,6 +33,7 @@ const struct cli_opt cli_create_opts[] = {{"template", true, O_TEMPLATE},
                                           {"from-snapshot", true, O_FROM_SNAPSHOT},
                                           {"hibernate-after", true, O_HIBERNATE_AFTER},
                                           {"volume", true, O_VOLUME},
+                                          {"database", true, O_DATABASE},
                                           {NULL, false, 0}};
 const size_t cli_create_nopts = sizeof(cli_create_opts) / sizeof(cli_create_opts[0]) - 1;
 
@@ -109,6 +111,25 @@ int cli_create_opt(int id, const char *value, struct create_opts *c) {
       json_object_set_new(c->body, "volumes", arr);
     }
     json_array_append_new(arr, json_pack("{s:s, s:s, s:b}", "name", name, "path", path, "read_only", ro));
+    return 0;
+  }
+  case O_DATABASE: {
+    /* ID or ID:ENV; without ENV the API's default (DATABASE_URL) applies */
+    const char *colon = strchr(value, ':');
+    if (colon == value || (colon && !colon[1])) {
+      cli_errorf("--database '%s' is not ID[:ENV]", value);
+      return -1;
+    }
+    _cleanup_free_ char *db = colon ? xstrndup(value, (size_t)(colon - value)) : xstrdup(value);
+    json_t *arr = json_object_get(c->body, "databases");
+    if (!arr) {
+      arr = json_array();
+      json_object_set_new(c->body, "databases", arr);
+    }
+    json_t *entry = json_pack("{s:s}", "id", db);
+    if (colon)
+      json_object_set_new(entry, "env", json_string(colon + 1));
+    json_array_append_new(arr, entry);
     return 0;
   }
   }

@@ -57,7 +57,7 @@ int cmd_wake(int argc, char **argv) { return transition(argc, argv, "wake"); }
 
 /* ---- snapshots ---- */
 
-enum { O_META = 1, O_SANDBOX, O_COUNT, O_KEEP, O_TIMEOUT, O_CHOOSE, O_JSON };
+enum { O_META = 1, O_SANDBOX, O_COUNT, O_KEEP, O_TIMEOUT, O_CHOOSE, O_JSON, O_DATABASES };
 
 static int on_meta(int id, const char *value, void *ctx) {
   json_t *body = ctx;
@@ -172,23 +172,31 @@ int cmd_snapshots(int argc, char **argv) {
 
 /* ---- fork, rollback ---- */
 
-static int on_count(int id, const char *value, void *ctx) {
-  long long n;
-  if (id != O_COUNT || cli_parse_ll(value, "--count", &n) < 0)
-    return -1;
-  *(long long *)ctx = n;
-  return 0;
+struct fork_opts {
+  long long count;
+  const char *databases;
+};
+
+static int on_fork(int id, const char *value, void *ctx) {
+  struct fork_opts *o = ctx;
+  if (id == O_DATABASES) {
+    o->databases = value;
+    return 0;
+  }
+  return id == O_COUNT ? cli_parse_ll(value, "--count", &o->count) : -1;
 }
 
 int cmd_fork(int argc, char **argv) {
   static const char usage[] =
-      "moat fork ID [--count N]\n"
+      "moat fork ID [--count N] [--databases branch]\n"
       "  N children (1..16, default 1) with the parent's memory, processes and files;\n"
-      "  prints their ids, one a line; the parent keeps running\n";
-  static const struct cli_opt opts[] = {{"count", true, O_COUNT}, {NULL, false, 0}};
-  long long count = 1;
+      "  prints their ids, one a line; the parent keeps running\n"
+      "  --databases branch: each child gets its own branch of every database attached to the parent\n";
+  static const struct cli_opt opts[] = {
+      {"count", true, O_COUNT}, {"databases", true, O_DATABASES}, {NULL, false, 0}};
+  struct fork_opts o = {.count = 1};
   struct cli_args a;
-  int r = cli_parse(argc, argv, opts, 1, false, on_count, &count, &a);
+  int r = cli_parse(argc, argv, opts, 1, false, on_fork, &o, &a);
   _cleanup_free_ char **pos = a.pos;
   free(a.rest);
   if (r == 1) {
@@ -197,7 +205,9 @@ int cmd_fork(int argc, char **argv) {
   }
   if (r < 0 || a.npos != 1)
     return cli_usage_error(usage, "%s", r < 0 ? "" : "fork takes one sandbox id");
-  _cleanup_json_ json_t *body = json_pack("{s:I, s:b}", "count", (json_int_t)count, "memory", 1);
+  _cleanup_json_ json_t *body = json_pack("{s:I, s:b}", "count", (json_int_t)o.count, "memory", 1);
+  if (o.databases)
+    json_object_set_new(body, "databases", json_string(o.databases));
   _cleanup_json_ json_t *out = NULL;
   if (post(pos[0], "fork", body, &out) < 0)
     return EXIT_API;
@@ -231,7 +241,7 @@ int cmd_rollback(int argc, char **argv) {
 /* ---- explore ---- */
 
 struct explore_opts {
-  const char *keep, *choose;
+  const char *keep, *choose, *databases;
   long long timeout_ms;
 };
 
@@ -246,18 +256,25 @@ static int on_explore(int id, const char *value, void *ctx) {
   case O_CHOOSE:
     o->choose = value;
     return 0;
+  case O_DATABASES:
+    o->databases = value;
+    return 0;
   }
   return -1;
 }
 
 int cmd_explore(int argc, char **argv) {
   static const char usage[] =
-      "moat explore ID [--keep first_success|best] [--timeout-ms MS] CMD...\n"
+      "moat explore ID [--keep first_success|best] [--timeout-ms MS] [--databases branch] CMD...\n"
       "  forks ID once per CMD (1..16 shell commands), runs them concurrently and prints the outcomes as\n"
-      "  JSON; first_success keeps the first branch to exit 0, best keeps all until you choose:\n"
+      "  JSON; first_success keeps the first branch to exit 0, best keeps all until you choose;\n"
+      "  --databases branch gives each branch its own branch of every database attached to ID:\n"
       "moat explore ID --choose EXPLORE_ID BRANCH_ID\n";
-  static const struct cli_opt opts[] = {
-      {"keep", true, O_KEEP}, {"timeout-ms", true, O_TIMEOUT}, {"choose", true, O_CHOOSE}, {NULL, false, 0}};
+  static const struct cli_opt opts[] = {{"keep", true, O_KEEP},
+                                        {"timeout-ms", true, O_TIMEOUT},
+                                        {"choose", true, O_CHOOSE},
+                                        {"databases", true, O_DATABASES},
+                                        {NULL, false, 0}};
   struct explore_opts o = {0};
   struct cli_args a;
   int r = cli_parse(argc, argv, opts, -1, false, on_explore, &o, &a);
@@ -271,8 +288,9 @@ int cmd_explore(int argc, char **argv) {
     return cli_usage_error(usage, "%s", r < 0 ? "" : "give a sandbox id and at least one command");
   _cleanup_json_ json_t *body = NULL;
   if (o.choose) {
-    if (a.npos != 2)
-      return cli_usage_error(usage, "--choose takes the explore id and one branch sandbox id");
+    if (a.npos != 2 || o.databases)
+      return cli_usage_error(usage,
+                             "--choose takes the explore id and one branch sandbox id (no --databases)");
     body = json_pack("{s:{s:s, s:s}}", "choose", "explore_id", o.choose, "sandbox_id", pos[1]);
   } else {
     json_t *br = json_array();
@@ -283,6 +301,8 @@ int cmd_explore(int argc, char **argv) {
       json_array_append_new(br, b);
     }
     body = json_pack("{s:o, s:s}", "branches", br, "keep", o.keep ? o.keep : "first_success");
+    if (o.databases)
+      json_object_set_new(body, "databases", json_string(o.databases));
   }
   _cleanup_json_ json_t *out = NULL;
   if (post(pos[0], "explore", body, &out) < 0)

@@ -25,6 +25,7 @@ static const struct command commands[] = {
     {"template", cmd_template,
      "template build NAME [-f DOCKERFILE] [DIR] | import NAME FILE | logs | get | ls | rm"},
     {"volume", cmd_volume, "volume create NAME --size MB | volume ls | volume rm NAME..."},
+    {"db", cmd_db, "db create NAME | ls | get ID | branch ID NAME | rm ID... | url ID | psql ID [-- ARGS]"},
     {"pause", cmd_pause, "freeze sandboxes (no CPU, memory kept, TTL stopped)"},
     {"resume", cmd_resume, "thaw paused sandboxes"},
     {"hibernate", cmd_hibernate, "write sandboxes to disk and release their memory"},

@@ -7,10 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
+import unittest
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from moattest import DaemonTest  # noqa: E402
+from test_databases import DatabaseMixin  # noqa: E402
 
 NODE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "node")
 NODE_TIMEOUT_S = 180
@@ -18,6 +21,19 @@ NODE_TIMEOUT_S = 180
 
 def node_ready():
     return shutil.which("node") and os.path.isdir(os.path.join(NODE_DIR, "node_modules", "@modelcontextprotocol"))
+
+
+def run_scenario(tc, scenario, key, **env):
+    """Runs mcp_client.mjs SCENARIO against tc's moatd (skips without node); asserts it passed."""
+    if not node_ready():
+        tc.skipTest("node or tests/node/node_modules (npm packages) missing")
+    e = dict(os.environ, MOAT_URL="http://127.0.0.1:%d" % tc.daemon.port, MOAT_KEY=key)
+    e.update(env)
+    r = subprocess.run(["node", "mcp_client.mjs", scenario], cwd=NODE_DIR, env=e, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=NODE_TIMEOUT_S)
+    out = r.stdout.decode(errors="replace")
+    tc.assertEqual(r.returncode, 0, "node scenario %s failed:\n%s" % (scenario, out))
+    tc.assertIn("ok " + scenario, out)
 
 
 class MCPTest(DaemonTest):
@@ -31,15 +47,7 @@ class MCPTest(DaemonTest):
     # ---- helpers ----
 
     def node(self, scenario, **env):
-        if not node_ready():
-            self.skipTest("node or tests/node/node_modules (npm packages) missing")
-        e = dict(os.environ, MOAT_URL=self.url, MOAT_KEY=self.c.key, MOAT_SANDBOX=self.sid)
-        e.update(env)
-        r = subprocess.run(["node", "mcp_client.mjs", scenario], cwd=NODE_DIR, env=e, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=NODE_TIMEOUT_S)
-        out = r.stdout.decode(errors="replace")
-        self.assertEqual(r.returncode, 0, "node scenario %s failed:\n%s" % (scenario, out))
-        self.assertIn("ok " + scenario, out)
+        run_scenario(self, scenario, self.c.key, MOAT_SANDBOX=self.sid, **env)
 
     def post(self, path, msg, session=None, headers=None, key=None, raw=None, expect=None):
         h = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -368,6 +376,28 @@ class MCPIdleTest(DaemonTest):
         self.assertEqual((st, body["code"]), (404, "session_not_found"))
 
 
+@unittest.skipUnless(shutil.which("psql"), "no psql on the host (Debian's postgresql-client)")
+class MCPDatabaseTest(DatabaseMixin, DaemonTest):
+    """The workspace endpoint's database tools through the official client (the postgres template)."""
+    pool = 0
+
+    def run_databases(self, scenario):
+        run = "mcp-" + uuid.uuid4().hex[:8]
+        try:
+            run_scenario(self, scenario, self.c.key, MOAT_RUN=run)
+        finally:
+            for d in self.c.request("GET", "/v1/databases")[1]["databases"]:
+                if d["metadata"].get("run") == run or d["name"].startswith(run):
+                    self._delete_db_quietly(self.c, d["id"])
+        left = [d["id"] for d in self.c.request("GET", "/v1/databases")[1]["databases"]]
+        self.assertEqual(left, [], "the scenario left databases")
+
+    def test_client_databases(self):
+        self.run_databases("databases")
+
+    def test_client_database_branch(self):
+        self.run_databases("database_branch")
+
+
 if __name__ == "__main__":
-    import unittest
     unittest.main()

@@ -115,6 +115,13 @@ class TypeScriptSDKTest(DaemonTest):
     def test_volumes(self):
         self.run_node_file("volumes")
 
+    def test_databases(self):
+        self.run_node_file("databases")
+
+    def test_database_branch(self):
+        """Needs POST /v1/databases/{id}/branch and fork/explore's databases: "branch"."""
+        self.run_node_file("database_branch")
+
     def test_timetravel(self):
         self.run_node_file("timetravel")
 

@@ -120,7 +120,8 @@ const scenarios = {
     const { client } = await connect('/v1/mcp');
     const { tools } = await client.listTools();
     assert.deepEqual(tools.map((t) => t.name).sort(),
-      ['create_sandbox', 'exec', 'fork_sandbox', 'hibernate_sandbox', 'kill_sandbox', 'list_sandboxes']);
+      ['create_sandbox', 'database_branch', 'database_create', 'database_delete', 'database_list', 'exec', 'fork_sandbox',
+        'hibernate_sandbox', 'kill_sandbox', 'list_sandboxes']);
     let r = await call(client, 'create_sandbox', { ttl_seconds: 600, metadata: { run: RUN } });
     assert.equal(r.isError, false, text(r));
     const sb = JSON.parse(text(r));
@@ -204,6 +205,123 @@ const scenarios = {
     r = await call(client, 'fork_sandbox', { sandbox_id: b, count: 17 });
     assert.equal(r.isError, true);
     assert.match(text(r), /'count' must be an integer from 1 to 16/);
+    await client.close();
+  },
+
+  // database_create -> the URL works with the host's psql -> database_list -> database_delete; errors as
+  // the v1 routes answer them, arguments checked against the published schemas
+  async databases() {
+    const { client } = await connect('/v1/mcp');
+    const { tools } = await client.listTools();
+    const schema = Object.fromEntries(tools.map((t) => [t.name, t.inputSchema]));
+    assert.deepEqual(schema.database_create.required, ['name']);
+    assert.deepEqual(Object.keys(schema.database_create.properties).sort(), ['idle_seconds', 'metadata', 'name', 'size_mb']);
+    assert.deepEqual(schema.database_delete.required, ['database_id']);
+    assert.deepEqual(schema.database_list.properties, {});
+    const rest = async (method, path) => {
+      const res = await fetch(BASE + path, { method, headers: { Authorization: `Bearer ${KEY}` } });
+      return { status: res.status, body: res.status === 204 ? null : await res.json() };
+    };
+    const name = RUN;
+    let r = await call(client, 'database_create', { name, size_mb: 64, idle_seconds: 600, metadata: { run: RUN } });
+    assert.equal(r.isError, false, text(r));
+    const db = JSON.parse(text(r));
+    assert.match(db.id, /^db-[a-z0-9]{17}$/);
+    assert.deepEqual([db.name, db.state, db.size_mb, db.idle_seconds, db.metadata], [name, 'running', 64, 600, { run: RUN }]);
+    const got = await rest('GET', `/v1/databases/${db.id}`);
+    assert.equal(got.status, 200);
+    assert.deepEqual(db.connection, got.body.connection);
+    const { spawnSync } = await import('node:child_process');
+    const q = spawnSync('psql', ['-X', db.connection.url, '-Atc', 'select 40 + 2'], { encoding: 'utf8', timeout: 120_000 });
+    assert.deepEqual([q.status, q.stdout], [0, '42\n'], q.stderr);
+
+    r = await call(client, 'database_list', {});
+    assert.equal(r.isError, false, text(r));
+    const listed = JSON.parse(text(r)).databases;
+    assert.deepEqual(listed.map((d) => d.id), (await rest('GET', '/v1/databases')).body.databases.map((d) => d.id));
+    assert.ok(listed.some((d) => d.id === db.id && d.connection.url === db.connection.url));
+
+    // moatd's refusals are isError results with the v1 code
+    r = await call(client, 'database_create', { name });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /^error \(already_exists\): database_create: /);
+    r = await call(client, 'database_create', { name: 'Bad Name' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /^error \(invalid_request\): database_create: .*name/);
+    // arguments outside the schema
+    r = await call(client, 'database_create', {});
+    assert.match(text(r), /invalid arguments: 'name' is required/);
+    r = await call(client, 'database_create', { name: 'ok', size_mb: 10 });
+    assert.match(text(r), /invalid arguments: 'size_mb' must be an integer from 64/);
+    r = await call(client, 'database_create', { name: 'ok', idle_seconds: 0 });
+    assert.match(text(r), /invalid arguments: 'idle_seconds' must be an integer from 1 to 2592000/);
+    r = await call(client, 'database_create', { name: 'ok', password: 'mine' });
+    assert.match(text(r), /unknown argument 'password'/);
+    r = await call(client, 'database_list', { all: true });
+    assert.match(text(r), /unknown argument 'all'/);
+    assert.equal((await rest('GET', '/v1/databases')).body.databases.length, listed.length, 'a refused call made a database');
+
+    r = await call(client, 'database_delete', { database_id: db.id });
+    assert.equal(r.isError, false, text(r));
+    assert.equal(text(r), `database ${db.id} is deleted, with its data`);
+    assert.equal((await rest('GET', `/v1/databases/${db.id}`)).status, 404);
+    r = await call(client, 'database_delete', { database_id: db.id });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /^error \(not_found\): database_delete: /);
+    r = await call(client, 'database_delete', { database_id: 'db-nope' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /^error \(not_found\): no database 'db-nope'/);
+    r = await call(client, 'database_delete', {});
+    assert.match(text(r), /invalid arguments: 'database_id' is required/);
+    await client.close();
+  },
+
+  // database_branch: a new database with the source's rows, changed apart; errors as the v1 route answers them
+  async database_branch() {
+    const { client } = await connect('/v1/mcp');
+    const { tools } = await client.listTools();
+    const schema = tools.find((t) => t.name === 'database_branch').inputSchema;
+    assert.deepEqual(schema.required, ['database_id', 'name']);
+    assert.deepEqual(Object.keys(schema.properties).sort(), ['database_id', 'idle_seconds', 'metadata', 'name']);
+    const { spawnSync } = await import('node:child_process');
+    const sql = (url, q) => {
+      const r = spawnSync('psql', ['-X', url, '-v', 'ON_ERROR_STOP=1', '-Atc', q], { encoding: 'utf8', timeout: 120_000 });
+      assert.equal(r.status, 0, r.stderr);
+      return r.stdout;
+    };
+    let r = await call(client, 'database_create', { name: RUN, size_mb: 64, metadata: { run: RUN } });
+    assert.equal(r.isError, false, text(r));
+    const src = JSON.parse(text(r));
+    sql(src.connection.url, 'create table t (x int)');
+    sql(src.connection.url, 'insert into t values (1), (2)');
+    r = await call(client, 'database_branch', { database_id: src.id, name: RUN + '-b', idle_seconds: 900, metadata: { run: RUN } });
+    assert.equal(r.isError, false, text(r));
+    const br = JSON.parse(text(r));
+    assert.match(br.id, /^db-[a-z0-9]{17}$/);
+    assert.notEqual(br.id, src.id);
+    assert.notEqual(br.connection.url, src.connection.url);
+    assert.deepEqual([br.name, br.state, br.idle_seconds, br.metadata], [RUN + '-b', 'running', 900, { run: RUN }]);
+    assert.equal(sql(br.connection.url, 'select sum(x) from t'), '3\n');
+    sql(br.connection.url, 'insert into t values (10)');
+    assert.equal(sql(src.connection.url, 'select sum(x) from t'), '3\n');
+    assert.equal(sql(br.connection.url, 'select sum(x) from t'), '13\n');
+
+    r = await call(client, 'database_branch', { database_id: src.id, name: RUN + '-b' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /^error \(already_exists\): database_branch: /);
+    r = await call(client, 'database_branch', { database_id: 'db-' + 'a'.repeat(17), name: RUN + '-c' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /^error \(not_found\): database_branch: /);
+    r = await call(client, 'database_branch', { database_id: src.id, name: 'Bad Name' });
+    assert.match(text(r), /^error \(invalid_request\): database_branch: .*name/);
+    r = await call(client, 'database_branch', { database_id: src.id });
+    assert.match(text(r), /invalid arguments: 'name' is required/);
+    r = await call(client, 'database_branch', { database_id: src.id, name: 'x', size_mb: 64 });
+    assert.match(text(r), /unknown argument 'size_mb'/);
+    for (const id of [br.id, src.id]) {
+      r = await call(client, 'database_delete', { database_id: id });
+      assert.equal(r.isError, false, text(r));
+    }
     await client.close();
   },
 

@@ -11,6 +11,7 @@ See docs/quickstart-python.md in the moat repository.
 
 from .client import (DEFAULT_API_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIFECYCLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
                      DEFAULT_STREAM_IDLE_TIMEOUT, TIMEOUT_MARGIN, Client)
+from .database import Database, DatabaseConnection, Databases
 from .errors import (AuthenticationError, BuildError, ConflictError, ConnectionError, InvalidRequestError, MoatError,
                      NotFoundError, NotSupportedError, SandboxError, TimeoutError)
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
@@ -22,7 +23,7 @@ from .volume import Volume, VolumeAttachment
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Client", "Volume", "VolumeAttachment", "Template", "Templates", "BuildLogLine", "BuildEnd",
+    "Sandbox", "Client", "Volume", "VolumeAttachment", "Database", "DatabaseConnection", "Databases", "Template", "Templates", "BuildLogLine", "BuildEnd",
     "BuildLogs", "BuildError", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
     "ExecResult", "SandboxInfo", "EntryInfo", "WriteInfo", "FilesystemEvent", "ProcessInfo", "Execution", "Result",
     "ExecutionError", "Snapshot", "ExploreOutcome",

@@ -2,11 +2,14 @@
 
 import os
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from . import _check
 from ._http import Transport
 from .template import Templates
+
+if TYPE_CHECKING:
+    from .database import Databases
 
 DEFAULT_API_URL = "http://127.0.0.1:7070"
 #: Seconds an ordinary call (create, files, list, ...) may take before moat.TimeoutError.
@@ -77,6 +80,15 @@ class Client:
         if t is None:
             t = self.__dict__["_templates"] = Templates(self)
         return t
+
+    @property
+    def databases(self) -> "Databases":
+        """The organisation's PostgreSQL databases: create, get, list (``moat.Database``)."""
+        d = self.__dict__.get("_databases")
+        if d is None:
+            from .database import Databases
+            d = self.__dict__["_databases"] = Databases(self)
+        return d
 
     def health(self) -> Dict[str, Any]:
         """GET /healthz (no authentication needed): {"status": "ok", "version", ...}."""

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Option
 
 from . import _check, errors
 from . import _ws
+from . import database as _database
 from ._http import SSEStream, Transport, output_bytes
 from .client import TIMEOUT_MARGIN, _UNSET, Client, resolve
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
@@ -591,7 +592,7 @@ class Sandbox:
                cpu: Optional[float] = None, memory_mb: Optional[int] = None, pids: Optional[int] = None,
                disk_mb: Optional[int] = None, network: Optional[Mapping[str, Any]] = None,
                from_snapshot: Union[Snapshot, str, None] = None, hibernate_after_seconds: Optional[int] = None,
-               volumes: Optional[Sequence[Any]] = None,
+               volumes: Optional[Sequence[Any]] = None, databases: Optional[Sequence[Any]] = None,
                client: Optional[Client] = None,
                api_url: Optional[str] = None, api_key: Optional[str] = None,
                request_timeout: Any = _UNSET) -> "Sandbox":
@@ -603,7 +604,10 @@ class Sandbox:
         Snapshot (or its id) to start from, with its memory, processes and disk;
         hibernate_after_seconds (persistent sandboxes only): moatd hibernates the sandbox after
         that long without API calls and with its CPU idle. volumes: volumes to mount, each
-        (name, path) or (name, path, read_only) or a dict {name, path, read_only} (at most 8)."""
+        (name, path) or (name, path, read_only) or a dict {name, path, read_only} (at most 8).
+        databases: databases whose connection URL goes into the environment, each a Database (or
+        its id), a tuple (database, env) or a dict {id, env}; env defaults to DATABASE_URL (at
+        most 8, no variable twice; NotFoundError for an id that is not the organisation's)."""
         _check.string("template", template)
         body: Dict[str, Any] = {"template": template}
         if _check.integer("ttl_seconds", ttl_seconds, 1, 2592000) is not None:
@@ -634,6 +638,11 @@ class Sandbox:
             body["idle"] = {"hibernate_after_seconds": hibernate_after_seconds}
         if volumes is not None:
             body["volumes"] = [_volume_mount(v) for v in volumes]
+        if databases is not None:
+            if isinstance(databases, (str, bytes, Mapping)) or not isinstance(databases, Sequence):
+                raise TypeError("databases must be a list (of Database, id, (database, env) or {id, env}), got %s"
+                                % type(databases).__name__)
+            body["databases"] = [_database.attachment(d) for d in databases]
         c = resolve(client, api_url, api_key, request_timeout)
         return cls(c._t.request("POST", "/v1/sandboxes", json_body=body, timeout=c.lifecycle_timeout)[1], c)
 
@@ -872,16 +881,21 @@ class Sandbox:
         if isinstance(r, dict) and "id" in r and "state" in r:
             self.info = SandboxInfo.from_json(r)
 
-    def fork(self, count: int = 1) -> List["Sandbox"]:
+    def fork(self, count: int = 1, *, databases: Optional[str] = None) -> List["Sandbox"]:
         """count (1..16) copies of this sandbox as it is now, running processes and their memory
-        included, each a new Sandbox."""
+        included, each a new Sandbox. databases="branch": each child gets its own branch of every
+        database attached to this sandbox (its DATABASE_URL names the branch)."""
         _check.integer("count", count, 1, 16, optional=False)
-        r = self._t.request("POST", self._path + "/fork", json_body={"count": count},
+        body: Dict[str, Any] = {"count": count}
+        if _check.string("databases", databases, optional=True) is not None:
+            body["databases"] = databases
+        r = self._t.request("POST", self._path + "/fork", json_body=body,
                             timeout=self.client.lifecycle_timeout)[1]
         return [Sandbox(d, self.client) for d in r.get("sandboxes", [])]
 
     def explore(self, commands: Sequence[str], *, score_fn: Optional[Callable[[ExploreOutcome], float]] = None,
-                keep: Optional[str] = None, timeout: Optional[float] = None) -> ExploreResult:
+                keep: Optional[str] = None, timeout: Optional[float] = None,
+                databases: Optional[str] = None) -> ExploreResult:
         """Best-of-N: forks this sandbox once per command (1..16), runs each command (sh -c) in its
         fork concurrently and keeps one fork as an independent sandbox.
 
@@ -891,8 +905,9 @@ class Sandbox:
           ran, keeps the highest (the first on a tie), and moatd kills the others.
         - keep="best" without score_fn: all branches stay alive; call result.keep(outcome).
 
-        timeout: seconds each command may run (moatd's default: 10 minutes). This sandbox is left
-        as it was."""
+        timeout: seconds each command may run (moatd's default: 10 minutes). databases="branch":
+        each branch gets its own branch of every database attached to this sandbox. This sandbox
+        is left as it was."""
         cmds = _check.str_list("commands", commands)
         if not 1 <= len(cmds) <= 16:
             raise ValueError("commands must hold 1 to 16 commands, got %d" % len(cmds))
@@ -907,6 +922,7 @@ class Sandbox:
         if score_fn is not None and keep == "first_success":
             raise ValueError("score_fn needs keep='best' (or no keep)")
         ms = _check.timeout_ms("timeout", timeout)
+        _check.string("databases", databases, optional=True)
         if keep is None:
             keep = "best" if score_fn is not None else "first_success"
         branches: List[Dict[str, Any]] = []
@@ -915,8 +931,10 @@ class Sandbox:
             if ms is not None:
                 b["timeout_ms"] = ms
             branches.append(b)
-        r = self._t.request("POST", self._path + "/explore", json_body={"branches": branches, "keep": keep},
-                            timeout=None)[1]
+        body: Dict[str, Any] = {"branches": branches, "keep": keep}
+        if databases is not None:
+            body["databases"] = databases
+        r = self._t.request("POST", self._path + "/explore", json_body=body, timeout=None)[1]
         outcomes = [ExploreOutcome.from_json(o) for o in r.get("outcomes", [])]
         for i, o in enumerate(outcomes):
             if o.cmd is None and i < len(cmds):

@@ -19,6 +19,8 @@ export type { ExitInfo, ProcessInfo, OutputCallback, SignalName, StreamOptions }
 export { Files } from './files.js';
 export { Volume } from './volume.js';
 export type { VolumeAttachment, VolumeMount } from './volume.js';
+export { Database } from './database.js';
+export type { DatabaseAttachment, DatabaseBranchOptions, DatabaseConnection, DatabaseCreateOptions, DatabaseState } from './database.js';
 export type { EntryInfo, FsEvent, Watcher } from './files.js';
 export { CodeContext } from './context.js';
 export type { Execution, ExecutionError, Result, Language, RunCodeOptions } from './context.js';

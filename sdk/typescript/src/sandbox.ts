@@ -10,6 +10,7 @@ import { Pty, PtyOptions, openPty } from './pty.js';
 import { DEFAULT_IDLE_TIMEOUT_MS, readSse } from './sse.js';
 import * as v from './validate.js';
 import type { VolumeMount } from './volume.js';
+import { DatabaseAttachment, databaseAttachment } from './database.js';
 
 export type SandboxState = 'creating' | 'running' | 'paused' | 'hibernated' | 'killed';
 
@@ -65,6 +66,9 @@ export interface CreateOptions extends ConnectionOptions {
   idle?: { hibernateAfterSeconds: number };
   /** Volumes to mount (at most 8; not with fromSnapshot). */
   volumes?: VolumeMount[];
+  /** Databases whose connection URL goes into the environment of every command: a Database, its id, or
+   *  {id, env} (env defaults to DATABASE_URL; at most 8, no variable twice). */
+  databases?: DatabaseAttachment[];
 }
 
 /** A snapshot of a sandbox: memory, processes and disk. */
@@ -186,7 +190,7 @@ export interface ExploreResult {
 
 const EXEC_KEYS = ['env', 'cwd', 'user', 'stdin', 'timeoutMs', 'requestTimeoutMs', 'signal', 'background', 'tag', 'pty'];
 const STREAM_KEYS = ['env', 'cwd', 'user', 'stdin', 'timeoutMs', 'signal', 'onStdout', 'onStderr', 'onStart', 'killOnDisconnect', 'tag', 'pty', 'idleTimeoutMs'];
-const CREATE_KEYS = [...CONNECTION_KEYS, 'template', 'ttlSeconds', 'persistent', 'metadata', 'env', 'cpu', 'memoryMb', 'pids', 'diskMb', 'network', 'fromSnapshot', 'idle', 'volumes'];
+const CREATE_KEYS = [...CONNECTION_KEYS, 'template', 'ttlSeconds', 'persistent', 'metadata', 'env', 'cpu', 'memoryMb', 'pids', 'diskMb', 'network', 'fromSnapshot', 'idle', 'volumes', 'databases'];
 const TAG_RE = /^(?![0-9]+$)[A-Za-z0-9_.-]{1,64}$/;
 /** Extra time the client waits beyond an exec's own deadline (the kill and the answer). */
 const EXEC_MARGIN_MS = 30_000;
@@ -328,6 +332,10 @@ export class Sandbox {
           read_only: v.bool(where, `volumes[${i}].readOnly`, mo.readOnly) ?? false,
         };
       });
+    }
+    if (o.databases !== undefined) {
+      if (!Array.isArray(o.databases)) v.fail(where, `databases must be an array, got ${v.describe(o.databases)}`);
+      body.databases = o.databases.map((d, i) => databaseAttachment(where, i, d));
     }
     const j = await conn.json<Record<string, unknown>>('POST', '/v1/sandboxes', { json: body });
     return new Sandbox(conn, sandboxInfo(j));
@@ -546,13 +554,15 @@ export class Sandbox {
     if (j && typeof j === 'object' && j.id === this.id && typeof j.state === 'string') this.info = sandboxInfo(j);
   }
 
-  /** Creates `count` children (1..16) that start with this sandbox's memory, processes and disk. */
-  async forkTree(opts: { count: number; memory?: boolean }): Promise<Sandbox[]> {
+  /** Creates `count` children (1..16) that start with this sandbox's memory, processes and disk. With
+   *  databases "branch" each child gets its own branch of every database attached to this sandbox. */
+  async forkTree(opts: { count: number; memory?: boolean; databases?: 'branch' }): Promise<Sandbox[]> {
     const where = 'sandbox.forkTree';
     if (opts === undefined) v.fail(where, 'options {count} are required');
-    const o = v.options<{ count: number; memory?: boolean }>(where, opts, ['count', 'memory']);
+    const o = v.options<{ count: number; memory?: boolean; databases?: string }>(where, opts, ['count', 'memory', 'databases']);
     const body: Record<string, unknown> = { count: v.int(where, 'count', o.count, 1, 16, false) };
     if (v.bool(where, 'memory', o.memory) !== undefined) body.memory = o.memory;
+    if (v.str(where, 'databases', o.databases, { optional: true }) !== undefined) body.databases = o.databases;
     const j = await this.connection.json<{ sandboxes: Record<string, unknown>[] }>('POST', this.p('/fork'), { json: body });
     return j.sandboxes.map((s) => new Sandbox(this.connection, sandboxInfo(s)));
   }
@@ -562,15 +572,18 @@ export class Sandbox {
    *  others are killed. With `score`, every branch is scored here (higher is better; a branch whose
    *  command could not run is never chosen), the best is chosen on the server and the rest are
    *  killed. keep "best" without `score` returns with every branch alive: choose one with
-   *  chooseExploreBranch() before `expiresAt`. */
+   *  chooseExploreBranch() before `expiresAt`. With databases "branch" each branch gets its own branch of
+   *  every database attached to this sandbox. */
   async explore(opts: {
     branches: (string | ExploreBranch)[];
     keep?: 'first_success' | 'best';
     score?: (o: ExploreOutcome) => number | Promise<number>;
+    databases?: 'branch';
   }): Promise<ExploreResult> {
     const where = 'sandbox.explore';
     if (opts === undefined) v.fail(where, 'options {branches} are required');
-    const o = v.options<{ branches: (string | ExploreBranch)[]; keep?: string; score?: unknown }>(where, opts, ['branches', 'keep', 'score']);
+    const o = v.options<{ branches: (string | ExploreBranch)[]; keep?: string; score?: unknown; databases?: string }>(
+      where, opts, ['branches', 'keep', 'score', 'databases']);
     if (!Array.isArray(o.branches) || o.branches.length === 0 || o.branches.length > 16) {
       v.fail(where, `branches must be an array of 1 to 16 commands, got ${v.describe(o.branches)}`);
     }
@@ -589,6 +602,7 @@ export class Sandbox {
     const keep = score ? 'best' : o.keep;
     const body: Record<string, unknown> = { branches };
     if (keep !== undefined) body.keep = keep;
+    if (v.str(where, 'databases', o.databases, { optional: true }) !== undefined) body.databases = o.databases;
     const j = await this.connection.json<Record<string, unknown>>('POST', this.p('/explore'), { json: body });
     const res = await this.exploreResult(j);
     if (!score) return res;

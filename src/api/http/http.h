@@ -388,5 +388,8 @@ bool api_parse_port_host(const char *host, unsigned *port, char id[MOAT_ID_LEN +
 
 /* Sandbox JSON per CONTRACT.md (json.c): v1 and MCP answer with it. */
 json_t *api_sandbox_json(const struct moat_sandbox_info *s);
+/* Database JSON per CONTRACT.md's Databases section, its connection (password included: the org's
+ * to see) at c's proxy address: v1 and MCP answer with it. */
+json_t *api_database_json(const struct moat_control *c, const struct moat_database_info *d);
 
 #endif

@@ -753,3 +753,28 @@ json_t *api_sandbox_json(const struct moat_sandbox_info *s) {
   json_object_set_new(o, "volumes", vols);
   return o;
 }
+
+json_t *api_database_json(const struct moat_control *c, const struct moat_database_info *d) {
+  char *url = moat_control_database_url(c, d);
+  json_t *conn = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s}", "host", moat_control_db_host(c), "port",
+                           (json_int_t)moat_control_db_port(c), "user", d->role, "password", d->password,
+                           "database", d->database, "url", url);
+  free(url);
+  /* how a sandbox reaches it (null: this moatd gives sandboxes no network, nothing in one does) */
+  char *sandbox_url = moat_control_database_sandbox_url(c, d);
+  json_object_set_new(conn, "sandbox_url", sandbox_url ? json_string(sandbox_url) : json_null());
+  free(sandbox_url);
+  json_t *o = json_object();
+  json_object_set_new(o, "id", json_string(d->id));
+  json_object_set_new(o, "name", json_string(d->name));
+  json_object_set_new(o, "state", json_string(d->state));
+  json_object_set_new(o, "size_mb", json_integer((json_int_t)d->size_mb));
+  json_object_set_new(o, "idle_seconds", json_integer((json_int_t)d->idle_seconds));
+  json_object_set_new(o, "metadata", json_deep_copy(d->metadata));
+  json_object_set_new(o, "created_at", api_time_json(d->created_at_ms, false));
+  json_object_set_new(o, "volume", json_string(d->volume));
+  json_object_set_new(o, "sandbox_id", d->sandbox_id ? json_string(d->sandbox_id) : json_null());
+  json_object_set_new(o, "connections", json_integer(d->connections));
+  json_object_set_new(o, "connection", conn);
+  return o;
+}

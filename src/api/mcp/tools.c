@@ -504,6 +504,109 @@ static int tool_kill(const struct mcp_call *c, json_t *args, struct tool_out *o)
   return 0;
 }
 
+/* ---- database tools ---- */
+
+static int arg_database(json_t *args, const char **id, struct tool_out *o) {
+  if (arg_str(args, "database_id", true, 64, id, o) < 0)
+    return -1;
+  if (strncmp(*id, "db-", 3) != 0 || strlen(*id) != MOAT_DB_ID_LEN) {
+    out_printf(o, "error (not_found): no database '%.64s' (ids look like db-0123456789abcdefg)", *id);
+    o->is_error = true;
+    return -1;
+  }
+  return 0;
+}
+
+/* The optional idle_seconds and metadata of a create or a branch, into body (a new reference). */
+static int db_common_args(json_t *args, json_t *body, struct tool_out *o) {
+  int64_t idle;
+  json_t *meta;
+  if (arg_int(args, "idle_seconds", 1, MOAT_DB_MAX_IDLE_S, 0, &idle, o) < 0 ||
+      arg_str_map(args, "metadata", &meta, o) < 0)
+    return -1;
+  if (idle)
+    json_object_set_new(body, "idle_seconds", json_integer(idle));
+  if (meta)
+    json_object_set(body, "metadata", meta);
+  return 0;
+}
+
+static int tool_database_create(const struct mcp_call *c, json_t *args, struct tool_out *o) {
+  static const char *const keys[] = {"name", "size_mb", "idle_seconds", "metadata", NULL};
+  const char *name;
+  int64_t size;
+  if (check_keys(args, keys, o) < 0 || arg_str(args, "name", true, 63, &name, o) < 0 ||
+      arg_int(args, "size_mb", MOAT_DB_MIN_SIZE_MB, MOAT_MAX_DISK_MB, 0, &size, o) < 0)
+    return -1;
+  _cleanup_json_ json_t *body = json_pack("{s:s}", "name", name);
+  if (db_common_args(args, body, o) < 0)
+    return -1;
+  if (size)
+    json_object_set_new(body, "size_mb", json_integer(size));
+  /* The same checks as POST /v1/databases. */
+  moat_error *err = NULL;
+  struct moat_database_spec spec;
+  if (api_parse_database_create(body, &spec, &err) < 0)
+    return out_moat_error(o, "database_create", &err);
+  struct moat_database_info d;
+  if (moat_control_database_create(api_control(c->r), c->r->org, &spec, &d, &err) < 0)
+    return out_moat_error(o, "database_create", &err);
+  out_json(o, api_database_json(api_control(c->r), &d));
+  moat_database_info_clear(&d);
+  return 0;
+}
+
+static int tool_database_list(const struct mcp_call *c, json_t *args, struct tool_out *o) {
+  static const char *const keys[] = {NULL};
+  if (check_keys(args, keys, o) < 0)
+    return -1;
+  moat_error *err = NULL;
+  struct moat_database_info *v = NULL;
+  size_t n = 0;
+  if (moat_control_database_list(api_control(c->r), c->r->org, &v, &n, &err) < 0)
+    return out_moat_error(o, "database_list", &err);
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(arr, api_database_json(api_control(c->r), &v[i]));
+  moat_database_infos_free(v, n);
+  out_json(o, json_pack("{s:o}", "databases", arr));
+  return 0;
+}
+
+static int tool_database_branch(const struct mcp_call *c, json_t *args, struct tool_out *o) {
+  static const char *const keys[] = {"database_id", "name", "idle_seconds", "metadata", NULL};
+  const char *id, *name;
+  if (check_keys(args, keys, o) < 0 || arg_database(args, &id, o) < 0 ||
+      arg_str(args, "name", true, 63, &name, o) < 0)
+    return -1;
+  _cleanup_json_ json_t *body = json_pack("{s:s}", "name", name);
+  if (db_common_args(args, body, o) < 0)
+    return -1;
+  /* The same checks as POST /v1/databases/{id}/branch. */
+  moat_error *err = NULL;
+  struct moat_database_spec spec;
+  if (api_parse_database_create(body, &spec, &err) < 0)
+    return out_moat_error(o, "database_branch", &err);
+  struct moat_database_info d;
+  if (moat_control_database_branch(api_control(c->r), c->r->org, id, &spec, &d, &err) < 0)
+    return out_moat_error(o, "database_branch", &err);
+  out_json(o, api_database_json(api_control(c->r), &d));
+  moat_database_info_clear(&d);
+  return 0;
+}
+
+static int tool_database_delete(const struct mcp_call *c, json_t *args, struct tool_out *o) {
+  static const char *const keys[] = {"database_id", NULL};
+  const char *id;
+  if (check_keys(args, keys, o) < 0 || arg_database(args, &id, o) < 0)
+    return -1;
+  moat_error *err = NULL;
+  if (moat_control_database_delete(api_control(c->r), c->r->org, id, &err) < 0)
+    return out_moat_error(o, "database_delete", &err);
+  out_printf(o, "database %s is deleted, with its data", id);
+  return 0;
+}
+
 /* ---- the tables ---- */
 
 struct tool {
@@ -520,6 +623,17 @@ struct tool {
   "\"cwd\":{\"type\":\"string\",\"description\":\"Working directory (default /root)\"}"
 #define SB_PROP                                                                                              \
   "\"sandbox_id\":{\"type\":\"string\",\"pattern\":\"^sb-[a-z0-9]{17}$\",\"description\":\"Sandbox id\"}"
+#define DB_PROP                                                                                              \
+  "\"database_id\":{\"type\":\"string\",\"pattern\":\"^db-[a-z0-9]{17}$\",\"description\":\"Database id\"}"
+#define DB_NAME_PROP                                                                                         \
+  "\"name\":{\"type\":\"string\",\"pattern\":\"^[a-z0-9][a-z0-9_-]{0,62}$\","                                \
+  "\"description\":\"Database name, unique in this account\"}"
+#define DB_COMMON_PROPS                                                                                      \
+  "\"idle_seconds\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":2592000,"                                \
+  "\"description\":\"Hibernate after this many seconds with no connection (default 300); the next "          \
+  "connection wakes it\"},"                                                                                  \
+  "\"metadata\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},"                        \
+  "\"description\":\"Labels\"}"
 
 static const struct tool sandbox_tools[] = {
     {"shell", "Run a shell command",
@@ -588,6 +702,26 @@ static const struct tool workspace_tools[] = {
      "{\"type\":\"object\",\"properties\":{" SB_PROP
      "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
      tool_kill},
+    {"database_create", "Create a PostgreSQL database",
+     "Creates a PostgreSQL 15 database whose data outlives sandboxes and returns it as JSON, with "
+     "connection.url (postgresql://...) to connect with.",
+     "{\"type\":\"object\",\"properties\":{" DB_NAME_PROP
+     ",\"size_mb\":{\"type\":\"integer\",\"minimum\":64,\"description\":\"Size of its data volume in MiB "
+     "(default 1024)\"}," DB_COMMON_PROPS "},\"required\":[\"name\"],\"additionalProperties\":false}",
+     tool_database_create},
+    {"database_list", "List databases",
+     "Lists this account's PostgreSQL databases, with their connections, as JSON.",
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", tool_database_list},
+    {"database_branch", "Branch a database",
+     "Makes a new PostgreSQL database holding a database's data as it is now (its own credentials; the two "
+     "change independently from then on) and returns it as JSON, as database_create does.",
+     "{\"type\":\"object\",\"properties\":{" DB_PROP "," DB_NAME_PROP "," DB_COMMON_PROPS
+     "},\"required\":[\"database_id\",\"name\"],\"additionalProperties\":false}",
+     tool_database_branch},
+    {"database_delete", "Delete a database", "Deletes a PostgreSQL database and all its data.",
+     "{\"type\":\"object\",\"properties\":{" DB_PROP
+     "},\"required\":[\"database_id\"],\"additionalProperties\":false}",
+     tool_database_delete},
 };
 
 static const struct tool *tools_of(enum mcp_endpoint ep, size_t *n) {

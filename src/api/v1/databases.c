@@ -9,32 +9,6 @@
 
 #define DB_EV_POLL_MS 200 /* latency of a live event */
 
-/* A database as CONTRACT.md's Databases section shows it: the password is the org's to see. */
-static json_t *database_json(struct api_req *r, const struct moat_database_info *d) {
-  struct moat_control *c = api_control(r);
-  char *url = moat_control_database_url(c, d);
-  json_t *conn = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s}", "host", moat_control_db_host(c), "port",
-                           (json_int_t)moat_control_db_port(c), "user", d->role, "password", d->password,
-                           "database", d->database, "url", url);
-  free(url);
-  /* how a sandbox reaches it (null: this moatd gives sandboxes no network, nothing in one does) */
-  char *sandbox_url = moat_control_database_sandbox_url(c, d);
-  json_object_set_new(conn, "sandbox_url", sandbox_url ? json_string(sandbox_url) : json_null());
-  free(sandbox_url);
-  json_t *o = json_object();
-  json_object_set_new(o, "id", json_string(d->id));
-  json_object_set_new(o, "name", json_string(d->name));
-  json_object_set_new(o, "state", json_string(d->state));
-  json_object_set_new(o, "size_mb", json_integer((json_int_t)d->size_mb));
-  json_object_set_new(o, "idle_seconds", json_integer((json_int_t)d->idle_seconds));
-  json_object_set_new(o, "metadata", json_deep_copy(d->metadata));
-  json_object_set_new(o, "created_at", api_time_json(d->created_at_ms, false));
-  json_object_set_new(o, "volume", json_string(d->volume));
-  json_object_set_new(o, "sandbox_id", d->sandbox_id ? json_string(d->sandbox_id) : json_null());
-  json_object_set_new(o, "connections", json_integer(d->connections));
-  json_object_set_new(o, "connection", conn);
-  return o;
-}
 
 /* The {sid} segment as a database id, else 404 as for an unknown one. */
 static const char *db_id(struct api_req *r) {
@@ -56,7 +30,7 @@ int api_h_databases_create(struct api_req *r, json_t *body) {
   struct moat_database_info d;
   if (moat_control_database_create(api_control(r), r->org, &spec, &d, &err) < 0)
     return api_reply_moat_error(r, &err);
-  int ret = api_reply_json(r, 201, database_json(r, &d));
+  int ret = api_reply_json(r, 201, api_database_json(api_control(r), &d));
   moat_database_info_clear(&d);
   return ret;
 }
@@ -71,7 +45,7 @@ int api_h_databases_list(struct api_req *r, json_t *body) {
     return api_reply_moat_error(r, &err);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++)
-    json_array_append_new(arr, database_json(r, &v[i]));
+    json_array_append_new(arr, api_database_json(api_control(r), &v[i]));
   moat_database_infos_free(v, n);
   return api_reply_json(r, 200, json_pack("{s:o}", "databases", arr));
 }
@@ -86,7 +60,7 @@ int api_h_database_get(struct api_req *r, json_t *body) {
   struct moat_database_info d;
   if (moat_control_database_get(api_control(r), r->org, id, &d, &err) < 0)
     return api_reply_moat_error(r, &err);
-  int ret = api_reply_json(r, 200, database_json(r, &d));
+  int ret = api_reply_json(r, 200, api_database_json(api_control(r), &d));
   moat_database_info_clear(&d);
   return ret;
 }
@@ -117,7 +91,7 @@ int api_h_database_branch(struct api_req *r, json_t *body) {
   struct moat_database_info d;
   if (moat_control_database_branch(api_control(r), r->org, id, &spec, &d, &err) < 0)
     return api_reply_moat_error(r, &err);
-  int ret = api_reply_json(r, 201, database_json(r, &d));
+  int ret = api_reply_json(r, 201, api_database_json(api_control(r), &d));
   moat_database_info_clear(&d);
   return ret;
 }
