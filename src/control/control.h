@@ -622,9 +622,9 @@ json_t *moat_control_database_events(struct moat_control *c, const char *org, co
 #define MOAT_DB_WAKE_BUCKETS 8
 extern const double moat_db_wake_bounds[MOAT_DB_WAKE_BUCKETS]; /* seconds */
 struct moat_database_stats {
-  uint64_t connections_total;                /* client connections the proxy routed */
-  uint64_t wakes_total;                      /* connects that woke or restarted a server */
-  uint64_t wake_le[MOAT_DB_WAKE_BUCKETS];    /* cumulative: wakes that took <= bound */
+  uint64_t connections_total;             /* client connections the proxy routed */
+  uint64_t wakes_total;                   /* connects that woke or restarted a server */
+  uint64_t wake_le[MOAT_DB_WAKE_BUCKETS]; /* cumulative: wakes that took <= bound */
   double wake_sum_s;
 };
 void moat_control_database_stats(struct moat_control *c, struct moat_database_stats *out);

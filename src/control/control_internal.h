@@ -106,10 +106,10 @@ struct moat_control {
   pthread_mutex_t ctx_lock;
   struct ctl_ctx_busy *ctx_busy; /* contexts.c: contexts with a run in progress; ctx_lock */
 
-  pthread_mutex_t db_lock; /* databases.c: a leaf, guards dbs' counts */
-  struct ctl_db *dbs;      /* databases.c: connection counts and start mutexes */
+  pthread_mutex_t db_lock;         /* databases.c: a leaf, guards dbs' counts */
+  struct ctl_db *dbs;              /* databases.c: connection counts and start mutexes */
   struct ctl_db_events *db_events; /* database_events.c: recent events and counters */
-  char *db_host;           /* the proxy's address in connection URLs (moat_control_config.db_listen) */
+  char *db_host; /* the proxy's address in connection URLs (moat_control_config.db_listen) */
   unsigned db_port;
   /* the proxy's in-sandbox listener (moat_control_database_listen_sandboxes): its address and
    * port in sandbox URLs; port 0 (atomic) while there is none */

@@ -456,7 +456,8 @@ static int db_new_server(struct moat_control *c, struct moat_store_database *r, 
   t_init = now_ns();
   if (db_start_server(c, r, true, err) < 0)
     goto fail;
-  log_info("database %s: server ready in sandbox %s in %.1f ms (sandbox %.1f, rename %.1f, initdb %.1f, start %.1f)",
+  log_info("database %s: server ready in sandbox %s in %.1f ms (sandbox %.1f, rename %.1f, initdb %.1f, "
+           "start %.1f)",
            r->id, r->sandbox_id, (now_ns() - t0) / 1e6, (t_made - t0) / 1e6, (t_renamed - t_made) / 1e6,
            (t_init - t_renamed) / 1e6, (now_ns() - t_init) / 1e6);
   return 0;
@@ -653,7 +654,6 @@ static bool sandbox_running(struct moat_control *c, const char *org, const char 
   return running;
 }
 
-
 int moat_control_database_branch(struct moat_control *c, const char *org, const char *id,
                                  const struct moat_database_spec *spec, struct moat_database_info *out,
                                  moat_error **err) {
@@ -671,7 +671,7 @@ int moat_control_database_branch(struct moat_control *c, const char *org, const 
   struct db_new nw;
   _cleanup_free_ char *meta = dump_object(spec->metadata);
   struct moat_store_database row = db_row_new(&nw, org, spec->name, src.size_mb, meta,
-                                               spec->idle_seconds ? spec->idle_seconds : src.idle_seconds);
+                                              spec->idle_seconds ? spec->idle_seconds : src.idle_seconds);
   if (spec->size_mb && spec->size_mb != src.size_mb) {
     moat_error_set(err, EINVAL, "size_mb: a branch has its source's size (%llu)",
                    (unsigned long long)src.size_mb);
@@ -742,7 +742,8 @@ void ctl_databases_drop_owned(struct moat_control *c, const char *org, struct mo
       continue;
     moat_error *e = NULL;
     if (moat_control_database_delete(c, org, att[i].database_id, &e) < 0 && e->status != ENOENT)
-      log_warn("database %s: delete the branch of a child not made: %s", att[i].database_id, moat_error_msg(e));
+      log_warn("database %s: delete the branch of a child not made: %s", att[i].database_id,
+               moat_error_msg(e));
     moat_error_free(&e);
   }
 }
@@ -763,17 +764,20 @@ json_t *ctl_databases_for_child(struct moat_control *c, const char *org, const c
     }
     struct moat_database_info src, d;
     if (moat_control_database_get(c, org, patt[made].database_id, &src, err) < 0) {
-      moat_error_wrap(err, "branch database %s (%s) of %s", patt[made].database_id, patt[made].env, parent_id);
+      moat_error_wrap(err, "branch database %s (%s) of %s", patt[made].database_id, patt[made].env,
+                      parent_id);
       goto fail;
     }
     char name[64], tag[9];
     random_id(tag, 8);
     snprintf(name, sizeof(name), "%.40s-%s", src.name, tag);
-    _cleanup_json_ json_t *meta = json_pack("{ssss}", "moat.branch_of", src.id, "moat.forked_from", parent_id);
+    _cleanup_json_ json_t *meta =
+        json_pack("{ssss}", "moat.branch_of", src.id, "moat.forked_from", parent_id);
     moat_database_info_clear(&src);
     struct moat_database_spec spec = {.name = name, .metadata = meta};
     if (moat_control_database_branch(c, org, patt[made].database_id, &spec, &d, err) < 0) {
-      moat_error_wrap(err, "branch database %s (%s) of %s", patt[made].database_id, patt[made].env, parent_id);
+      moat_error_wrap(err, "branch database %s (%s) of %s", patt[made].database_id, patt[made].env,
+                      parent_id);
       goto fail;
     }
     a->database_id = xstrdup(d.id);

@@ -136,7 +136,8 @@ int moat_host_volume_create(struct moat_host *h, const char *vid, uint64_t size_
 }
 
 int moat_host_volume_copy(struct moat_host *h, const char *src_vid, const char *dst_vid, moat_error **err) {
-  return h->ops->volume_copy ? h->ops->volume_copy(h, src_vid, dst_vid, err) : unsupported(h, "copy volumes", err);
+  return h->ops->volume_copy ? h->ops->volume_copy(h, src_vid, dst_vid, err)
+                             : unsupported(h, "copy volumes", err);
 }
 
 int moat_host_volume_remove(struct moat_host *h, const char *vid, moat_error **err) {

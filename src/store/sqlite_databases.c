@@ -255,8 +255,8 @@ void moat_store_db_attachments_free(struct moat_store_db_attachment *v, size_t n
 
 int moat_store_db_attach(struct moat_store *s, const struct moat_store_db_attachment *a, size_t n,
                          moat_error **err) {
-  static const char sql[] =
-      "INSERT OR REPLACE INTO database_attachments (sandbox_id, env, database_id, owned) VALUES (?1, ?2, ?3, ?4)";
+  static const char sql[] = "INSERT OR REPLACE INTO database_attachments (sandbox_id, env, database_id, "
+                            "owned) VALUES (?1, ?2, ?3, ?4)";
   pthread_mutex_lock(&s->lock);
   int ret = -1;
   if (sql_begin(s, err) < 0)
@@ -307,8 +307,8 @@ static int attachment_rows(struct moat_store *s, sqlite3_stmt *st, struct moat_s
   return 0;
 }
 
-int moat_store_db_attachments(struct moat_store *s, const char *sandbox_id, struct moat_store_db_attachment **out,
-                              size_t *n, moat_error **err) {
+int moat_store_db_attachments(struct moat_store *s, const char *sandbox_id,
+                              struct moat_store_db_attachment **out, size_t *n, moat_error **err) {
   static const char sql[] = "SELECT sandbox_id, env, database_id, owned FROM database_attachments "
                             "WHERE sandbox_id = ?1 ORDER BY env";
   *out = NULL;
@@ -326,9 +326,9 @@ int moat_store_db_attachments(struct moat_store *s, const char *sandbox_id, stru
 
 int moat_store_db_orphans(struct moat_store *s, struct moat_store_db_attachment **out, size_t *n,
                           moat_error **err) {
-  static const char sql[] =
-      "SELECT a.sandbox_id, a.env, a.database_id, a.owned FROM database_attachments a "
-      "LEFT JOIN sandboxes b ON b.id = a.sandbox_id WHERE a.owned = 1 AND (b.id IS NULL OR b.state = 'killed')";
+  static const char sql[] = "SELECT a.sandbox_id, a.env, a.database_id, a.owned FROM database_attachments a "
+                            "LEFT JOIN sandboxes b ON b.id = a.sandbox_id WHERE a.owned = 1 AND (b.id IS "
+                            "NULL OR b.state = 'killed')";
   *out = NULL;
   *n = 0;
   pthread_mutex_lock(&s->lock);

@@ -300,8 +300,8 @@ void moat_store_db_attachments_free(struct moat_store_db_attachment *v, size_t n
 int moat_store_db_attach(struct moat_store *s, const struct moat_store_db_attachment *a, size_t n,
                          moat_error **err);
 /* sandbox_id's attachments, by env name. */
-int moat_store_db_attachments(struct moat_store *s, const char *sandbox_id, struct moat_store_db_attachment **out,
-                              size_t *n, moat_error **err);
+int moat_store_db_attachments(struct moat_store *s, const char *sandbox_id,
+                              struct moat_store_db_attachment **out, size_t *n, moat_error **err);
 /* The attachments that own a database whose sandbox is killed or has no row (the databases to
  * delete). */
 int moat_store_db_orphans(struct moat_store *s, struct moat_store_db_attachment **out, size_t *n,

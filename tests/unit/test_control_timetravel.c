@@ -163,7 +163,8 @@ static void test_checkpoints(struct moat_control *c) {
     moat_control_kill(c, "default", kids[k].id, "api", &err);
   }
   moat_sandbox_infos_free(kids, 2);
-  CHECK(status_of(moat_control_fork(c, "default", id, 17, false, &kids, &err), &err) == EINVAL, "fork 17: EINVAL");
+  CHECK(status_of(moat_control_fork(c, "default", id, 17, false, &kids, &err), &err) == EINVAL,
+        "fork 17: EINVAL");
   CHECK(status_of(moat_control_rollback(c, "default", r.id, si.id, &err), &err) == EINVAL,
         "rollback to another sandbox's snapshot: EINVAL");
   CHECK(moat_control_rollback(c, "default", id, si.id, &err) == 0, "rollback");

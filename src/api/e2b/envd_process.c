@@ -29,7 +29,8 @@ struct proc_ctx {
   char id[MOAT_ID_LEN + 1];
 };
 
-static struct proc_ctx *proc_ctx_new(struct api_req *r, struct envd_req *q, struct moat_proc_stream *ps, bool pty) {
+static struct proc_ctx *proc_ctx_new(struct api_req *r, struct envd_req *q, struct moat_proc_stream *ps,
+                                     bool pty) {
   struct proc_ctx *c = xcalloc(1, sizeof(*c));
   c->ps = ps;
   c->pty = pty;

@@ -35,7 +35,7 @@
 #define PG_SRC_BUCKETS 256
 #define PG_STACK (128 * 1024)
 #define PG_TLS_STACK (512 * 1024) /* with TLS: OpenSSL's handshake wants more */
-#define PG_WRITE_TIMEOUT_MS 5000 /* an ErrorResponse or the startup packet handed to the server */
+#define PG_WRITE_TIMEOUT_MS 5000  /* an ErrorResponse or the startup packet handed to the server */
 
 #define PG_MAIN 0   /* the listener of cfg->listen */
 #define PG_SCOPED 1 /* cfg->scoped_fd's */
@@ -74,7 +74,7 @@ struct pg_conn {
 
 struct moat_pg_proxy {
   struct moat_pg_config cfg;
-  SSL_CTX *tls; /* NULL: SSLRequest answered 'N' */
+  SSL_CTX *tls;              /* NULL: SSLRequest answered 'N' */
   struct pg_listener lst[2]; /* PG_MAIN, PG_SCOPED */
   int stop_fd;               /* an eventfd made readable once, when the proxy stops */
   unsigned port;
@@ -353,7 +353,8 @@ static void splice_both(struct pg_conn *c) {
       pf[1].events |= POLLIN;
     if (d[0].len > 0)
       pf[1].events |= POLLOUT;
-    for (int i = 0; i < 2; i++) /* a hung-up end whose bytes wait for the other is not polled (it would spin) */
+    for (int i = 0; i < 2;
+         i++) /* a hung-up end whose bytes wait for the other is not polled (it would spin) */
       if (hup[i] && !(pf[i].events & (POLLIN | POLLOUT)))
         pf[i].fd = -1;
     bool pending = c->ssl && d[0].len == 0 && !d[0].eof && SSL_pending(c->ssl) > 0;
@@ -855,7 +856,8 @@ int moat_pg_proxy_start(struct moat_pg_proxy **out, const struct moat_pg_config 
     return moat_error_errno(err, "database proxy: thread");
   }
   log_info("database proxy listening on %s (port %u; caps %u connections, %u per client address; TLS %s)",
-           cfg->listen, port, p->cfg.max_connections, p->cfg.max_conns_per_ip, p->tls ? "offered" : "not offered");
+           cfg->listen, port, p->cfg.max_connections, p->cfg.max_conns_per_ip,
+           p->tls ? "offered" : "not offered");
   if (p->lst[PG_SCOPED].fd >= 0) {
     char name[INET6_ADDRSTRLEN + 8];
     sock_name(p->lst[PG_SCOPED].fd, name, sizeof(name));

@@ -9,7 +9,6 @@
 
 #define DB_EV_POLL_MS 200 /* latency of a live event */
 
-
 /* The {sid} segment as a database id, else 404 as for an unknown one. */
 static const char *db_id(struct api_req *r) {
   const char *id = r->route.sid;

@@ -144,7 +144,8 @@ static uint64_t self_open_fds(void) {
 /* The databases' families: states over every org, each of org's databases' open connections, and
  * moatd's connection and wake counters with the wake times' histogram. */
 static void database_families(struct moat_control *c, const char *org, struct moat_buf *b) {
-  static const char *const states[] = {"creating", "running", "paused", "hibernated", "stopped", "failed", "deleting"};
+  static const char *const states[] = {"creating", "running", "paused",  "hibernated",
+                                       "stopped",  "failed",  "deleting"};
   size_t n_states = sizeof(states) / sizeof(states[0]);
   uint64_t by_state[sizeof(states) / sizeof(states[0])] = {0};
   struct moat_database_info *v = NULL;
@@ -170,7 +171,8 @@ static void database_families(struct moat_control *c, const char *org, struct mo
   buf_printf(b, "moat_database_connections_total %llu\n", (unsigned long long)st.connections_total);
   family(b, "moat_database_wakes_total", "counter", "Connections that had to wake or restart their server.");
   buf_printf(b, "moat_database_wakes_total %llu\n", (unsigned long long)st.wakes_total);
-  family(b, "moat_database_wake_seconds", "histogram", "Time from a connection to its woken server's answer.");
+  family(b, "moat_database_wake_seconds", "histogram",
+         "Time from a connection to its woken server's answer.");
   for (size_t i = 0; i < MOAT_DB_WAKE_BUCKETS; i++)
     buf_printf(b, "moat_database_wake_seconds_bucket{le=\"%g\"} %llu\n", moat_db_wake_bounds[i],
                (unsigned long long)st.wake_le[i]);

@@ -144,7 +144,8 @@ int moat_linux_volume_remove(struct moat_host *base, const char *vid, moat_error
   return 0;
 }
 
-int moat_linux_volume_copy(struct moat_host *base, const char *src_vid, const char *dst_vid, moat_error **err) {
+int moat_linux_volume_copy(struct moat_host *base, const char *src_vid, const char *dst_vid,
+                           moat_error **err) {
   struct moat_volumes *v = moat_linux_volumes(moat_linux_of(base));
   if (!valid_vid(src_vid) || !valid_vid(dst_vid))
     return moat_error_set(err, EINVAL, "bad volume id '%.48s'", valid_vid(src_vid) ? dst_vid : src_vid);
