@@ -22,18 +22,22 @@ from .client import _UNSET, Client, resolve
 class DatabaseConnection:
     """How to reach the database: through moatd's PostgreSQL proxy (``moatd --db-listen``) at
     host:port, as user (a login role that owns its database and is no superuser) with password
-    (SCRAM). ``url`` is ``postgresql://user:password@host:port/database?sslmode=disable``."""
+    (SCRAM). ``url`` is ``postgresql://user:password@host:port/database?sslmode=disable``, for clients
+    on the host; ``sandbox_url`` is the URL a sandbox reaches it at (the proxy's listener on the
+    sandboxes' service address, port 5432), None when moatd gives sandboxes no network."""
     host: str
     port: int
     user: str
     password: str = field(repr=False)
     database: str
     url: str = field(repr=False)
+    sandbox_url: Optional[str] = field(default=None, repr=False)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "DatabaseConnection":
         return cls(host=d.get("host", ""), port=int(d.get("port") or 0), user=d.get("user", ""),
-                   password=d.get("password", ""), database=d.get("database", ""), url=d.get("url", ""))
+                   password=d.get("password", ""), database=d.get("database", ""), url=d.get("url", ""),
+                   sandbox_url=d.get("sandbox_url"))
 
 
 @dataclass
@@ -68,8 +72,9 @@ class Database:
 
     @property
     def url(self) -> str:
-        """The connection URL (it holds the password): what ``DATABASE_URL`` is set to in a sandbox
-        created with ``databases=[this]``."""
+        """The connection URL for the host (it holds the password). A sandbox created with
+        ``databases=[this]`` gets ``connection.sandbox_url`` as ``DATABASE_URL`` instead (when moatd
+        gives sandboxes a network)."""
         return self.connection.url
 
     @property

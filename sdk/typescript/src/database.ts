@@ -16,7 +16,11 @@ export interface DatabaseConnection {
   user: string;
   password: string;
   database: string;
+  /** For clients on the host (through moatd --db-listen). */
   url: string;
+  /** What a sandbox reaches it at (the proxy on the sandboxes' service address, port 5432): DATABASE_URL in
+   *  a sandbox it is attached to; null when moatd gives sandboxes no network. */
+  sandbox_url: string | null;
 }
 
 export interface DatabaseCreateOptions extends ConnectionOptions {
@@ -93,11 +97,13 @@ export class Database {
       password: c.password as string,
       database: c.database as string,
       url: c.url as string,
+      sandbox_url: (c.sandbox_url as string | null) ?? null,
     };
     this.raw = j;
   }
 
-  /** The connection URL (it holds the password): what DATABASE_URL is in a sandbox it is attached to. */
+  /** The connection URL for the host (it holds the password); a sandbox it is attached to gets
+   *  connection.sandbox_url as DATABASE_URL instead, when moatd gives sandboxes a network. */
   get url(): string {
     return this.connection.url;
   }
