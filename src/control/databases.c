@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/buf.h"
 #include "../common/crashpoint.h"
 #include "../common/log.h"
 #include "../common/util.h"
@@ -341,15 +342,55 @@ static int db_run(struct moat_control *c, const struct moat_store_database *r, c
   return ret;
 }
 
-/* Starts the server in r's sandbox (a fresh sandbox: a postmaster.pid a dead one left is removed
- * first) as a background process tagged "postgres", and waits until pg_isready answers. */
-static int db_start_server(struct moat_control *c, const struct moat_store_database *r, bool fresh,
-                           moat_error **err) {
-  if (fresh) {
-    char *rm[] = {"rm", "-f", DB_PGDATA "/postmaster.pid", NULL};
-    if (db_run(c, r, rm, NULL, NULL, 10000, "remove a stale postmaster.pid", err) < 0)
-      return -1;
+/* Whether the background process pid has ended; then said gets the end of its output (its last
+ * three lines, as PostgreSQL logs them: "LOG: ... FATAL: ..."). */
+static bool server_exited(const struct moat_guest_ep *ep, int pid, char *said, size_t len) {
+  struct moat_proc_stream *s = NULL;
+  struct moat_proc_info info;
+  memset(&info, 0, sizeof(info));
+  moat_error *e = NULL;
+  snprintf(said, len, "(it said nothing)");
+  if (moat_guest_attach(ep, pid, NULL, true, &s, &info, &e) < 0) {
+    bool gone = e && e->status == ESRCH;
+    moat_error_free(&e);
+    return gone;
   }
+  bool exited = !info.running;
+  moat_proc_info_clear(&info);
+  struct moat_buf out = {0};
+  struct moat_proc_event ev;
+  while (exited && moat_proc_stream_next(s, &ev, 200, &e) > 0 && ev.type != MOAT_PROC_EXIT)
+    if (ev.type == MOAT_PROC_STDOUT || ev.type == MOAT_PROC_STDERR)
+      moat_buf_append(&out, ev.data, ev.len);
+  moat_error_free(&e);
+  moat_proc_stream_close(s);
+  if (out.len) {
+    while (out.len && (out.p[out.len - 1] == '\n' || out.p[out.len - 1] == '\r'))
+      out.p[--out.len] = '\0';
+    /* its last three lines, one after the other */
+    char *from = out.p + out.len;
+    for (int lines = 0; lines < 3 && from > out.p; lines++) {
+      char *nl = memrchr(out.p, '\n', (size_t)(from - out.p));
+      if (lines > 0 && from < out.p + out.len)
+        *from = ' '; /* the newline that ended this line */
+      from = nl ? nl : out.p;
+    }
+    snprintf(said, len, "%s", from + (*from == '\n'));
+  }
+  free(out.p);
+  return exited;
+}
+
+/* Starts the server in r's sandbox as a background process tagged "postgres", and waits until
+ * pg_isready answers; a server that exits before that fails the start at once, with its last
+ * words. The postmaster.pid a killed server left is removed first unless a postgres process runs
+ * (one starting: this one then fails on the lock and the other is waited for): PostgreSQL takes
+ * a pid file whose pid is alive for a live server's, and in the sandbox's pid namespace, restored
+ * by CRIU or not, the dead server's pid is soon another process's. */
+static int db_start_server(struct moat_control *c, const struct moat_store_database *r, moat_error **err) {
+  char *rm[] = {"sh", "-c", "pgrep -x postgres >/dev/null || rm -f " DB_PGDATA "/postmaster.pid", NULL};
+  if (db_run(c, r, rm, NULL, NULL, 10000, "remove a stale postmaster.pid", err) < 0)
+    return -1;
   _cleanup_free_ struct moat_guest_ep *ep = NULL;
   if (moat_control_guest(c, r->org, r->sandbox_id, &ep, NULL, err) < 0)
     return -1;
@@ -365,6 +406,7 @@ static int db_start_server(struct moat_control *c, const struct moat_store_datab
   moat_proc_stream_close(ps);
   uint64_t deadline = now_ns() + (uint64_t)DB_READY_TIMEOUT_MS * 1000000ull;
   char *check[] = {"pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432", "-t", "5", NULL};
+  char said[512];
   for (;;) {
     struct moat_exec_result res;
     moat_error *e = NULL;
@@ -375,11 +417,16 @@ static int db_start_server(struct moat_control *c, const struct moat_store_datab
     moat_error_free(&e);
     if (ready)
       return 0;
+    if (server_exited(ep, pid, said, sizeof(said))) {
+      /* on another's lock (one starting): that one is waited for; else it failed */
+      char *other[] = {"pgrep", "-x", "postgres", NULL};
+      if (db_run(c, r, other, NULL, NULL, 10000, "pgrep", &e) < 0) {
+        moat_error_free(&e);
+        return moat_error_set(err, EIO, "postgres exited before it was ready: %s", said);
+      }
+    }
     if (now_ns() > deadline)
-      return moat_error_set(err, EIO,
-                            "postgres did not become ready in %d s (its output: GET "
-                            "/v1/sandboxes/%s/processes/postgres)",
-                            DB_READY_TIMEOUT_MS / 1000, r->sandbox_id);
+      return moat_error_set(err, EIO, "postgres did not become ready in %d s", DB_READY_TIMEOUT_MS / 1000);
     usleep(50 * 1000);
   }
 }
@@ -454,7 +501,7 @@ static int db_new_server(struct moat_control *c, struct moat_store_database *r, 
     goto fail;
   moat_crash_point("db_initdb_done");
   t_init = now_ns();
-  if (db_start_server(c, r, true, err) < 0)
+  if (db_start_server(c, r, err) < 0)
     goto fail;
   log_info("database %s: server ready in sandbox %s in %.1f ms (sandbox %.1f, rename %.1f, initdb %.1f, "
            "start %.1f)",
@@ -861,7 +908,7 @@ static int db_connect(struct moat_control *c, const char *org, const char *role,
        * its lock file and the one starting is waited for) */
       moat_error_free(&e);
       ctl_db_event(c, r.id, "restarted", json_pack("{ss}", "reason", "its server was not running"));
-      if (db_start_server(c, &r, false, err) == 0)
+      if (db_start_server(c, &r, err) == 0)
         fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
     } else if (fd < 0 && (!e || e->status == ENOENT)) {
       /* the sandbox is gone (killed, or moatd restarted without it): a new one on the same volume */

@@ -286,6 +286,35 @@ class DatabaseProxyTest(DatabaseMixin, DaemonTest):
         self.c.sh(d["sandbox_id"], "kill -9 $(head -1 /var/lib/postgresql/data/pgdata/postmaster.pid)")
         self.assertEqual(self.host_psql(d, "SELECT count(*) FROM t").stdout, "100\n")
 
+    def test_restarts_after_wake_and_kill(self):
+        """A server killed after its sandbox was hibernated and woken (CRIU restores its pids, and the
+        killed postmaster's pid in postmaster.pid soon names another process) starts again."""
+        d = self.database(idle_seconds=1)
+        self.host_psql(d, "CREATE TABLE t AS SELECT 7 AS n")
+        for _ in range(3):
+            deadline = time.time() + 120
+            while self.dget(d["id"])["state"] != "hibernated":
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.2)
+            self.host_psql(d, "SELECT 1")  # woken
+            self.c.sh(d["sandbox_id"], "pkill -KILL -x postgres; while pgrep -x postgres >/dev/null; do sleep 0.01; done")
+            self.assertEqual(self.host_psql(d, "SELECT n FROM t").stdout, "7\n")
+
+    def test_a_server_that_cannot_start_says_why(self):
+        """A server that exits at start fails the connection at once with its own words, not after
+        the 60 s start deadline; once fixed, the next connection starts it."""
+        d = self.database()
+        conf = "/var/lib/postgresql/data/pgdata/postgresql.conf"
+        self.c.sh(d["sandbox_id"], "cp %s /tmp/conf.bak && echo 'shared_buffers = nonsense' >> %s && "
+                  "kill -9 $(head -1 /var/lib/postgresql/data/pgdata/postmaster.pid)" % (conf, conf))
+        t0 = time.time()
+        r = self.host_psql(d, "SELECT 1", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertLess(time.time() - t0, 30, r.stderr)
+        self.assertIn("shared_buffers", r.stderr)
+        self.c.sh(d["sandbox_id"], "cp /tmp/conf.bak %s" % conf)
+        self.assertEqual(self.host_psql(d, "SELECT 1").stdout, "1\n")
+
     def test_sandbox_gone(self):
         d = self.database()
         self.host_psql(d, "CREATE TABLE t (x int); INSERT INTO t VALUES (5)")
