@@ -916,6 +916,9 @@ static int db_connect(struct moat_control *c, const char *org, const char *role,
       log_info("database %s: its sandbox %s is gone; starting a new one", r.id,
                r.sandbox_id ? r.sandbox_id : "-");
       ctl_db_event(c, r.id, "restarted", json_pack("{ss}", "reason", "its sandbox was gone"));
+      /* a sandbox that died under moatd (its init killed) may still hold the volume's claim until
+       * the reaper sees it: its record goes first */
+      db_kill_sandboxes(c, &r);
       if (db_new_server(c, &r, NULL, err) == 0)
         fd = moat_control_port_connect(c, r.org, r.sandbox_id, MOAT_DB_PORT, timeout_ms, err);
     } else if (fd < 0) {

@@ -315,6 +315,33 @@ class DatabaseProxyTest(DatabaseMixin, DaemonTest):
         self.c.sh(d["sandbox_id"], "cp /tmp/conf.bak %s" % conf)
         self.assertEqual(self.host_psql(d, "SELECT 1").stdout, "1\n")
 
+    def test_kill9_of_its_sandbox(self):
+        """kill -9 from the host of the database's sandbox's init (every process in it dies at once,
+        mid-write): the next connection starts a new sandbox on the volume, and every row whose
+        commit was acknowledged is there."""
+        d = self.database()
+        self.host_psql(d, "CREATE TABLE t (n int PRIMARY KEY)")
+        acked = 0
+        p = subprocess.Popen(["psql", "-X", d["connection"]["url"], "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        try:
+            for n in range(1, 301):
+                p.stdin.write("INSERT INTO t VALUES (%d);\n" % n)
+                p.stdin.flush()
+                if p.stdout.readline().strip() != "INSERT 0 1":
+                    break
+                acked = n
+                if n == 200:
+                    os.kill(self.daemon.sandbox_host(d["sandbox_id"])["pid"], 9)
+        finally:
+            p.kill()
+            p.wait(30)
+        self.assertGreaterEqual(acked, 200)
+        got = self.host_psql(d, "SELECT count(*), max(n) FROM t").stdout.strip().split("|")
+        self.assertGreaterEqual(int(got[1]), acked)
+        self.assertEqual(int(got[0]), int(got[1]))
+        self.assertNotEqual(self.dget(d["id"])["sandbox_id"], d["sandbox_id"])
+
     def test_sandbox_gone(self):
         d = self.database()
         self.host_psql(d, "CREATE TABLE t (x int); INSERT INTO t VALUES (5)")
