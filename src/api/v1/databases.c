@@ -9,14 +9,24 @@
 
 #define DB_EV_POLL_MS 200 /* latency of a live event */
 
-/* The {sid} segment as a database id, else 404 as for an unknown one. */
+/* The {sid} segment as a database id of a request with no query arguments, else NULL with the reply
+ * sent (404 as for an unknown one). */
 static const char *db_id(struct api_req *r) {
+  if (api_args_none(r) < 0)
+    return NULL;
   const char *id = r->route.sid;
   if (strncmp(id, "db-", 3) != 0 || strlen(id) != MOAT_DB_ID_LEN) {
     api_reply_error(r, 404, "not_found", "no database %.64s", id);
     return NULL;
   }
   return id;
+}
+
+/* Replies status with d (cleared). */
+static int reply_database(struct api_req *r, int status, struct moat_database_info *d) {
+  int ret = api_reply_json(r, status, api_database_json(api_control(r), d));
+  moat_database_info_clear(d);
+  return ret;
 }
 
 int api_h_databases_create(struct api_req *r, json_t *body) {
@@ -29,9 +39,7 @@ int api_h_databases_create(struct api_req *r, json_t *body) {
   struct moat_database_info d;
   if (moat_control_database_create(api_control(r), r->org, &spec, &d, &err) < 0)
     return api_reply_moat_error(r, &err);
-  int ret = api_reply_json(r, 201, api_database_json(api_control(r), &d));
-  moat_database_info_clear(&d);
-  return ret;
+  return reply_database(r, 201, &d);
 }
 
 int api_h_databases_list(struct api_req *r, json_t *body) {
@@ -50,8 +58,6 @@ int api_h_databases_list(struct api_req *r, json_t *body) {
 }
 
 int api_h_database_get(struct api_req *r, json_t *body) {
-  if (api_args_none(r) < 0)
-    return -1;
   const char *id = db_id(r);
   if (!id)
     return -1;
@@ -59,14 +65,10 @@ int api_h_database_get(struct api_req *r, json_t *body) {
   struct moat_database_info d;
   if (moat_control_database_get(api_control(r), r->org, id, &d, &err) < 0)
     return api_reply_moat_error(r, &err);
-  int ret = api_reply_json(r, 200, api_database_json(api_control(r), &d));
-  moat_database_info_clear(&d);
-  return ret;
+  return reply_database(r, 200, &d);
 }
 
 int api_h_database_delete(struct api_req *r, json_t *body) {
-  if (api_args_none(r) < 0)
-    return -1;
   const char *id = db_id(r);
   if (!id)
     return -1;
@@ -78,8 +80,6 @@ int api_h_database_delete(struct api_req *r, json_t *body) {
 
 /* POST /v1/databases/{id}/branch {name, size_mb, idle_seconds, metadata}: as a create's body. */
 int api_h_database_branch(struct api_req *r, json_t *body) {
-  if (api_args_none(r) < 0)
-    return -1;
   const char *id = db_id(r);
   if (!id)
     return -1;
@@ -90,9 +90,7 @@ int api_h_database_branch(struct api_req *r, json_t *body) {
   struct moat_database_info d;
   if (moat_control_database_branch(api_control(r), r->org, id, &spec, &d, &err) < 0)
     return api_reply_moat_error(r, &err);
-  int ret = api_reply_json(r, 201, api_database_json(api_control(r), &d));
-  moat_database_info_clear(&d);
-  return ret;
+  return reply_database(r, 201, &d);
 }
 
 /* ---- GET /v1/databases/{id}/events ---- */
@@ -144,8 +142,6 @@ static void dbev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *don
 }
 
 int api_h_database_events(struct api_req *r, json_t *body) {
-  if (api_args_none(r) < 0)
-    return -1;
   const char *id = db_id(r);
   if (!id)
     return -1;
