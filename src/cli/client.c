@@ -341,13 +341,32 @@ static size_t on_read(char *p, size_t size, size_t n, void *ud) {
   return r;
 }
 
-/* Prints the error an unsuccessful answer carries. */
-static void report_http_error(long status, const struct membuf *m) {
+/* The sandbox id a request path names (/v1/sandboxes/ID...) into id, or false. */
+static bool path_sandbox(const char *path, char *id, size_t len) {
+  static const char prefix[] = "/v1/sandboxes/";
+  if (strncmp(path, prefix, sizeof(prefix) - 1) != 0)
+    return false;
+  const char *s = path + sizeof(prefix) - 1;
+  size_t n = strcspn(s, "/?");
+  if (n == 0 || n >= len)
+    return false;
+  memcpy(id, s, n);
+  id[n] = '\0';
+  return true;
+}
+
+/* Prints the error an unsuccessful answer to a request of path carries; a sandbox the path names
+ * that does not exist (or whose id is malformed) is "sandbox ID not found". */
+static void report_http_error(long status, const char *path, const struct membuf *m) {
   json_error_t jerr;
   json_t *j = m->len ? json_loadb(m->data, m->len, 0, &jerr) : NULL;
   const char *code = j ? json_string_value(json_object_get(j, "code")) : NULL;
   const char *msg = j ? json_string_value(json_object_get(j, "message")) : NULL;
-  if (msg || code) {
+  char id[128];
+  if (status == 404 && code && strcmp(code, "not_found") == 0 && msg && path_sandbox(path, id, sizeof(id)) &&
+      (strncmp(msg, "no sandbox ", 11) == 0 || strncmp(msg, "no such resource", 16) == 0)) {
+    cli_errorf("sandbox %s not found", id);
+  } else if (msg || code) {
     cli_errorf("%s (%s)", msg ? msg : "error", code ? code : "unknown");
   } else {
     size_t l = m->len ? strcspn(m->data, "\r\n") : 0;
@@ -431,7 +450,7 @@ static int perform(const char *method, const char *path, const char *body_json, 
     else
       cli_errorf("%s %s: %s", method, url, curl_easy_strerror(rc));
   } else if (status < 200 || status >= 300) {
-    report_http_error(status, &sink.mem);
+    report_http_error(status, path, &sink.mem);
   } else {
     ret = 0;
     if (resp) {

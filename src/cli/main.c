@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/version.h"
 #include "cli.h"
 
 struct command {
@@ -41,6 +42,7 @@ static void usage(FILE *f) {
   fputs("usage: moat COMMAND [ARGS...]   (moat COMMAND --help for its options)\n\ncommands:\n", f);
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
     fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fputs("\n  moat help COMMAND   that command's options; moat --version   the CLI's version\n", f);
   fputs("\nenvironment:\n"
         "  MOAT_API_URL   moatd's address (default http://127.0.0.1:7070)\n"
         "  MOAT_API_KEY   API key (default: the content of ./.moat/api-key)\n",
@@ -52,7 +54,16 @@ int main(int argc, char **argv) {
     usage(stderr);
     return EXIT_USAGE;
   }
-  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+    printf("moat %s\n", MOAT_VERSION);
+    return 0;
+  }
+  /* moat help COMMAND: that command's own --help */
+  char *help_argv[] = {argv[0], argc > 2 ? argv[2] : NULL, "--help", NULL};
+  if (strcmp(argv[1], "help") == 0 && argc > 2) {
+    argc = 3;
+    argv = help_argv;
+  } else if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
     usage(stdout);
     return 0;
   }

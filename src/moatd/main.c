@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/version.h"
 #include "api/api.h"
 #include "api/pg/pg.h"
 #include "common/log.h"
@@ -23,7 +24,6 @@
 #include "host/net/net.h"
 #include "secret.h"
 
-#define MOAT_VERSION "0.1.0"
 
 static void usage(FILE *f) {
   fprintf(f,

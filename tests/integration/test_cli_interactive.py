@@ -40,6 +40,30 @@ class CliTest(DaemonTest):
         self.addCleanup(lambda: (p.poll() is None and p.kill(), p.wait()))
         return p
 
+    # ---- the CLI itself ----
+
+    def test_version_help_and_unknown_ids(self):
+        r = self.moat("--version")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout.decode(), r"^moat \d+\.\d+\.\d+\n$")
+        r = self.moat("help", "exec")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"usage: moat exec ID", r.stdout)
+        r = self.moat("help", "nosuch")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"unknown command 'nosuch'", r.stderr)
+        for args in (["get", "sb-0123456789abcdefg"], ["exec", "sb-0123456789abcdefg", "true"], ["get", "nonsense"],
+                     ["cp", "sb-0123456789abcdefg:/etc/hostname", "-"]):
+            with self.subTest(args=args):
+                r = self.moat(*args)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(("moat: sandbox %s not found\n" % args[1].split(":")[0]).encode(), r.stderr)
+        # a missing file inside a sandbox that exists keeps its own message
+        sid = self.sandbox()["id"]
+        r = self.moat("cp", sid + ":/no/such/file", "-")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertNotIn(b"sandbox %s not found" % sid.encode(), r.stderr)
+
     # ---- exec --stream ----
 
     def test_stream_output_as_it_arrives_and_exit_code(self):
@@ -90,7 +114,7 @@ class CliTest(DaemonTest):
     def test_stream_errors(self):
         r = self.moat("exec", "--stream", "sb-doesnotexist000", "--", "true")
         self.assertEqual(r.returncode, 1)
-        self.assertIn(b"not_found", r.stderr)
+        self.assertIn(b"sandbox sb-doesnotexist000 not found", r.stderr)
         r = self.moat("exec", "--stream", "--background", "x", "--", "true")
         self.assertEqual(r.returncode, 2)
 
