@@ -360,6 +360,10 @@ struct moat_sandbox_event {
   char *reason; /* may be NULL */
 };
 void moat_sandbox_events_free(struct moat_sandbox_event *v, size_t n);
+/* Waits until a sandbox's lifecycle event (any sandbox's) is recorded after the count seen, or
+ * timeout_ms passed; returns the count (timeout_ms 0: the count now). For event streams: a
+ * transition reaches them as it is recorded, not at their next poll. */
+uint64_t moat_control_events_wait(struct moat_control *c, uint64_t seen, int timeout_ms);
 /* The recorded lifecycle events of a sandbox (also a killed one), oldest first. ENOENT for an
  * unknown sandbox or another org's. forked_from (may be NULL): set to the parent's id for a fork's
  * child, else NULL (caller frees). */

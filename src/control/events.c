@@ -117,3 +117,7 @@ int moat_control_sandbox_events(struct moat_control *c, const char *org, const c
   *n = nr;
   return 0;
 }
+
+uint64_t moat_control_events_wait(struct moat_control *c, uint64_t seen, int timeout_ms) {
+  return moat_store_events_wait(c->store, seen, timeout_ms);
+}

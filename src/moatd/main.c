@@ -24,7 +24,6 @@
 #include "host/net/net.h"
 #include "secret.h"
 
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: moatd [--listen HOST:PORT] [--data-dir DIR] [--template-dir DIR] [--recipes DIR]\n"

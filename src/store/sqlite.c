@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/fault.h"
@@ -208,15 +209,44 @@ int sql_exec_sql(struct moat_store *s, const char *sql, moat_error **err) {
 int sql_begin(struct moat_store *s, moat_error **err) { return sql_exec_sql(s, "BEGIN IMMEDIATE", err); }
 
 int sql_commit(struct moat_store *s, moat_error **err) {
+  bool events = s->event_added;
+  s->event_added = false;
   if ((moat_fault(MOAT_FAULT_STORE) ? moat_error_set(err, EIO, "COMMIT: injected fault")
                                     : sql_exec_sql(s, "COMMIT", err)) < 0) {
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return -1;
   }
+  if (events) {
+    pthread_mutex_lock(&s->event_lock);
+    s->event_seq++;
+    pthread_cond_broadcast(&s->event_cond);
+    pthread_mutex_unlock(&s->event_lock);
+  }
   return 0;
 }
 
-void sql_rollback(struct moat_store *s) { sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL); }
+void sql_rollback(struct moat_store *s) {
+  s->event_added = false;
+  sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+uint64_t moat_store_events_wait(struct moat_store *s, uint64_t seen, int timeout_ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&s->event_lock);
+  while (timeout_ms > 0 && s->event_seq == seen &&
+         pthread_cond_timedwait(&s->event_cond, &s->event_lock, &until) == 0)
+    ;
+  uint64_t now = s->event_seq;
+  pthread_mutex_unlock(&s->event_lock);
+  return now;
+}
 
 void sql_bind_text(sqlite3_stmt *st, int i, const char *v) {
   if (v)
@@ -276,6 +306,12 @@ int moat_store_open(struct moat_store **out, const char *path, moat_error **err)
   }
   struct moat_store *s = xcalloc(1, sizeof(*s));
   pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_init(&s->event_lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->event_cond, &ca);
+  pthread_condattr_destroy(&ca);
   int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL);
   if (rc != SQLITE_OK) {
     moat_error_set(err, status_of(rc), "open %s: %s", path,
@@ -311,6 +347,8 @@ void moat_store_close(struct moat_store *s) {
   if (s->db)
     sqlite3_close(s->db);
   pthread_mutex_destroy(&s->lock);
+  pthread_mutex_destroy(&s->event_lock);
+  pthread_cond_destroy(&s->event_cond);
   free(s);
 }
 
@@ -488,6 +526,7 @@ static int add_event(struct moat_store *s, const char *id, int64_t at_ms, const 
   sql_bind_text(st, 3, from);
   sql_bind_text(st, 4, to);
   sql_bind_text(st, 5, reason ? reason : "");
+  s->event_added = true;
   return sql_step_done(s, st, err, "insert event");
 }
 

@@ -5,6 +5,8 @@
 #define MOAT_STORE_SQLITE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <sqlite3.h>
 
 #include "store.h"
@@ -14,6 +16,11 @@
 struct moat_store {
   pthread_mutex_t lock; /* guards db and the statement cache */
   sqlite3 *db;
+  bool event_added; /* the open transaction inserted a sandbox event (lock held) */
+  /* sandbox events committed since the store opened, and the waiters for the next (a leaf lock) */
+  pthread_mutex_t event_lock;
+  pthread_cond_t event_cond;
+  uint64_t event_seq;
   struct {
     const char *sql; /* compared by address: callers pass string constants */
     sqlite3_stmt *st;

@@ -307,6 +307,10 @@ int moat_store_db_attachments(struct moat_store *s, const char *sandbox_id,
 int moat_store_db_orphans(struct moat_store *s, struct moat_store_db_attachment **out, size_t *n,
                           moat_error **err);
 
+/* How many sandbox events (any sandbox's) have been committed since the store opened: returned at
+ * once when it is not seen, else once the next is committed or timeout_ms passed (0: at once). */
+uint64_t moat_store_events_wait(struct moat_store *s, uint64_t seen, int timeout_ms);
+
 /* Lifecycle events of a sandbox, oldest first. */
 struct moat_store_event {
   int64_t at_ms;

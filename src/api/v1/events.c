@@ -1,13 +1,13 @@
 /* events.c -- GET /v1/sandboxes/{id}/events: the sandbox's lifecycle transitions and network
  * connections as Server-Sent Events
  *
- * Transitions: the source polls the store's sandbox_events rows (every transition, with time and
- * reason) every EV_POLL_MS. Connections: control's subscription (moat_control_conn_subscribe)
- * queues every new entry of the sandbox (beyond its bound they are counted, and the subscriber
- * gets a `dropped` {"connections": N} event instead), so that none is lost when the sandbox's
- * network slot goes away (hibernate, kill) before the next poll. Replay takes the slot's ring (the last
- * 1,024 entries) once, at subscription. Each poll emits what is new, merged in time order; the
- * writer in v1/stream.c hands it to the client and polls again only when all of it was written.
+ * Transitions: the source reads the store's sandbox_events rows (every transition, with time and
+ * reason) whenever one is recorded (moat_control_events_wait), and at least every EV_POLL_MS. Connections:
+ * control's subscription (moat_control_conn_subscribe) queues every new entry of the sandbox (beyond its
+ * bound they are counted, and the subscriber gets a `dropped` {"connections": N} event instead), so that none
+ * is lost when the sandbox's network slot goes away (hibernate, kill) before the next poll. Replay takes the
+ * slot's ring (the last 1,024 entries) once, at subscription. Each poll emits what is new, merged in time
+ * order; the writer in v1/stream.c hands it to the client and polls again only when all of it was written.
  * OOM kills (control.h) reach the same subscription as `oom` events, live only (not replayed).
  * The stream ends after the `killed` event.
  */
@@ -114,6 +114,7 @@ static json_t *conns(struct evsrc *e, uint64_t since, unsigned limit) {
 static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done) {
   struct evsrc *e = ctx;
   moat_error *err = NULL;
+  uint64_t seq = moat_control_events_wait(e->ctl, 0, 0); /* the transitions recorded so far */
   struct moat_sandbox_event *evs = NULL;
   size_t n = 0;
   if (moat_control_sandbox_events(e->ctl, e->org, e->id, &evs, &n, NULL, &err) < 0) {
@@ -166,10 +167,9 @@ static void ev_next(void *ctx, struct moat_buf *out, int timeout_ms, bool *done)
   }
   json_decref(cs);
   moat_sandbox_events_free(evs, n);
-  if (out->len == before && !*done) {
-    struct timespec ts = {0, (long)(timeout_ms < EV_POLL_MS ? timeout_ms : EV_POLL_MS) * 1000000L};
-    nanosleep(&ts, NULL);
-  }
+  /* nothing new: a transition (of any sandbox) ends the wait at once; connections are polled */
+  if (out->len == before && !*done)
+    moat_control_events_wait(e->ctl, seq, timeout_ms < EV_POLL_MS ? timeout_ms : EV_POLL_MS);
 }
 
 int api_h_events(struct api_req *r, json_t *body) {
