@@ -39,6 +39,30 @@ class ContextsTest(DaemonTest):
         mains = [x for x in r["results"] if x["is_main_result"]]
         return mains[0]["text"] if mains else None
 
+    def test_display_and_pil_images(self):
+        """display() as IPython's; PIL's Image.show() and Image.save(path) display the image (E2B's code
+        interpreter does both), a save to a file object does not."""
+        cid = self.new_ctx(language="python")["id"]
+        r = self.run_code(cid, "display(41, [1, 2])\n'main'")
+        self.assertIsNone(r["error"], r)
+        side = [x["text"] for x in r["results"] if not x["is_main_result"]]
+        self.assertEqual(side, ["41", "[1, 2]"], r["results"])
+        r = self.run_code(cid, "import numpy\nfrom PIL import Image\n"
+                               "img = Image.fromarray((numpy.random.rand(16, 16, 3) * 255).astype('uint8')).convert('RGBA')\n"
+                               "img.show()\nprint('shown')")
+        self.assertIsNone(r["error"], r)
+        self.assertEqual(r["stdout"], "shown\n")
+        pngs = [x["png"] for x in r["results"] if x["png"]]
+        self.assertEqual(len(pngs), 1, r["results"])
+        self.assertEqual(base64.b64decode(pngs[0])[:8], b"\x89PNG\r\n\x1a\n")
+        r = self.run_code(cid, "img.save('/tmp/saved.png')\nprint(open('/tmp/saved.png', 'rb').read(4))")
+        self.assertIsNone(r["error"], r)
+        self.assertEqual(r["stdout"], "b'\\x89PNG'\n")
+        self.assertEqual(len([x for x in r["results"] if x["png"]]), 1, r["results"])
+        r = self.run_code(cid, "import io\nimg.save(io.BytesIO(), format='PNG')\nNone")
+        self.assertIsNone(r["error"], r)
+        self.assertEqual([x for x in r["results"] if x["png"]], [])
+
     def test_python_dataframe_plot_values_errors(self):
         ctx = self.new_ctx(language="python")
         self.assertRegex(ctx["id"], r"^[a-z0-9]{16}$")

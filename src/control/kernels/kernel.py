@@ -208,6 +208,38 @@ def transform_cell(code):
     return "".join(out)
 
 
+class _AfterImport:
+    """A meta path finder that runs patch(module) once module `name` is imported (by whichever finder
+    finds it), so that a library is adapted without importing it before the user does."""
+
+    def __init__(self, name, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        for f in sys.meta_path:
+            if f is self or not hasattr(f, "find_spec"):
+                continue
+            spec = f.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                break
+        else:
+            return None
+        loader, patch = spec.loader, self.patch
+
+        class Loader:
+            def create_module(self, s):
+                return loader.create_module(s)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                patch(module)
+
+        spec.loader = Loader()
+        return spec
+
+
 class Kernel:
     def __init__(self):
         # Private copies of the real channels; fds 0, 1 and 2 are then replaced.
@@ -223,8 +255,10 @@ class Kernel:
         self.running = False
         self.cur_id = None
         self.count = 0
-        self.ns = {"__name__": "__main__", "__builtins__": __builtins__, "_moat_shell": _shell}
+        self.ns = {"__name__": "__main__", "__builtins__": __builtins__, "_moat_shell": _shell,
+                   "display": self.display}
         _USER_NS.append(self.ns)
+        sys.meta_path.insert(0, _AfterImport("PIL.Image", self.adapt_pil))
         self.drained = {}
         self.pipes = {}
         for fd, kind in ((1, "stdout"), (2, "stderr")):
@@ -333,6 +367,31 @@ class Kernel:
                 v = base64.b64encode(bytes(v)).decode("ascii")
             data[mime] = v
         return data
+
+    def display(self, *objs, **kwargs):
+        """IPython's display(): each object's representations (text, HTML, JSON, PNG) as a result of
+        the running cell, beside its main one."""
+        for obj in objs:
+            self.send({"id": self.cur_id, "type": "result", "is_main_result": False, "data": self.result_data(obj)})
+
+    def adapt_pil(self, module):
+        """PIL as in E2B's code interpreter (and Jupyter): Image.show() displays the image instead of
+        starting a viewer, and Image.save() to a path displays it too."""
+        image = getattr(module, "Image", None)
+        if image is None:
+            return
+        kernel, save = self, image.save
+
+        def show(img, *args, **kwargs):
+            kernel.display(img)
+
+        def save_and_display(img, fp, format=None, **params):
+            if isinstance(fp, (str, os.PathLike)):
+                kernel.display(img)
+            return save(img, fp, format, **params)
+
+        image.show = show
+        image.save = save_and_display
 
     def figures(self):
         plt = sys.modules.get("matplotlib.pyplot")
