@@ -62,7 +62,7 @@ enum api_route_flag {
   API_RT_KEY_IN_QUERY =
       1u << 3, /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
   API_RT_ADMIN = 1u << 4, /* admin keys only (managing keys) */
-  API_RT_SELF = 1u << 5,  /* with API_RT_ADMIN: also the key {sid} names, when it is the caller's */
+  API_RT_SELF = 1u << 5,  /* with API_RT_ADMIN: also the key {kid} names, when it is the caller's */
 };
 /* Roles, checked where a request is routed (server.c) before any handler: a readonly key may call
  * GET and HEAD routes only; a route with API_RT_ADMIN needs an admin key. Refusals are 403
@@ -98,6 +98,7 @@ struct api_route {
   char tag[API_MAX_TAG + 1];       /* {proc} addressed by tag */
   char cid[64];                    /* {cid} as given (checked by the handler) */
   char sid[64];                    /* {sid} as given (checked by the handler) */
+  char kid[64];                    /* {kid} an API key id as given (checked by the handler) */
   unsigned port;                   /* {port}: 1..65535, or 0 when the segment is not one */
   char allow[96];                  /* BAD_METHOD: the Allow header's value */
 };

@@ -487,7 +487,7 @@ int api_req_authorize(struct api_req *r, const char *method, unsigned flags) {
     return api_reply_error(r, 403, "forbidden", "this API key's role is readonly: it may only read (GET), not %s %.200s",
                            method, r->path), -1;
   if ((flags & API_RT_ADMIN) && r->key.role != MOAT_ROLE_ADMIN &&
-      !((flags & API_RT_SELF) && strcmp(r->route.sid, r->key.id) == 0))
+      !((flags & API_RT_SELF) && strcmp(r->route.kid, r->key.id) == 0))
     return api_reply_error(r, 403, "forbidden", "this API key's role is %s: managing API keys needs an admin key",
                            role), -1;
   return 0;

@@ -95,10 +95,10 @@ int api_h_key_delete(struct api_req *r, json_t *body) {
   if (api_args_none(r) < 0)
     return -1;
   moat_error *err = NULL;
-  if (moat_control_keys_delete(api_control(r), r->org, r->route.sid, &err) < 0) {
+  if (moat_control_keys_delete(api_control(r), r->org, r->route.kid, &err) < 0) {
     if (err && err->status == ENOENT) {
       moat_error_free(&err);
-      return api_reply_error(r, 404, "not_found", "no API key '%.64s'", r->route.sid);
+      return api_reply_error(r, 404, "not_found", "no API key '%.64s'", r->route.kid);
     }
     return api_reply_moat_error(r, &err);
   }
