@@ -117,6 +117,24 @@ class KeysTest(DaemonTest):
             self.assertIn("readonly", body["message"])
         self.assertEqual(self.admin.get(sb["id"])["state"], "running")
 
+    def test_readonly_port_proxy(self):
+        """The port proxy passes a readonly key's GET to the sandbox's server and refuses its POST."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from test_ports import HTTP_PORT, start_servers
+        sb = self.sandbox(client=self.admin)
+        start_servers(self.admin, sb["id"])
+        ro = self.c.with_key(self.make_key("readonly")["key"])
+        echo = "/v1/sandboxes/%s/ports/%d/echo" % (sb["id"], HTTP_PORT)
+        st, body = ro.request("GET", echo)
+        self.assertEqual((st, body["method"]), (200, "GET"))
+        st, body = ro.request("POST", echo, raw=b"x", headers={"Content-Type": "application/octet-stream"},
+                              expect=403)
+        self.assertEqual(body["code"], "forbidden")
+        self.assertIn("readonly", body["message"])
+        member = self.c.with_key(self.make_key("member")["key"])
+        st, body = member.request("POST", echo, raw=b"x", headers={"Content-Type": "application/octet-stream"})
+        self.assertEqual((st, body["method"], body["body_len"]), (200, "POST", 1))
+
     def test_member_cannot_manage_keys(self):
         member = self.c.with_key(self.make_key("member")["key"])
         self.assertForbidden("member", member.request, "POST", "/v1/keys", body={"name": "x"})

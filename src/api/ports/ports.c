@@ -62,7 +62,7 @@ static void rule_free(struct port_rule *r) {
   free(r);
 }
 
-int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port,
+int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *method, const char *id, unsigned port,
                     const char *xkey, const char *bearer, const char *token, char **org, enum port_auth *how,
                     moat_error **err) {
   *how = PORT_AUTH_KEY;
@@ -74,8 +74,12 @@ int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *
   bool token_ok = token && r && r->token && token_eq(token, r->token);
   pthread_mutex_unlock(&ps->lock);
   int rc = 0;
-  if (xkey && moat_control_auth(c, xkey, org, NULL) == 0) {
-  } else if (bearer && moat_control_auth(c, bearer, org, NULL) == 0) {
+  struct moat_key_info key;
+  bool by_key = false;
+  if (xkey && moat_control_auth_key(c, xkey, &key, NULL) == 0) {
+    by_key = true;
+  } else if (bearer && moat_control_auth_key(c, bearer, &key, NULL) == 0) {
+    by_key = true;
     *how = PORT_AUTH_BEARER;
   } else if (token) {
     *how = PORT_AUTH_TOKEN;
@@ -92,6 +96,12 @@ int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *
         "port %u of %s needs an API key (Authorization: Bearer KEY or X-API-Key) or its access "
         "token (" PORT_TOKEN_HEADER " header or ?" PORT_TOKEN_ARG "=)",
         port, id);
+  }
+  if (by_key) {
+    if (key.role == MOAT_ROLE_READONLY && strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+      rc = moat_error_set(err, EPERM, "this API key's role is readonly: it may only read (GET), not %s", method);
+    else
+      *org = xstrdup(key.org);
   }
   free(rule_org);
   return rc;
@@ -350,7 +360,7 @@ static bool port_proxy_begin(struct api_req *r) {
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(r->conn, &from_query);
-  if (ports_authorize(ps, api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &how,
+  if (ports_authorize(ps, api_control(r), r->method, r->route.id, r->route.port, xkey, bearer, token, &r->org, &how,
                       &err) < 0)
     return proxy_error(r, &err);
   if (api_req_admit(r, r->org, r->route.id, hdr(r, MHD_HTTP_HEADER_UPGRADE) != NULL, &err) < 0)
