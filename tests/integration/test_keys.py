@@ -102,7 +102,6 @@ class KeysTest(DaemonTest):
         self.assertForbidden("readonly", ro.delete, sb["id"])
         self.assertForbidden("readonly", ro.request, "POST", "/v1/volumes", body={"name": "v", "size_mb": 32})
         self.assertForbidden("readonly", ro.request, "POST", "/v1/keys", body={"name": "x"})
-        self.assertForbidden("readonly", ro.request, "POST", "/v1/mcp", body={})
         # reads still work, and the sandbox is untouched
         self.assertEqual(ro.get(sb["id"])["state"], "running")
         self.assertEqual(ro.request("GET", "/v1/sandboxes/%s/files/stat" % sb["id"], query={"path": "/"})[0], 200)
@@ -134,6 +133,58 @@ class KeysTest(DaemonTest):
         member = self.c.with_key(self.make_key("member")["key"])
         st, body = member.request("POST", echo, raw=b"x", headers={"Content-Type": "application/octet-stream"})
         self.assertEqual((st, body["method"], body["body_len"]), (200, "POST", 1))
+
+    def mcp(self, client, path, method, params=None, session=None):
+        h = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        if session:
+            h["Mcp-Session-Id"] = session
+        msg = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+        import http.client
+        import json
+        conn = http.client.HTTPConnection("127.0.0.1", self.daemon.port, timeout=120)
+        try:
+            h["Authorization"] = "Bearer " + client.key
+            conn.request("POST", path, body=json.dumps(msg), headers=h)
+            resp = conn.getresponse()
+            body = json.loads(resp.read())
+            self.assertEqual(resp.status, 200, body)
+            return body, resp.getheader("Mcp-Session-Id")
+        finally:
+            conn.close()
+
+    def test_readonly_mcp_tools(self):
+        """Over MCP a readonly key may call the tools that read, and the others are refused."""
+        ro = self.c.with_key(self.make_key("readonly")["key"])
+        sb = self.sandbox(client=self.admin)
+        self.admin.put_file(sb["id"], "/root/ro.txt", b"hello from admin")
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        for path, reads, writes in (
+                ("/v1/mcp", ("list_sandboxes", {}), ("create_sandbox", {})),
+                ("/v1/mcp", ("database_list", {}), ("kill_sandbox", {"sandbox_id": sb["id"]})),
+                ("/v1/sandboxes/%s/mcp" % sb["id"], ("read_file", {"path": "/root/ro.txt"}),
+                 ("write_file", {"path": "/root/ro.txt", "content": "x"})),
+                ("/v1/sandboxes/%s/mcp" % sb["id"], ("list_dir", {"path": "/root"}),
+                 ("shell", {"command": "touch /root/made"}))):
+            _, sid = self.mcp(ro, path, "initialize", init)
+            body, _ = self.mcp(ro, path, "tools/call", {"name": reads[0], "arguments": reads[1]}, sid)
+            self.assertFalse(body["result"]["isError"], body)
+            body, _ = self.mcp(ro, path, "tools/call", {"name": writes[0], "arguments": writes[1]}, sid)
+            self.assertTrue(body["result"]["isError"], body)
+            text = body["result"]["content"][0]["text"]
+            self.assertIn("forbidden", text)
+            self.assertIn("readonly", text)
+        self.assertEqual(self.admin.get_file(sb["id"], "/root/ro.txt"), b"hello from admin")
+        self.admin.stat(sb["id"], "/root/made", expect=404)
+        self.assertEqual(self.admin.get(sb["id"])["state"], "running")
+        self.assertEqual(len(self.admin.list()), 1)
+        # a member key's tool call that writes goes through
+        member = self.c.with_key(self.make_key("member")["key"])
+        path = "/v1/sandboxes/%s/mcp" % sb["id"]
+        _, sid = self.mcp(member, path, "initialize", init)
+        body, _ = self.mcp(member, path, "tools/call", {"name": "shell", "arguments": {"command": "touch /root/made"}},
+                           sid)
+        self.assertFalse(body["result"]["isError"], body)
+        self.assertEqual(self.admin.stat(sb["id"], "/root/made")["type"], "file")
 
     def test_member_cannot_manage_keys(self):
         member = self.c.with_key(self.make_key("member")["key"])

@@ -63,6 +63,9 @@ enum api_route_flag {
       1u << 3, /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
   API_RT_ADMIN = 1u << 4, /* admin keys only (managing keys) */
   API_RT_SELF = 1u << 5,  /* with API_RT_ADMIN: also the key {kid} names, when it is the caller's */
+  /* a readonly key may send it with any method: the front end refuses the calls that change things
+   * itself (MCP over POST: each tool says whether it only reads) */
+  API_RT_ROLE_RPC = 1u << 6,
 };
 /* Roles, checked where a request is routed (server.c) before any handler: a readonly key may call
  * GET and HEAD routes only; a route with API_RT_ADMIN needs an admin key. Refusals are 403

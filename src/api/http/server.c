@@ -483,7 +483,7 @@ int api_req_authorize(struct api_req *r, const char *method, unsigned flags) {
     return 0;
   const char *role = moat_key_role_name(r->key.role);
   bool reads = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-  if (r->key.role == MOAT_ROLE_READONLY && !reads)
+  if (r->key.role == MOAT_ROLE_READONLY && !reads && !(flags & API_RT_ROLE_RPC))
     return api_reply_error(r, 403, "forbidden", "this API key's role is readonly: it may only read (GET), not %s %.200s",
                            method, r->path), -1;
   if ((flags & API_RT_ADMIN) && r->key.role != MOAT_ROLE_ADMIN &&
