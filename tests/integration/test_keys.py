@@ -115,6 +115,14 @@ class KeysTest(DaemonTest):
                                   headers=e2b_ro, expect=403)
             self.assertIn("readonly", body["message"])
         self.assertEqual(self.admin.get(sb["id"])["state"], "running")
+        # E2B's sandbox detail carries the envd access token (it runs commands): not for a readonly key
+        _, detail = ro.request("GET", "/sandboxes/" + sb["id"], auth=False, headers=e2b_ro)
+        self.assertEqual(detail["sandboxID"], sb["id"])
+        self.assertNotIn("envdAccessToken", detail)
+        self.assertNotIn("trafficAccessToken", detail)
+        _, detail = self.admin.request("GET", "/sandboxes/" + sb["id"], auth=False,
+                                       headers={"X-API-KEY": self.admin.key})
+        self.assertTrue(detail["envdAccessToken"])
 
     def test_readonly_port_proxy(self):
         """The port proxy passes a readonly key's GET to the sandbox's server and refuses its POST."""
@@ -133,6 +141,16 @@ class KeysTest(DaemonTest):
         member = self.c.with_key(self.make_key("member")["key"])
         st, body = member.request("POST", echo, raw=b"x", headers={"Content-Type": "application/octet-stream"})
         self.assertEqual((st, body["method"], body["body_len"]), (200, "POST", 1))
+        # a port's access token passes any method: a readonly key is not shown it
+        settings = "/v1/sandboxes/%s/ports/%d" % (sb["id"], HTTP_PORT)
+        _, rule = self.admin.request("POST", settings, body={"token": "t" * 32})
+        token = rule["token"]
+        self.assertTrue(token)
+        self.assertEqual(self.admin.request("GET", settings)[1]["token"], token)
+        self.assertIsNone(ro.request("GET", settings)[1]["token"])
+        listed = ro.request("GET", "/v1/sandboxes/%s/ports" % sb["id"])[1]["ports"]
+        self.assertEqual([p["token"] for p in listed if p["port"] == HTTP_PORT], [None])
+        self.assertNotIn(token, repr(listed))
 
     def mcp(self, client, path, method, params=None, session=None):
         h = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

@@ -577,7 +577,8 @@ static int h_get(struct api_req *r, const char *id) {
   memset(&info, 0, sizeof(info));
   if (get_live(r, id, &info) < 0)
     return -1;
-  int ret = api_reply_json(r, 200, sandbox_json(r, &info, true));
+  /* the envd access token would let a readonly key run commands and write files */
+  int ret = api_reply_json(r, 200, sandbox_json(r, &info, !api_req_readonly(r)));
   moat_sandbox_info_clear(&info);
   return ret;
 }

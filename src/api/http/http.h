@@ -327,6 +327,9 @@ struct api_req {
 /* Whether the request's key may call a route of flags with method: 0, or -1 after answering 403
  * forbidden naming the key's role. */
 int api_req_authorize(struct api_req *r, const char *method, unsigned flags);
+/* True when the request's key is readonly: a reply then leaves out secrets that would let it do more
+ * (a port's access token, E2B's envd access token). */
+bool api_req_readonly(const struct api_req *r);
 /* The answer to a failed auth: 401 unauthorized, saying when the key expired (EKEYEXPIRED). */
 int api_reply_unauthorized(struct api_req *r, const moat_error *err, const char *hint);
 

@@ -493,6 +493,8 @@ int api_req_authorize(struct api_req *r, const char *method, unsigned flags) {
   return 0;
 }
 
+bool api_req_readonly(const struct api_req *r) { return r->has_key && r->key.role == MOAT_ROLE_READONLY; }
+
 int api_reply_unauthorized(struct api_req *r, const moat_error *err, const char *hint) {
   if (err && err->status == EKEYEXPIRED)
     return api_reply_error(r, 401, "unauthorized", "%s", moat_error_msg(err));

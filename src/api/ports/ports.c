@@ -154,7 +154,8 @@ char *ports_strip_token(const char *target) {
 
 /* ---- settings routes ---- */
 
-static json_t *rule_json(const struct ports_state *ps, const char *id, unsigned port,
+/* The port's settings; a readonly key (ask) sees its token as null: the token passes any method. */
+static json_t *rule_json(const struct ports_state *ps, const struct api_req *ask, const char *id, unsigned port,
                          const struct port_rule *r) {
   json_t *url = json_null();
   if (ps->domain) {
@@ -164,7 +165,7 @@ static json_t *rule_json(const struct ports_state *ps, const char *id, unsigned 
     url = json_sprintf("http://%u-%s.%s%s/", port, id, ps->domain, hostport);
   }
   return json_pack("{s:I, s:b, s:o, s:o, s:o}", "port", (json_int_t)port, "public", r && r->public_, "token",
-                   r && r->token ? json_string(r->token) : json_null(), "url", url, "path",
+                   r && r->token && !api_req_readonly(ask) ? json_string(r->token) : json_null(), "url", url, "path",
                    json_sprintf("/v1/sandboxes/%s/ports/%u/", id, port));
 }
 
@@ -197,7 +198,7 @@ int api_h_ports_list(struct api_req *r, json_t *body) {
   pthread_mutex_lock(&ps->lock);
   for (struct port_rule *p = ps->rules; p; p = p->next)
     if (strcmp(p->id, r->route.id) == 0 && strcmp(p->org, r->org) == 0)
-      json_array_append_new(arr, rule_json(ps, p->id, p->port, p));
+      json_array_append_new(arr, rule_json(ps, r, p->id, p->port, p));
   pthread_mutex_unlock(&ps->lock);
   return api_reply_json(r, 200, json_pack("{s:o}", "ports", arr));
 }
@@ -210,7 +211,7 @@ int api_h_port_get(struct api_req *r, json_t *body) {
     return 0;
   pthread_mutex_lock(&ps->lock);
   struct port_rule **p = find_locked(ps, r->route.id, r->route.port);
-  json_t *j = rule_json(ps, r->route.id, r->route.port, p ? *p : NULL);
+  json_t *j = rule_json(ps, r, r->route.id, r->route.port, p ? *p : NULL);
   pthread_mutex_unlock(&ps->lock);
   return api_reply_json(r, 200, j);
 }
@@ -291,7 +292,7 @@ int api_h_port_expose(struct api_req *r, json_t *body) {
   rule->token = token ? xstrdup(token) : NULL;
   rule->public_ = pub;
   rule->updated_ms = now_unix_ms();
-  json_t *j = rule_json(ps, r->route.id, r->route.port, rule);
+  json_t *j = rule_json(ps, r, r->route.id, r->route.port, rule);
   pthread_mutex_unlock(&ps->lock);
   log_info("ports: %s port %u is %s", r->route.id, r->route.port, pub ? "public" : "token-protected");
   return api_reply_json(r, 200, j);
