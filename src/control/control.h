@@ -172,8 +172,9 @@ int moat_control_auth_key(struct moat_control *c, const char *api_key, struct mo
                           moat_error **err);
 /* Makes a key for org: 0, *out and *secret (the key, "moat_..."; caller frees; never stored), or -1
  * (EINVAL: a bad name, or expires_at_ms not in the future; 0 = never expires). */
-int moat_control_keys_create(struct moat_control *c, const char *org, const char *name, enum moat_key_role role,
-                             int64_t expires_at_ms, struct moat_key_info *out, char **secret, moat_error **err);
+int moat_control_keys_create(struct moat_control *c, const char *org, const char *name,
+                             enum moat_key_role role, int64_t expires_at_ms, struct moat_key_info *out,
+                             char **secret, moat_error **err);
 /* org's keys, oldest first: 0, *out and *n (caller frees *out), or -1. */
 int moat_control_keys_list(struct moat_control *c, const char *org, struct moat_key_info **out, size_t *n,
                            moat_error **err);

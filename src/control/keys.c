@@ -217,8 +217,9 @@ int moat_control_auth(struct moat_control *c, const char *api_key, char **org, m
   return 0;
 }
 
-int moat_control_keys_create(struct moat_control *c, const char *org, const char *name, enum moat_key_role role,
-                             int64_t expires_at_ms, struct moat_key_info *out, char **secret, moat_error **err) {
+int moat_control_keys_create(struct moat_control *c, const char *org, const char *name,
+                             enum moat_key_role role, int64_t expires_at_ms, struct moat_key_info *out,
+                             char **secret, moat_error **err) {
   if (!name || !moat_key_name_valid(name))
     return moat_error_set(err, EINVAL, "field 'name' must be 1 to %d bytes of printable ASCII",
                           MOAT_KEY_NAME_MAX);

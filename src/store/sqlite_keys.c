@@ -40,8 +40,9 @@ static void key_row(sqlite3_stmt *st, struct moat_store_key *k) {
 /* Inserts k. Lock held, in a transaction. */
 static int insert_locked(struct moat_store *s, const struct moat_store_key *k, const char *hash,
                          moat_error **err) {
-  static const char ins[] = "INSERT INTO api_keys (key_hash, org, created_at_ms, id, name, role, expires_at_ms)"
-                            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+  static const char ins[] =
+      "INSERT INTO api_keys (key_hash, org, created_at_ms, id, name, role, expires_at_ms)"
+      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
   if (sql_ensure_org(s, k->org, err) < 0)
     return -1;
   sqlite3_stmt *st = sql_stmt(s, ins, err);

@@ -230,7 +230,8 @@ static void test_key_helpers(void) {
   CHECK(moat_key_role_parse("admin", &r) == 0 && r == MOAT_ROLE_ADMIN, "admin parses");
   r = MOAT_ROLE_MEMBER;
   CHECK(moat_key_role_parse("root", &r) < 0 && r == MOAT_ROLE_MEMBER, "root does not parse and leaves *role");
-  CHECK(moat_key_role_parse("Admin", &r) < 0 && moat_key_role_parse("", &r) < 0 && moat_key_role_parse(NULL, &r) < 0,
+  CHECK(moat_key_role_parse("Admin", &r) < 0 && moat_key_role_parse("", &r) < 0 &&
+            moat_key_role_parse(NULL, &r) < 0,
         "roles are lowercase words");
   for (int i = MOAT_ROLE_ADMIN; i <= MOAT_ROLE_READONLY; i++)
     CHECK(moat_key_role_parse(moat_key_role_name((enum moat_key_role)i), &r) == 0 && (int)r == i,

@@ -104,20 +104,27 @@ static void test_keys(struct moat_store *s) {
   char h4[65], h5[65];
   moat_sha256_hex("moat_key_four", 13, h4);
   moat_sha256_hex("moat_key_five", 13, h5);
-  struct moat_store_key k4 = {.id = "key-aaaaaaaaaaaaaaaa", .org = "other", .name = "ci", .role = "readonly",
-                              .created_at_ms = 5, .expires_at_ms = 99};
+  struct moat_store_key k4 = {.id = "key-aaaaaaaaaaaaaaaa",
+                              .org = "other",
+                              .name = "ci",
+                              .role = "readonly",
+                              .created_at_ms = 5,
+                              .expires_at_ms = 99};
   CHECK(moat_store_key_insert(s, &k4, h4, &err) == 0, "insert a named readonly key");
   moat_error_free(&err);
   struct moat_store_key dup = k4;
-  CHECK(moat_store_key_insert(s, &dup, h5, &err) < 0 && err && err->status == EEXIST, "a second key with its id is EEXIST");
+  CHECK(moat_store_key_insert(s, &dup, h5, &err) < 0 && err && err->status == EEXIST,
+        "a second key with its id is EEXIST");
   moat_error_free(&err);
   dup.id = "key-bbbbbbbbbbbbbbbb";
-  CHECK(moat_store_key_insert(s, &dup, h4, &err) < 0 && err && err->status == EEXIST, "a second key with its hash is EEXIST");
+  CHECK(moat_store_key_insert(s, &dup, h4, &err) < 0 && err && err->status == EEXIST,
+        "a second key with its hash is EEXIST");
   moat_error_free(&err);
   struct moat_store_key got = {0};
-  CHECK(moat_store_key_get(s, h4, &got, &err) == 0 && strcmp(got.id, k4.id) == 0 && strcmp(got.name, "ci") == 0 &&
-            strcmp(got.role, "readonly") == 0 && strcmp(got.org, "other") == 0 && got.created_at_ms == 5 &&
-            got.expires_at_ms == 99 && got.last_used_at_ms == 0,
+  CHECK(moat_store_key_get(s, h4, &got, &err) == 0 && strcmp(got.id, k4.id) == 0 &&
+            strcmp(got.name, "ci") == 0 && strcmp(got.role, "readonly") == 0 &&
+            strcmp(got.org, "other") == 0 && got.created_at_ms == 5 && got.expires_at_ms == 99 &&
+            got.last_used_at_ms == 0,
         "get returns the key's row");
   moat_store_key_clear(&got);
   CHECK(moat_store_key_touch(s, k4.id, 1234, &err) == 0 && moat_store_key_get(s, h4, &got, &err) == 0 &&
@@ -126,7 +133,8 @@ static void test_keys(struct moat_store *s) {
   moat_store_key_clear(&got);
   struct moat_store_key *kv = NULL;
   size_t kn = 0;
-  CHECK(moat_store_key_list(s, "other", &kv, &kn, &err) == 0 && kn == 2, "org other lists its 2 keys (%zu)", kn);
+  CHECK(moat_store_key_list(s, "other", &kv, &kn, &err) == 0 && kn == 2, "org other lists its 2 keys (%zu)",
+        kn);
   bool seen = false;
   for (size_t i = 0; i < kn; i++)
     seen |= strcmp(kv[i].id, k4.id) == 0 && strcmp(kv[i].org, "other") == 0;

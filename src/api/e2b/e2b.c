@@ -1264,7 +1264,8 @@ static bool e2b_begin(struct api_req *r) {
     bool expired = err && err->status == EKEYEXPIRED;
     moat_error_free(&err);
     return e2b_error(r, 401, "%s",
-                     expired ? "the API key expired" : "a valid API key is required (X-API-KEY: the moatd API key)"),
+                     expired ? "the API key expired"
+                             : "a valid API key is required (X-API-KEY: the moatd API key)"),
            true;
   }
   r->has_key = true;

@@ -60,7 +60,7 @@ enum api_route_flag {
   API_RT_PUBLIC = 1u << 1, /* no API key needed */
   API_RT_STREAM = 1u << 2, /* a long-lived stream: admitted under the stream caps (fair.h) */
   API_RT_KEY_IN_QUERY =
-      1u << 3, /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
+      1u << 3,            /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
   API_RT_ADMIN = 1u << 4, /* admin keys only (managing keys) */
   API_RT_SELF = 1u << 5,  /* with API_RT_ADMIN: also the key {kid} names, when it is the caller's */
   /* a readonly key may send it with any method: the front end refuses the calls that change things

@@ -450,7 +450,8 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
         key = NULL;
     }
     if (!key || moat_control_auth_key(r->api->control, key, &r->key, &err) < 0) {
-      api_reply_unauthorized(r, err, "a valid API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
+      api_reply_unauthorized(r, err,
+                             "a valid API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
       moat_error_free(&err);
       return true;
     }
@@ -484,12 +485,15 @@ int api_req_authorize(struct api_req *r, const char *method, unsigned flags) {
   const char *role = moat_key_role_name(r->key.role);
   bool reads = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
   if (r->key.role == MOAT_ROLE_READONLY && !reads && !(flags & API_RT_ROLE_RPC))
-    return api_reply_error(r, 403, "forbidden", "this API key's role is readonly: it may only read (GET), not %s %.200s",
-                           method, r->path), -1;
+    return api_reply_error(r, 403, "forbidden",
+                           "this API key's role is readonly: it may only read (GET), not %s %.200s", method,
+                           r->path),
+           -1;
   if ((flags & API_RT_ADMIN) && r->key.role != MOAT_ROLE_ADMIN &&
       !((flags & API_RT_SELF) && strcmp(r->route.kid, r->key.id) == 0))
-    return api_reply_error(r, 403, "forbidden", "this API key's role is %s: managing API keys needs an admin key",
-                           role), -1;
+    return api_reply_error(r, 403, "forbidden",
+                           "this API key's role is %s: managing API keys needs an admin key", role),
+           -1;
   return 0;
 }
 

@@ -758,8 +758,10 @@ json_t *mcp_tool_call(const struct mcp_call *c, const char *name, json_t *args, 
       continue;
     struct tool_out o = {.content = json_array()};
     if (c->r && c->r->has_key && c->r->key.role == MOAT_ROLE_READONLY && !t[i].reads) {
-      out_printf(&o, "error (forbidden): this API key's role is readonly: it may only call the tools that read, "
-                     "not %s", name);
+      out_printf(&o,
+                 "error (forbidden): this API key's role is readonly: it may only call the tools that read, "
+                 "not %s",
+                 name);
       o.is_error = true;
     } else {
       t[i].run(c, args, &o);

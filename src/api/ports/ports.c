@@ -62,9 +62,9 @@ static void rule_free(struct port_rule *r) {
   free(r);
 }
 
-int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *method, const char *id, unsigned port,
-                    const char *xkey, const char *bearer, const char *token, char **org, enum port_auth *how,
-                    moat_error **err) {
+int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *method, const char *id,
+                    unsigned port, const char *xkey, const char *bearer, const char *token, char **org,
+                    enum port_auth *how, moat_error **err) {
   *how = PORT_AUTH_KEY;
   pthread_mutex_lock(&ps->lock);
   struct port_rule **p = find_locked(ps, id, port);
@@ -99,7 +99,8 @@ int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *
   }
   if (by_key) {
     if (key.role == MOAT_ROLE_READONLY && strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-      rc = moat_error_set(err, EPERM, "this API key's role is readonly: it may only read (GET), not %s", method);
+      rc = moat_error_set(err, EPERM, "this API key's role is readonly: it may only read (GET), not %s",
+                          method);
     else
       *org = xstrdup(key.org);
   }
@@ -155,8 +156,8 @@ char *ports_strip_token(const char *target) {
 /* ---- settings routes ---- */
 
 /* The port's settings; a readonly key (ask) sees its token as null: the token passes any method. */
-static json_t *rule_json(const struct ports_state *ps, const struct api_req *ask, const char *id, unsigned port,
-                         const struct port_rule *r) {
+static json_t *rule_json(const struct ports_state *ps, const struct api_req *ask, const char *id,
+                         unsigned port, const struct port_rule *r) {
   json_t *url = json_null();
   if (ps->domain) {
     char hostport[16] = "";
@@ -165,8 +166,8 @@ static json_t *rule_json(const struct ports_state *ps, const struct api_req *ask
     url = json_sprintf("http://%u-%s.%s%s/", port, id, ps->domain, hostport);
   }
   return json_pack("{s:I, s:b, s:o, s:o, s:o}", "port", (json_int_t)port, "public", r && r->public_, "token",
-                   r && r->token && !api_req_readonly(ask) ? json_string(r->token) : json_null(), "url", url, "path",
-                   json_sprintf("/v1/sandboxes/%s/ports/%u/", id, port));
+                   r && r->token && !api_req_readonly(ask) ? json_string(r->token) : json_null(), "url", url,
+                   "path", json_sprintf("/v1/sandboxes/%s/ports/%u/", id, port));
 }
 
 /* 404 unless org's sandbox id exists and is not killed. */
@@ -361,8 +362,8 @@ static bool port_proxy_begin(struct api_req *r) {
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(r->conn, &from_query);
-  if (ports_authorize(ps, api_control(r), r->method, r->route.id, r->route.port, xkey, bearer, token, &r->org, &how,
-                      &err) < 0)
+  if (ports_authorize(ps, api_control(r), r->method, r->route.id, r->route.port, xkey, bearer, token, &r->org,
+                      &how, &err) < 0)
     return proxy_error(r, &err);
   if (api_req_admit(r, r->org, r->route.id, hdr(r, MHD_HTTP_HEADER_UPGRADE) != NULL, &err) < 0)
     return proxy_error(r, &err);
