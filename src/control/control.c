@@ -808,111 +808,6 @@ int moat_control_template_build(struct moat_control *c, const char *name, moat_e
   return moat_template_ensure(c->templates, name, err);
 }
 
-/* ---- API keys ---- */
-
-static char *new_key(void) {
-  uint8_t raw[32];
-  random_bytes(raw, sizeof(raw));
-  char *k = xmalloc(5 + 64 + 1);
-  memcpy(k, "moat_", 5);
-  for (size_t i = 0; i < sizeof(raw); i++)
-    snprintf(k + 5 + 2 * i, 3, "%02x", raw[i]);
-  return k;
-}
-
-/* 64 lowercase hex digits and nothing else: the secret part of a key new_key makes. */
-static bool is_key_hex(const char *s) {
-  size_t n = 0;
-  for (; s[n]; n++)
-    if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
-      return false;
-  return n == 64;
-}
-
-static void trim(char *s) {
-  size_t n = strlen(s);
-  while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
-    s[--n] = '\0';
-}
-
-static int register_key(struct moat_store *s, const char *org, const char *key, moat_error **err) {
-  char hash[2 * MOAT_SHA256_LEN + 1];
-  moat_sha256_hex(key, strlen(key), hash);
-  return moat_store_key_add(s, org, hash, err);
-}
-
-/* Makes sure DATA/api-key exists and is registered for the default org. */
-static int ensure_api_key(struct moat_control *c, moat_error **err) {
-  _cleanup_free_ char *path = xasprintf("%s/%s", c->data_dir, API_KEY_FILE);
-  _cleanup_free_ char *key = NULL;
-  moat_error *e = NULL;
-  if (read_file(path, &key, NULL, &e) == 0) {
-    trim(key);
-    if (strlen(key) < 16)
-      return moat_error_set(err, EINVAL, "%s: not an API key; remove it to have a new one made", path);
-  } else if (e->status != ENOENT) {
-    if (err && !*err)
-      *err = e;
-    else
-      moat_error_free(&e);
-    return -1;
-  } else {
-    moat_error_free(&e);
-    key = new_key();
-    _cleanup_free_ char *line = xasprintf("%s\n", key);
-    if (write_file_once(path, line, 0600, err) < 0)
-      return -1;
-    log_info("wrote a new API key to %s", path);
-  }
-  if (register_key(c->store, DEFAULT_ORG, key, err) < 0)
-    return moat_error_wrap(err, "register %s", path);
-  return 0;
-}
-
-int moat_control_key_create(const char *data_dir, const char *org, char **key, moat_error **err) {
-  if (!org || !*org || strlen(org) > 128)
-    return moat_error_set(err, EINVAL, "org: must be 1 to 128 bytes");
-  _cleanup_free_ char *db = xasprintf("%s/moat.db", data_dir);
-  struct moat_store *s;
-  if (moat_store_open(&s, db, err) < 0)
-    return -1;
-  _cleanup_free_ char *k = new_key();
-  int rc = register_key(s, org, k, err);
-  moat_store_close(s);
-  if (rc < 0)
-    return -1;
-  *key = steal_pointer(&k);
-  return 0;
-}
-
-char *moat_control_key_e2b_form(const char *key) {
-  if (strncmp(key, "moat_", 5) != 0 || !is_key_hex(key + 5))
-    return NULL;
-  return xasprintf("e2b_%s", key + 5);
-}
-
-int moat_control_auth(struct moat_control *c, const char *api_key, char **org, moat_error **err) {
-  if (!api_key || !*api_key || strlen(api_key) > 512)
-    return moat_error_set(err, EACCES, "missing or invalid API key");
-  /* "e2b_" + the hex of a moat key is that key: the store holds only the moat form's hash. */
-  char alias[5 + 64 + 1];
-  if (strncmp(api_key, "e2b_", 4) == 0 && is_key_hex(api_key + 4)) {
-    snprintf(alias, sizeof(alias), "moat_%s", api_key + 4);
-    api_key = alias;
-  }
-  char hash[2 * MOAT_SHA256_LEN + 1];
-  moat_sha256_hex(api_key, strlen(api_key), hash);
-  moat_error *e2 = NULL;
-  if (moat_store_key_lookup(c->store, hash, org, &e2) < 0) {
-    int st = e2->status;
-    moat_error_free(&e2);
-    if (st == ENOENT)
-      return moat_error_set(err, EACCES, "invalid API key");
-    return moat_error_set(err, st, "look up API key: store error");
-  }
-  return 0;
-}
-
 /* ---- reaper ---- */
 
 /* One pass: kills expired non-persistent sandboxes (reason ttl) and those whose init died
@@ -1135,7 +1030,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     goto fail;
   if (moat_store_open(&c->store, db, err) < 0)
     goto fail;
-  if (ensure_api_key(c, err) < 0)
+  if (ctl_ensure_api_key(c, err) < 0)
     goto fail;
   if (moat_templates_open(&c->templates, cfg->recipes_dir, template_dir, err) < 0) {
     moat_error_wrap(err, "templates");

@@ -139,8 +139,47 @@ struct moat_control_config {
 int moat_control_open(struct moat_control **out, const struct moat_control_config *cfg, moat_error **err);
 void moat_control_close(struct moat_control *c);
 
-/* Auth: maps an API key to its org. Returns 0 and sets *org (caller frees), or -1 (EACCES). */
+/* Auth: maps an API key to its org. Returns 0 and sets *org (caller frees), or -1 (EACCES; an
+ * expired key is EKEYEXPIRED). */
 int moat_control_auth(struct moat_control *c, const char *api_key, char **org, moat_error **err);
+
+/* ---- API keys (keys.c) ----
+ * A key has a role: admin (everything, keys included), member (everything but managing keys),
+ * readonly (GET and HEAD routes only). The API enforces roles where it routes a request. */
+enum moat_key_role { MOAT_ROLE_ADMIN = 0, MOAT_ROLE_MEMBER, MOAT_ROLE_READONLY };
+#define MOAT_KEY_ID_LEN 20   /* "key-" + 16 lowercase base-36 characters */
+#define MOAT_KEY_NAME_MAX 64 /* bytes */
+#define MOAT_ORG_MAX 128     /* bytes */
+/* "admin", "member", "readonly" -> 0 and *role; -1 for any other string (pure). */
+int moat_key_role_parse(const char *s, enum moat_key_role *role);
+const char *moat_key_role_name(enum moat_key_role role);
+/* A key name: 1 to MOAT_KEY_NAME_MAX bytes of printable ASCII (pure). */
+bool moat_key_name_valid(const char *name);
+/* A key id as moat makes them (pure). */
+bool moat_key_id_valid(const char *id);
+struct moat_key_info {
+  char id[MOAT_KEY_ID_LEN + 1];
+  char org[MOAT_ORG_MAX + 1];
+  char name[MOAT_KEY_NAME_MAX + 1];
+  enum moat_key_role role;
+  int64_t created_at_ms;
+  int64_t expires_at_ms;   /* 0 = never */
+  int64_t last_used_at_ms; /* 0 = never; recorded at most once a minute */
+};
+/* Auth with the key's details: 0 and *out, or -1: EACCES (unknown or deleted key), EKEYEXPIRED
+ * (the key expired; the message says when). Records the key's use. */
+int moat_control_auth_key(struct moat_control *c, const char *api_key, struct moat_key_info *out,
+                          moat_error **err);
+/* Makes a key for org: 0, *out and *secret (the key, "moat_..."; caller frees; never stored), or -1
+ * (EINVAL: a bad name, or expires_at_ms not in the future; 0 = never expires). */
+int moat_control_keys_create(struct moat_control *c, const char *org, const char *name,
+                             enum moat_key_role role, int64_t expires_at_ms, struct moat_key_info *out,
+                             char **secret, moat_error **err);
+/* org's keys, oldest first: 0, *out and *n (caller frees *out), or -1. */
+int moat_control_keys_list(struct moat_control *c, const char *org, struct moat_key_info **out, size_t *n,
+                           moat_error **err);
+/* Deletes org's key id: its next request is refused. 0, or -1 (ENOENT: no such key in org). */
+int moat_control_keys_delete(struct moat_control *c, const char *org, const char *id, moat_error **err);
 
 int moat_control_create(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
                         struct moat_sandbox_info *out, moat_error **err);
@@ -211,8 +250,10 @@ bool moat_control_oom_ended(struct moat_control *c, const char *org, const char 
                             const struct moat_oom_proc *p, int exit_code, int signal);
 
 /* Creates a new API key ("moat_" + 64 hex digits) for org in the store under data_dir, which a
- * running moatd may have open. Returns 0 and sets *key (caller frees), or -1. */
-int moat_control_key_create(const char *data_dir, const char *org, char **key, moat_error **err);
+ * running moatd may have open, named name (NULL: "default") with role (NULL: "admin"). Returns 0
+ * and sets *key (caller frees), or -1 (EINVAL for a bad org, name or role). */
+int moat_control_key_create(const char *data_dir, const char *org, const char *name, const char *role,
+                            char **key, moat_error **err);
 /* The E2B-shaped form of a key new_key made ("e2b_" + the same 64 hex digits; E2B's SDKs accept
  * only ^e2b_[0-9a-f]+$), or NULL for a key of another shape. Caller frees. moat_control_auth takes
  * either form for the same org; the secret is the same, so only the key's own org is reached. */

@@ -182,6 +182,8 @@ void ctl_volumes_gc(struct moat_control *c);
 void ctl_volumes_of(struct moat_control *c, const char *id, struct moat_sandbox_info *out);
 
 /* ---- templates.c ---- */
+/* Makes sure DATA/api-key exists and is registered for the default org (keys.c). */
+int ctl_ensure_api_key(struct moat_control *c, moat_error **err);
 bool ctl_template_name_valid(const char *name); /* ^[a-z0-9][a-z0-9._-]{0,62}$ */
 /* The dir holding image: DATA/images for an org's (moat_host_image_name), else the template dir. */
 const char *ctl_image_dir(const struct moat_control *c, const char *image);

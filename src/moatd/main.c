@@ -28,7 +28,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: moatd [--listen HOST:PORT] [--data-dir DIR] [--template-dir DIR] [--recipes DIR]\n"
           "             [--guest PATH] [--pool N] [--log-level debug|info|warn|error]\n"
-          "       moatd key create --data-dir DIR --org ORG\n"
+          "       moatd key create --data-dir DIR --org ORG [--name NAME] [--role admin|member|readonly]\n"
           "\n"
           "  --listen HOST:PORT   address to serve the API on (default 127.0.0.1:7070)\n"
           "  --data-dir DIR       state: moat.db, api-key, sandboxes (default ./.moat)\n"
@@ -211,10 +211,12 @@ static void check_port(const char *flag, const char *listen_addr) {
 }
 
 static int key_create(int argc, char **argv) {
-  const char *data_dir = "./.moat", *org = NULL;
+  const char *data_dir = "./.moat", *org = NULL, *name = NULL, *role = NULL;
   static const struct option opts[] = {
       {"data-dir", required_argument, NULL, 'd'},
       {"org", required_argument, NULL, 'o'},
+      {"name", required_argument, NULL, 'n'},
+      {"role", required_argument, NULL, 'r'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -227,6 +229,12 @@ static int key_create(int argc, char **argv) {
       break;
     case 'o':
       org = optarg;
+      break;
+    case 'n':
+      name = optarg;
+      break;
+    case 'r':
+      role = optarg;
       break;
     case 'h':
       usage(stdout);
@@ -249,7 +257,7 @@ static int key_create(int argc, char **argv) {
             st_rc < 0 ? strerror(errno) : "not a directory");
     return 1;
   }
-  if (moat_control_key_create(data_dir, org, &key, &err) < 0) {
+  if (moat_control_key_create(data_dir, org, name, role, &key, &err) < 0) {
     fprintf(stderr, "moatd: key create: %s\n", moat_error_msg(err));
     moat_error_free(&err);
     return 1;

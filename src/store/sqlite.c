@@ -136,6 +136,15 @@ static const char *const migrations[] = {
     "  owned INTEGER NOT NULL DEFAULT 0,"
     "  PRIMARY KEY (sandbox_id, env));"
     "CREATE INDEX database_attachments_database ON database_attachments(database_id);",
+    /* 7 -> 8: keys an org manages (sqlite_keys.c): an id, a name, a role, an expiry; the keys made
+     * before are their org's admins */
+    "ALTER TABLE api_keys ADD COLUMN id TEXT;"
+    "ALTER TABLE api_keys ADD COLUMN name TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE api_keys ADD COLUMN role TEXT NOT NULL DEFAULT 'admin';"
+    "ALTER TABLE api_keys ADD COLUMN expires_at_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE api_keys ADD COLUMN last_used_at_ms INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE api_keys SET id = 'key-' || lower(hex(randomblob(8))) WHERE id IS NULL;"
+    "CREATE UNIQUE INDEX api_keys_id ON api_keys(id);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,
@@ -390,73 +399,6 @@ int sql_ensure_org(struct moat_store *s, const char *org, moat_error **err) {
   sql_bind_text(st, 1, org);
   sqlite3_bind_int64(st, 2, now_unix_ms());
   return sql_step_done(s, st, err, "insert org");
-}
-
-int moat_store_key_add(struct moat_store *s, const char *org, const char *key_hash_hex, moat_error **err) {
-  static const char sel[] = "SELECT org FROM api_keys WHERE key_hash = ?1";
-  static const char ins[] = "INSERT INTO api_keys (key_hash, org, created_at_ms) VALUES (?1, ?2, ?3)";
-  int ret = -1;
-  pthread_mutex_lock(&s->lock);
-  if (sql_begin(s, err) < 0)
-    goto out;
-  sqlite3_stmt *st = sql_stmt(s, sel, err);
-  if (!st)
-    goto fail;
-  sql_bind_text(st, 1, key_hash_hex);
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    bool same = strcmp((const char *)sqlite3_column_text(st, 0), org) == 0;
-    sqlite3_reset(st);
-    if (!same) {
-      moat_error_set(err, EEXIST, "api key belongs to another org");
-      goto fail;
-    }
-    ret = sql_commit(s, err);
-    goto out;
-  }
-  sqlite3_reset(st);
-  if (rc != SQLITE_DONE) {
-    sql_db_error(s, rc, err, "look up key");
-    goto fail;
-  }
-  if (sql_ensure_org(s, org, err) < 0)
-    goto fail;
-  if (!(st = sql_stmt(s, ins, err)))
-    goto fail;
-  sql_bind_text(st, 1, key_hash_hex);
-  sql_bind_text(st, 2, org);
-  sqlite3_bind_int64(st, 3, now_unix_ms());
-  if (sql_step_done(s, st, err, "insert key") < 0)
-    goto fail;
-  ret = sql_commit(s, err);
-  goto out;
-fail:
-  sql_rollback(s);
-out:
-  pthread_mutex_unlock(&s->lock);
-  return ret;
-}
-
-int moat_store_key_lookup(struct moat_store *s, const char *key_hash_hex, char **org, moat_error **err) {
-  static const char sql[] = "SELECT org FROM api_keys WHERE key_hash = ?1";
-  int ret = -1;
-  pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = sql_stmt(s, sql, err);
-  if (st) {
-    sql_bind_text(st, 1, key_hash_hex);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-      *org = sql_col_text(st, 0);
-      ret = 0;
-    } else if (rc == SQLITE_DONE) {
-      moat_error_set(err, ENOENT, "unknown api key");
-    } else {
-      sql_db_error(s, rc, err, "look up key");
-    }
-    sqlite3_reset(st);
-  }
-  pthread_mutex_unlock(&s->lock);
-  return ret;
 }
 
 void moat_store_sandbox_clear(struct moat_store_sandbox *r) {

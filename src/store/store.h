@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 7 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 8 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -40,6 +40,35 @@ int moat_store_schema_version(struct moat_store *s, int *version, moat_error **e
 int moat_store_key_add(struct moat_store *s, const char *org, const char *key_hash_hex, moat_error **err);
 /* Returns 0 and sets *org (caller frees) for a known hash, or -1 with ENOENT. */
 int moat_store_key_lookup(struct moat_store *s, const char *key_hash_hex, char **org, moat_error **err);
+
+/* One row of api_keys without its hash. Strings are owned (moat_store_key_clear). role is
+ * "admin", "member" or "readonly"; the store does not check it. */
+struct moat_store_key {
+  char *id; /* "key-" + 16 characters */
+  char *org;
+  char *name;
+  char *role;
+  int64_t created_at_ms;
+  int64_t expires_at_ms;   /* 0 = never */
+  int64_t last_used_at_ms; /* 0 = never used (updated at most once a minute) */
+};
+void moat_store_key_clear(struct moat_store_key *k);
+void moat_store_keys_free(struct moat_store_key *v, size_t n);
+/* Inserts key k (id, org, name, role, created_at_ms, expires_at_ms) with its hash; creates the org
+ * if needed. EEXIST when the hash or the id exists already. key_add above is this with a new id,
+ * the name "default" and the role admin (a no-op for a hash its org has already). */
+int moat_store_key_insert(struct moat_store *s, const struct moat_store_key *k, const char *key_hash_hex,
+                          moat_error **err);
+/* The key of a hash: 0 and *out (moat_store_key_clear), or -1 with ENOENT. */
+int moat_store_key_get(struct moat_store *s, const char *key_hash_hex, struct moat_store_key *out,
+                       moat_error **err);
+/* org's keys, oldest first: 0 and *out, *n (moat_store_keys_free), or -1. */
+int moat_store_key_list(struct moat_store *s, const char *org, struct moat_store_key **out, size_t *n,
+                        moat_error **err);
+/* Deletes org's key id (its hash goes with it): 0, or -1 with ENOENT (no such key in org). */
+int moat_store_key_delete(struct moat_store *s, const char *org, const char *id, moat_error **err);
+/* Records that key id was used at at_ms. */
+int moat_store_key_touch(struct moat_store *s, const char *id, int64_t at_ms, moat_error **err);
 
 /* One row of the sandboxes table. Strings are owned (freed by moat_store_sandbox_clear). */
 struct moat_store_sandbox {

@@ -19,6 +19,7 @@ from moattest import DaemonTest  # noqa: E402
 DOC = os.path.join(REPO, "docs", "openapi.yaml")
 METHODS = ("get", "put", "post", "delete", "patch")
 SAMPLES = {"id": "sb-0123456789abcdefg", "ref": "4242", "cid": "ctx-1", "sid": "snap-0123456789abcdefg",
+           "kid": "key-0123456789abcdef",
            "name": "base", "port": "8080", "path": "static/app.js"}
 
 

@@ -196,7 +196,7 @@ int main(void) {
         "a wrong key is EACCES");
   moat_error_free(&err);
   char *other_key = NULL;
-  CHECK(moat_control_key_create(data_dir, "other", &other_key, &err) == 0 &&
+  CHECK(moat_control_key_create(data_dir, "other", NULL, NULL, &other_key, &err) == 0 &&
             moat_control_auth(c, other_key, &org, &err) == 0 && strcmp(org, "other") == 0,
         "key create for org other works while control has the store open");
   note(&err);

@@ -222,7 +222,37 @@ static void test_database_urls(void) {
   }
 }
 
+/* API key roles, names and ids (keys.c). */
+static void test_key_helpers(void) {
+  enum moat_key_role r = MOAT_ROLE_ADMIN;
+  CHECK(moat_key_role_parse("readonly", &r) == 0 && r == MOAT_ROLE_READONLY, "readonly parses");
+  CHECK(moat_key_role_parse("member", &r) == 0 && r == MOAT_ROLE_MEMBER, "member parses");
+  CHECK(moat_key_role_parse("admin", &r) == 0 && r == MOAT_ROLE_ADMIN, "admin parses");
+  r = MOAT_ROLE_MEMBER;
+  CHECK(moat_key_role_parse("root", &r) < 0 && r == MOAT_ROLE_MEMBER, "root does not parse and leaves *role");
+  CHECK(moat_key_role_parse("Admin", &r) < 0 && moat_key_role_parse("", &r) < 0 &&
+            moat_key_role_parse(NULL, &r) < 0,
+        "roles are lowercase words");
+  for (int i = MOAT_ROLE_ADMIN; i <= MOAT_ROLE_READONLY; i++)
+    CHECK(moat_key_role_parse(moat_key_role_name((enum moat_key_role)i), &r) == 0 && (int)r == i,
+          "role %d round-trips through its name", i);
+  char long_name[MOAT_KEY_NAME_MAX + 2];
+  memset(long_name, 'n', sizeof(long_name) - 1);
+  long_name[MOAT_KEY_NAME_MAX + 1] = '\0';
+  CHECK(!moat_key_name_valid(long_name), "a name of %d bytes is refused", MOAT_KEY_NAME_MAX + 1);
+  long_name[MOAT_KEY_NAME_MAX] = '\0';
+  CHECK(moat_key_name_valid(long_name), "a name of %d bytes is fine", MOAT_KEY_NAME_MAX);
+  CHECK(moat_key_name_valid("ci reader (prod)") && !moat_key_name_valid("") && !moat_key_name_valid("a\tb") &&
+            !moat_key_name_valid("caf\xc3\xa9"),
+        "names are printable ASCII");
+  CHECK(moat_key_id_valid("key-0123456789abcdef") && !moat_key_id_valid("key-0123456789abcde") &&
+            !moat_key_id_valid("key-0123456789ABCDEF") && !moat_key_id_valid("sb-0123456789abcdefg") &&
+            !moat_key_id_valid("key-0123456789abcdef0"),
+        "key ids are key- and 16 lowercase base-36 characters");
+}
+
 int main(void) {
+  test_key_helpers();
   test_database_urls();
   test_defaults();
   test_bounds();

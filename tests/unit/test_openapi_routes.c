@@ -20,6 +20,8 @@ static const char *param_value(const char *name, int pass) {
     return "sb-0123456789abcdefg";
   if (strcmp(name, "ref") == 0)
     return pass == 0 ? "4242" : "my-tag.1";
+  if (strcmp(name, "kid") == 0)
+    return "key-0123456789abcdef";
   if (strcmp(name, "cid") == 0)
     return "ctx-1";
   if (strcmp(name, "sid") == 0)

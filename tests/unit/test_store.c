@@ -100,6 +100,57 @@ static void test_keys(struct moat_store *s) {
         "unknown key is ENOENT");
   moat_error_free(&err);
 
+  /* Keys with ids, names, roles and expiry: insert, get, list, touch, delete. */
+  char h4[65], h5[65];
+  moat_sha256_hex("moat_key_four", 13, h4);
+  moat_sha256_hex("moat_key_five", 13, h5);
+  struct moat_store_key k4 = {.id = "key-aaaaaaaaaaaaaaaa",
+                              .org = "other",
+                              .name = "ci",
+                              .role = "readonly",
+                              .created_at_ms = 5,
+                              .expires_at_ms = 99};
+  CHECK(moat_store_key_insert(s, &k4, h4, &err) == 0, "insert a named readonly key");
+  moat_error_free(&err);
+  struct moat_store_key dup = k4;
+  CHECK(moat_store_key_insert(s, &dup, h5, &err) < 0 && err && err->status == EEXIST,
+        "a second key with its id is EEXIST");
+  moat_error_free(&err);
+  dup.id = "key-bbbbbbbbbbbbbbbb";
+  CHECK(moat_store_key_insert(s, &dup, h4, &err) < 0 && err && err->status == EEXIST,
+        "a second key with its hash is EEXIST");
+  moat_error_free(&err);
+  struct moat_store_key got = {0};
+  CHECK(moat_store_key_get(s, h4, &got, &err) == 0 && strcmp(got.id, k4.id) == 0 &&
+            strcmp(got.name, "ci") == 0 && strcmp(got.role, "readonly") == 0 &&
+            strcmp(got.org, "other") == 0 && got.created_at_ms == 5 && got.expires_at_ms == 99 &&
+            got.last_used_at_ms == 0,
+        "get returns the key's row");
+  moat_store_key_clear(&got);
+  CHECK(moat_store_key_touch(s, k4.id, 1234, &err) == 0 && moat_store_key_get(s, h4, &got, &err) == 0 &&
+            got.last_used_at_ms == 1234,
+        "touch records last use");
+  moat_store_key_clear(&got);
+  struct moat_store_key *kv = NULL;
+  size_t kn = 0;
+  CHECK(moat_store_key_list(s, "other", &kv, &kn, &err) == 0 && kn == 2, "org other lists its 2 keys (%zu)",
+        kn);
+  bool seen = false;
+  for (size_t i = 0; i < kn; i++)
+    seen |= strcmp(kv[i].id, k4.id) == 0 && strcmp(kv[i].org, "other") == 0;
+  CHECK(seen, "the list has the inserted key");
+  moat_store_keys_free(kv, kn);
+  CHECK(moat_store_key_delete(s, "default", k4.id, &err) < 0 && err && err->status == ENOENT,
+        "another org cannot delete it (ENOENT)");
+  moat_error_free(&err);
+  CHECK(moat_store_key_delete(s, "other", k4.id, &err) == 0 && moat_store_key_get(s, h4, &got, &err) < 0 &&
+            err && err->status == ENOENT,
+        "a deleted key is unknown");
+  moat_error_free(&err);
+  CHECK(moat_store_key_delete(s, "other", k4.id, &err) < 0 && err && err->status == ENOENT,
+        "deleting it again is ENOENT");
+  moat_error_free(&err);
+
   /* The key itself is nowhere in the file, only its hash. */
   char *cmd =
       xasprintf("grep -c moat_key_one %s %s-wal 2>/dev/null | grep -v ':0$' | grep -c . ", db_path, db_path);
@@ -349,6 +400,12 @@ static void test_migrations(void) {
   CHECK(s && moat_store_key_lookup(s, "abcd", &org, &err) == 0 && org && strcmp(org, "old") == 0,
         "the old key survives the migration");
   free(org);
+  struct moat_store_key ok = {0};
+  CHECK(s && moat_store_key_get(s, "abcd", &ok, &err) == 0 && ok.role && strcmp(ok.role, "admin") == 0 &&
+            ok.id && strncmp(ok.id, "key-", 4) == 0 && strlen(ok.id) == 20 && ok.expires_at_ms == 0,
+        "the old key becomes its org's admin with an id (%s, %s)", ok.role ? ok.role : "null",
+        ok.id ? ok.id : "null");
+  moat_store_key_clear(&ok);
   CHECK(s && insert(s, "sb-new", "old", NULL) == 0, "the new tables work after migration");
   moat_store_close(s);
   s = NULL;

@@ -288,6 +288,15 @@ static void user_port_dispatch(struct api_req *r, struct e2b_req *e) {
   MHD_destroy_response(resp);
 }
 
+/* A readonly key may make GET and HEAD calls only: true after answering 403 to another. */
+static bool e2b_refuse_readonly(struct api_req *r, const char *method) {
+  if (!r->has_key || r->key.role != MOAT_ROLE_READONLY || strcmp(method, "GET") == 0 ||
+      strcmp(method, "HEAD") == 0)
+    return false;
+  e2b_error(r, 403, "this API key's role is readonly: it may only read (GET), not %s", method);
+  return true;
+}
+
 static bool sandbox_begin(struct api_req *r, struct e2b_req *e, const char *url, const char *method) {
   const char *hid = header(r, "E2b-Sandbox-Id");
   if (hid) {
@@ -311,8 +320,14 @@ static bool sandbox_begin(struct api_req *r, struct e2b_req *e, const char *url,
   } else {
     const char *key = api_key_of(r);
     moat_error *err = NULL;
-    if (key && moat_control_auth(api_control(r), key, &e->org, &err) < 0)
+    if (key && moat_control_auth_key(api_control(r), key, &r->key, &err) < 0)
       moat_error_free(&err);
+    else if (key) {
+      r->has_key = true;
+      if (e2b_refuse_readonly(r, method))
+        return true;
+      e->org = xstrdup(r->key.org);
+    }
   }
   if (!e->org)
     return e2b_error(r, 401, "a valid access token for sandbox %s is required (X-Access-Token)",
@@ -562,7 +577,8 @@ static int h_get(struct api_req *r, const char *id) {
   memset(&info, 0, sizeof(info));
   if (get_live(r, id, &info) < 0)
     return -1;
-  int ret = api_reply_json(r, 200, sandbox_json(r, &info, true));
+  /* the envd access token would let a readonly key run commands and write files */
+  int ret = api_reply_json(r, 200, sandbox_json(r, &info, !api_req_readonly(r)));
   moat_sandbox_info_clear(&info);
   return ret;
 }
@@ -1244,10 +1260,18 @@ static bool e2b_begin(struct api_req *r) {
     return false;
   const char *key = api_key_of(r);
   moat_error *err = NULL;
-  if (!key || moat_control_auth(api_control(r), key, &r->org, &err) < 0) {
+  if (!key || moat_control_auth_key(api_control(r), key, &r->key, &err) < 0) {
+    bool expired = err && err->status == EKEYEXPIRED;
     moat_error_free(&err);
-    return e2b_error(r, 401, "a valid API key is required (X-API-KEY: the moatd API key)"), true;
+    return e2b_error(r, 401, "%s",
+                     expired ? "the API key expired"
+                             : "a valid API key is required (X-API-KEY: the moatd API key)"),
+           true;
   }
+  r->has_key = true;
+  r->org = xstrdup(r->key.org);
+  if (e2b_refuse_readonly(r, method))
+    return true;
   e->org = xstrdup(r->org);
   if (api_req_admit(r, r->org, NULL, false, &err) < 0)
     return e2b_moat_error(r, &err), true;

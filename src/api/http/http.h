@@ -60,8 +60,16 @@ enum api_route_flag {
   API_RT_PUBLIC = 1u << 1, /* no API key needed */
   API_RT_STREAM = 1u << 2, /* a long-lived stream: admitted under the stream caps (fair.h) */
   API_RT_KEY_IN_QUERY =
-      1u << 3, /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
+      1u << 3,            /* the key may also come as ?api_key= (a browser's WebSocket has no headers) */
+  API_RT_ADMIN = 1u << 4, /* admin keys only (managing keys) */
+  API_RT_SELF = 1u << 5,  /* with API_RT_ADMIN: also the key {kid} names, when it is the caller's */
+  /* a readonly key may send it with any method: the front end refuses the calls that change things
+   * itself (MCP over POST: each tool says whether it only reads) */
+  API_RT_ROLE_RPC = 1u << 6,
 };
+/* Roles, checked where a request is routed (server.c) before any handler: a readonly key may call
+ * GET and HEAD routes only; a route with API_RT_ADMIN needs an admin key. Refusals are 403
+ * forbidden naming the role. */
 
 /* A route (or a whole front end) that takes its request over: the body streams through body()
  * instead of being collected, finish() answers once it is in, release() frees what begin() made
@@ -93,6 +101,7 @@ struct api_route {
   char tag[API_MAX_TAG + 1];       /* {proc} addressed by tag */
   char cid[64];                    /* {cid} as given (checked by the handler) */
   char sid[64];                    /* {sid} as given (checked by the handler) */
+  char kid[64];                    /* {kid} an API key id as given (checked by the handler) */
   unsigned port;                   /* {port}: 1..65535, or 0 when the segment is not one */
   char allow[96];                  /* BAD_METHOD: the Allow header's value */
 };
@@ -293,6 +302,8 @@ struct api_req {
   struct api_route route;
   struct api_args args;
   char *org;       /* authenticated org, owned */
+  bool has_key;    /* key: the API key that authenticated the request */
+  struct moat_key_info key;
   unsigned status; /* status queued, for the access log */
   bool responded;  /* a response was queued (or written) */
   char *raw_uri;   /* the request target as received (path and query, not decoded), owned */
@@ -312,6 +323,15 @@ struct api_req {
   void *front;
   void (*front_free)(void *);
 };
+
+/* Whether the request's key may call a route of flags with method: 0, or -1 after answering 403
+ * forbidden naming the key's role. */
+int api_req_authorize(struct api_req *r, const char *method, unsigned flags);
+/* True when the request's key is readonly: a reply then leaves out secrets that would let it do more
+ * (a port's access token, E2B's envd access token). */
+bool api_req_readonly(const struct api_req *r);
+/* The answer to a failed auth: 401 unauthorized, saying when the key expired (EKEYEXPIRED). */
+int api_reply_unauthorized(struct api_req *r, const moat_error *err, const char *hint);
 
 /* Admits the request (org authenticated; sandbox: the one it names, or NULL) under the caps of
  * fair.h as a request or a stream. 0, or -1 with *err (API_E_TOO_MANY): the caller answers it. */

@@ -2,7 +2,8 @@
  * method and path pick one (pure)
  *
  * A pattern is "/"-separated segments, each a literal or a placeholder that checks and keeps its
- * segment: {id} a sandbox id, {name} a template name, {sid} a snapshot id as given, {cid} a context id,
+ * segment: {id} a sandbox id, {name} a template name, {sid} a snapshot id as given, {kid} an API key id
+ * as given, {cid} a context id,
  * {proc} a pid or a process tag, {port} a port number (0 when the segment is not one), and a last {*}
  * that takes the rest of the path, slashes and nothing included. A path that no pattern matches is
  * 404; one that some pattern matches under other methods only is 405 with those methods in Allow.
@@ -136,6 +137,13 @@ static bool take(const char *ph, size_t phn, const char *s, size_t n, struct api
       return false;
     memcpy(r->sid, s, n);
     r->sid[n] = '\0';
+    return true;
+  }
+  if (PH("kid")) { /* kept as given: the handler answers an unknown one */
+    if (n == 0 || n >= sizeof(r->kid))
+      return false;
+    memcpy(r->kid, s, n);
+    r->kid[n] = '\0';
     return true;
   }
   if (PH("cid")) {

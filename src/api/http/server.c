@@ -449,12 +449,16 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
       if (key && !*key)
         key = NULL;
     }
-    if (!key || moat_control_auth(r->api->control, key, &r->org, &err) < 0) {
+    if (!key || moat_control_auth_key(r->api->control, key, &r->key, &err) < 0) {
+      api_reply_unauthorized(r, err,
+                             "a valid API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
       moat_error_free(&err);
-      api_reply_error(r, 401, "unauthorized",
-                      "a valid API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
       return true;
     }
+    r->has_key = true;
+    r->org = xstrdup(r->key.org);
+    if (api_req_authorize(r, method, d->flags) < 0)
+      return true;
     const char *sb = r->route.id[0] ? r->route.id : NULL;
     if (api_req_admit(r, r->org, sb, (d->flags & API_RT_STREAM) != 0, &err) < 0) {
       api_reply_moat_error(r, &err);
@@ -473,6 +477,32 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
     return true;
   }
   return r->hooks && r->hooks->begin ? r->hooks->begin(r) : false;
+}
+
+int api_req_authorize(struct api_req *r, const char *method, unsigned flags) {
+  if (!r->has_key)
+    return 0;
+  const char *role = moat_key_role_name(r->key.role);
+  bool reads = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+  if (r->key.role == MOAT_ROLE_READONLY && !reads && !(flags & API_RT_ROLE_RPC))
+    return api_reply_error(r, 403, "forbidden",
+                           "this API key's role is readonly: it may only read (GET), not %s %.200s", method,
+                           r->path),
+           -1;
+  if ((flags & API_RT_ADMIN) && r->key.role != MOAT_ROLE_ADMIN &&
+      !((flags & API_RT_SELF) && strcmp(r->route.kid, r->key.id) == 0))
+    return api_reply_error(r, 403, "forbidden",
+                           "this API key's role is %s: managing API keys needs an admin key", role),
+           -1;
+  return 0;
+}
+
+bool api_req_readonly(const struct api_req *r) { return r->has_key && r->key.role == MOAT_ROLE_READONLY; }
+
+int api_reply_unauthorized(struct api_req *r, const moat_error *err, const char *hint) {
+  if (err && err->status == EKEYEXPIRED)
+    return api_reply_error(r, 401, "unauthorized", "%s", moat_error_msg(err));
+  return api_reply_error(r, 401, "unauthorized", "%s", hint);
 }
 
 /* Runs the route's handler once the body is complete; queues exactly one response. */

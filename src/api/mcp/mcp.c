@@ -496,12 +496,12 @@ static int mcp_workspace(struct api_req *r, json_t *body) { return mcp_handle(r,
 /* Streamable HTTP: POST carries JSON-RPC (read raw: the handler parses it, an object or a batch);
  * GET (the server's stream) and DELETE (end of session) are answered by the handler. */
 static const struct api_route_def mcp_routes[] = {
-    {"POST", "/v1/sandboxes/{id}/mcp", "mcp.sandbox", mcp_sandbox, 0, NULL},
+    {"POST", "/v1/sandboxes/{id}/mcp", "mcp.sandbox", mcp_sandbox, API_RT_ROLE_RPC, NULL},
     {"GET", "/v1/sandboxes/{id}/mcp", "mcp.sandbox", mcp_sandbox, 0, NULL},
-    {"DELETE", "/v1/sandboxes/{id}/mcp", "mcp.sandbox", mcp_sandbox, 0, NULL},
-    {"POST", "/v1/mcp", "mcp.workspace", mcp_workspace, 0, NULL},
+    {"DELETE", "/v1/sandboxes/{id}/mcp", "mcp.sandbox", mcp_sandbox, API_RT_ROLE_RPC, NULL},
+    {"POST", "/v1/mcp", "mcp.workspace", mcp_workspace, API_RT_ROLE_RPC, NULL},
     {"GET", "/v1/mcp", "mcp.workspace", mcp_workspace, 0, NULL},
-    {"DELETE", "/v1/mcp", "mcp.workspace", mcp_workspace, 0, NULL},
+    {"DELETE", "/v1/mcp", "mcp.workspace", mcp_workspace, API_RT_ROLE_RPC, NULL},
 };
 
 static void mcp_routes_add(struct api_router *rt) { api_router_add(rt, mcp_routes, ARRAY_SIZE(mcp_routes)); }

@@ -613,6 +613,7 @@ struct tool {
   const char *name, *title, *description;
   const char *schema; /* inputSchema, JSON */
   int (*run)(const struct mcp_call *c, json_t *args, struct tool_out *o);
+  bool reads; /* it changes nothing: a readonly API key may call it (no other tool) */
 };
 
 #define CMD_PROPS                                                                                            \
@@ -640,26 +641,26 @@ static const struct tool sandbox_tools[] = {
      "Runs a shell command in the sandbox and returns its exit code, stdout and stderr (each cut at 1 MiB).",
      "{\"type\":\"object\",\"properties\":{" CMD_PROPS
      "},\"required\":[\"command\"],\"additionalProperties\":false}",
-     tool_shell},
+     tool_shell, false},
     {"read_file", "Read a text file",
      "Returns the text of a file in the sandbox (up to 1 MiB; a binary file is reported, not shown).",
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"File path; "
      "relative "
      "paths are against /root\"}},\"required\":[\"path\"],\"additionalProperties\":false}",
-     tool_read_file},
+     tool_read_file, true},
     {"write_file", "Write a file",
      "Writes content to a file in the sandbox, replacing it and creating parent directories.",
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"File path; "
      "relative "
      "paths are against /root\"},\"content\":{\"type\":\"string\",\"description\":\"The new contents "
      "(UTF-8)\"}},\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
-     tool_write_file},
+     tool_write_file, false},
     {"list_dir", "List a directory",
      "Lists a directory in the sandbox: one line per entry with type, size, mode and path.",
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\",\"description\":\"Directory path\"},"
      "\"depth\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":16,\"description\":\"Levels to descend "
      "(default 1)\"}},\"required\":[\"path\"],\"additionalProperties\":false}",
-     tool_list_dir},
+     tool_list_dir, true},
 };
 
 static const struct tool workspace_tools[] = {
@@ -672,19 +673,19 @@ static const struct tool workspace_tools[] = {
      "3600)\"},\"metadata\":{"
      "\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Labels to find it "
      "by\"}},\"additionalProperties\":false}",
-     tool_create},
+     tool_create, false},
     {"list_sandboxes", "List sandboxes",
      "Lists this account's sandboxes (not killed ones unless state is killed) as JSON.",
      "{\"type\":\"object\",\"properties\":{\"state\":{\"type\":\"string\",\"enum\":[\"creating\",\"running\","
      "\"paused\",\"hibernated\",\"killed\"]},\"metadata\":{\"type\":\"object\",\"additionalProperties\":{"
      "\"type\":"
      "\"string\"},\"description\":\"Only sandboxes with all these labels\"}},\"additionalProperties\":false}",
-     tool_list},
+     tool_list, true},
     {"exec", "Run a command in a sandbox",
      "Runs a shell command in a sandbox and returns its exit code, stdout and stderr (each cut at 1 MiB).",
      "{\"type\":\"object\",\"properties\":{" SB_PROP "," CMD_PROPS
      "},\"required\":[\"sandbox_id\",\"command\"],\"additionalProperties\":false}",
-     tool_exec},
+     tool_exec, false},
     {"fork_sandbox", "Fork a sandbox",
      "Copies a running sandbox (memory, processes and files) count times; returns the new sandboxes as JSON.",
      "{\"type\":\"object\",\"properties\":{" SB_PROP
@@ -692,36 +693,36 @@ static const struct tool workspace_tools[] = {
      "\"description\":\"Number of copies (default "
      "1)\"}},\"required\":[\"sandbox_id\"],\"additionalProperties\":"
      "false}",
-     tool_fork},
+     tool_fork, false},
     {"hibernate_sandbox", "Hibernate a sandbox",
      "Saves a sandbox to disk and frees its memory; the next exec in it wakes it where it was.",
      "{\"type\":\"object\",\"properties\":{" SB_PROP
      "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
-     tool_hibernate},
+     tool_hibernate, false},
     {"kill_sandbox", "Kill a sandbox", "Ends a sandbox and deletes its files.",
      "{\"type\":\"object\",\"properties\":{" SB_PROP
      "},\"required\":[\"sandbox_id\"],\"additionalProperties\":false}",
-     tool_kill},
+     tool_kill, false},
     {"database_create", "Create a PostgreSQL database",
      "Creates a PostgreSQL 15 database whose data outlives sandboxes and returns it as JSON, with "
      "connection.url (postgresql://...) to connect with.",
      "{\"type\":\"object\",\"properties\":{" DB_NAME_PROP
      ",\"size_mb\":{\"type\":\"integer\",\"minimum\":64,\"description\":\"Size of its data volume in MiB "
      "(default 1024)\"}," DB_COMMON_PROPS "},\"required\":[\"name\"],\"additionalProperties\":false}",
-     tool_database_create},
+     tool_database_create, false},
     {"database_list", "List databases",
      "Lists this account's PostgreSQL databases, with their connections, as JSON.",
-     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", tool_database_list},
+     "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", tool_database_list, true},
     {"database_branch", "Branch a database",
      "Makes a new PostgreSQL database holding a database's data as it is now (its own credentials; the two "
      "change independently from then on) and returns it as JSON, as database_create does.",
      "{\"type\":\"object\",\"properties\":{" DB_PROP "," DB_NAME_PROP "," DB_COMMON_PROPS
      "},\"required\":[\"database_id\",\"name\"],\"additionalProperties\":false}",
-     tool_database_branch},
+     tool_database_branch, false},
     {"database_delete", "Delete a database", "Deletes a PostgreSQL database and all its data.",
      "{\"type\":\"object\",\"properties\":{" DB_PROP
      "},\"required\":[\"database_id\"],\"additionalProperties\":false}",
-     tool_database_delete},
+     tool_database_delete, false},
 };
 
 static const struct tool *tools_of(enum mcp_endpoint ep, size_t *n) {
@@ -756,7 +757,15 @@ json_t *mcp_tool_call(const struct mcp_call *c, const char *name, json_t *args, 
     if (strcmp(t[i].name, name) != 0)
       continue;
     struct tool_out o = {.content = json_array()};
-    t[i].run(c, args, &o);
+    if (c->r && c->r->has_key && c->r->key.role == MOAT_ROLE_READONLY && !t[i].reads) {
+      out_printf(&o,
+                 "error (forbidden): this API key's role is readonly: it may only call the tools that read, "
+                 "not %s",
+                 name);
+      o.is_error = true;
+    } else {
+      t[i].run(c, args, &o);
+    }
     if (o.bad_args && !c->bad_args_as_result) {
       json_t *first = json_array_get(o.content, 0);
       *rpc_code = -32602;

@@ -62,9 +62,9 @@ static void rule_free(struct port_rule *r) {
   free(r);
 }
 
-int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port,
-                    const char *xkey, const char *bearer, const char *token, char **org, enum port_auth *how,
-                    moat_error **err) {
+int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *method, const char *id,
+                    unsigned port, const char *xkey, const char *bearer, const char *token, char **org,
+                    enum port_auth *how, moat_error **err) {
   *how = PORT_AUTH_KEY;
   pthread_mutex_lock(&ps->lock);
   struct port_rule **p = find_locked(ps, id, port);
@@ -74,8 +74,12 @@ int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *
   bool token_ok = token && r && r->token && token_eq(token, r->token);
   pthread_mutex_unlock(&ps->lock);
   int rc = 0;
-  if (xkey && moat_control_auth(c, xkey, org, NULL) == 0) {
-  } else if (bearer && moat_control_auth(c, bearer, org, NULL) == 0) {
+  struct moat_key_info key;
+  bool by_key = false;
+  if (xkey && moat_control_auth_key(c, xkey, &key, NULL) == 0) {
+    by_key = true;
+  } else if (bearer && moat_control_auth_key(c, bearer, &key, NULL) == 0) {
+    by_key = true;
     *how = PORT_AUTH_BEARER;
   } else if (token) {
     *how = PORT_AUTH_TOKEN;
@@ -92,6 +96,13 @@ int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *
         "port %u of %s needs an API key (Authorization: Bearer KEY or X-API-Key) or its access "
         "token (" PORT_TOKEN_HEADER " header or ?" PORT_TOKEN_ARG "=)",
         port, id);
+  }
+  if (by_key) {
+    if (key.role == MOAT_ROLE_READONLY && strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+      rc = moat_error_set(err, EPERM, "this API key's role is readonly: it may only read (GET), not %s",
+                          method);
+    else
+      *org = xstrdup(key.org);
   }
   free(rule_org);
   return rc;
@@ -144,8 +155,9 @@ char *ports_strip_token(const char *target) {
 
 /* ---- settings routes ---- */
 
-static json_t *rule_json(const struct ports_state *ps, const char *id, unsigned port,
-                         const struct port_rule *r) {
+/* The port's settings; a readonly key (ask) sees its token as null: the token passes any method. */
+static json_t *rule_json(const struct ports_state *ps, const struct api_req *ask, const char *id,
+                         unsigned port, const struct port_rule *r) {
   json_t *url = json_null();
   if (ps->domain) {
     char hostport[16] = "";
@@ -154,8 +166,8 @@ static json_t *rule_json(const struct ports_state *ps, const char *id, unsigned 
     url = json_sprintf("http://%u-%s.%s%s/", port, id, ps->domain, hostport);
   }
   return json_pack("{s:I, s:b, s:o, s:o, s:o}", "port", (json_int_t)port, "public", r && r->public_, "token",
-                   r && r->token ? json_string(r->token) : json_null(), "url", url, "path",
-                   json_sprintf("/v1/sandboxes/%s/ports/%u/", id, port));
+                   r && r->token && !api_req_readonly(ask) ? json_string(r->token) : json_null(), "url", url,
+                   "path", json_sprintf("/v1/sandboxes/%s/ports/%u/", id, port));
 }
 
 /* 404 unless org's sandbox id exists and is not killed. */
@@ -187,7 +199,7 @@ int api_h_ports_list(struct api_req *r, json_t *body) {
   pthread_mutex_lock(&ps->lock);
   for (struct port_rule *p = ps->rules; p; p = p->next)
     if (strcmp(p->id, r->route.id) == 0 && strcmp(p->org, r->org) == 0)
-      json_array_append_new(arr, rule_json(ps, p->id, p->port, p));
+      json_array_append_new(arr, rule_json(ps, r, p->id, p->port, p));
   pthread_mutex_unlock(&ps->lock);
   return api_reply_json(r, 200, json_pack("{s:o}", "ports", arr));
 }
@@ -200,7 +212,7 @@ int api_h_port_get(struct api_req *r, json_t *body) {
     return 0;
   pthread_mutex_lock(&ps->lock);
   struct port_rule **p = find_locked(ps, r->route.id, r->route.port);
-  json_t *j = rule_json(ps, r->route.id, r->route.port, p ? *p : NULL);
+  json_t *j = rule_json(ps, r, r->route.id, r->route.port, p ? *p : NULL);
   pthread_mutex_unlock(&ps->lock);
   return api_reply_json(r, 200, j);
 }
@@ -281,7 +293,7 @@ int api_h_port_expose(struct api_req *r, json_t *body) {
   rule->token = token ? xstrdup(token) : NULL;
   rule->public_ = pub;
   rule->updated_ms = now_unix_ms();
-  json_t *j = rule_json(ps, r->route.id, r->route.port, rule);
+  json_t *j = rule_json(ps, r, r->route.id, r->route.port, rule);
   pthread_mutex_unlock(&ps->lock);
   log_info("ports: %s port %u is %s", r->route.id, r->route.port, pub ? "public" : "token-protected");
   return api_reply_json(r, 200, j);
@@ -350,8 +362,8 @@ static bool port_proxy_begin(struct api_req *r) {
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(r->conn, &from_query);
-  if (ports_authorize(ps, api_control(r), r->route.id, r->route.port, xkey, bearer, token, &r->org, &how,
-                      &err) < 0)
+  if (ports_authorize(ps, api_control(r), r->method, r->route.id, r->route.port, xkey, bearer, token, &r->org,
+                      &how, &err) < 0)
     return proxy_error(r, &err);
   if (api_req_admit(r, r->org, r->route.id, hdr(r, MHD_HTTP_HEADER_UPGRADE) != NULL, &err) < 0)
     return proxy_error(r, &err);

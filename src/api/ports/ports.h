@@ -121,13 +121,14 @@ int port_reply_error(struct MHD_Connection *conn, moat_error **err);
  * X-API-Key (xkey) or in "Authorization: Bearer" (bearer; *how is then PORT_AUTH_BEARER and the
  * caller does not forward that header) passes; else a port token presented (token) must be the
  * port's (else EPERM: 403); else a public port passes; otherwise EACCES (401; also for an API key
- * that is not valid). Sets *org (caller frees) to the org that control then checks the sandbox
- * against, and *how to what let the request through. */
+ * that is not valid). A readonly API key passes GET and HEAD requests (method) only: another is
+ * EPERM. Sets *org (caller frees) to the org that control then checks the sandbox against, and
+ * *how to what let the request through. */
 enum port_auth { PORT_AUTH_KEY, PORT_AUTH_BEARER, PORT_AUTH_TOKEN, PORT_AUTH_PUBLIC };
 struct ports_state;
-int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *id, unsigned port,
-                    const char *xkey, const char *bearer, const char *token, char **org, enum port_auth *how,
-                    moat_error **err);
+int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *method, const char *id,
+                    unsigned port, const char *xkey, const char *bearer, const char *token, char **org,
+                    enum port_auth *how, moat_error **err);
 /* The port token a request presents: the X-Moat-Port-Token header, else ?moat_token= (*from_query
  * set), else the moat_port_token cookie; NULL when none. Borrowed from the connection. */
 const char *ports_request_token(struct MHD_Connection *c, bool *from_query);

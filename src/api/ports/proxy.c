@@ -120,7 +120,8 @@ static void begin(struct preq *q, struct MHD_Connection *c, const char *method) 
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(c, &from_query);
-  if (ports_authorize(q->p->ps, q->p->control, id, port, xkey, bearer, token, &q->org, &how, &err) < 0) {
+  if (ports_authorize(q->p->ps, q->p->control, method, id, port, xkey, bearer, token, &q->org, &how, &err) <
+      0) {
     fail_err(q, c, &err);
     return;
   }

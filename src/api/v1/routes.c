@@ -20,6 +20,11 @@ static const struct api_route_def v1_routes[] = {
     {"GET", "/healthz", "healthz", api_h_healthz, API_RT_PUBLIC, NULL},
     {"GET", "/metrics", "metrics", api_h_metrics, 0, NULL},
 
+    {"GET", "/v1/me", "me", api_h_me, 0, NULL},
+    {"GET", "/v1/keys", "keys.list", api_h_keys_list, API_RT_ADMIN, NULL},
+    {"POST", "/v1/keys", "keys.create", api_h_keys_create, API_RT_JSON | API_RT_ADMIN, NULL},
+    {"DELETE", "/v1/keys/{kid}", "key.delete", api_h_key_delete, API_RT_ADMIN | API_RT_SELF, NULL},
+
     {"GET", "/v1/sandboxes", "sandboxes.list", api_h_sandboxes_list, 0, NULL},
     {"POST", "/v1/sandboxes", "sandboxes.create", api_h_sandboxes_create, API_RT_JSON, NULL},
     {"GET", SB, "sandbox.get", api_h_sandbox_get, 0, NULL},
