@@ -213,12 +213,9 @@ static void check_port(const char *flag, const char *listen_addr) {
 static int key_create(int argc, char **argv) {
   const char *data_dir = "./.moat", *org = NULL, *name = NULL, *role = NULL;
   static const struct option opts[] = {
-      {"data-dir", required_argument, NULL, 'd'},
-      {"org", required_argument, NULL, 'o'},
-      {"name", required_argument, NULL, 'n'},
-      {"role", required_argument, NULL, 'r'},
-      {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0},
+      {"data-dir", required_argument, NULL, 'd'}, {"org", required_argument, NULL, 'o'},
+      {"name", required_argument, NULL, 'n'},     {"role", required_argument, NULL, 'r'},
+      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
   };
   int ch;
   optind = 1;

@@ -1,6 +1,7 @@
 """test_keys.py -- API keys an org manages over the API (/v1/me, /v1/keys) and their roles (admin,
 member, readonly) enforced on every route, against a real moatd with two orgs."""
 
+import json
 import os
 import re
 import sqlite3
@@ -203,6 +204,23 @@ class KeysTest(DaemonTest):
                            sid)
         self.assertFalse(body["result"]["isError"], body)
         self.assertEqual(self.admin.stat(sb["id"], "/root/made")["type"], "file")
+
+    def test_readonly_is_not_shown_database_passwords(self):
+        _, d = self.admin.request("POST", "/v1/databases", body={"name": "ro-" + uuid.uuid4().hex[:6], "size_mb": 64},
+                                  expect=201, timeout=900)
+        self.addCleanup(lambda: self.admin.request("DELETE", "/v1/databases/" + d["id"], expect=(204, 404), timeout=120))
+        self.assertTrue(d["connection"]["password"])
+        ro = self.c.with_key(self.make_key("readonly")["key"])
+        for got in (ro.request("GET", "/v1/databases/" + d["id"])[1],
+                    [x for x in ro.request("GET", "/v1/databases")[1]["databases"] if x["id"] == d["id"]][0]):
+            conn = got["connection"]
+            self.assertEqual((conn["password"], conn["url"], conn["sandbox_url"]), (None, None, None), got)
+            self.assertEqual(conn["user"], d["connection"]["user"])
+            self.assertNotIn(d["connection"]["password"], json.dumps(got))
+        # a member sees it
+        member = self.c.with_key(self.make_key("member")["key"])
+        self.assertEqual(member.request("GET", "/v1/databases/" + d["id"])[1]["connection"]["password"],
+                         d["connection"]["password"])
 
     def test_member_cannot_manage_keys(self):
         member = self.c.with_key(self.make_key("member")["key"])

@@ -301,8 +301,8 @@ struct api_req {
   char *path; /* decoded request path, owned */
   struct api_route route;
   struct api_args args;
-  char *org;       /* authenticated org, owned */
-  bool has_key;    /* key: the API key that authenticated the request */
+  char *org;    /* authenticated org, owned */
+  bool has_key; /* key: the API key that authenticated the request */
   struct moat_key_info key;
   unsigned status; /* status queued, for the access log */
   bool responded;  /* a response was queued (or written) */
@@ -410,6 +410,8 @@ bool api_parse_port_host(const char *host, unsigned *port, char id[MOAT_ID_LEN +
 json_t *api_sandbox_json(const struct moat_sandbox_info *s);
 /* Database JSON per CONTRACT.md's Databases section, its connection (password included: the org's
  * to see) at c's proxy address: v1 and MCP answer with it. */
-json_t *api_database_json(const struct moat_control *c, const struct moat_database_info *d);
+/* A database as CONTRACT.md shows it to the key of r: a readonly key is not shown its password (nor
+ * the URLs, which hold it). */
+json_t *api_database_json(struct api_req *r, const struct moat_database_info *d);
 
 #endif

@@ -754,15 +754,21 @@ json_t *api_sandbox_json(const struct moat_sandbox_info *s) {
   return o;
 }
 
-json_t *api_database_json(const struct moat_control *c, const struct moat_database_info *d) {
+json_t *api_database_json(struct api_req *r, const struct moat_database_info *d) {
+  struct moat_control *c = api_control(r);
+  bool secret = !api_req_readonly(r);
   char *url = moat_control_database_url(c, d);
   json_t *conn = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s}", "host", moat_control_db_host(c), "port",
                            (json_int_t)moat_control_db_port(c), "user", d->role, "password", d->password,
                            "database", d->database, "url", url);
   free(url);
+  if (!secret) {
+    json_object_set_new(conn, "password", json_null());
+    json_object_set_new(conn, "url", json_null());
+  }
   /* how a sandbox reaches it (null: this moatd gives sandboxes no network, nothing in one does) */
   char *sandbox_url = moat_control_database_sandbox_url(c, d);
-  json_object_set_new(conn, "sandbox_url", sandbox_url ? json_string(sandbox_url) : json_null());
+  json_object_set_new(conn, "sandbox_url", sandbox_url && secret ? json_string(sandbox_url) : json_null());
   free(sandbox_url);
   json_t *o = json_object();
   json_object_set_new(o, "id", json_string(d->id));

@@ -551,7 +551,7 @@ static int tool_database_create(const struct mcp_call *c, json_t *args, struct t
   struct moat_database_info d;
   if (moat_control_database_create(api_control(c->r), c->r->org, &spec, &d, &err) < 0)
     return out_moat_error(o, "database_create", &err);
-  out_json(o, api_database_json(api_control(c->r), &d));
+  out_json(o, api_database_json(c->r, &d));
   moat_database_info_clear(&d);
   return 0;
 }
@@ -567,7 +567,7 @@ static int tool_database_list(const struct mcp_call *c, json_t *args, struct too
     return out_moat_error(o, "database_list", &err);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++)
-    json_array_append_new(arr, api_database_json(api_control(c->r), &v[i]));
+    json_array_append_new(arr, api_database_json(c->r, &v[i]));
   moat_database_infos_free(v, n);
   out_json(o, json_pack("{s:o}", "databases", arr));
   return 0;
@@ -590,7 +590,7 @@ static int tool_database_branch(const struct mcp_call *c, json_t *args, struct t
   struct moat_database_info d;
   if (moat_control_database_branch(api_control(c->r), c->r->org, id, &spec, &d, &err) < 0)
     return out_moat_error(o, "database_branch", &err);
-  out_json(o, api_database_json(api_control(c->r), &d));
+  out_json(o, api_database_json(c->r, &d));
   moat_database_info_clear(&d);
   return 0;
 }

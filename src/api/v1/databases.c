@@ -24,7 +24,7 @@ static const char *db_id(struct api_req *r) {
 
 /* Replies status with d (cleared). */
 static int reply_database(struct api_req *r, int status, struct moat_database_info *d) {
-  int ret = api_reply_json(r, status, api_database_json(api_control(r), d));
+  int ret = api_reply_json(r, status, api_database_json(r, d));
   moat_database_info_clear(d);
   return ret;
 }
@@ -52,7 +52,7 @@ int api_h_databases_list(struct api_req *r, json_t *body) {
     return api_reply_moat_error(r, &err);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++)
-    json_array_append_new(arr, api_database_json(api_control(r), &v[i]));
+    json_array_append_new(arr, api_database_json(r, &v[i]));
   moat_database_infos_free(v, n);
   return api_reply_json(r, 200, json_pack("{s:o}", "databases", arr));
 }
