@@ -860,6 +860,7 @@ static void reap_once(struct moat_control *c) {
   free(v);
   tt_reap_explores(c, now);
   ctl_databases_reap(c, now);
+  ctl_audit_reap(c, now_unix_ms());
 }
 
 static void *reaper_main(void *arg) {
@@ -1004,6 +1005,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   pthread_mutex_init(&c->ctx_lock, NULL);
   pthread_mutex_init(&c->conn_lock, NULL);
   pthread_mutex_init(&c->db_lock, NULL);
+  c->audit_retention_ms = (int64_t)(cfg->audit_retention_days ? cfg->audit_retention_days : 90) * 86400000LL;
   ctl_db_events_open(c);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);

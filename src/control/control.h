@@ -19,6 +19,7 @@
 #include "../host/driver.h"
 #include "../proto/client/guest_client.h"
 #include "../host/template.h"
+#include "../store/store.h" /* the audit log's rows and query */
 
 #define MOAT_ID_LEN 20 /* "sb-" + 17 base-36 chars; buffers are MOAT_ID_LEN + 1 */
 
@@ -132,12 +133,27 @@ struct moat_control_config {
   /* The PostgreSQL proxy's address (moatd --db-listen HOST:PORT; NULL = "127.0.0.1:7432"): where
    * the proxy (api/pg) listens, and the host:port in the databases' connection URLs. */
   const char *db_listen;
+  unsigned audit_retention_days; /* how long the audit log keeps an entry; 0 = 90 */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every
  * sandbox recorded as live, reconciles host leftovers, starts the reaper. 0 or -1. */
 int moat_control_open(struct moat_control **out, const struct moat_control_config *cfg, moat_error **err);
 void moat_control_close(struct moat_control *c);
+
+/* ---- audit (audit.c) ----
+ * Every mutating call of an authenticated org (the API records it once answered): time, org, key,
+ * method, route, path, target, status. Kept moat_control_config.audit_retention_days. */
+struct moat_audit_entry {
+  int64_t at_ms;                                             /* 0: now */
+  const char *org, *key_id, *method, *route, *path, *target; /* key_id, route, target may be NULL */
+  int status;
+};
+/* Records a (a store failure is logged: the call it describes is done). */
+void moat_control_audit_record(struct moat_control *c, const struct moat_audit_entry *a);
+int moat_control_audit_list(struct moat_control *c, const struct moat_store_audit_query *q,
+                            struct moat_store_audit **out, size_t *n, moat_error **err);
+int64_t moat_control_audit_retention_ms(const struct moat_control *c);
 
 /* Auth: maps an API key to its org. Returns 0 and sets *org (caller frees), or -1 (EACCES; an
  * expired key is EKEYEXPIRED). */

@@ -109,6 +109,8 @@ struct moat_control {
   pthread_mutex_t db_lock;         /* databases.c: a leaf, guards dbs' counts */
   struct ctl_db *dbs;              /* databases.c: connection counts and start mutexes */
   struct ctl_db_events *db_events; /* database_events.c: recent events and counters */
+  int64_t audit_retention_ms;      /* audit.c */
+  int64_t audit_pruned_ms;         /* the reaper thread's */
   char *db_host; /* the proxy's address in connection URLs (moat_control_config.db_listen) */
   unsigned db_port;
   /* the proxy's in-sandbox listener (moat_control_database_listen_sandboxes): its address and
@@ -271,6 +273,10 @@ json_t *ctl_databases_for_child(struct moat_control *c, const char *org, const c
 /* Deletes the databases among att's n that it owns (a child that was not made). Logged. */
 void ctl_databases_drop_owned(struct moat_control *c, const char *org, struct moat_store_db_attachment *att,
                               size_t n);
+
+/* ---- audit.c ---- */
+/* Reaper pass: once a minute, the entries older than the retention go. */
+void ctl_audit_reap(struct moat_control *c, int64_t now_ms);
 
 /* ---- database_events.c ---- */
 void ctl_db_events_open(struct moat_control *c);

@@ -145,6 +145,19 @@ static const char *const migrations[] = {
     "ALTER TABLE api_keys ADD COLUMN last_used_at_ms INTEGER NOT NULL DEFAULT 0;"
     "UPDATE api_keys SET id = 'key-' || lower(hex(randomblob(8))) WHERE id IS NULL;"
     "CREATE UNIQUE INDEX api_keys_id ON api_keys(id);",
+    /* 8 -> 9: the audit log of mutating calls (sqlite_audit.c) */
+    "CREATE TABLE audit ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  at_ms INTEGER NOT NULL,"
+    "  org TEXT NOT NULL,"
+    "  key_id TEXT,"
+    "  method TEXT NOT NULL,"
+    "  route TEXT NOT NULL,"
+    "  path TEXT NOT NULL,"
+    "  target TEXT,"
+    "  status INTEGER NOT NULL);"
+    "CREATE INDEX audit_org_at ON audit(org, at_ms);"
+    "CREATE INDEX audit_at ON audit(at_ms);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,

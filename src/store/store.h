@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 8 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 9 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -339,6 +339,29 @@ int moat_store_db_orphans(struct moat_store *s, struct moat_store_db_attachment 
 /* How many sandbox events (any sandbox's) have been committed since the store opened: returned at
  * once when it is not seen, else once the next is committed or timeout_ms passed (0: at once). */
 uint64_t moat_store_events_wait(struct moat_store *s, uint64_t seen, int timeout_ms);
+
+/* ---- the audit log (sqlite_audit.c): one row per mutating call of an authenticated org ---- */
+struct moat_store_audit {
+  uint64_t seq; /* set by the store: increasing, never reused */
+  int64_t at_ms;
+  char *org, *key_id;                   /* key_id NULL when unknown */
+  char *method, *route, *path, *target; /* route: the route's name; target NULL when none */
+  int status;
+};
+void moat_store_audit_free(struct moat_store_audit *v, size_t n);
+int moat_store_audit_add(struct moat_store *s, const struct moat_store_audit *a, moat_error **err);
+/* org's rows with from_ms <= at_ms < to_ms and seq > after (target and key_id NULL: any), oldest
+ * first, at most limit. */
+struct moat_store_audit_query {
+  const char *org, *target, *key_id;
+  int64_t from_ms, to_ms;
+  uint64_t after;
+  unsigned limit;
+};
+int moat_store_audit_list(struct moat_store *s, const struct moat_store_audit_query *q,
+                          struct moat_store_audit **out, size_t *n, moat_error **err);
+/* Removes the rows older than before_ms: how many, or -1. */
+int moat_store_audit_prune(struct moat_store *s, int64_t before_ms, moat_error **err);
 
 /* Lifecycle events of a sandbox, oldest first. */
 struct moat_store_event {

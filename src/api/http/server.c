@@ -572,6 +572,32 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
   return MHD_YES;
 }
 
+/* A mutating call of an authenticated org goes into the audit log once answered (its path without
+ * the query, which may carry a key). */
+static void audit(struct api_req *r) {
+  if (!r->org || !r->method[0] || strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0 ||
+      strcmp(r->method, "OPTIONS") == 0)
+    return;
+  const struct api_route *rt = &r->route;
+  const char *target = rt->id[0]     ? rt->id
+                       : rt->sid[0]  ? rt->sid
+                       : rt->kid[0]  ? rt->kid
+                       : rt->name[0] ? rt->name
+                       : rt->cid[0]  ? rt->cid
+                                     : NULL;
+  char path[512];
+  const char *p = r->path ? r->path : "?";
+  snprintf(path, sizeof(path), "%.*s", (int)strcspn(p, "?"), p);
+  struct moat_audit_entry a = {.org = r->org,
+                               .key_id = r->has_key ? r->key.id : NULL,
+                               .method = r->method,
+                               .route = rt->def ? rt->def->name : NULL,
+                               .path = path,
+                               .target = target,
+                               .status = (int)r->status};
+  moat_control_audit_record(api_control(r), &a);
+}
+
 static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   struct api_req *r = *con_cls;
@@ -590,6 +616,7 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
   else if (toe == MHD_REQUEST_TERMINATED_WITH_ERROR)
     how = " (aborted)";
   log_info("%s %s %u %.1fms%s", r->method, r->path ? r->path : "?", r->status, ms, how);
+  audit(r);
   struct moat_api *api = r->api;
   req_free(r);
   *con_cls = NULL;

@@ -40,6 +40,7 @@ int api_files_put_finish(struct api_req *r);
 int api_h_databases_create(struct api_req *r, json_t *body);
 int api_h_databases_list(struct api_req *r, json_t *body);
 int api_h_database_branch(struct api_req *r, json_t *body);
+int api_h_audit(struct api_req *r, json_t *body);
 int api_h_database_events(struct api_req *r, json_t *body);
 int api_h_database_get(struct api_req *r, json_t *body);
 int api_h_database_delete(struct api_req *r, json_t *body);
