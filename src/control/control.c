@@ -1072,6 +1072,8 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   ctl_health_open(c, cfg->guest_timeout_ms);
   c->health_open = true;
   ctl_databases_open(c);
+  if (ctl_audit_open(c, err) < 0)
+    goto fail;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
     moat_error_set(err, EAGAIN, "start reaper thread");
     goto fail;
@@ -1094,6 +1096,7 @@ void moat_control_close(struct moat_control *c) {
     pthread_mutex_unlock(&c->reap_lock);
     pthread_join(c->reaper, NULL);
   }
+  ctl_audit_close(c);
   __atomic_store_n(&c->stop, true, __ATOMIC_SEQ_CST);
   if (c->store)
     ctl_builder_close(c);

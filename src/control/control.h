@@ -143,13 +143,15 @@ void moat_control_close(struct moat_control *c);
 
 /* ---- audit (audit.c) ----
  * Every mutating call of an authenticated org (the API records it once answered): time, org, key,
- * method, route, path, target, status. Kept moat_control_config.audit_retention_days. */
+ * method, route, path, target, status. Kept moat_control_config.audit_retention_days. Entries are
+ * written by a thread of their own, in batches (one transaction each, 20 ms after the first of it
+ * came): recording costs the caller a copy; a moatd killed may lose the last 20 ms of entries. */
 struct moat_audit_entry {
   int64_t at_ms;                                             /* 0: now */
   const char *org, *key_id, *method, *route, *path, *target; /* key_id, route, target may be NULL */
   int status;
 };
-/* Records a (a store failure is logged: the call it describes is done). */
+/* Queues a to be recorded (a store failure is logged: the call it describes is done). */
 void moat_control_audit_record(struct moat_control *c, const struct moat_audit_entry *a);
 int moat_control_audit_list(struct moat_control *c, const struct moat_store_audit_query *q,
                             struct moat_store_audit **out, size_t *n, moat_error **err);

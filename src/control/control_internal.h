@@ -109,6 +109,7 @@ struct moat_control {
   pthread_mutex_t db_lock;         /* databases.c: a leaf, guards dbs' counts */
   struct ctl_db *dbs;              /* databases.c: connection counts and start mutexes */
   struct ctl_db_events *db_events; /* database_events.c: recent events and counters */
+  struct ctl_audit *audit;         /* audit.c: the entries being written */
   int64_t audit_retention_ms;      /* audit.c */
   int64_t audit_pruned_ms;         /* the reaper thread's */
   char *db_host; /* the proxy's address in connection URLs (moat_control_config.db_listen) */
@@ -275,6 +276,10 @@ void ctl_databases_drop_owned(struct moat_control *c, const char *org, struct mo
                               size_t n);
 
 /* ---- audit.c ---- */
+/* The audit writer thread (after the store is open) / its stop, once what is queued is written
+ * (before the store closes). */
+int ctl_audit_open(struct moat_control *c, moat_error **err);
+void ctl_audit_close(struct moat_control *c);
 /* Reaper pass: once a minute, the entries older than the retention go. */
 void ctl_audit_reap(struct moat_control *c, int64_t now_ms);
 

@@ -18,23 +18,33 @@ void moat_store_audit_free(struct moat_store_audit *v, size_t n) {
   free(v);
 }
 
-int moat_store_audit_add(struct moat_store *s, const struct moat_store_audit *a, moat_error **err) {
+int moat_store_audit_add(struct moat_store *s, const struct moat_store_audit *a, size_t n, moat_error **err) {
   static const char sql[] = "INSERT INTO audit (at_ms, org, key_id, method, route, path, target, status) "
                             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
   pthread_mutex_lock(&s->lock);
   int ret = -1;
-  sqlite3_stmt *st = sql_stmt(s, sql, err);
-  if (st) {
-    sqlite3_bind_int64(st, 1, a->at_ms);
-    sql_bind_text(st, 2, a->org);
-    sql_bind_text(st, 3, a->key_id);
-    sql_bind_text(st, 4, a->method);
-    sql_bind_text(st, 5, a->route);
-    sql_bind_text(st, 6, a->path);
-    sql_bind_text(st, 7, a->target);
-    sqlite3_bind_int(st, 8, a->status);
-    ret = sql_step_done(s, st, err, "record an audit entry");
+  if (sql_begin(s, err) < 0)
+    goto out;
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_stmt *st = sql_stmt(s, sql, err);
+    if (!st)
+      goto fail;
+    sqlite3_bind_int64(st, 1, a[i].at_ms);
+    sql_bind_text(st, 2, a[i].org);
+    sql_bind_text(st, 3, a[i].key_id);
+    sql_bind_text(st, 4, a[i].method);
+    sql_bind_text(st, 5, a[i].route);
+    sql_bind_text(st, 6, a[i].path);
+    sql_bind_text(st, 7, a[i].target);
+    sqlite3_bind_int(st, 8, a[i].status);
+    if (sql_step_done(s, st, err, "record an audit entry") < 0)
+      goto fail;
   }
+  ret = sql_commit(s, err);
+  goto out;
+fail:
+  sql_rollback(s);
+out:
   pthread_mutex_unlock(&s->lock);
   return ret;
 }

@@ -349,7 +349,8 @@ struct moat_store_audit {
   int status;
 };
 void moat_store_audit_free(struct moat_store_audit *v, size_t n);
-int moat_store_audit_add(struct moat_store *s, const struct moat_store_audit *a, moat_error **err);
+/* Records a's n rows in one transaction. */
+int moat_store_audit_add(struct moat_store *s, const struct moat_store_audit *a, size_t n, moat_error **err);
 /* org's rows with from_ms <= at_ms < to_ms and seq > after (target and key_id NULL: any), oldest
  * first, at most limit. */
 struct moat_store_audit_query {
