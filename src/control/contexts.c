@@ -667,6 +667,12 @@ int moat_ctx_run_next(struct moat_ctx_run *u, struct moat_ctx_event *out, int ti
       if (u->outcome.timed_out && !u->outcome.restarted && !u->outcome.error)
         set_error(u, "TimeoutError", "interrupted at its timeout of %u ms", u->timeout_ms);
       u->end_delivered = true;
+      /* the kernel is done with this run: the next may start now, not once the caller has closed
+       * this one (a client that got the end may send its next run before the stream is freed) */
+      if (u->busy) {
+        busy_give(u->c, u->sid, u->cid);
+        u->busy = false;
+      }
       out->type = MOAT_CTX_END;
       return 1;
     }
