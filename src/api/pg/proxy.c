@@ -154,27 +154,6 @@ static int wait_fd(struct moat_pg_proxy *p, int fd, short ev, uint64_t deadline)
   }
 }
 
-/* Reads exactly n bytes: 0, or -1 (errno; 0 for an end of stream). */
-static int read_full(struct moat_pg_proxy *p, int fd, uint8_t *buf, size_t n, uint64_t deadline) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = read(fd, buf + got, n - got);
-    if (r > 0) {
-      got += (size_t)r;
-      continue;
-    }
-    if (r == 0) {
-      errno = 0;
-      return -1;
-    }
-    if (errno == EINTR)
-      continue;
-    if (errno != EAGAIN || wait_fd(p, fd, POLLIN, deadline) < 0)
-      return -1;
-  }
-  return 0;
-}
-
 static int write_full(struct moat_pg_proxy *p, int fd, const uint8_t *buf, size_t n, uint64_t deadline) {
   size_t done = 0;
   while (done < n) {
@@ -239,10 +218,9 @@ static ssize_t client_write(struct pg_conn *c, const uint8_t *buf, size_t n, sho
   return tls_result(c, SSL_write(c->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n), want);
 }
 
-/* read_full and write_full of the client's end. */
+/* Reads exactly n bytes of the client (its socket, or TLS over it): 0, or -1 (errno; 0 for an end
+ * of stream). */
 static int client_read_full(struct pg_conn *c, uint8_t *buf, size_t n, uint64_t deadline) {
-  if (!c->ssl)
-    return read_full(c->p, c->cfd, buf, n, deadline);
   for (size_t got = 0; got < n;) {
     short want;
     ssize_t r = client_read(c, buf + got, n - got, &want);
@@ -254,12 +232,15 @@ static int client_read_full(struct pg_conn *c, uint8_t *buf, size_t n, uint64_t 
       errno = 0;
       return -1;
     }
+    if (errno == EINTR)
+      continue;
     if (errno != EAGAIN || wait_fd(c->p, c->cfd, want, deadline) < 0)
       return -1;
   }
   return 0;
 }
 
+/* write_full of the client's end. */
 static int client_write_full(struct pg_conn *c, const uint8_t *buf, size_t n, uint64_t deadline) {
   if (!c->ssl)
     return write_full(c->p, c->cfd, buf, n, deadline);
@@ -564,7 +545,7 @@ static int read_startup(struct pg_conn *c, uint8_t **pkt, uint32_t *len, struct 
       *seen = true;
       bool tls = st->kind == PG_KIND_SSL && p->tls && !c->ssl;
       /* 'S', then the handshake: nothing the client sent after its SSLRequest is read as plain text
-       * (read_full read the request's bytes only) */
+       * (client_read_full read the request's bytes only) */
       if (client_write_full(c, (const uint8_t *)(tls ? "S" : "N"), 1, deadline) < 0)
         return -1;
       if (tls && tls_accept(c, deadline) < 0)
