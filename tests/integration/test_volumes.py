@@ -447,6 +447,9 @@ class VolumeTest(VolumeMixin, DaemonTest):
         self.c.sh(sid, "echo before > /data/f")
         self.c.exec(sid, cmd="cd /data && exec 3>>/data/log && (while :; do echo tick >&3; sleep 0.2; done) "
                              ">/dev/null 2>&1 &")
+        # The writer runs in the background: hibernate only once it has written (under load it may
+        # not have opened /data/log yet when the exec answers).
+        self.c.sh(sid, "for i in $(seq 200); do [ -s /data/log ] && exit 0; sleep 0.05; done; exit 1")
         self.c.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={})
         self.assertEqual(self.c.get(sid)["state"], "hibernated")
         att = self.vget(name)["attached"]
