@@ -32,13 +32,21 @@ HAVE_SDK = os.path.isdir(os.path.join(NODE_DIR, "node_modules", "e2b"))
 SCENARIO_TIMEOUT_S = 180
 
 
+# moatd closes connections idle this long (--idle-timeout; default 60 s): long_silence stays silent
+# past it, so the shorter it is here, the sooner that test ends.
+IDLE_TIMEOUT_S = 10
+
+
 class EnvdTest(DaemonTest):
+    daemon_args = ("--idle-timeout", str(IDLE_TIMEOUT_S))
+
     def scenario(self, name):
         if not (NODE and HAVE_SDK):
             self.skipTest("node or the e2b npm package (tests/node/node_modules) is missing; scripts/deps.sh installs it")
         url = "http://127.0.0.1:%d" % self.daemon.port
         e = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "e2b_" + self.c.key[5:]})
+        e.update({"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": "e2b_" + self.c.key[5:],
+                  "MOAT_SILENCE_S": str(IDLE_TIMEOUT_S * 2 + 5)})
         try:
             p = subprocess.run([NODE, os.path.join(NODE_DIR, "e2b_envd.mjs"), name], cwd=NODE_DIR, env=e,
                                capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S)
@@ -94,7 +102,7 @@ class EnvdTest(DaemonTest):
         self.scenario("pty")
 
     def test_long_silence(self):
-        # 70 s without output, longer than moatd's 60 s connection timeout.
+        # Silent for twice moatd's connection timeout, and then some.
         self.scenario("long_silence")
 
     # ---- raw wire checks ----

@@ -18,12 +18,13 @@ from moatd import HTTPError  # noqa: E402,F401
 
 class DaemonTest(unittest.TestCase):
     pool = 2
+    daemon_args = ()  # extra moatd flags for the class's daemon
     daemon = None
     c = None
 
     @classmethod
     def setUpClass(cls):
-        cls.daemon = moatd.MoatDaemon(pool=cls.pool)
+        cls.daemon = moatd.MoatDaemon(pool=cls.pool, extra_args=cls.daemon_args)
         try:
             cls.daemon.start()
         except Exception:

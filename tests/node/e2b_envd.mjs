@@ -355,11 +355,13 @@ const scenarios = {
     assert.match(again, /again-bar/)
   },
 
-  // A command silent for longer than moatd's connection timeout (60 s): the stream stays up
-  // (keepalive messages every Keepalive-Ping-Interval) and the output arrives.
+  // A command silent for longer than moatd's connection timeout (--idle-timeout, 60 s by default;
+  // MOAT_SILENCE_S is set past the one the test gave moatd): the stream stays up (keepalive
+  // messages every Keepalive-Ping-Interval) and the output arrives.
   async long_silence() {
+    const silence = Number(process.env.MOAT_SILENCE_S || 70)
     const sbx = await create()
-    const r = await sbx.commands.run('sleep 70; echo woke', { timeoutMs: 0 })
+    const r = await sbx.commands.run(`sleep ${silence}; echo woke`, { timeoutMs: 0 })
     assert.equal(r.stdout, 'woke\n')
   },
 
