@@ -127,6 +127,12 @@ class Sink(socketserver.BaseRequestHandler):
 class TS(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 drops SYNs under a dozen concurrent connects
+
+
+class HTTPS(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
 
 
 threads = []
@@ -137,8 +143,7 @@ if cfg.get("dns"):
     tsrv = TS((cfg["dns"], 53), DnsTcp)
     threads.append(threading.Thread(target=tsrv.serve_forever, daemon=True))
 for ip in cfg.get("http", []):
-    srv = ThreadingHTTPServer((ip, 80), Handler)
-    srv.daemon_threads = True
+    srv = HTTPS((ip, 80), Handler)
     threads.append(threading.Thread(target=srv.serve_forever, daemon=True))
 for ip, port in cfg.get("tcp", []):
     srv = TS((ip, port), Open)

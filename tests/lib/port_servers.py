@@ -153,6 +153,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default listen backlog is 5: a dozen concurrent connections overflow it and
+    # the kernel drops SYNs, each retried a second or more later.
+    request_queue_size = 128
 
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -220,6 +223,7 @@ class WsHandler(socketserver.BaseRequestHandler):
 class WsServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
 
 EVIL = [
