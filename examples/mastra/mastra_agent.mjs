@@ -14,8 +14,8 @@
 //   MOAT_API_URL=http://127.0.0.1:7070 MOAT_API_KEY=$(cat ../../.moat/api-key) node mastra_agent.mjs
 //
 // The tool works in the sandbox named by MOAT_SANDBOX_ID (left running), or else in one it makes,
-// puts an input file in, and kills at the end. Prints the agent's answer; exits 0 when the tool's
-// output reached it.
+// puts an input file in, and kills at the end. Prints the agent's answer after "--- answer ---"; exits
+// 0 when the tool's output reached it.
 process.env.MASTRA_TELEMETRY_DISABLED ??= '1';
 
 import { Agent } from '@mastra/core/agent';
@@ -60,8 +60,8 @@ function nextTurn(prompt) {
 function streamParts({ finishReason, content }) {
   const parts = [{ type: 'stream-start', warnings: [] }];
   for (const c of content) {
-    if (c.type === 'text') parts.push({ type: 'text-start', id: 't1' }, { type: 'text-delta', id: 't1', delta: c.text }, { type: 'text-end', id: 't1' });
-    else parts.push(c);
+    if (c.type !== 'text') parts.push(c);
+    else parts.push({ type: 'text-start', id: 't1' }, { type: 'text-delta', id: 't1', delta: c.text }, { type: 'text-end', id: 't1' });
   }
   parts.push({ type: 'finish', finishReason, usage });
   return parts;
@@ -94,7 +94,7 @@ async function main() {
   } finally {
     if (!given) await sandbox.kill();
   }
-  console.log(answer);
+  console.log(`--- answer ---\n${answer.replace(/\n+$/, '')}`);
   const ok = answer.startsWith('The sandbox said (exit code 0):\n') && answer.includes('host=');
   console.log(ok ? 'example ok' : 'example FAILED');
   process.exit(ok ? 0 : 1);

@@ -16,8 +16,8 @@ chat model (``ChatOpenAI(...).bind_tools([run_shell])``) and the graph is unchan
         python3 examples/python/langgraph_tool_node.py
 
 The tool works in the sandbox named by MOAT_SANDBOX_ID (left running), or else in one it makes,
-puts an input file in, and kills at the end. Prints the conversation; exits 0 when the tool's
-output reached the model's final answer.
+puts an input file in, and kills at the end. Prints the conversation, then the model's final answer
+after "--- answer ---"; exits 0 when the tool's output reached it.
 """
 
 import os
@@ -102,6 +102,7 @@ def main() -> int:
     answer = state["messages"][-1].content
     ok = (kinds == ["human", "ai", "tool", "ai"] and answer.startswith("The sandbox said:\nexit code 0\n")
           and "host=" in answer)
+    print("--- answer ---\n" + answer.rstrip("\n"))
     print("example ok" if ok else "example FAILED")
     return 0 if ok else 1
 

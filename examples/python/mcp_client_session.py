@@ -12,7 +12,8 @@ involved here: the tool calls are the script's own.
 
 With MOAT_SANDBOX_ID set the exec call goes to that sandbox (left running); without, the session
 makes a sandbox with create_sandbox, writes an input file into it with exec, and kills it at the
-end with kill_sandbox. Prints each tool's text result; exits 0 when the session went as described.
+end with kill_sandbox. Prints what it did, then the exec call's text result after "--- answer ---";
+exits 0 when the session went as described.
 """
 
 import asyncio
@@ -54,17 +55,18 @@ async def session(url: str, key: str, given: str) -> bool:
                         await s.call_tool("exec", {"sandbox_id": sid, "command": put})
                     run = await s.call_tool("exec", {"sandbox_id": sid, "command": COMMAND})
                     out = text(run)
-                    print(out)
                 finally:
                     if not given:
                         print(text(await s.call_tool("kill_sandbox", {"sandbox_id": sid})))
-                return (not run.is_error and out.startswith("exit_code: 0\n--- stdout ---\n") and "host=" in out
-                        and {"create_sandbox", "exec", "kill_sandbox"} <= set(tools))
+                ok = (not run.is_error and out.startswith("exit_code: 0\n--- stdout ---\n") and "host=" in out
+                      and {"create_sandbox", "exec", "kill_sandbox"} <= set(tools))
+                return ok, out
 
 
 def main() -> int:
     url = os.environ.get("MOAT_API_URL", "http://127.0.0.1:7070").rstrip("/")
-    ok = asyncio.run(session(url, os.environ["MOAT_API_KEY"], os.environ.get("MOAT_SANDBOX_ID", "")))
+    ok, out = asyncio.run(session(url, os.environ["MOAT_API_KEY"], os.environ.get("MOAT_SANDBOX_ID", "")))
+    print("--- answer ---\n" + out.rstrip("\n"))
     print("example ok" if ok else "example FAILED")
     return 0 if ok else 1
 

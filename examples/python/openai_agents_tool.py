@@ -13,8 +13,8 @@ model, drop ``model=ScriptedModel()`` (and set OPENAI_API_KEY).
         python3 examples/python/openai_agents_tool.py
 
 The tool works in the sandbox named by MOAT_SANDBOX_ID (left running), or else in one it makes,
-puts an input file in, and kills at the end. Prints the agent's final answer; exits 0 when the
-tool's output reached it.
+puts an input file in, and kills at the end. Prints the agent's final answer after "--- answer ---";
+exits 0 when the tool's output reached it.
 """
 
 import asyncio
@@ -90,7 +90,7 @@ def main() -> int:
     finally:
         if not given:
             _sandbox.kill()
-    print(answer)
+    print("--- answer ---\n" + answer.rstrip("\n"))
     ok = answer.startswith("The sandbox said:\nexit code 0\n") and "host=" in answer
     print("example ok" if ok else "example FAILED")
     return 0 if ok else 1
