@@ -67,13 +67,12 @@ def mastra_modules():
     os.makedirs(os.path.join(mods, "@moat"), exist_ok=True)
     with open(marker, "w") as f:
         f.write(cache + "\n")
+    for name in os.listdir(mods):  # links to an older cache go first
+        if os.path.islink(os.path.join(mods, name)):
+            os.unlink(os.path.join(mods, name))
     for name in os.listdir(cache):
-        if name.startswith("."):
-            continue
-        link = os.path.join(mods, name)
-        if os.path.islink(link):
-            os.unlink(link)
-        os.symlink(os.path.join(cache, name), link)
+        if not name.startswith("."):
+            os.symlink(os.path.join(cache, name), os.path.join(mods, name))
     sdk = os.path.join(mods, "@moat", "sdk")
     if os.path.islink(sdk):
         os.unlink(sdk)
