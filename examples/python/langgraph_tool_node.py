@@ -1,37 +1,28 @@
 #!/usr/bin/env python3
-"""langgraph_tool_node.py -- the "run the model's code" tool in the LangGraph shape.
+"""langgraph_tool_node.py -- a LangGraph graph (``langgraph`` + ``langchain-core`` from PyPI) whose
+tool node runs shell commands in a moat sandbox through the moat Python SDK.
 
-In LangGraph a tool runs in a node: a function that takes the graph state (a dict with a
-``messages`` list), executes the tool calls of the last AI message and returns the messages to
-append. ``sandbox_tool_node`` below is that node; each graph run (thread) gets its own moat
-sandbox, kept in the state as ``sandbox_id`` and reconnected with ``Sandbox.connect``, so state
-survives between turns (and between processes, with a checkpointer).
+The graph is LangGraph's own: ``StateGraph(MessagesState)`` with a model node and a prebuilt
+``ToolNode`` holding the ``run_shell`` tool (a ``langchain_core.tools.tool``), joined by
+``tools_condition``, so model -> tools -> model until the model stops calling tools.
 
-THE MODEL IS STUBBED: no LLM is called. ``stub_model`` replays a fixed list of AI messages with
-tool calls (shell commands that write a script, run it, fail, fix it, and run it again), then a
-final answer. The tiny loop in ``run_graph`` plays LangGraph's ``StateGraph`` with the edges
-model -> tools -> model until the model stops calling tools; with langgraph installed the same two
-functions go into ``StateGraph.add_node`` unchanged.
+THE MODEL IS SCRIPTED: no LLM is called. ``ScriptedChatModel`` is a langchain_core
+``BaseChatModel``: while the conversation has no tool result it answers with a ``run_shell`` tool
+call; after one it answers with text quoting the tool's output, as a model would. Swap in a real
+chat model (``ChatOpenAI(...).bind_tools([run_shell])``) and the graph is unchanged.
 
-With langgraph installed (and a real model node in place of ``stub_model``)::
+    pip install -r examples/python/requirements.txt
+    MOAT_API_URL=http://127.0.0.1:7070 MOAT_API_KEY=$(cat .moat/api-key) \\
+        python3 examples/python/langgraph_tool_node.py
 
-    from langgraph.graph import StateGraph, START, END
-    g = StateGraph(State)
-    g.add_node("model", model_node)
-    g.add_node("tools", sandbox_tool_node)
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", lambda s: "tools" if s["messages"][-1].tool_calls else END)
-    g.add_edge("tools", "model")
-
-    MOAT_API_URL=http://127.0.0.1:7070 MOAT_API_KEY=... python3 examples/python/langgraph_tool_node.py
-
-Exits 0 when the stubbed session ends with the expected answer.
+The tool works in the sandbox named by MOAT_SANDBOX_ID (left running), or else in one it makes,
+puts an input file in, and kills at the end. Prints the conversation, then the model's final answer
+after "--- answer ---"; exits 0 when the tool's output reached it.
 """
 
-import json
 import os
 import sys
-from typing import Any, Dict, List
+from typing import Any, List, Optional
 
 try:
     import moat
@@ -39,83 +30,79 @@ except ImportError:  # running from a checkout without `pip install ./sdk/python
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
     import moat
 
-State = Dict[str, Any]
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 
-SCRIPT_V1 = "def fib(n):\n    return fib(n - 1) + fib(n - 2)\nprint(fib(10))\n"
-SCRIPT_V2 = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nprint(fib(10))\n"
+INPUT_PATH = "/root/moat-example-input.txt"
+COMMAND = "cat %s; echo host=$(hostname)" % INPUT_PATH
 
-# The stubbed model: one AI message per turn.
-SCRIPTED_AI_MESSAGES: List[Dict[str, Any]] = [
-    {"role": "ai", "content": "", "tool_calls": [
-        {"id": "c1", "name": "write_file", "args": {"path": "fib.py", "content": SCRIPT_V1}},
-        {"id": "c2", "name": "shell", "args": {"command": "python3 fib.py"}}]},
-    {"role": "ai", "content": "", "tool_calls": [
-        {"id": "c3", "name": "write_file", "args": {"path": "fib.py", "content": SCRIPT_V2}},
-        {"id": "c4", "name": "shell", "args": {"command": "python3 fib.py"}}]},
-    {"role": "ai", "content": "fib(10) = 55", "tool_calls": []},
-]
+_sandbox = None  # set in main()
 
 
-def stub_model(state: State) -> State:
-    """The model node, stubbed: returns the next scripted AI message."""
-    turn = sum(1 for m in state["messages"] if m["role"] == "ai")
-    return {"messages": [SCRIPTED_AI_MESSAGES[turn]]}
+@tool
+def run_shell(command: str) -> str:
+    """Run a shell command in an isolated Linux sandbox; returns its exit code, stdout and stderr."""
+    r = _sandbox.exec(command, timeout=60)
+    return "exit code %d\n%s%s" % (r.exit_code, r.stdout, r.stderr)
 
 
-def _sandbox(state: State) -> moat.Sandbox:
-    if state.get("sandbox_id"):
-        return moat.Sandbox.connect(state["sandbox_id"])
-    sb = moat.Sandbox.create(ttl_seconds=900, metadata={"example": "langgraph"})
-    state["sandbox_id"] = sb.id
-    return sb
+class ScriptedChatModel(BaseChatModel):
+    """Stands in for the LLM: a run_shell call first, then an answer quoting the tool's output."""
 
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
 
-def sandbox_tool_node(state: State) -> State:
-    """The tool node: runs every tool call of the last AI message in the run's sandbox and returns
-    one tool message per call. `shell` returns exit code, stdout and stderr (a traceback included);
-    `write_file` writes a file."""
-    sb = _sandbox(state)
-    out = []
-    for call in state["messages"][-1]["tool_calls"]:
-        args = call["args"]
-        if call["name"] == "shell":
-            r = sb.exec(args["command"], timeout=120)
-            content = "exit code %d\n%s%s" % (r.exit_code, r.stdout, r.stderr)
-        elif call["name"] == "write_file":
-            content = "wrote %d bytes to %s" % (sb.files.write(args["path"], args["content"]).size, args["path"])
+    def _generate(self, messages: List[BaseMessage], stop: Optional[List[str]] = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        if not results:
+            msg = AIMessage(content="", tool_calls=[{"id": "call_1", "name": "run_shell",
+                                                     "args": {"command": COMMAND}}])
         else:
-            content = "unknown tool %r" % call["name"]
-        out.append({"role": "tool", "tool_call_id": call["id"], "content": content})
-    return {"messages": out, "sandbox_id": state["sandbox_id"]}
+            msg = AIMessage(content="The sandbox said:\n" + str(results[-1].content))
+        return ChatResult(generations=[ChatGeneration(message=msg)])
 
 
-def run_graph(question: str) -> State:
-    """model -> (tools -> model)* until the model answers without tool calls."""
-    state: State = {"messages": [{"role": "user", "content": question}], "sandbox_id": None}
-    try:
-        while True:
-            state["messages"] += stub_model(state)["messages"]
-            if not state["messages"][-1]["tool_calls"]:
-                return state
-            update = sandbox_tool_node(state)
-            state["messages"] += update["messages"]
-            state["sandbox_id"] = update["sandbox_id"]
-    finally:
-        if state.get("sandbox_id"):
-            moat.Sandbox.connect(state["sandbox_id"]).kill()
+def build_graph():
+    model = ScriptedChatModel()
+
+    def call_model(state: MessagesState):
+        return {"messages": [model.invoke(state["messages"])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("model", call_model)
+    g.add_node("tools", ToolNode([run_shell]))
+    g.add_edge(START, "model")
+    g.add_conditional_edges("model", tools_condition)
+    g.add_edge("tools", "model")
+    return g.compile()
 
 
 def main() -> int:
-    state = run_graph("What is fib(10)? Write a script and run it.")
+    global _sandbox
+    given = os.environ.get("MOAT_SANDBOX_ID")
+    _sandbox = moat.Sandbox.connect(given) if given else moat.Sandbox.create(
+        ttl_seconds=600, metadata={"example": "langgraph"})
+    try:
+        if not given:
+            _sandbox.files.write(INPUT_PATH, "hello from the moat sandbox\n")
+        state = build_graph().invoke(
+            {"messages": [HumanMessage("What does %s say, and what is the sandbox's hostname?" % INPUT_PATH)]})
+    finally:
+        if not given:
+            _sandbox.kill()
     for m in state["messages"]:
-        if m["role"] == "tool":  # its first and last line (a traceback's last line names the error)
-            lines = m["content"].strip().splitlines() or [""]
-            print("tool  %s%s" % (lines[0], (" ... " + lines[-1]) if len(lines) > 1 else ""))
-        else:
-            print("%-5s %s" % (m["role"], json.dumps(m.get("tool_calls") or m["content"])[:200]))
-    tool_out = [m["content"] for m in state["messages"] if m["role"] == "tool"]
-    ok = ("RecursionError" in tool_out[1] and tool_out[1].startswith("exit code 1")
-          and tool_out[3] == "exit code 0\n55\n" and state["messages"][-1]["content"] == "fib(10) = 55")
+        print("%-6s %s" % (m.type, m.tool_calls if getattr(m, "tool_calls", None) else m.content))
+    kinds = [m.type for m in state["messages"]]
+    answer = state["messages"][-1].content
+    ok = (kinds == ["human", "ai", "tool", "ai"] and answer.startswith("The sandbox said:\nexit code 0\n")
+          and "host=" in answer)
+    print("--- answer ---\n" + answer.rstrip("\n"))
     print("example ok" if ok else "example FAILED")
     return 0 if ok else 1
 

@@ -1,27 +1,23 @@
 #!/usr/bin/env python3
-"""openai_agents_tool.py -- the "run the model's code" tool in the OpenAI Agents SDK shape.
+"""openai_agents_tool.py -- an OpenAI Agents SDK agent (``openai-agents`` from PyPI) whose function
+tool runs shell commands in a moat sandbox through the moat Python SDK.
 
-The tool is one function with a typed signature and a docstring (what ``agents.function_tool``
-turns into a JSON-schema tool): it takes Python code, runs it in a moat sandbox's persistent
-Python context, and returns the output, or the traceback so that the model can fix its code.
+THE MODEL IS SCRIPTED: no LLM is called and nothing is sent to OpenAI (tracing is turned off).
+``ScriptedModel`` is an ``agents.Model``: its first response is a ``run_shell`` function call,
+its second a final answer that quotes the tool's output, as a model would. Everything else, the
+``Agent``, ``function_tool``, ``Runner.run`` and its tool loop, is the real Agents SDK. For a real
+model, drop ``model=ScriptedModel()`` (and set OPENAI_API_KEY).
 
-THE MODEL IS STUBBED: no LLM is called. ``MODEL_TOOL_CALLS`` below is the fixed list of tool calls
-a model made in one recorded session (a first attempt that fails, then a fix); the loop feeds each
-to the tool exactly as the Agents SDK would, and prints what the model would be shown. With the
-``openai-agents`` package installed, ``function_tool(run_python)`` gives the real tool object.
+    pip install -r examples/python/requirements.txt
+    MOAT_API_URL=http://127.0.0.1:7070 MOAT_API_KEY=$(cat .moat/api-key) \\
+        python3 examples/python/openai_agents_tool.py
 
-With a real model (``pip install openai-agents``) the same function is used as is::
-
-    from agents import Agent, Runner, function_tool
-    agent = Agent(name="analyst", instructions="Use run_python to compute answers.",
-                  tools=[function_tool(run_python)])
-    print(Runner.run_sync(agent, "What is the median of 3 1 4 1 5 9 2 6?").final_output)
-
-    MOAT_API_URL=http://127.0.0.1:7070 MOAT_API_KEY=... python3 examples/python/openai_agents_tool.py
-
-Exits 0 when every tool call returned what the recorded session expects.
+The tool works in the sandbox named by MOAT_SANDBOX_ID (left running), or else in one it makes,
+puts an input file in, and kills at the end. Prints the agent's final answer after "--- answer ---";
+exits 0 when the tool's output reached it.
 """
 
+import asyncio
 import os
 import sys
 
@@ -31,61 +27,71 @@ except ImportError:  # running from a checkout without `pip install ./sdk/python
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
     import moat
 
-_sandbox = None  # one sandbox per agent session, made on the first tool call
-_context = None
+from agents import (Agent, Model, ModelResponse, ModelSettings, Runner, Usage, function_tool,
+                    set_tracing_disabled)
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+INPUT_PATH = "/root/moat-example-input.txt"
+COMMAND = "cat %s; echo host=$(hostname)" % INPUT_PATH
+
+_sandbox = None  # set in main()
 
 
-def run_python(code: str) -> str:
-    """Run Python code in an isolated sandbox and return what it printed plus the value of its
-    last expression. Variables and imports persist between calls. If the code raises, the
-    traceback is returned instead so that you can fix the code and call this tool again.
+@function_tool
+def run_shell(command: str) -> str:
+    """Run a shell command in an isolated Linux sandbox and return its exit code, stdout and stderr.
 
     Args:
-        code: Python source to run, e.g. "import math\\nmath.sqrt(2)".
+        command: the command line, run by /bin/sh in the sandbox.
     """
-    global _sandbox, _context
-    if _sandbox is None:
-        _sandbox = moat.Sandbox.create("code-interpreter", ttl_seconds=900, metadata={"example": "openai-agents"})
-        _context = _sandbox.create_code_context("python")
-    ex = _context.run_code(code, timeout=60)
-    if ex.error is not None:
-        return "Traceback (most recent call last):\n%s\n%s: %s" % (ex.error.traceback, ex.error.name, ex.error.value)
-    out = ex.stdout + ex.stderr
-    if ex.text is not None:
-        out += ex.text + "\n"
-    return out or "(no output)"
+    r = _sandbox.exec(command, timeout=60)
+    return "exit code %d\n%s%s" % (r.exit_code, r.stdout, r.stderr)
 
 
-try:  # the real Agents SDK tool object, when the package is installed
-    from agents import function_tool  # type: ignore
-    run_python_tool = function_tool(run_python)
-except ImportError:
-    run_python_tool = None
+class ScriptedModel(Model):
+    """Stands in for the LLM: a run_shell call first, then an answer quoting the tool's output."""
 
-# The stubbed model: the tool calls it made, in order, with what each must return.
-MODEL_TOOL_CALLS = [
-    ({"name": "run_python", "arguments": {"code": "data = [3, 1, 4, 1, 5, 9, 2, 6]\nmean = sum(data) / len(dta)"}},
-     "NameError"),
-    ({"name": "run_python", "arguments": {"code": "mean = sum(data) / len(data)\nprint('mean', mean)\nsorted(data)[len(data) // 2]"}},
-     "mean 3.875\n4\n"),
-]
+    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           tracing, *, previous_response_id=None, conversation_id=None, prompt=None, **kw):
+        items = input if isinstance(input, list) else []
+        outputs = [it for it in items if isinstance(it, dict) and it.get("type") == "function_call_output"]
+        if not outputs:
+            assert any(t.name == "run_shell" for t in tools), "the agent offers no run_shell tool"
+            call = ResponseFunctionToolCall(type="function_call", id="fc_1", call_id="call_1", name="run_shell",
+                                            arguments='{"command": "%s"}' % COMMAND.replace('"', '\\"'),
+                                            status="completed")
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        answer = "The sandbox said:\n" + str(outputs[-1]["output"])
+        msg = ResponseOutputMessage(type="message", id="msg_1", role="assistant", status="completed",
+                                    content=[ResponseOutputText(type="output_text", text=answer, annotations=[])])
+        return ModelResponse(output=[msg], usage=Usage(), response_id=None)
 
-TOOLS = {"run_python": run_python}
+    def stream_response(self, *args, **kw):
+        raise NotImplementedError("this example runs the agent with Runner.run (no streaming)")
+
+
+async def run_agent() -> str:
+    agent = Agent(name="sandbox-agent", instructions="Use run_shell to look at the sandbox's files.",
+                  tools=[run_shell], model=ScriptedModel())
+    result = await Runner.run(agent, "What does %s say, and what is the sandbox's hostname?" % INPUT_PATH)
+    return result.final_output
 
 
 def main() -> int:
-    ok = True
+    global _sandbox
+    set_tracing_disabled(True)  # the Agents SDK would otherwise upload traces to OpenAI
+    given = os.environ.get("MOAT_SANDBOX_ID")
+    _sandbox = moat.Sandbox.connect(given) if given else moat.Sandbox.create(
+        ttl_seconds=600, metadata={"example": "openai-agents"})
     try:
-        for call, expect in MODEL_TOOL_CALLS:
-            result = TOOLS[call["name"]](**call["arguments"])
-            print(">>> tool call %s(%r)" % (call["name"], call["arguments"]["code"]))
-            print(result)
-            if expect not in result:
-                print("UNEXPECTED: wanted %r in the tool's answer" % expect)
-                ok = False
+        if not given:
+            _sandbox.files.write(INPUT_PATH, "hello from the moat sandbox\n")
+        answer = asyncio.run(run_agent())
     finally:
-        if _sandbox is not None:
+        if not given:
             _sandbox.kill()
+    print("--- answer ---\n" + answer.rstrip("\n"))
+    ok = answer.startswith("The sandbox said:\nexit code 0\n") and "host=" in answer
     print("example ok" if ok else "example FAILED")
     return 0 if ok else 1
 

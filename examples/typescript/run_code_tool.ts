@@ -3,7 +3,8 @@
 // A Mastra tool is an object made by createTool({id, description, inputSchema, outputSchema,
 // execute}); the agent hands the model's arguments to execute({context}). This file is built
 // WITHOUT installing Mastra: `createTool` below is a local stand-in with the same shape that checks
-// the input against a small JSON-Schema-like description. With Mastra, replace it by
+// the input against a small JSON-Schema-like description (examples/mastra/mastra_agent.mjs is an
+// agent on the real @mastra/core). With Mastra, replace it by
 //   import { createTool } from '@mastra/core/tools';  import { z } from 'zod';
 // and inputSchema by z.object({ code: z.string() }); `execute` stays as it is.
 //

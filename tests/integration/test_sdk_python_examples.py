@@ -1,7 +1,9 @@
-"""test_sdk_python_examples.py -- runs each Python example (examples/python/*.py) as a script against a
-real moatd, with MOAT_API_URL / MOAT_API_KEY in its environment and the model stubbed by each
-example's fixed list of tool calls; each example checks its own outcome and exits 0 only when it is
-right. The best-of-N example needs checkpoints (skipped where /healthz says they are unavailable)."""
+"""test_sdk_python_examples.py -- runs the standard-library-only Python examples (best_of_n_explore.py and
+the blocks of docs/quickstart-python.md) as scripts against a real moatd, with MOAT_API_URL /
+MOAT_API_KEY in their environment and the model stubbed by each example's fixed list of tool calls;
+each example checks its own outcome and exits 0 only when it is right. The best-of-N example needs
+checkpoints (skipped where /healthz says they are unavailable). The examples on third-party
+frameworks (LangGraph, OpenAI Agents SDK, MCP) are test_framework_examples.py's."""
 
 import os
 import re
@@ -41,21 +43,6 @@ class PythonExamplesTest(DaemonTest):
     def assertNoSandboxLeft(self):
         left = self.c.list()
         self.assertEqual(left, [], "the example left sandboxes behind")
-
-    def test_openai_agents_tool(self):
-        rc, out = self.run_example("openai_agents_tool.py")
-        self.assertEqual(rc, 0, out)
-        self.assertIn("NameError", out)
-        self.assertIn("mean 3.875", out)
-        self.assertTrue(out.rstrip().endswith("example ok"), out)
-        self.assertNoSandboxLeft()
-
-    def test_langgraph_tool_node(self):
-        rc, out = self.run_example("langgraph_tool_node.py")
-        self.assertEqual(rc, 0, out)
-        self.assertIn("RecursionError", out)
-        self.assertTrue(out.rstrip().endswith("example ok"), out)
-        self.assertNoSandboxLeft()
 
     def test_quickstart_blocks(self):
         """Every ```python block of docs/quickstart-python.md runs as pasted and leaves no sandbox."""
