@@ -185,6 +185,15 @@ class KeysTest(DaemonTest):
                 ("/v1/sandboxes/%s/mcp" % sb["id"], ("list_dir", {"path": "/root"}),
                  ("shell", {"command": "touch /root/made"}))):
             _, sid = self.mcp(ro, path, "initialize", init)
+            listed, _ = self.mcp(ro, path, "tools/list", {}, sid)
+            names = [t["name"] for t in listed["result"]["tools"]]
+            self.assertIn(reads[0], names)
+            self.assertNotIn(writes[0], names, "tools/list offers a readonly key a tool it may not call")
+            self.assertTrue(all(t["annotations"]["readOnlyHint"] for t in listed["result"]["tools"]), listed)
+            _, asid = self.mcp(self.admin, path, "initialize", init)
+            listed, _ = self.mcp(self.admin, path, "tools/list", {}, asid)
+            hints = {t["name"]: t["annotations"]["readOnlyHint"] for t in listed["result"]["tools"]}
+            self.assertEqual((hints[reads[0]], hints[writes[0]]), (True, False), hints)
             body, _ = self.mcp(ro, path, "tools/call", {"name": reads[0], "arguments": reads[1]}, sid)
             self.assertFalse(body["result"]["isError"], body)
             body, _ = self.mcp(ro, path, "tools/call", {"name": writes[0], "arguments": writes[1]}, sid)

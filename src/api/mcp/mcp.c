@@ -294,7 +294,8 @@ static json_t *do_request(const struct mcp_ctx *c, json_t *m, json_t *id) {
     json_t *cursor = params ? json_object_get(params, "cursor") : NULL;
     if (cursor && !json_is_null(cursor))
       return rpc_error(id, -32602, "invalid cursor: this server lists all tools on one page");
-    return rpc_result(id, json_pack("{s:o}", "tools", mcp_tools_list(c->ep)));
+    bool reads_only = c->r && c->r->has_key && c->r->key.role == MOAT_ROLE_READONLY;
+    return rpc_result(id, json_pack("{s:o}", "tools", mcp_tools_list(c->ep, reads_only)));
   }
   if (strcmp(method, "tools/call") == 0) {
     if (!params)

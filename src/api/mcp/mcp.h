@@ -45,8 +45,9 @@ bool mcp_origin_matches(const char *origin, const char *host);
 
 /* ---- tools (tools.c) ---- */
 
-/* The tools of an endpoint as the tools/list "tools" array (new reference). */
-json_t *mcp_tools_list(enum mcp_endpoint ep);
+/* The tools of an endpoint as the tools/list "tools" array (new reference), each annotated
+ * readOnlyHint; reads_only (a readonly key) lists only the tools that change nothing. */
+json_t *mcp_tools_list(enum mcp_endpoint ep, bool reads_only);
 
 /* Runs tool name with args (an object, borrowed). Returns a CallToolResult object
  * {content: [{type: "text", text}...], isError} (new reference); a tool that fails returns such

@@ -734,17 +734,20 @@ static const struct tool *tools_of(enum mcp_endpoint ep, size_t *n) {
   return workspace_tools;
 }
 
-json_t *mcp_tools_list(enum mcp_endpoint ep) {
+json_t *mcp_tools_list(enum mcp_endpoint ep, bool reads_only) {
   size_t n;
   const struct tool *t = tools_of(ep, &n);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) {
+    if (reads_only && !t[i].reads)
+      continue;
     json_error_t je;
     json_t *schema = json_loads(t[i].schema, 0, &je);
     if (!schema)
       abort(); /* a schema above is malformed: a bug caught by any tools/list test */
-    json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o}", "name", t[i].name, "title", t[i].title,
-                                         "description", t[i].description, "inputSchema", schema));
+    json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o, s:{s:b}}", "name", t[i].name, "title",
+                                         t[i].title, "description", t[i].description, "inputSchema", schema,
+                                         "annotations", "readOnlyHint", t[i].reads));
   }
   return arr;
 }
