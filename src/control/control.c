@@ -1072,7 +1072,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   ctl_health_open(c, cfg->guest_timeout_ms);
   c->health_open = true;
   ctl_databases_open(c);
-  if (ctl_audit_open(c, err) < 0)
+  if (!cfg->audit_off && ctl_audit_open(c, err) < 0)
     goto fail;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
     moat_error_set(err, EAGAIN, "start reaper thread");

@@ -134,6 +134,7 @@ struct moat_control_config {
    * the proxy (api/pg) listens, and the host:port in the databases' connection URLs. */
   const char *db_listen;
   unsigned audit_retention_days; /* how long the audit log keeps an entry; 0 = 90 */
+  bool audit_off;                /* record no audit entries (moatd --audit off) */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every

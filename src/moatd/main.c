@@ -47,6 +47,7 @@ static void usage(FILE *f) {
           "                       chain and its key; both listeners answer SSLRequest with 'S'). Without\n"
           "                       them: no TLS (sslmode=disable or prefer)\n"
           "  --audit-retention-days N  how long the audit log (GET /v1/audit) keeps an entry (default 90)\n"
+          "  --audit on|off       off: record no new audit entries (what is recorded stays readable)\n"
           "  --db-max-connections N  connections the database proxy serves at once (default %d)\n"
           "  --db-max-conns-per-ip N  of those, from one client address (default %d)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
@@ -284,6 +285,7 @@ int main(int argc, char **argv) {
   unsigned db_max_connections = 0, db_max_conns_per_ip = 0;
   const char *db_tls_cert = NULL, *db_tls_key = NULL;
   unsigned audit_days = 0;
+  bool audit_off = false;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -312,6 +314,7 @@ int main(int argc, char **argv) {
       {"db-tls-cert", required_argument, NULL, 0x123},
       {"db-tls-key", required_argument, NULL, 0x124},
       {"audit-retention-days", required_argument, NULL, 0x125},
+      {"audit", required_argument, NULL, 0x126},
       {"max-connections", required_argument, NULL, 0x200},
       {"max-conns-per-ip", required_argument, NULL, 0x201},
       {"header-timeout", required_argument, NULL, 0x202},
@@ -398,6 +401,11 @@ int main(int argc, char **argv) {
       break;
     case 0x125:
       audit_days = flag_uint("audit-retention-days", optarg, 1, 36500);
+      break;
+    case 0x126:
+      if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+        die("--audit %s: expected on or off", optarg);
+      audit_off = strcmp(optarg, "off") == 0;
       break;
     case 0x122:
       db_max_conns_per_ip = flag_uint("db-max-conns-per-ip", optarg, 1, 1000000);
@@ -559,6 +567,7 @@ int main(int argc, char **argv) {
       .build_context_max_mb = build_context_max_mb,
       .db_listen = db_listen,
       .audit_retention_days = audit_days,
+      .audit_off = audit_off,
       .net = &net,
   };
   {

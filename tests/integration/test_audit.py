@@ -137,3 +137,15 @@ class AuditRetentionTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AuditOffTest(DaemonTest):
+    """moatd --audit off records nothing new; the log stays readable (and empty here)."""
+    pool = 0
+    daemon_args = ("--audit", "off")
+
+    def test_nothing_recorded(self):
+        sb = self.sandbox()
+        self.c.exec(sb["id"], cmd="true")
+        self.c.request("POST", "/v1/keys", body={"name": "k"}, expect=201)
+        self.assertEqual(self.c.request("GET", "/v1/audit")[1]["entries"], [])
