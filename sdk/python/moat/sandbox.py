@@ -10,6 +10,7 @@ from . import _check, errors
 from . import _ws
 from . import database as _database
 from ._http import SSEStream, Transport, output_bytes
+from .sandbox_ops import SandboxOps
 from .client import TIMEOUT_MARGIN, _UNSET, Client, resolve
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
                      Result, SandboxInfo, Snapshot, WriteInfo)
@@ -556,7 +557,7 @@ class ExploreResult:
         return self.winner
 
 
-class Sandbox:
+class Sandbox(SandboxOps):
     """One moat sandbox. Make one with ``Sandbox.create(...)`` or ``Sandbox.connect(id)``.
 
     As a context manager it kills the sandbox when the block ends, unless it is persistent::
