@@ -125,6 +125,12 @@ class Process:
     def _post(self, action: str, body: Dict[str, Any]) -> None:
         self.sandbox._t.request("POST", "%s/processes/%s/%s" % (self.sandbox._path, self._ref, action), json_body=body)
 
+    def resize(self, cols: int, rows: int) -> None:
+        """Resizes the terminal of a process started with a pty."""
+        _check.integer("cols", cols, 1, 1000, optional=False)
+        _check.integer("rows", rows, 1, 1000, optional=False)
+        self._post("resize", {"cols": cols, "rows": rows})
+
     def signal(self, sig: str = "TERM") -> None:
         """Sends a signal (TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT; a SIG prefix is
         accepted) to the process's group."""
@@ -866,6 +872,14 @@ class Sandbox(SandboxOps):
         """The snapshots taken of this sandbox."""
         r = self._t.request("GET", "/v1/snapshots", query={"sandbox_id": self.id})[1]
         return [Snapshot.from_json(d) for d in r.get("snapshots", [])]
+
+    @classmethod
+    def get_snapshot(cls, snapshot_id: str, *, client: Optional[Client] = None, api_url: Optional[str] = None,
+                     api_key: Optional[str] = None) -> Snapshot:
+        """One snapshot of the organisation (NotFoundError when there is none of that id)."""
+        _check.string("snapshot_id", snapshot_id)
+        c = resolve(client, api_url, api_key, _UNSET)
+        return Snapshot.from_json(c._t.request("GET", "/v1/snapshots/" + snapshot_id)[1])
 
     def delete_snapshot(self, snapshot: Union[Snapshot, str]) -> None:
         """Deletes a snapshot."""
