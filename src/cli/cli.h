@@ -137,7 +137,7 @@ int cmd_context(int argc, char **argv);
 int cmd_fs(int argc, char **argv);
 int cmd_stdin(int argc, char **argv);
 int cmd_resize(int argc, char **argv);
-/* moat volume get|read|write|rmfile and moat db events (cmd_volextra.c); argv[0] is the subcommand */
+/* moat volume get|read|write|rmfile and moat db events (cmd_volextra.c), given the command's whole argv */
 extern const char cli_volume_extra_usage[];
 int cli_volume_extra(int argc, char **argv);
 extern const char cli_db_events_usage[];

@@ -159,7 +159,7 @@ static int db_psql(const char *id, char **args, int nargs) {
 
 int cmd_db(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "events") == 0)
-    return cli_db_events(argc - 1, argv + 1);
+    return cli_db_events(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "psql") == 0) {
     /* moat db psql ID [--] ARGS...: every word after ID is psql's, options included */
     if (argc >= 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {

@@ -107,8 +107,9 @@ class SandboxOps:
         return self._t.request("PUT", self._path + "/network", json_body=body)[1]
 
     def network_log(self, *, since: Optional[int] = None, limit: Optional[int] = None) -> List[Dict[str, Any]]:
-        """Outbound connections (and dropped attempts), oldest first: {dst, port, proto, name,
-        verdict, reason, at, at_ms, seq}; since: only seq greater than this."""
+        """Outbound connections (and dropped attempts), oldest first: {seq, time_ms, sandbox_id,
+        org, protocol, destination, port, name, verdict (allowed/denied), reason}; since: only seq
+        greater than this."""
         q: Dict[str, Any] = {}
         if _check.integer("since", since, 0) is not None:
             q["since"] = since

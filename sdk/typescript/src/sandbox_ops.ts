@@ -35,14 +35,15 @@ export interface NetworkState {
 
 export interface NetworkLogEntry {
   seq: number;
-  dst: string;
+  time_ms: number;
+  sandbox_id: string;
+  org: string;
+  protocol: 'tcp' | 'udp' | 'icmp' | 'other';
+  destination: string;
   port: number;
-  proto: string;
   name: string | null;
-  verdict: string;
-  reason?: string;
-  at: string;
-  at_ms: number;
+  verdict: 'allowed' | 'denied';
+  reason: string;
 }
 
 /** One event of GET .../events: name state, connection, dropped or oom, and its JSON data. */
