@@ -143,6 +143,11 @@ int cli_volume_extra(int argc, char **argv);
 extern const char cli_db_events_usage[];
 int cli_db_events(int argc, char **argv);
 
+/* moat cp -r (cmd_cptree.c): the local directory into the sandbox's rdir (made if missing), or the
+ * sandbox's rdir into the new local directory; one tar stream each way. Return the exit code. */
+int cli_cp_tree_up(const char *local, const char *id, const char *rdir);
+int cli_cp_tree_down(const char *id, const char *rdir, const char *local);
+
 /* Prints j as indented JSON and a newline; -1 on a write error. */
 int cli_print_json(json_t *j);
 /* Sends the request and prints the answer's JSON (nothing when empty): 0, or EXIT_API (printed). */
