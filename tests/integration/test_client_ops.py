@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(REPO, "sdk", "python"))
 import moat  # noqa: E402
 import moatd  # noqa: E402
 from nettest import NetDaemonTest  # noqa: E402
+from test_databases import DatabaseMixin  # noqa: E402
 from test_sdk_typescript import SDK, build_sdk, tap_counts  # noqa: E402
 
 NOWHERE = 8123  # a port nothing listens on inside the sandboxes
@@ -365,6 +366,30 @@ class CliOpsTest(ClientOpsBase):
         self.moat("volume", "read", name, "/d.bin", check=1)
         r = self.moat("snapshots", "get", "snap-" + "0" * 16, check=1)
         self.assertIn("not_found", r.stderr)
+
+
+class DatabaseEventsTest(DatabaseMixin, ClientOpsBase):
+    def test_python_events_then_deleted(self):
+        d = self.database()
+        db = moat.Database.get(d["id"], client=self.client)
+        events = db.events()
+        first = next(events)
+        self.assertEqual((first.name, first.data["database_id"]), ("state", d["id"]), first)
+        self.c.request("DELETE", "/v1/databases/" + d["id"], expect=204, timeout=120)
+        names = [e.name for e in events]  # the generator ends after deleted
+        self.assertEqual(names[-1:], ["deleted"], names)
+
+    def test_cli_db_events(self):
+        d = self.database()
+        r = self.moat("db", "events", d["id"], "--count", "1", timeout=60)
+        line = json.loads(r.stdout.splitlines()[0])
+        self.assertEqual((line["event"], line["data"]["database_id"]), ("state", d["id"]), r.stdout)
+        self.moat("db", "events", "db-" + "a" * 17, check=1)
+        self.moat("db", "events", d["id"], "--count", "0", check=2)
+
+    def test_template_rebuild_unknown_recipe(self):
+        with self.assertRaises(moat.NotFoundError):
+            self.client.templates.rebuild("no-such-recipe")
 
 
 class TypeScriptOpsTest(ClientOpsBase):

@@ -180,7 +180,9 @@ export class Database {
       signal: v.signalOpt(where, o.signal),
     });
     for await (const it of readSse(src, `database ${this.id} events`, DEFAULT_IDLE_TIMEOUT_MS)) {
-      if (it.kind === 'event') yield { event: it.event, data: eventJson(where, it) };
+      if (it.kind !== 'event') continue;
+      yield { event: it.event, data: eventJson(where, it) };
+      if (it.event === 'deleted') return;
     }
   }
 

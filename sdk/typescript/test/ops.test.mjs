@@ -3,7 +3,7 @@
 // against a real moatd (tests/integration/test_client_ops.py runs it, with a fake internet).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { Sandbox, Keys, Audit, NotFoundError, InvalidRequestError, AuthenticationError, API_URL, API_KEY, sandbox } from './helpers.mjs';
+import { Sandbox, Template, Keys, Audit, database, NotFoundError, InvalidRequestError, AuthenticationError, API_URL, API_KEY, sandbox } from './helpers.mjs';
 
 const NOWHERE = 8123;
 
@@ -124,5 +124,23 @@ describe('keys and audit', () => {
     const one = await Audit.list({ limit: 1 });
     assert.equal(one.entries.length, 1);
     await assert.rejects(Keys.create('x', { role: 'root' }), /role/);
+  });
+});
+
+describe('database events, template rebuild', () => {
+  it('Database.events: state first, deleted last', async () => {
+    const db = await database();
+    const it = db.events()[Symbol.asyncIterator]();
+    const first = await it.next();
+    assert.equal(first.value.event, 'state');
+    assert.equal(first.value.data.database_id, db.id);
+    await db.delete();
+    const names = [];
+    for (let r = await it.next(); !r.done; r = await it.next()) names.push(r.value.event);
+    assert.equal(names.at(-1), 'deleted', JSON.stringify(names));
+  });
+
+  it('Template.rebuild of a name without a recipe is NotFoundError', async () => {
+    await assert.rejects(Template.rebuild('no-such-recipe'), NotFoundError);
   });
 });
