@@ -342,9 +342,9 @@ class CliOpsTest(ClientOpsBase):
         self.moat("stdin", sid, str(p["pid"]), "--close", input="two\x00bytes")
         deadline = time.time() + 10
         while time.time() < deadline:
-            if not any(x["pid"] == p["pid"] and x.get("state", "running") == "running"
+            if not any(x["pid"] == p["pid"] and x["running"]
                        for x in self.c.request("GET", "/v1/sandboxes/%s/processes" % sid)[1]["processes"]):
-                break
+                break  # cat saw EOF and exited
             time.sleep(0.2)
         self.assertEqual(self.c.get_file(sid, "/tmp/in.txt"), b"one two\x00bytes")
         # resize
