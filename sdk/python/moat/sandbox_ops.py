@@ -1,11 +1,13 @@
 """Sandbox calls about what surrounds the sandbox's processes: exposed ports, the egress policy and
 its connection log, the event stream, resource metrics and the lifetime (a mixin of moat.Sandbox)."""
 
+import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 from urllib.parse import quote
 
 from . import _check
 from ._http import Event, SSEStream, Transport
+from .models import SandboxInfo
 
 
 class EventStream:
@@ -18,7 +20,6 @@ class EventStream:
     def next(self, timeout: Optional[float] = None) -> Optional[Event]:
         """The next event; None when the stream ended. timeout: seconds (moat.TimeoutError past it)."""
         if timeout is not None:
-            import time
             self._s.deadline = time.monotonic() + timeout
         try:
             return self._s.next()
@@ -136,7 +137,7 @@ class SandboxOps:
         wakes the sandbox nor refreshes its TTL."""
         return self._t.request("GET", self._path + "/metrics")[1]
 
-    def set_timeout(self, seconds: int) -> Any:
+    def set_timeout(self, seconds: int) -> SandboxInfo:
         """The sandbox is killed `seconds` from now (unless API activity refreshes it); returns the
         new SandboxInfo."""
         _check.integer("seconds", seconds, 1, 2592000, optional=False)
