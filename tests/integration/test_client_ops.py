@@ -219,7 +219,20 @@ class PythonOpsTest(ClientOpsBase):
         with self.assertRaises(ValueError):
             p.resize(0, 10)
         with self.assertRaises(moat.NotFoundError):
-            moat.Sandbox.get_snapshot("snap-" + "0" * 16, client=self.client)
+            moat.Sandbox.get_snapshot("snap-" + "0" * 17, client=self.client)
+
+
+class SnapshotGetTest(ClientOpsBase):
+    def test_get_snapshot_python_and_cli(self):
+        if not self.c.healthz().get("checkpoints", {}).get("available"):
+            self.skipTest("moatd has no working CRIU here: no snapshot to read")
+        sb = self.sdk_sandbox()
+        snap = sb.snapshot(metadata={"k": "v"})
+        self.addCleanup(lambda: sb.delete_snapshot(snap.id))
+        got = moat.Sandbox.get_snapshot(snap.id, client=self.client)
+        self.assertEqual((got.id, got.sandbox_id, got.metadata), (snap.id, sb.id, {"k": "v"}))
+        j = self.moat_json("snapshots", "get", snap.id)
+        self.assertEqual(j["id"], snap.id)
 
 
 class CliOpsTest(ClientOpsBase):
@@ -364,7 +377,7 @@ class CliOpsTest(ClientOpsBase):
         self.assertEqual(self.moat("volume", "read", name, "/d.bin").stdout, "payload\n")
         self.moat("volume", "rmfile", name, "/d.bin")
         self.moat("volume", "read", name, "/d.bin", check=1)
-        r = self.moat("snapshots", "get", "snap-" + "0" * 16, check=1)
+        r = self.moat("snapshots", "get", "snap-" + "0" * 17, check=1)
         self.assertIn("not_found", r.stderr)
 
 

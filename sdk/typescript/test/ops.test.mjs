@@ -101,7 +101,7 @@ describe('sandbox ops', () => {
     const exit = await p.stream({ onStdout: (t) => (out += t) });
     assert.equal(exit.exitCode, 0);
     assert.match(out, /33 99/);
-    await assert.rejects(Sandbox.getSnapshot('snap-' + '0'.repeat(16)), NotFoundError);
+    await assert.rejects(Sandbox.getSnapshot('snap-' + '0'.repeat(17)), NotFoundError);
   });
 });
 
