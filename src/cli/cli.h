@@ -124,6 +124,37 @@ int cmd_snapshots(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
 int cmd_rollback(int argc, char **argv);
 int cmd_explore(int argc, char **argv);
+/* ports, network, events, metrics, update (cmd_net.c); keys, me, audit (cmd_account.c); contexts */
+int cmd_port(int argc, char **argv);
+int cmd_network(int argc, char **argv);
+int cmd_events(int argc, char **argv);
+int cmd_metrics(int argc, char **argv);
+int cmd_update(int argc, char **argv);
+int cmd_keys(int argc, char **argv);
+int cmd_me(int argc, char **argv);
+int cmd_audit(int argc, char **argv);
+int cmd_context(int argc, char **argv);
+int cmd_fs(int argc, char **argv);
+int cmd_stdin(int argc, char **argv);
+int cmd_resize(int argc, char **argv);
+/* moat volume get|read|write|rmfile and moat db events (cmd_volextra.c), given the command's whole argv */
+extern const char cli_volume_extra_usage[];
+int cli_volume_extra(int argc, char **argv);
+extern const char cli_db_events_usage[];
+int cli_db_events(int argc, char **argv);
+
+/* moat cp -r (cmd_cptree.c): the local directory into the sandbox's rdir (made if missing), or the
+ * sandbox's rdir into the new local directory; one tar stream each way. Return the exit code. */
+int cli_cp_tree_up(const char *local, const char *id, const char *rdir);
+int cli_cp_tree_down(const char *id, const char *rdir, const char *local);
+
+/* Prints j as indented JSON and a newline; -1 on a write error. */
+int cli_print_json(json_t *j);
+/* Sends the request and prints the answer's JSON (nothing when empty): 0, or EXIT_API (printed). */
+int cli_call_print(const char *method, const char *path, json_t *body);
+/* Prints a code context run's answer (output, results, figures saved as ./moat-result-N.png, the
+ * error's traceback); returns 0, or 1 when the code raised. */
+int cli_print_run(json_t *res);
 
 /* Builds the JSON body of POST /v1/sandboxes from create-style options; shared by create and run.
  * Returns the option ids it handles through cli_create_opt(). */

@@ -36,8 +36,7 @@ static int save_png(const char *b64, int *n) {
   }
 }
 
-/* Prints a run's answer; returns 0, or 1 when the code raised. */
-static int print_run(json_t *res) {
+int cli_print_run(json_t *res) {
   print_str(json_object_get(res, "stdout"), stdout);
   fflush(stdout);
   print_str(json_object_get(res, "stderr"), stderr);
@@ -114,7 +113,7 @@ int cli_run_python(const char *code, json_t *create_body) {
       json_t *run = json_pack("{s:s}", "code", code);
       struct cli_resp out;
       if (!cli_interrupted && cli_request("POST", rpath, run, &out) == 0) {
-        code_rc = print_run(out.json);
+        code_rc = cli_print_run(out.json);
         json_decref(out.json);
       }
       json_decref(run);

@@ -158,6 +158,8 @@ static int db_psql(const char *id, char **args, int nargs) {
 }
 
 int cmd_db(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "events") == 0)
+    return cli_db_events(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "psql") == 0) {
     /* moat db psql ID [--] ARGS...: every word after ID is psql's, options included */
     if (argc >= 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
@@ -176,7 +178,7 @@ int cmd_db(int argc, char **argv) {
   _cleanup_free_ char **pos = a.pos;
   free(a.rest);
   if (r == 1) {
-    printf("usage: %s", db_usage);
+    printf("usage: %s%s", db_usage, cli_db_events_usage);
     return 0;
   }
   if (r < 0 || a.npos < 1)

@@ -14,7 +14,12 @@ static const char cp_usage[] =
     "moat cp SRC DST   where exactly one of them is ID:PATH\n"
     "  moat cp ./data.csv ID:/home/user/   upload (a DST ending in / takes SRC's name)\n"
     "  moat cp ID:/etc/os-release .        download (into a directory, or to a file name)\n"
-    "  '-' as the local side means stdin / stdout. A local name containing ':' needs a './'.\n";
+    "  '-' as the local side means stdin / stdout. A local name containing ':' needs a './'.\n"
+    "moat cp -r SRC DST   a directory, as one tar stream: DST becomes a copy of SRC's tree\n"
+    "  moat cp -r ./src ID:/work/src      upload (DST made if missing; the sandbox extracts it)\n"
+    "  moat cp -r ID:/work/out ./out      download into a NEW local directory; entries that are\n"
+    "                                     absolute, have '..', are hard links, devices or lead\n"
+    "                                     through a link are refused (exit 1)\n";
 
 /* Splits "ID:PATH" when spec starts with an id ([A-Za-z0-9_-]+) and a colon; else false. */
 static bool split_remote(const char *spec, char **id, const char **path) {
@@ -147,12 +152,16 @@ static int download(const char *id, const char *rpath, const char *local) {
   return 0;
 }
 
-static const struct cli_opt no_opts[] = {{NULL, false, 0}};
-static int no_opt(int id, const char *value, void *ctx) { return -1; }
+static const struct cli_opt cp_opts[] = {{"recursive", false, 1}, {"r", false, 1}, {NULL, false, 0}};
+static int on_cp_opt(int id, const char *value, void *ctx) {
+  *(bool *)ctx = true;
+  return 0;
+}
 
 int cmd_cp(int argc, char **argv) {
   struct cli_args a;
-  int r = cli_parse(argc, argv, no_opts, 2, false, no_opt, NULL, &a);
+  bool recursive = false;
+  int r = cli_parse(argc, argv, cp_opts, 2, false, on_cp_opt, &recursive, &a);
   _cleanup_free_ char **pos = a.pos;
   free(a.rest);
   if (r == 1) {
@@ -167,9 +176,12 @@ int cmd_cp(int argc, char **argv) {
   bool dst_remote = split_remote(pos[1], &did, &dpath);
   if (src_remote == dst_remote)
     return cli_usage_error(cp_usage, "exactly one of SRC and DST must be ID:PATH");
+  if (dst_remote && recursive)
+    return dpath[0] ? cli_cp_tree_up(pos[0], did, dpath)
+                    : cli_usage_error(cp_usage, "DST needs a path after '%s:'", did);
   if (dst_remote)
     return upload(pos[0], did, dpath);
   if (!spath[0])
     return cli_usage_error(cp_usage, "SRC needs a path after '%s:'", sid);
-  return download(sid, spath, pos[1]);
+  return recursive ? cli_cp_tree_down(sid, spath, pos[1]) : download(sid, spath, pos[1]);
 }

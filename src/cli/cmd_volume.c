@@ -48,13 +48,17 @@ static void print_row(json_t *v) {
 }
 
 int cmd_volume(int argc, char **argv) {
+  static const char *const extra[] = {"get", "read", "write", "rmfile"};
+  for (size_t i = 0; argc >= 2 && i < sizeof(extra) / sizeof(extra[0]); i++)
+    if (strcmp(argv[1], extra[i]) == 0)
+      return cli_volume_extra(argc, argv);
   struct volume_ctx v = {0};
   struct cli_args a;
   int r = cli_parse(argc, argv, volume_opts, 64, false, on_volume_opt, &v, &a);
   _cleanup_free_ char **pos = a.pos;
   free(a.rest);
   if (r == 1) {
-    printf("usage: %s", volume_usage);
+    printf("usage: %s%s", volume_usage, cli_volume_extra_usage);
     return 0;
   }
   if (r < 0 || a.npos < 1)

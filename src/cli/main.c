@@ -36,6 +36,18 @@ static const struct command commands[] = {
     {"fork", cmd_fork, "fork a sandbox into N children, print their ids"},
     {"rollback", cmd_rollback, "return a sandbox to one of its snapshots, in place"},
     {"explore", cmd_explore, "fork once per command, run them, keep the winner"},
+    {"fs", cmd_fs, "fs ls|stat|mkdir|mv|rm|watch ID PATH...: a sandbox's files"},
+    {"stdin", cmd_stdin, "send data to a background process's stdin (--close: then EOF)"},
+    {"resize", cmd_resize, "resize a background process's terminal"},
+    {"update", cmd_update, "change a sandbox's TTL, persistence or metadata"},
+    {"context", cmd_context, "context create ID | ls ID | run ID CID CODE | restart ID CID | rm ID CID..."},
+    {"port", cmd_port, "port ls ID | get ID PORT | expose ID PORT [--public|--token T] | rm ID PORT"},
+    {"network", cmd_network, "network get ID | set ID [--internet on|off] [--allow E]... | log ID"},
+    {"events", cmd_events, "follow a sandbox's events (state, connections, OOM kills) as JSON lines"},
+    {"metrics", cmd_metrics, "a sandbox's resource use now, as JSON"},
+    {"keys", cmd_keys, "keys ls | create NAME [--role R] [--expires T] | rm KID..."},
+    {"me", cmd_me, "the calling API key and its org"},
+    {"audit", cmd_audit, "the org's audit log, one JSON entry a line"},
 };
 
 static void usage(FILE *f) {

@@ -152,7 +152,9 @@ class TypeScriptSDKTest(DaemonTest):
                 self.assertEqual(left, [], "%s left sandboxes running" % name)
 
     def test_every_node_file_is_run(self):
-        files = sorted(f[:-len(".test.mjs")] for f in os.listdir(os.path.join(SDK, "test")) if f.endswith(".test.mjs"))
+        # ops.test.mjs needs a fake internet: test_client_ops.TypeScriptOpsTest runs it
+        files = sorted(f[:-len(".test.mjs")] for f in os.listdir(os.path.join(SDK, "test"))
+                       if f.endswith(".test.mjs") and f != "ops.test.mjs")
         mine = sorted(n[len("test_"):] for n in dir(self) if n.startswith("test_") and n not in
                       ("test_every_node_file_is_run", "test_examples"))
         self.assertEqual(files, mine)

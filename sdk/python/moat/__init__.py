@@ -19,6 +19,8 @@ from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOu
 from .sandbox import CodeContext, ExploreResult, Files, Process, ProcessStdin, Pty, Sandbox, WatchHandle
 from .template import BuildEnd, BuildLogLine, BuildLogs, Template, Templates
 from .volume import Volume, VolumeAttachment
+from .account import Audit, Keys
+from .sandbox_ops import EventStream
 
 __version__ = "0.1.0"
 
@@ -31,4 +33,5 @@ __all__ = [
     "ConnectionError", "SandboxError", "NotSupportedError",
     "DEFAULT_API_URL", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_LIFECYCLE_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_STREAM_IDLE_TIMEOUT", "TIMEOUT_MARGIN", "__version__",
+    "Keys", "Audit", "EventStream",
 ]

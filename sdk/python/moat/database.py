@@ -11,7 +11,7 @@
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 from urllib.parse import quote
 
 from . import _check
@@ -146,6 +146,19 @@ class Database:
         c = self._c()
         return Database._from_json(c._t.request("POST", self._path + "/branch", json_body=body,
                                                 timeout=c.lifecycle_timeout)[1], c)
+
+    def events(self) -> Iterator[Any]:
+        """The database's events as Event(name, data): first ``state``, then connection, hibernated,
+        woken, restarted, branched, created as they happen; the stream ends after ``deleted``. Stop
+        iterating (close the generator) to end the request."""
+        s = self._c()._t.stream("GET", self._path + "/events")
+        try:
+            for ev in s:
+                yield ev
+                if ev.name == "deleted":
+                    return
+        finally:
+            s.close()
 
     def delete(self) -> None:
         """Deletes the database: its sandbox is killed and its data removed (ConflictError while

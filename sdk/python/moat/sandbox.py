@@ -10,6 +10,7 @@ from . import _check, errors
 from . import _ws
 from . import database as _database
 from ._http import SSEStream, Transport, output_bytes
+from .sandbox_ops import SandboxOps
 from .client import TIMEOUT_MARGIN, _UNSET, Client, resolve
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
                      Result, SandboxInfo, Snapshot, WriteInfo)
@@ -123,6 +124,12 @@ class Process:
 
     def _post(self, action: str, body: Dict[str, Any]) -> None:
         self.sandbox._t.request("POST", "%s/processes/%s/%s" % (self.sandbox._path, self._ref, action), json_body=body)
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Resizes the terminal of a process started with a pty."""
+        _check.integer("cols", cols, 1, 1000, optional=False)
+        _check.integer("rows", rows, 1, 1000, optional=False)
+        self._post("resize", {"cols": cols, "rows": rows})
 
     def signal(self, sig: str = "TERM") -> None:
         """Sends a signal (TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT; a SIG prefix is
@@ -556,7 +563,7 @@ class ExploreResult:
         return self.winner
 
 
-class Sandbox:
+class Sandbox(SandboxOps):
     """One moat sandbox. Make one with ``Sandbox.create(...)`` or ``Sandbox.connect(id)``.
 
     As a context manager it kills the sandbox when the block ends, unless it is persistent::
@@ -865,6 +872,14 @@ class Sandbox:
         """The snapshots taken of this sandbox."""
         r = self._t.request("GET", "/v1/snapshots", query={"sandbox_id": self.id})[1]
         return [Snapshot.from_json(d) for d in r.get("snapshots", [])]
+
+    @classmethod
+    def get_snapshot(cls, snapshot_id: str, *, client: Optional[Client] = None, api_url: Optional[str] = None,
+                     api_key: Optional[str] = None) -> Snapshot:
+        """One snapshot of the organisation (NotFoundError when there is none of that id)."""
+        _check.string("snapshot_id", snapshot_id)
+        c = resolve(client, api_url, api_key, _UNSET)
+        return Snapshot.from_json(c._t.request("GET", "/v1/snapshots/" + snapshot_id)[1])
 
     def delete_snapshot(self, snapshot: Union[Snapshot, str]) -> None:
         """Deletes a snapshot."""

@@ -358,6 +358,12 @@ class Templates:
                                     template=name, build_id=t.build_id, error=end.error if end else None)
         return self.get(name)
 
+    def rebuild(self, name: str) -> Template:
+        """Rebuilds one of moatd's own templates (base, code-interpreter) from its recipe and returns
+        it once built (NotFoundError for a name without a recipe)."""
+        _check.string("name", name)
+        return Template.from_json(self._c._t.request("POST", self._path(name, "/build"), timeout=None)[1])
+
     def import_image(self, name: str, path_or_fileobj: Union[str, "os.PathLike[str]", IO[bytes]]) -> Template:
         """Imports an OCI image archive (oci-archive, or ``docker save``'s tar) as template name:
         its layers in order with whiteouts, and its config's Env, WorkingDir, User and

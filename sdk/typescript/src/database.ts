@@ -3,6 +3,7 @@
 // connection URL is then DATABASE_URL (or the env you name) in every command.
 
 import { CONNECTION_KEYS, Connection, ConnectionOptions, seg } from './http.js';
+import { DEFAULT_IDLE_TIMEOUT_MS, eventJson, readSse } from './sse.js';
 import * as v from './validate.js';
 
 export type DatabaseState = 'creating' | 'running' | 'hibernated' | 'paused' | 'stopped' | 'deleting';
@@ -166,6 +167,23 @@ export class Database {
     if (v.int(where, 'idleSeconds', o.idleSeconds, 1, MAX_IDLE_S) !== undefined) body.idle_seconds = o.idleSeconds;
     if (v.stringMap(where, 'metadata', o.metadata)) body.metadata = o.metadata;
     return new Database(this.conn, await this.conn.json('POST', this.path + '/branch', { json: body }));
+  }
+
+  /** The database's events: first `state`, then connection, hibernated, woken, restarted, branched, created
+   *  as they happen; the stream ends after `deleted`. Closing the iterator (break) ends the request. */
+  async *events(opts?: { signal?: AbortSignal }): AsyncGenerator<{ event: string; data: Record<string, unknown> }> {
+    const where = 'database.events';
+    const o = v.options<{ signal?: AbortSignal }>(where, opts, ['signal']);
+    const src = await this.conn.send('GET', this.path + '/events', {
+      headers: { Accept: 'text/event-stream' },
+      timeoutMs: null,
+      signal: v.signalOpt(where, o.signal),
+    });
+    for await (const it of readSse(src, `database ${this.id} events`, DEFAULT_IDLE_TIMEOUT_MS)) {
+      if (it.kind !== 'event') continue;
+      yield { event: it.event, data: eventJson(where, it) };
+      if (it.event === 'deleted') return;
+    }
   }
 
   /** Deletes the database: its sandbox is killed and its data removed (ConflictError while it is created). */

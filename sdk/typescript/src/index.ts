@@ -44,3 +44,7 @@ export { Template, BuildError, BuildLogs, contextTar } from './template.js';
 export type { TemplateData, BuildLogLine, BuildEnd, BuildOptions } from './template.js';
 export { health, listTemplates, buildTemplate } from './admin.js';
 export type { Health, TemplateInfo } from './admin.js';
+export { SandboxEvents } from './sandbox_ops.js';
+export type { PortAccess, NetworkPolicy, NetworkState, NetworkLogEntry, SandboxEvent } from './sandbox_ops.js';
+export { Keys, Audit } from './account.js';
+export type { KeyInfo, KeyRole, Me, AuditEntry, AuditQuery } from './account.js';

@@ -535,6 +535,14 @@ export class Sandbox {
     return j.snapshots.map(snapshotInfo);
   }
 
+  /** One snapshot (NotFoundError when the org has none of that id). */
+  static async getSnapshot(snapshotId: string, opts?: ConnectionOptions): Promise<SnapshotInfo> {
+    const where = 'Sandbox.getSnapshot';
+    v.str(where, 'snapshotId', snapshotId);
+    const o = v.options<ConnectionOptions>(where, opts, CONNECTION_KEYS);
+    return snapshotInfo(await new Connection(where, connOpts(o)).json('GET', `/v1/snapshots/${seg(snapshotId)}`));
+  }
+
   /** Deletes a snapshot (snapshots outlive their sandbox). */
   static async deleteSnapshot(snapshotId: string, opts?: ConnectionOptions): Promise<void> {
     const where = 'Sandbox.deleteSnapshot';

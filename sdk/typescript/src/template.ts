@@ -407,6 +407,14 @@ export class Template implements TemplateData {
     );
   }
 
+  /** Rebuilds one of moatd's own templates (base, code-interpreter) from its recipe; resolves once built. */
+  static async rebuild(name: string, opts?: ConnectionOptions): Promise<Template> {
+    const where = 'Template.rebuild';
+    v.str(where, 'name', name);
+    const conn = new Connection(where, connOpts(v.options<ConnectionOptions>(where, opts, CONNECTION_KEYS)));
+    return new Template(await conn.json('POST', Template.path(name, '/build'), { timeoutMs: null }));
+  }
+
   /** The template (NotFoundError when none of that name). */
   static async get(name: string, opts?: ConnectionOptions): Promise<Template> {
     const where = 'Template.get';
