@@ -808,13 +808,26 @@ static int restore_child(void *arg) {
 }
 
 /* CRIU's action script for a restore into an empty net namespace: lo up at setup-namespaces. */
-static int write_script(const char *path, moat_error **err) {
+int moat_checkpoint_write_net_script(const char *path, moat_error **err) {
   static const char text[] = "#!/bin/sh\n"
                              "[ \"$CRTOOLS_SCRIPT_ACTION\" = setup-namespaces ] || exit 0\n"
                              "exec nsenter -t \"$CRTOOLS_INIT_PID\" -n ip link set lo up\n";
-  _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
-  if (fd < 0 || write_all(fd, text, sizeof(text) - 1) < 0)
-    return moat_error_errno(err, "write %s", path);
+  _cleanup_free_ char *tmp = xasprintf("%s.tmp", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+  if (fd < 0)
+    return moat_error_errno(err, "write %s", tmp);
+  if (write_all(fd, text, sizeof(text) - 1) < 0 || fchmod(fd, 0755) < 0) {
+    moat_error_errno(err, "write %s", tmp);
+    close(fd);
+    unlink(tmp);
+    return -1;
+  }
+  close(fd);
+  if (rename(tmp, path) < 0) {
+    moat_error_errno(err, "rename %s", tmp);
+    unlink(tmp);
+    return -1;
+  }
   return 0;
 }
 
@@ -1066,8 +1079,10 @@ int moat_linux_restore(struct moat_host *base, const char *dir, const char *temp
       argv[k++] = "net";
       argv[k++] = "--action-script";
       argv[k++] = CRIU_SLOT "/criu-net.sh";
-      if (write_script(net_script, err) < 0)
+      if (link(v.criu_net_script, net_script) < 0) {
+        moat_error_errno(err, "link %s", net_script);
         goto fail;
+      }
     }
     struct restore_ctx ctx = {.lower_fd = lower_fd,
                               .disk_fd = disk,

@@ -68,9 +68,10 @@ struct slot {
 struct moat_linux {
   struct moat_host base; /* first (driver.h) */
   char *data_dir, *slots_dir, *disks_dir, *template_dir, *images_dir, *guest_path, *pool_template;
-  char *chan_base; /* the slots' guest channel dirs (moat_share_chan_base) */
-  int share_fd;    /* the share's detached mount (share.h) */
-  char *lxcfs_dir; /* driver.h's lxcfs_dir, checked; NULL: none */
+  char *criu_net_script; /* written once at open: restores link it into their slot dir */
+  char *chan_base;       /* the slots' guest channel dirs (moat_share_chan_base) */
+  int share_fd;          /* the share's detached mount (share.h) */
+  char *lxcfs_dir;       /* driver.h's lxcfs_dir, checked; NULL: none */
   char instance[17];
   unsigned pool_size, max_slots;
   bool prjquota;             /* the data dir's fs enforces project quotas: no loop images */
@@ -781,6 +782,9 @@ static int linux_init(struct moat_host **out, const struct moat_host_config *cfg
     goto out;
   chmod(h->slots_dir, 0711);
   chmod(hostdir, 0711);
+  h->criu_net_script = xasprintf("%s/criu-net.sh", hostdir);
+  if (moat_checkpoint_write_net_script(h->criu_net_script, err) < 0)
+    goto out;
   /* The sandbox's init enters its slot dir as the host's root, then drops to the range: the
    * data dir itself may stay 0700. */
   if (moat_cgroups_open(&h->cgroups, h->instance, err) < 0 || moat_seccomp_build(&h->seccomp, err) < 0)
@@ -876,6 +880,7 @@ static void linux_free(struct moat_linux *h) {
   free(h->data_dir);
   free(h->slots_dir);
   free(h->disks_dir);
+  free(h->criu_net_script);
   free(h->chan_base);
   free(h->template_dir);
   free(h->images_dir);
@@ -1217,6 +1222,7 @@ int moat_linux_slot_reserve(struct moat_linux *h, const char *template_name, con
   out->limits = *limits;
   snprintf(out->template_name, sizeof(out->template_name), "%s", template_name);
   out->disks_dir = h->disks_dir;
+  out->criu_net_script = h->criu_net_script;
   out->template_dir = image_base(h, template_name);
   out->share_fd = h->share_fd;
   out->lxcfs_dir = h->lxcfs_dir;

@@ -28,6 +28,7 @@ struct moat_slot_view {
   struct moat_limits limits;
   struct moat_cgroups *cgroups; /* the host's, not owned */
   const char *disks_dir;        /* the host's, not owned */
+  const char *criu_net_script;  /* the host's CRIU action script (reserve only), not owned */
   const char *template_dir;     /* the dir of the slot's template image (reserve only), not owned */
   int share_fd;                 /* the host's share (share.h; reserve only), not owned */
   const char *lxcfs_dir;        /* the host's (reserve only), not owned; NULL: none */
@@ -54,6 +55,12 @@ int moat_linux_slot_commit(struct moat_linux *h, int slot, pid_t pid, int pidfd,
  * removes cgroups, slot dir and range claim, frees the slot. A slot that is not a reserved slot
  * still building is left alone (and the call logged). */
 void moat_linux_slot_abort(struct moat_linux *h, int slot);
+
+/* (checkpoint.c) Writes the action script a restore gives CRIU (brings the empty net namespace's
+ * lo up) at path, through a temporary file renamed into place. Once, at open: a restore
+ * hard-links it into its slot dir, so that no file is open for writing -- and so inherited by a
+ * concurrent fork of another thread -- while CRIU executes it (which would fail ETXTBSY). */
+int moat_checkpoint_write_net_script(const char *path, moat_error **err);
 
 /* (checkpoint.c) At adopt: when a checkpoint of the slot was interrupted by moatd's death, waits
  * for its CRIU to finish and thaws the sandbox unless it was paused before. */
