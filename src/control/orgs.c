@@ -220,6 +220,8 @@ static int check_live_locked(struct moat_control *c, const char *org, const stru
 }
 
 int ctl_live_admit(struct moat_control *c, struct live *e, const struct moat_quotas *q, moat_error **err) {
+  if (strcmp(e->org, MOAT_PLATFORM_ORG) == 0) /* the platform admin key's org holds nothing */
+    return moat_error_set(err, EACCES, "the platform admin key makes no sandbox");
   pthread_mutex_lock(&c->lock);
   if (deleting_locked(c, e->org)) {
     pthread_mutex_unlock(&c->lock);

@@ -233,6 +233,24 @@ class QuotasTest(unittest.TestCase):
         k.request("POST", "/v1/sandboxes/%s/wake" % sid, body={}, timeout=120)
         self.assertEqual(self.usage(name)["max_sandboxes"]["use"], 3)
 
+    def test_metrics_gauges(self):
+        name, k = self.org(max_sandboxes=4)
+        sid = k.create(ttl_seconds=120)["id"]
+        other, ok = self.org(max_volumes=3)
+        use = 'moat_org_quota_use{org="%s",quota="max_sandboxes"} 1' % name
+        lim = 'moat_org_quota_limit{org="%s",quota="max_sandboxes"} 4' % name
+        _, text = k.request("GET", "/metrics")
+        text = text.decode() if isinstance(text, bytes) else text
+        self.assertIn(use, text)
+        self.assertIn(lim, text)
+        self.assertNotIn('org="%s"' % other, text)  # only the caller's org
+        _, text = self.admin.request("GET", "/metrics")
+        text = text.decode() if isinstance(text, bytes) else text
+        self.assertIn(use, text)
+        self.assertIn('moat_org_quota_limit{org="%s",quota="max_volumes"} 3' % other, text)
+        self.assertNotIn("moat_sandbox_cpu_limit", text)  # nothing of a tenant's sandboxes
+        k.delete(sid)
+
     def test_e2b_create_over_quota(self):
         name, k = self.org(max_sandboxes=1)
         key = {"X-API-KEY": "e2b_" + k.key[5:]}
