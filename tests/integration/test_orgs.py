@@ -16,6 +16,7 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import moatd  # noqa: E402
 import sse  # noqa: E402
+import ws  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
 
 
@@ -212,6 +213,45 @@ class OrgsTest(DaemonTest):
             self.assertNotEqual(ev.name, "error", ev)
         other.close()
         sys.stderr.write("[revoked: exec/stream ended in %.2f s, events in %.2f s] " % (t_exec, t_events))
+
+    def test_revoked_key_ends_process_watch_and_pty(self):
+        o, k = new_org(self, self.admin)
+        _, member = k.request("POST", "/v1/keys", body={"name": "pty", "role": "member"}, expect=201)
+        mk = self.c.with_key(member["key"])
+        sid = k.create(ttl_seconds=600)["id"]
+        _, bg = k.request("POST", "/v1/sandboxes/%s/exec" % sid,
+                          body={"cmd": "while :; do echo t; sleep 0.2; done", "background": True}, expect=201)
+        ps = sse.open(mk, "GET", "/v1/sandboxes/%s/processes/%d/stream" % (sid, bg["pid"]))
+        self.assertIsNotNone(ps.next(10))
+        wt = sse.open(mk, "GET", "/v1/sandboxes/%s/files/watch" % sid, query={"path": "/tmp"})
+        w = ws.connect(mk, "/v1/sandboxes/%s/pty" % sid)
+        self.addCleanup(w.sock.close)
+        w.send_binary(b"echo hi$((40+2))\r")
+        w.read_until(lambda b: b"hi42" in b)
+        k.request("DELETE", "/v1/keys/" + member["id"], expect=204)
+        t0 = time.time()
+        with self.assertRaises(ws.Closed) as cm:
+            while time.time() - t0 < 10:
+                w.recv(10)
+        t_pty = time.time() - t0
+        self.assertEqual(cm.exception.code, 1008, cm.exception)
+        pevs = []
+        while True:  # the process's output goes on until the stream's end
+            ev = ps.next(10)
+            if ev is None:
+                break
+            pevs.append(ev)
+        t_proc = time.time() - t0
+        wevs = wt.all(timeout=10)
+        t_watch = time.time() - t0
+        ps.close()
+        wt.close()
+        self.assertEqual(pevs[-1].data["code"], "unauthorized", pevs[-3:])
+        self.assertEqual(wevs[-1].data["code"], "unauthorized", wevs)
+        for what, t in (("pty", t_pty), ("process stream", t_proc), ("watch", t_watch)):
+            self.assertLess(t, 2.0, "%s went on %.1f s after its key was revoked" % (what, t))
+        sys.stderr.write("[revoked: pty closed in %.2f s, process stream %.2f s, watch %.2f s] "
+                         % (t_pty, t_proc, t_watch))
 
     def test_org_delete_ends_streams(self):
         o, k = new_org(self, self.admin)
