@@ -276,6 +276,12 @@ class OrgDeleteCrashTest(DaemonTest):
         sb = k.create(ttl_seconds=600)
         pid = self.daemon.sandbox_host(sb["id"])["pid"]
         k.request("POST", "/v1/volumes", body={"name": "keep", "size_mb": 16}, expect=201)
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.daemon.data_dir, "moat.db"), uri=True,
+                             timeout=30)
+        vid = db.execute("SELECT id FROM volumes WHERE org = ?", (o["id"],)).fetchone()[0]
+        db.close()
+        imgs = glob.glob(os.path.join(self.daemon.data_dir, "**", vid + "*"), recursive=True)
+        self.assertTrue(imgs)
         self.daemon.terminate()
         self.daemon.env["MOAT_CRASH_AT"] = "org_delete.begun"
         self.daemon.start()
@@ -303,6 +309,7 @@ class OrgDeleteCrashTest(DaemonTest):
                                     (o["id"],)).fetchone()[0], 0)
         db.close()
         self.assertIn("finishing its delete", self.daemon.log_tail(100000))
+        self.assertEqual([p for p in imgs if os.path.exists(p)], [], "the volume's storage is left")
 
 
 if __name__ == "__main__":

@@ -211,6 +211,20 @@ class QuotasTest(unittest.TestCase):
         k.request("DELETE", "/v1/volumes/v1", expect=204)
         k.request("POST", "/v1/volumes", body={"name": "v2", "size_mb": 16}, expect=201)
 
+    def test_databases_and_snapshots(self):
+        name, k = self.org(max_databases=0, max_snapshot_bytes=0)
+        self.assertQuota(lambda: k.request("POST", "/v1/databases", body={"name": "d1"}, timeout=120),
+                         "max_databases", 0, 0)
+        self.admin.request("PUT", "/v1/orgs/%s/quotas" % name, body={"max_database_bytes": 100 << 20,
+                                                                      "max_snapshot_bytes": 0})
+        self.assertQuota(lambda: k.request("POST", "/v1/databases", body={"name": "d1", "size_mb": 200},
+                                           timeout=120), "max_database_bytes", 100 << 20, 0)
+        sid = k.create(ttl_seconds=120)["id"]
+        self.assertQuota(lambda: k.request("POST", "/v1/sandboxes/%s/snapshots" % sid, body={}, timeout=120),
+                         "max_snapshot_bytes", 0, 0)
+        self.assertEqual(k.request("GET", "/v1/snapshots")[1]["snapshots"], [])
+        k.delete(sid)
+
     def test_fork_counts_children(self):
         ck = self.c.healthz().get("checkpoints") or {}
         if not ck.get("available"):
