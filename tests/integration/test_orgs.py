@@ -176,6 +176,37 @@ class OrgsTest(DaemonTest):
         self.assertEqual(rows, [("killed",)])
         self.assertEqual((nvol, nkeys), (0, 0))
 
+    def test_force_delete_with_database_and_snapshot(self):
+        o, k = new_org(self, self.admin)
+        _, d = k.request("POST", "/v1/databases", body={"name": "db1"}, expect=201, timeout=300)
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.daemon.data_dir, "moat.db"), uri=True,
+                             timeout=30)
+        row = db.execute("SELECT sandbox_id, volume FROM databases WHERE id = ?", (d["id"],)).fetchone()
+        db.close()
+        server = row[0]
+        pid = self.daemon.sandbox_host(server)["pid"] if server else None
+        sid = k.create(ttl_seconds=600)["id"]
+        ck = self.c.healthz().get("checkpoints") or {}
+        snap = None
+        if ck.get("available"):
+            _, snap = k.request("POST", "/v1/sandboxes/%s/snapshots" % sid, body={}, expect=201, timeout=120)
+        self.admin.request("DELETE", "/v1/orgs/" + o["id"], query={"force": "true"}, expect=204, timeout=300)
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.daemon.data_dir, "moat.db"), uri=True,
+                             timeout=30)
+        left = [db.execute(q, (o["id"],)).fetchone()[0] for q in (
+            "SELECT count(*) FROM databases WHERE org = ?", "SELECT count(*) FROM volumes WHERE org = ?",
+            "SELECT count(*) FROM snapshots WHERE org = ?",
+            "SELECT count(*) FROM sandboxes WHERE org = ? AND state != 'killed'")]
+        db.close()
+        self.assertEqual(left, [0, 0, 0, 0])
+        if pid:
+            deadline = time.time() + 10
+            while pid_alive(pid) and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertFalse(pid_alive(pid), "the database's server still runs")
+        if snap:
+            self.assertEqual(glob.glob(os.path.join(self.daemon.data_dir, "**", snap["id"] + "*"), recursive=True), [])
+
     def test_revoked_key_ends_its_streams(self):
         o, k = new_org(self, self.admin)
         _, member = k.request("POST", "/v1/keys", body={"name": "streamer", "role": "member"}, expect=201)
