@@ -133,6 +133,22 @@ static void test_store_orgs(void) {
   moat_store_org_clear(&o);
   CHECK(moat_store_org_set_quotas(s, "bolt", "{}", &err) < 0, "a deleted org takes no quotas");
   moat_error_free(&err);
+  CHECK(moat_store_key_add(s, "bolt", "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100",
+                           &err) == 0 &&
+            moat_store_org_get(s, "bolt", &o, &err) == 0 && o.deleted_at_ms == 0,
+        "a new key of a deleted org makes it anew");
+  moat_store_org_clear(&o);
+  CHECK(moat_store_org_begin_delete(s, "bolt", 4500, &err) == 0 &&
+            moat_store_org_end_delete(s, "bolt", 4600, &err) == 0,
+        "delete bolt again");
+  CHECK(moat_store_org_create(s, "gone", 100, &err) == 0 &&
+            moat_store_org_begin_delete(s, "gone", 200, &err) == 0,
+        "begin the delete of org gone");
+  CHECK(moat_store_key_add(s, "gone", "aaeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100",
+                           &err) < 0 &&
+            err->status == EBUSY,
+        "no key is added to an org being deleted: EBUSY");
+  moat_error_free(&err);
   CHECK(moat_store_org_create(s, "bolt", 5000, &err) == 0 && moat_store_org_get(s, "bolt", &o, &err) == 0 &&
             o.deleted_at_ms == 0 && o.created_at_ms == 5000 && strcmp(o.quotas_json, "{}") == 0,
         "a deleted org's id is made anew");
