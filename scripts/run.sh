@@ -70,8 +70,15 @@ t1=$(date +%s.%N)
 echo "(exit code $rc, $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s including create and kill)"
 echo
 pid=$(cat "$DATA/moatd.pid" 2>/dev/null || echo "?")
+# the platform admin key (manages orgs and their quotas: moat org ..., moat quota ...), made once
+if [ ! -s "$DATA/admin-key" ]; then
+  (umask 077 && build/moatd key create --data-dir "$DATA" --admin --name platform 2>/dev/null >"$DATA/admin-key.tmp" &&
+    mv "$DATA/admin-key.tmp" "$DATA/admin-key") || echo "run.sh: could not make the platform admin key" >&2
+fi
 cat <<MSG
 moatd keeps running: pid $pid, API $URL, key in $DATA/api-key, log $LOG.
+Org key (org "default"):   $(cat "$DATA/api-key" 2>/dev/null)
+Platform admin key:        $(cat "$DATA/admin-key" 2>/dev/null)   (in $DATA/admin-key: MOAT_API_KEY=\$(cat $DATA/admin-key) build/moat org ls)
 Try:  build/moat create            (prints an id)
       build/moat exec ID -- ls -la /
       build/moat ls

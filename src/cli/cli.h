@@ -109,6 +109,10 @@ int cmd_run(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_volume(int argc, char **argv);
+/* orgs and quotas (cmd_org.c) */
+int cmd_org(int argc, char **argv);
+int cmd_quota(int argc, char **argv);
+int cmd_usage(int argc, char **argv);
 int cmd_db(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 int cmd_attach(int argc, char **argv);

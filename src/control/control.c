@@ -110,13 +110,24 @@ void live_put(struct moat_control *c, struct live *e) {
 }
 
 /* Adds e (refs = 1 for the table) to the table. */
-void live_add(struct moat_control *c, struct live *e) {
-  pthread_mutex_lock(&c->lock);
+void live_add_locked(struct moat_control *c, struct live *e) {
   unsigned b = bucket_of(e->id);
   e->next = c->buckets[b];
   c->buckets[b] = e;
   e->refs++;
   e->in_table = true;
+  e->counted = e->state != MOAT_SB_HIBERNATED && e->state != MOAT_SB_KILLED;
+}
+
+void live_each_locked(struct moat_control *c, void (*fn)(struct live *e, void *arg), void *arg) {
+  for (unsigned b = 0; b < NBUCKETS; b++)
+    for (struct live *e = c->buckets[b]; e; e = e->next)
+      fn(e, arg);
+}
+
+void live_add(struct moat_control *c, struct live *e) {
+  pthread_mutex_lock(&c->lock);
+  live_add_locked(c, e);
   pthread_mutex_unlock(&c->lock);
 }
 
@@ -420,6 +431,13 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
       .hibernate_after_s = n->hibernate_after_s,
   };
 
+  struct moat_quotas quotas;
+  if (ctl_quotas_load(c, org, &quotas, err) < 0)
+    return -1;
+  if (quotas.v[MOAT_Q_TTL_SECONDS] >= 0 && !n->persistent && ttl > quotas.v[MOAT_Q_TTL_SECONDS])
+    return moat_error_set(err, MOAT_E_QUOTA, "over quota max_ttl_seconds: limit %lld, use %lld",
+                          (long long)quotas.v[MOAT_Q_TTL_SECONDS], (long long)ttl);
+
   struct live *e = live_new(id, org);
   e->state = MOAT_SB_CREATING;
   e->env = n->env ? json_deep_copy(n->env) : json_object();
@@ -430,11 +448,17 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   e->hibernate_after_s = n->hibernate_after_s;
   e->last_api_ms = now_unix_ms();
   pthread_mutex_lock(&e->m); /* a kill or exec of this id waits until the create is done */
-  live_add(c, e);
+  /* the quotas' check and reservation, before anything slow */
+  if (ctl_live_admit(c, e, &quotas, err) < 0) {
+    pthread_mutex_unlock(&e->m);
+    live_put(c, e);
+    return -1;
+  }
 
   if (moat_store_sandbox_insert(c->store, &row, n->forked_from ? "fork" : "api", err) < 0) {
     moat_error_wrap(err, "create sandbox");
     e->state = MOAT_SB_KILLED;
+    ctl_live_unadmit(c, e);
     live_remove(c, e);
     pthread_mutex_unlock(&e->m);
     live_put(c, e);
@@ -485,6 +509,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
       moat_error_free(&e2);
     }
     e->state = MOAT_SB_KILLED;
+    ctl_live_unadmit(c, e);
     live_remove(c, e);
     pthread_mutex_unlock(&e->m);
     live_put(c, e);
@@ -503,6 +528,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
       moat_store_sandbox_set_running(c->store, id, inst.slot, inst.pid, inst.start_time, ready_us, expires,
                                      err) < 0) {
     moat_error_wrap(err, "create sandbox");
+    ctl_live_unadmit(c, e);
     kill_locked(c, e, "error", NULL);
     pthread_mutex_unlock(&e->m);
     live_put(c, e);
@@ -564,6 +590,8 @@ int moat_control_update(struct moat_control *c, const char *org, const char *id,
     return -1;
   if (patch->metadata && !json_is_object(patch->metadata))
     return moat_error_set(err, EINVAL, "metadata: must be an object");
+  if (patch->has_ttl && moat_control_quota_check(c, org, MOAT_Q_TTL_SECONDS, patch->ttl_seconds, 0, err) < 0)
+    return -1;
 
   struct moat_store_sandbox r = {0};
   if (moat_store_sandbox_get(c->store, org, id, &r, err) < 0)
@@ -1072,6 +1100,7 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   ctl_health_open(c, cfg->guest_timeout_ms);
   c->health_open = true;
   ctl_databases_open(c);
+  ctl_orgs_open(c);
   if (!cfg->audit_off && ctl_audit_open(c, err) < 0)
     goto fail;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
@@ -1128,6 +1157,7 @@ void moat_control_close(struct moat_control *c) {
   ctl_db_events_close(c);
   pthread_mutex_destroy(&c->db_lock);
   ctl_cpu_free(c->cpu);
+  ctl_orgs_close(c);
   free(c->snap_dir);
   free(c->hib_dir);
   free(c->tmp_dir);

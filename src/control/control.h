@@ -165,7 +165,8 @@ int moat_control_auth(struct moat_control *c, const char *api_key, char **org, m
 /* ---- API keys (keys.c) ----
  * A key has a role: admin (everything, keys included), member (everything but managing keys),
  * readonly (GET and HEAD routes only). The API enforces roles where it routes a request. */
-enum moat_key_role { MOAT_ROLE_ADMIN = 0, MOAT_ROLE_MEMBER, MOAT_ROLE_READONLY };
+/* MOAT_ROLE_PLATFORM: the platform admin's key (orgs.c); moat_key_role_parse never yields it. */
+enum moat_key_role { MOAT_ROLE_ADMIN = 0, MOAT_ROLE_MEMBER, MOAT_ROLE_READONLY, MOAT_ROLE_PLATFORM };
 #define MOAT_KEY_ID_LEN 20   /* "key-" + 16 lowercase base-36 characters */
 #define MOAT_KEY_NAME_MAX 64 /* bytes */
 #define MOAT_ORG_MAX 128     /* bytes */
@@ -199,6 +200,80 @@ int moat_control_keys_list(struct moat_control *c, const char *org, struct moat_
                            moat_error **err);
 /* Deletes org's key id: its next request is refused. 0, or -1 (ENOENT: no such key in org). */
 int moat_control_keys_delete(struct moat_control *c, const char *org, const char *id, moat_error **err);
+/* A counter that grows whenever a key is revoked (a delete, its org's delete): a stream holding
+ * key id checks moat_control_key_alive when it sees the counter move (atomic read; pure). */
+uint64_t moat_control_keys_gen(const struct moat_control *c);
+/* 1 while key id exists, 0 once it was revoked, -1 on a store error (*err). */
+int moat_control_key_alive(struct moat_control *c, const char *id, moat_error **err);
+
+/* ---- orgs and their quotas (orgs.c) ----
+ * The platform admin key (`moatd key create --admin`, role "platform") belongs to the reserved org
+ * MOAT_PLATFORM_ORG: it manages orgs and their quotas and nothing else (no tenant's sandboxes). */
+#define MOAT_PLATFORM_ORG "_platform"
+#define MOAT_E_QUOTA ECHRNG /* API 429 quota_exceeded; the message holds "over quota Q: limit L, use U" */
+enum moat_quota {
+  MOAT_Q_SANDBOXES = 0, /* live sandboxes: creating, running, paused (not hibernated) */
+  MOAT_Q_CREATES_PER_HOUR,
+  MOAT_Q_VCPUS,     /* sum of live sandboxes' cpu limits */
+  MOAT_Q_MEMORY_MB, /* sum of live sandboxes' memory limits */
+  MOAT_Q_TTL_SECONDS,
+  MOAT_Q_SNAPSHOT_BYTES,
+  MOAT_Q_VOLUMES,
+  MOAT_Q_VOLUME_BYTES,
+  MOAT_Q_DATABASES,
+  MOAT_Q_DATABASE_BYTES,
+  MOAT_Q_N
+};
+const char *moat_quota_name(enum moat_quota q); /* "max_sandboxes", ... */
+struct moat_quotas {
+  int64_t v[MOAT_Q_N]; /* -1 = unlimited */
+};
+/* A quotas object ({"max_sandboxes": 50, ...}; null or absent = unlimited) -> *out: EINVAL for an
+ * unknown name or a value that is not an integer in 0..2^53 (pure). */
+int moat_quotas_parse(const json_t *o, struct moat_quotas *out, moat_error **err);
+json_t *moat_quotas_json(const struct moat_quotas *q); /* every name, null when unlimited */
+/* True for an org id the API may make: [a-z0-9][a-z0-9_.-]{0,62} (pure). */
+bool moat_org_id_valid(const char *id);
+struct moat_org_info {
+  char *id;
+  int64_t created_at_ms;
+  bool deleting; /* a delete began and did not finish */
+  struct moat_quotas quotas;
+};
+void moat_org_info_clear(struct moat_org_info *o);
+void moat_org_infos_free(struct moat_org_info *v, size_t n);
+/* Makes org id and its first admin key (*secret, caller frees): EINVAL for a bad or reserved id,
+ * EEXIST when it exists. */
+int moat_control_org_create(struct moat_control *c, const char *id, struct moat_org_info *out,
+                            struct moat_key_info *key, char **secret, moat_error **err);
+/* ENOENT for an unknown or deleted org. */
+int moat_control_org_get(struct moat_control *c, const char *id, struct moat_org_info *out, moat_error **err);
+/* Orgs with id > after (NULL: first), by id, at most limit; the reserved org is not listed. */
+int moat_control_org_list(struct moat_control *c, const char *after, unsigned limit,
+                          struct moat_org_info **out, size_t *n, moat_error **err);
+/* Deletes org id: its keys are revoked at once. Without force EBUSY while it has a live sandbox,
+ * a volume, a database or a snapshot; with force they are killed and deleted first. A delete cut
+ * short (a crash) is finished by the next moatd's open. */
+int moat_control_org_delete(struct moat_control *c, const char *id, bool force, moat_error **err);
+/* ENOENT for an unknown org. */
+int moat_control_org_quotas_set(struct moat_control *c, const char *id, const struct moat_quotas *q,
+                                moat_error **err);
+/* The org's use against each quota now (same indexes; creates_per_hour: the creates of the last
+ * hour this moatd admitted). */
+int moat_control_org_usage(struct moat_control *c, const char *id, struct moat_quotas *quotas,
+                           int64_t use[MOAT_Q_N], moat_error **err);
+/* Before org makes a volume (kind MOAT_Q_VOLUMES) or a database (MOAT_Q_DATABASES) of add_bytes, or
+ * a snapshot (MOAT_Q_SNAPSHOT_BYTES, add_bytes 0: refused once the use reached the limit): MOAT_E_QUOTA
+ * when it would go over the count or the bytes. When the org has such a quota, the check holds a
+ * lock (*held) that quota_storage_end releases once the thing is made or failed, so that
+ * concurrent makes of one kind cannot overshoot. */
+int moat_control_quota_storage_begin(struct moat_control *c, const char *org, enum moat_quota kind,
+                                     int64_t add_bytes, bool *held, moat_error **err);
+void moat_control_quota_storage_end(struct moat_control *c, bool held);
+/* MOAT_E_QUOTA when org would go over quota q with add more (use counted by the caller, pure
+ * check with the store's quotas). */
+int moat_control_quota_check(struct moat_control *c, const char *org, enum moat_quota q, int64_t use,
+                             int64_t add, moat_error **err);
 
 int moat_control_create(struct moat_control *c, const char *org, const struct moat_sandbox_spec *spec,
                         struct moat_sandbox_info *out, moat_error **err);

@@ -24,6 +24,8 @@ struct live {
   struct live *next;     /* hash chain; c->lock */
   unsigned refs;         /* c->lock: the table's reference plus one per user */
   bool in_table;         /* c->lock */
+  bool counted;          /* c->lock: counts against its org's live quotas (orgs.c) */
+  int64_t rate_at_ms;    /* c->lock: its create's mark in the org's creates_per_hour window, or 0 */
   int inflight;          /* execs running now (counted under m, see acquire_running); atomic */
   bool health_check;     /* a check of an unanswering guest runs (health.c); atomic */
   int64_t expires_at_ms; /* atomic reads allowed (get/list overlay it); written under m */
@@ -118,12 +120,21 @@ struct moat_control {
    * port in sandbox URLs; port 0 (atomic) while there is none */
   char db_sandbox_host[16];
   unsigned db_sandbox_port;
+  /* orgs.c: the creates of the last hour per org and the orgs being deleted (c->lock); keys_gen
+   * (atomic) grows with every revocation */
+  struct ctl_org_rate *rates;
+  char **deleting_orgs;
+  size_t n_deleting;
+  uint64_t keys_gen;
 };
 
 /* ---- control.c ---- */
 struct live *live_get(struct moat_control *c, const char *id); /* reference taken, or NULL */
 void live_put(struct moat_control *c, struct live *e);
 void live_add(struct moat_control *c, struct live *e);
+void live_add_locked(struct moat_control *c, struct live *e); /* c->lock held */
+/* Calls fn for each entry in the table (c->lock held: fn locks nothing). */
+void live_each_locked(struct moat_control *c, void (*fn)(struct live *e, void *arg), void *arg);
 void live_remove(struct moat_control *c, struct live *e);
 struct live *live_new(const char *id, const char *org);
 /* Takes the guest endpoint of e's new slot (m held). */
@@ -162,6 +173,28 @@ struct ctl_new {
  * id (MOAT_ID_LEN + 1) when not NULL. On failure nothing is left but a row recorded killed. */
 int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n, char *id,
                struct moat_sandbox_info *out, moat_error **err);
+
+/* ---- orgs.c ---- */
+/* Adds e (a new create, m held) to the table unless its org is being deleted (EACCES) or the create
+ * would go over the org's quotas q (MOAT_E_QUOTA): the check and the reservation are one step
+ * under c->lock. q NULL: no quotas. */
+int ctl_live_admit(struct moat_control *c, struct live *e, const struct moat_quotas *q, moat_error **err);
+/* A create that failed after ctl_live_admit: its mark in the hourly window goes (before live_remove). */
+void ctl_live_unadmit(struct moat_control *c, struct live *e);
+/* Org's quotas from the store (all unlimited for an org without a row). */
+int ctl_quotas_load(struct moat_control *c, const char *org, struct moat_quotas *q, moat_error **err);
+/* Before a wake of e (m held, hibernated): reserves its live use, or MOAT_E_QUOTA. */
+int ctl_quota_wake(struct moat_control *c, struct live *e, moat_error **err);
+/* e stops counting (hibernated, or a wake failed). */
+void ctl_live_uncount(struct moat_control *c, struct live *e);
+/* MOAT_E_QUOTA unless count more sandboxes of limits fit org's live quotas now (no reservation). */
+int ctl_quota_precheck(struct moat_control *c, const char *org, unsigned count, const struct moat_limits *l,
+                       moat_error **err);
+/* At open: finishes the org deletes a crash cut short. */
+void ctl_orgs_open(struct moat_control *c);
+void ctl_orgs_close(struct moat_control *c);
+/* A key was revoked: streams recheck theirs (keys.c). */
+void ctl_keys_revoked(struct moat_control *c);
 
 /* ---- volumes.c ---- */
 /* Before a create records anything: every volume is org's and no read-write one is held. */

@@ -585,9 +585,24 @@ static int db_finish(struct moat_control *c, struct moat_store_database *row, co
   return 0;
 }
 
+static int database_create(struct moat_control *c, const char *org, const struct moat_database_spec *spec,
+                           struct moat_database_info *out, moat_error **err);
+
+/* The org's database quotas are checked (and held) around the create. */
 int moat_control_database_create(struct moat_control *c, const char *org,
                                  const struct moat_database_spec *spec, struct moat_database_info *out,
                                  moat_error **err) {
+  uint64_t size = spec->size_mb ? spec->size_mb : MOAT_DB_DEFAULT_SIZE_MB;
+  bool held = false;
+  if (moat_control_quota_storage_begin(c, org, MOAT_Q_DATABASES, (int64_t)(size << 20), &held, err) < 0)
+    return -1;
+  int rc = database_create(c, org, spec, out, err);
+  moat_control_quota_storage_end(c, held);
+  return rc;
+}
+
+static int database_create(struct moat_control *c, const char *org, const struct moat_database_spec *spec,
+                           struct moat_database_info *out, moat_error **err) {
   if (!moat_database_name_valid(spec->name))
     return moat_error_set(err, EINVAL, "name: must match ^[a-z0-9][a-z0-9_-]{0,62}$");
   uint64_t size = spec->size_mb ? spec->size_mb : MOAT_DB_DEFAULT_SIZE_MB;

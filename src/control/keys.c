@@ -20,10 +20,11 @@ static const char *const role_names[] = {
     [MOAT_ROLE_ADMIN] = "admin",
     [MOAT_ROLE_MEMBER] = "member",
     [MOAT_ROLE_READONLY] = "readonly",
+    [MOAT_ROLE_PLATFORM] = "platform",
 };
 
 int moat_key_role_parse(const char *s, enum moat_key_role *role) {
-  for (size_t i = 0; s && i < ARRAY_SIZE(role_names); i++)
+  for (size_t i = 0; s && i < MOAT_ROLE_PLATFORM; i++)
     if (strcmp(s, role_names[i]) == 0) {
       *role = (enum moat_key_role)i;
       return 0;
@@ -93,7 +94,9 @@ static void info_from_store(const struct moat_store_key *k, struct moat_key_info
   snprintf(out->org, sizeof(out->org), "%s", k->org ? k->org : "");
   snprintf(out->name, sizeof(out->name), "%s", k->name ? k->name : "");
   /* a role this binary does not know (a newer one wrote it) gets the least */
-  if (moat_key_role_parse(k->role, &out->role) < 0)
+  if (k->role && strcmp(k->role, "platform") == 0 && k->org && strcmp(k->org, MOAT_PLATFORM_ORG) == 0)
+    out->role = MOAT_ROLE_PLATFORM;
+  else if (moat_key_role_parse(k->role, &out->role) < 0)
     out->role = MOAT_ROLE_READONLY;
   out->created_at_ms = k->created_at_ms;
   out->expires_at_ms = k->expires_at_ms;
@@ -140,7 +143,14 @@ int moat_control_key_create(const char *data_dir, const char *org, const char *n
     return moat_error_set(err, EINVAL, "name: must be 1 to %d bytes of printable ASCII", MOAT_KEY_NAME_MAX);
   if (!role)
     role = "admin";
-  if (moat_key_role_parse(role, &rl) < 0)
+  /* the platform admin's key (--admin) is the only one of the reserved org */
+  bool platform = strcmp(role, "platform") == 0;
+  if (platform != (strcmp(org, MOAT_PLATFORM_ORG) == 0))
+    return moat_error_set(err, EINVAL, "org %s is reserved for the platform admin key (--admin)",
+                          MOAT_PLATFORM_ORG);
+  if (platform)
+    rl = MOAT_ROLE_PLATFORM;
+  else if (moat_key_role_parse(role, &rl) < 0)
     return moat_error_set(err, EINVAL, "role: must be admin, member or readonly");
   _cleanup_free_ char *db = xasprintf("%s/moat.db", data_dir);
   struct moat_store *s;
@@ -260,5 +270,18 @@ int moat_control_keys_list(struct moat_control *c, const char *org, struct moat_
 int moat_control_keys_delete(struct moat_control *c, const char *org, const char *id, moat_error **err) {
   if (!moat_key_id_valid(id))
     return moat_error_set(err, ENOENT, "no API key '%.64s'", id);
-  return moat_store_key_delete(c->store, org, id, err);
+  if (moat_store_key_delete(c->store, org, id, err) < 0)
+    return -1;
+  ctl_keys_revoked(c);
+  return 0;
+}
+
+void ctl_keys_revoked(struct moat_control *c) { __atomic_add_fetch(&c->keys_gen, 1, __ATOMIC_SEQ_CST); }
+
+uint64_t moat_control_keys_gen(const struct moat_control *c) {
+  return __atomic_load_n(&c->keys_gen, __ATOMIC_SEQ_CST);
+}
+
+int moat_control_key_alive(struct moat_control *c, const char *id, moat_error **err) {
+  return moat_store_key_exists(c->store, id, err);
 }

@@ -389,6 +389,7 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
   if (!was_paused)
     e->paused_at_ms = now;
   e->state = MOAT_SB_HIBERNATED;
+  ctl_live_uncount(c, e);
   memset(&e->guest, 0, sizeof(e->guest));
   e->pid = 0;
   e->start_time = 0;
@@ -416,7 +417,11 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
   struct moat_instance inst;
   memset(&inst, 0, sizeof(inst));
   uint64_t t0 = now_ns();
+  /* a woken sandbox is live again: its org's live quotas are reserved before the restore */
+  if (ctl_quota_wake(c, e, err) < 0)
+    return moat_error_wrap(err, "wake %s", e->id);
   if (moat_host_restore(c->host, dir, ctl_image_of(e->template_name), &e->limits, 0, &inst, err) < 0) {
+    ctl_live_uncount(c, e);
     host_error(err);
     return moat_error_wrap(err, "wake %s", e->id);
   }
@@ -441,6 +446,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
       log_error("wake %s: destroy slot %d: %s", e->id, inst.slot, moat_error_msg(e2));
       moat_error_free(&e2);
     }
+    ctl_live_uncount(c, e);
     return moat_error_wrap(err, "wake %s", e->id);
   }
   moat_crash_point("wake.recorded");
@@ -570,8 +576,22 @@ static bool valid_snapshot_id(const char *sid) {
   return true;
 }
 
+static int snapshot_create(struct moat_control *c, const char *org, const char *id, json_t *metadata,
+                           struct moat_snapshot_info *out, moat_error **err);
+
+/* Refused once the org's snapshots reached max_snapshot_bytes. */
 int moat_control_snapshot_create(struct moat_control *c, const char *org, const char *id, json_t *metadata,
                                  struct moat_snapshot_info *out, moat_error **err) {
+  bool held = false;
+  if (moat_control_quota_storage_begin(c, org, MOAT_Q_SNAPSHOT_BYTES, 0, &held, err) < 0)
+    return -1;
+  int rc = snapshot_create(c, org, id, metadata, out, err);
+  moat_control_quota_storage_end(c, held);
+  return rc;
+}
+
+static int snapshot_create(struct moat_control *c, const char *org, const char *id, json_t *metadata,
+                           struct moat_snapshot_info *out, moat_error **err) {
   if (moat_spec_check_metadata(metadata, err) < 0)
     return -1;
   if (!moat_host_can_checkpoint(c->host))
@@ -829,6 +849,13 @@ int tt_fork_ids(struct moat_control *c, const char *org, const char *id, unsigne
   struct moat_store_sandbox row = {0};
   if (moat_store_sandbox_get(c->store, org, id, &row, err) < 0)
     return -1;
+  /* count children count against the org's quotas: refused before the checkpoint when they cannot
+   * fit (each child's create reserves its own share again) */
+  struct moat_limits rl = {row.cpu, row.memory_mb, row.pids, row.disk_mb};
+  if (ctl_quota_precheck(c, org, count, &rl, err) < 0) {
+    moat_store_sandbox_clear(&row);
+    return moat_error_wrap(err, "%s", why);
+  }
   struct live *e = lock_live(c, org, id, err);
   if (!e) {
     moat_store_sandbox_clear(&row);

@@ -29,6 +29,8 @@ static void usage(FILE *f) {
           "usage: moatd [--listen HOST:PORT] [--data-dir DIR] [--template-dir DIR] [--recipes DIR]\n"
           "             [--guest PATH] [--pool N] [--log-level debug|info|warn|error]\n"
           "       moatd key create --data-dir DIR --org ORG [--name NAME] [--role admin|member|readonly]\n"
+          "       moatd key create --data-dir DIR --admin [--name NAME]   (the platform admin key: manages "
+          "orgs)\n"
           "\n"
           "  --listen HOST:PORT   address to serve the API on (default 127.0.0.1:7070)\n"
           "  --data-dir DIR       state: moat.db, api-key, sandboxes (default ./.moat)\n"
@@ -215,10 +217,15 @@ static void check_port(const char *flag, const char *listen_addr) {
 static int key_create(int argc, char **argv) {
   const char *data_dir = "./.moat", *org = NULL, *name = NULL, *role = NULL;
   static const struct option opts[] = {
-      {"data-dir", required_argument, NULL, 'd'}, {"org", required_argument, NULL, 'o'},
-      {"name", required_argument, NULL, 'n'},     {"role", required_argument, NULL, 'r'},
-      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+      {"data-dir", required_argument, NULL, 'd'},
+      {"org", required_argument, NULL, 'o'},
+      {"name", required_argument, NULL, 'n'},
+      {"role", required_argument, NULL, 'r'},
+      {"help", no_argument, NULL, 'h'},
+      {"admin", no_argument, NULL, 'a'},
+      {NULL, 0, NULL, 0},
   };
+  bool admin = false;
   int ch;
   optind = 1;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -235,6 +242,9 @@ static int key_create(int argc, char **argv) {
     case 'r':
       role = optarg;
       break;
+    case 'a':
+      admin = true;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -242,6 +252,14 @@ static int key_create(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
+  }
+  if (admin && (org || role)) {
+    fprintf(stderr, "moatd: key create: --admin makes the platform admin key: no --org or --role with it\n");
+    return 2;
+  }
+  if (admin) {
+    org = MOAT_PLATFORM_ORG;
+    role = "platform";
   }
   if (optind != argc || !org) {
     usage(stderr);

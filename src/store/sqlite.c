@@ -158,6 +158,11 @@ static const char *const migrations[] = {
     "  status INTEGER NOT NULL);"
     "CREATE INDEX audit_org_at ON audit(org, at_ms);"
     "CREATE INDEX audit_at ON audit(at_ms);",
+    /* 9 -> 10: orgs the platform admin manages (sqlite_orgs.c): their quotas (a JSON object), and a
+     * delete in progress (deleting_at_ms) or done (deleted_at_ms; the row stays for old rows' sake) */
+    "ALTER TABLE orgs ADD COLUMN quotas TEXT NOT NULL DEFAULT '{}';"
+    "ALTER TABLE orgs ADD COLUMN deleting_at_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE orgs ADD COLUMN deleted_at_ms INTEGER NOT NULL DEFAULT 0;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,

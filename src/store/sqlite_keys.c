@@ -43,9 +43,30 @@ static int insert_locked(struct moat_store *s, const struct moat_store_key *k, c
   static const char ins[] =
       "INSERT INTO api_keys (key_hash, org, created_at_ms, id, name, role, expires_at_ms)"
       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+  static const char busy[] = "SELECT deleting_at_ms FROM orgs WHERE id = ?1";
+  static const char revive[] = "UPDATE orgs SET deleted_at_ms = 0, quotas = '{}', created_at_ms = ?2"
+                               " WHERE id = ?1 AND deleted_at_ms > 0";
   if (sql_ensure_org(s, k->org, err) < 0)
     return -1;
-  sqlite3_stmt *st = sql_stmt(s, ins, err);
+  /* a key of an org being deleted would outlive it; a key of a deleted org makes it anew */
+  sqlite3_stmt *st = sql_stmt(s, busy, err);
+  if (!st)
+    return -1;
+  sql_bind_text(st, 1, k->org);
+  int rc = sqlite3_step(st);
+  bool deleting = rc == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0;
+  sqlite3_reset(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return sql_db_error(s, rc, err, "look up org");
+  if (deleting)
+    return moat_error_set(err, EBUSY, "org %s is being deleted", k->org);
+  if (!(st = sql_stmt(s, revive, err)))
+    return -1;
+  sql_bind_text(st, 1, k->org);
+  sqlite3_bind_int64(st, 2, now_unix_ms());
+  if (sql_step_done(s, st, err, "make org anew") < 0)
+    return -1;
+  st = sql_stmt(s, ins, err);
   if (!st)
     return -1;
   sql_bind_text(st, 1, hash);

@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 9 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 10 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -374,5 +374,33 @@ struct moat_store_event {
 int moat_store_events(struct moat_store *s, const char *id, struct moat_store_event **out, size_t *n,
                       moat_error **err);
 void moat_store_events_free(struct moat_store_event *v, size_t n);
+
+/* ---- orgs (sqlite_orgs.c): the tenants a platform admin manages ----
+ * A row is made by org_create or implicitly by the first key or sandbox of an org. A deleted org
+ * keeps its row (deleted_at_ms > 0; old sandbox rows name it) and has no keys; org_create of its id
+ * makes it anew (no quotas). quotas is a JSON object (control/orgs.c validates it). */
+struct moat_store_org {
+  char *id;
+  int64_t created_at_ms, deleting_at_ms, deleted_at_ms;
+  char *quotas_json;
+};
+void moat_store_org_clear(struct moat_store_org *o);
+void moat_store_orgs_free(struct moat_store_org *v, size_t n);
+/* EEXIST when a live (not deleted) org has that id. */
+int moat_store_org_create(struct moat_store *s, const char *id, int64_t at_ms, moat_error **err);
+/* ENOENT when there is no row (a deleted org's row is answered: check deleted_at_ms). */
+int moat_store_org_get(struct moat_store *s, const char *id, struct moat_store_org *out, moat_error **err);
+/* Orgs not deleted with id > after (NULL: from the start), by id, at most limit. deleting: only those
+ * whose delete began and did not end. */
+int moat_store_org_list(struct moat_store *s, const char *after, unsigned limit, bool deleting,
+                        struct moat_store_org **out, size_t *n, moat_error **err);
+int moat_store_org_set_quotas(struct moat_store *s, const char *id, const char *quotas_json,
+                              moat_error **err);
+/* Marks a delete begun (at_ms) and removes every key of the org, in one transaction. */
+int moat_store_org_begin_delete(struct moat_store *s, const char *id, int64_t at_ms, moat_error **err);
+/* Marks the delete done. */
+int moat_store_org_end_delete(struct moat_store *s, const char *id, int64_t at_ms, moat_error **err);
+/* 1 when key id exists, 0 when it does not, -1 on a store error. */
+int moat_store_key_exists(struct moat_store *s, const char *id, moat_error **err);
 
 #endif

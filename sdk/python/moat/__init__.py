@@ -9,6 +9,7 @@
 See docs/quickstart-python.md in the moat repository.
 """
 
+from .admin import Admin
 from .client import (DEFAULT_API_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIFECYCLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
                      DEFAULT_STREAM_IDLE_TIMEOUT, TIMEOUT_MARGIN, Client)
 from .database import Database, DatabaseConnection, Databases
@@ -25,7 +26,7 @@ from .sandbox_ops import EventStream
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "Client", "Volume", "VolumeAttachment", "Database", "DatabaseConnection", "Databases", "Template", "Templates", "BuildLogLine", "BuildEnd",
+    "Admin", "Sandbox", "Client", "Volume", "VolumeAttachment", "Database", "DatabaseConnection", "Databases", "Template", "Templates", "BuildLogLine", "BuildEnd",
     "BuildLogs", "BuildError", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
     "ExecResult", "SandboxInfo", "EntryInfo", "WriteInfo", "FilesystemEvent", "ProcessInfo", "Execution", "Result",
     "ExecutionError", "Snapshot", "ExploreOutcome",

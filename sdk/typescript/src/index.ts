@@ -17,6 +17,8 @@ export type {
 export { SandboxProcess, SIGNALS } from './process.js';
 export type { ExitInfo, ProcessInfo, OutputCallback, SignalName, StreamOptions } from './process.js';
 export { Files } from './files.js';
+export { Admin, QUOTA_NAMES } from './orgs.js';
+export type { OrgInfo, OrgCreated, Quotas, QuotaName, Usage } from './orgs.js';
 export { Volume } from './volume.js';
 export type { VolumeAttachment, VolumeMount } from './volume.js';
 export { Database } from './database.js';

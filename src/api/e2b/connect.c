@@ -182,6 +182,7 @@ struct cx_stream *cx_stream_new(struct api_req *r, json_t *keepalive) {
   s->client_fd = api_conn_fd(r);
   s->last_ns = now_ns();
   s->keepalive = keepalive;
+  api_key_watch_init(&s->key, r);
   const char *t = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Connect-Timeout-Ms");
   uint64_t v;
   if (t && parse_u64(t, &v) == 0 && v > 0)
@@ -240,6 +241,10 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
       return MHD_CONTENT_READER_END_OF_STREAM;
     if (api_stopping(s->api)) {
       cx_end(s, "unavailable", "moatd is stopping");
+      continue;
+    }
+    if (api_key_watch_revoked(&s->key)) {
+      cx_end(s, "unauthenticated", "the API key of this stream was revoked");
       continue;
     }
     if (api_client_gone(s->client_fd))

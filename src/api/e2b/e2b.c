@@ -289,7 +289,12 @@ static void user_port_dispatch(struct api_req *r, struct e2b_req *e) {
 }
 
 /* A readonly key may make GET and HEAD calls only: true after answering 403 to another. */
+/* Also refuses the platform admin key: it manages orgs (/v1/orgs), it is no tenant's key. */
 static bool e2b_refuse_readonly(struct api_req *r, const char *method) {
+  if (r->has_key && r->key.role == MOAT_ROLE_PLATFORM) {
+    e2b_error(r, 403, "this is the platform admin key: it manages orgs (/v1/orgs) and nothing of an org's");
+    return true;
+  }
   if (!r->has_key || r->key.role != MOAT_ROLE_READONLY || strcmp(method, "GET") == 0 ||
       strcmp(method, "HEAD") == 0)
     return false;

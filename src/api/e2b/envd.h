@@ -51,12 +51,13 @@ struct cx_stream {
   int client_fd;       /* not owned */
   struct moat_buf out; /* envelopes not yet handed to MHD */
   size_t out_pos;
-  bool done;             /* the end-of-stream envelope is in out */
-  bool cut;              /* once out is sent, reset the connection without an end (sandbox gone) */
-  uint64_t last_ns;      /* last byte handed to MHD */
-  uint64_t deadline_ns;  /* Connect-Timeout-Ms; 0 = none */
-  uint64_t keepalive_ns; /* Keepalive-Ping-Interval; 0 = none */
-  json_t *keepalive;     /* the keepalive message (owned) */
+  bool done;                /* the end-of-stream envelope is in out */
+  bool cut;                 /* once out is sent, reset the connection without an end (sandbox gone) */
+  uint64_t last_ns;         /* last byte handed to MHD */
+  uint64_t deadline_ns;     /* Connect-Timeout-Ms; 0 = none */
+  uint64_t keepalive_ns;    /* Keepalive-Ping-Interval; 0 = none */
+  json_t *keepalive;        /* the keepalive message (owned) */
+  struct api_key_watch key; /* the stream ends (unauthenticated) once its key is revoked */
   /* Waits up to timeout_ms for something to send and appends it (or ends the stream). */
   void (*pull)(struct cx_stream *s, int timeout_ms);
   /* Called once the deadline passed, before the deadline_exceeded end (may be NULL). */

@@ -55,6 +55,9 @@ unsigned api_errno_http(int status, const char **code) {
   case API_E_TOO_MANY:
     *code = "too_many_requests";
     return 429;
+  case MOAT_E_QUOTA:
+    *code = "quota_exceeded";
+    return 429;
   case MOAT_E_PAUSED:
     *code = "sandbox_paused";
     return 409;
@@ -93,6 +96,23 @@ unsigned api_errno_http(int status, const char **code) {
     *code = "internal";
     return 500;
   }
+}
+
+bool api_quota_detail(const char *msg, char quota[32], long long *limit, long long *use) {
+  const char *p = msg ? strstr(msg, "over quota ") : NULL;
+  return p && sscanf(p, "over quota %31[a-z_]: limit %lld, use %lld", quota, limit, use) == 3;
+}
+
+json_t *api_quota_error_json(const char *msg) {
+  json_t *o = api_error_json("quota_exceeded", msg);
+  char q[32];
+  long long limit, use;
+  if (api_quota_detail(msg, q, &limit, &use)) {
+    json_object_set_new(o, "quota", json_string(q));
+    json_object_set_new(o, "limit", json_integer(limit));
+    json_object_set_new(o, "use", json_integer(use));
+  }
+  return o;
 }
 
 void api_exec_enoent(struct api_req *r, moat_error *err) {

@@ -66,6 +66,9 @@ enum api_route_flag {
   /* a readonly key may send it with any method: the front end refuses the calls that change things
    * itself (MCP over POST: each tool says whether it only reads) */
   API_RT_ROLE_RPC = 1u << 6,
+  API_RT_PLATFORM = 1u << 7, /* the platform admin key only (managing orgs) */
+  API_RT_ORG = 1u << 8,      /* the platform admin key, or a key of the org {sid} names (else 404) */
+  API_RT_ANY_KEY = 1u << 9,  /* also the platform admin key (GET /v1/me) */
 };
 /* Roles, checked where a request is routed (server.c) before any handler: a readonly key may call
  * GET and HEAD routes only; a route with API_RT_ADMIN needs an admin key. Refusals are 403
@@ -382,8 +385,23 @@ int api_stream_reply(struct api_req *r, const struct api_stream_source *src, con
                      const char *first);
 /* "event: NAME\ndata: JSON\n\n" appended to out; data is consumed. */
 void api_sse_format(struct moat_buf *out, const char *name, json_t *data);
+/* A quota error's message ("... over quota Q: limit L, use U ...") -> its parts (pure). */
+bool api_quota_detail(const char *msg, char quota[32], long long *limit, long long *use);
+/* {code: "quota_exceeded", message, quota, limit, use} for a MOAT_E_QUOTA message. */
+json_t *api_quota_error_json(const char *msg);
 /* Turns an ENOENT of an exec into EINVAL when the sandbox is alive (a missing cwd). */
 void api_exec_enoent(struct api_req *r, moat_error *err);
+/* A long-lived request's key: streams end once it is revoked (a key delete, its org's delete).
+ * init takes the request's key (none: never revoked); revoked is cheap while no key was revoked
+ * anywhere (one atomic read) and asks the store only when one was. */
+struct api_key_watch {
+  struct moat_control *c;
+  char id[MOAT_KEY_ID_LEN + 1]; /* "" for a request without a key */
+  uint64_t gen;
+  bool revoked;
+};
+void api_key_watch_init(struct api_key_watch *w, const struct api_req *r);
+bool api_key_watch_revoked(struct api_key_watch *w);
 /* Streams (SSE, WebSocket) check this to end when moatd stops; threads that outlive their
  * request (WebSocket) hold the api while they run. */
 bool api_stopping(const struct moat_api *a);

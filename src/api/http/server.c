@@ -171,7 +171,9 @@ int api_reply_moat_error(struct api_req *r, moat_error **err) {
   unsigned status = api_errno_http(*err ? (*err)->status : 0, &code);
   if (status >= 500)
     log_warn("%s %s: %s", r->method, r->path ? r->path : "?", moat_error_msg(*err));
-  int ret = api_reply_json(r, status, api_error_json(code, moat_error_msg(*err)));
+  json_t *body = *err && (*err)->status == MOAT_E_QUOTA ? api_quota_error_json(moat_error_msg(*err))
+                                                        : api_error_json(code, moat_error_msg(*err));
+  int ret = api_reply_json(r, status, body);
   moat_error_free(err);
   return ret;
 }
@@ -489,12 +491,52 @@ int api_req_authorize(struct api_req *r, const char *method, unsigned flags) {
                            "this API key's role is readonly: it may only read (GET), not %s %.200s", method,
                            r->path),
            -1;
+  /* the platform admin's key manages orgs and nothing of a tenant's; no tenant key manages orgs */
+  bool platform = r->key.role == MOAT_ROLE_PLATFORM;
+  if (platform && !(flags & (API_RT_PLATFORM | API_RT_ORG | API_RT_ANY_KEY)))
+    return api_reply_error(
+               r, 403, "forbidden",
+               "this is the platform admin key: it manages orgs (/v1/orgs) and nothing of an org's"),
+           -1;
+  if ((flags & API_RT_PLATFORM) && !platform)
+    return api_reply_error(r, 403, "forbidden",
+                           "managing orgs needs the platform admin key (moatd key create --admin)"),
+           -1;
+  if ((flags & API_RT_ORG) && !platform && strcmp(r->route.sid, r->key.org) != 0)
+    return api_reply_error(r, 404, "not_found", "no org '%.64s'", r->route.sid), -1;
   if ((flags & API_RT_ADMIN) && r->key.role != MOAT_ROLE_ADMIN &&
       !((flags & API_RT_SELF) && strcmp(r->route.kid, r->key.id) == 0))
     return api_reply_error(r, 403, "forbidden",
                            "this API key's role is %s: managing API keys needs an admin key", role),
            -1;
   return 0;
+}
+
+void api_key_watch_init(struct api_key_watch *w, const struct api_req *r) {
+  memset(w, 0, sizeof(*w));
+  w->c = r->api->control;
+  if (r->has_key)
+    snprintf(w->id, sizeof(w->id), "%s", r->key.id);
+  w->gen = moat_control_keys_gen(w->c);
+}
+
+bool api_key_watch_revoked(struct api_key_watch *w) {
+  if (w->revoked)
+    return true;
+  if (!w->id[0] || !w->c)
+    return false;
+  uint64_t g = moat_control_keys_gen(w->c);
+  if (g == w->gen)
+    return false;
+  moat_error *err = NULL;
+  int alive = moat_control_key_alive(w->c, w->id, &err);
+  if (alive < 0) { /* a store error: looked at again on the next revocation */
+    moat_error_free(&err);
+    return false;
+  }
+  w->gen = g;
+  w->revoked = alive == 0;
+  return w->revoked;
 }
 
 bool api_req_readonly(const struct api_req *r) { return r->has_key && r->key.role == MOAT_ROLE_READONLY; }

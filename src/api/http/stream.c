@@ -26,6 +26,8 @@ struct stream {
   size_t out_pos;
   bool done; /* the last record is in out */
   uint64_t last_ns;
+  struct api_key_watch key; /* the stream ends once its key is revoked */
+  bool sse;
 };
 
 void api_sse_format(struct moat_buf *out, const char *name, json_t *data) {
@@ -58,6 +60,14 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
       return MHD_CONTENT_READER_END_WITH_ERROR;
     if (s->done)
       return MHD_CONTENT_READER_END_OF_STREAM;
+    if (api_key_watch_revoked(&s->key)) {
+      if (!s->sse)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+      api_sse_format(&s->out, "error",
+                     api_error_json("unauthorized", "the API key of this stream was revoked"));
+      s->done = true;
+      continue;
+    }
     if (api_stopping(s->api)) {
       if (s->src.stopping)
         s->src.stopping(s->src.ctx, &s->out);
@@ -95,6 +105,8 @@ int api_stream_reply(struct api_req *r, const struct api_stream_source *src, con
   s->client_fd = api_conn_fd(r);
   s->last_ns = now_ns();
   s->src = *src;
+  api_key_watch_init(&s->key, r);
+  s->sse = strstr(content_type, "event-stream") != NULL;
   if (first)
     moat_buf_append(&s->out, first, strlen(first));
   struct MHD_Response *resp =

@@ -148,7 +148,9 @@ static int run_whole(struct api_req *r, struct moat_ctx_run *u) {
   json_t *results = json_array();
   struct moat_ctx_event ev;
   bool ended = false;
-  while (!ended && !api_stopping(r->api)) {
+  struct api_key_watch key;
+  api_key_watch_init(&key, r);
+  while (!ended && !api_stopping(r->api) && !api_key_watch_revoked(&key)) {
     if (moat_ctx_run_next(u, &ev, CTX_POLL_MS) != 1)
       continue;
     if (ev.type == MOAT_CTX_STDOUT || ev.type == MOAT_CTX_STDERR) {

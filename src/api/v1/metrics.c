@@ -181,12 +181,74 @@ static void database_families(struct moat_control *c, const char *org, struct mo
   buf_printf(b, "moat_database_wake_seconds_count %llu\n", (unsigned long long)st.wakes_total);
 }
 
+/* moat_org_quota_use / moat_org_quota_limit {org, quota} of org (a limit only where one is set). */
+static void org_quota_samples(struct moat_control *c, const char *org, struct moat_buf *use,
+                              struct moat_buf *lim) {
+  struct moat_quotas q;
+  int64_t u[MOAT_Q_N];
+  moat_error *err = NULL;
+  if (moat_control_org_usage(c, org, &q, u, &err) < 0) {
+    moat_error_free(&err);
+    return;
+  }
+  for (int i = 0; i < MOAT_Q_N; i++) {
+    buf_str(use, "moat_org_quota_use{org=\"");
+    label_value(use, org);
+    buf_printf(use, "\",quota=\"%s\"} %lld\n", moat_quota_name((enum moat_quota)i), (long long)u[i]);
+    if (q.v[i] < 0)
+      continue;
+    buf_str(lim, "moat_org_quota_limit{org=\"");
+    label_value(lim, org);
+    buf_printf(lim, "\",quota=\"%s\"} %lld\n", moat_quota_name((enum moat_quota)i), (long long)q.v[i]);
+  }
+}
+
+/* The quota families: every org's for the platform admin key, else the caller's org's. */
+static void quota_families(struct moat_control *c, const struct api_req *r, struct moat_buf *b) {
+  struct moat_buf use = {0}, lim = {0};
+  if (r->key.role == MOAT_ROLE_PLATFORM) {
+    struct moat_org_info *v = NULL;
+    size_t n = 0;
+    moat_error *err = NULL;
+    if (moat_control_org_list(c, NULL, 1000, &v, &n, &err) < 0)
+      moat_error_free(&err);
+    for (size_t i = 0; i < n; i++)
+      org_quota_samples(c, v[i].id, &use, &lim);
+    moat_org_infos_free(v, n);
+  } else {
+    org_quota_samples(c, r->org, &use, &lim);
+  }
+  family(b, "moat_org_quota_use", "gauge", "An org's use against each of its quotas now.");
+  moat_buf_append(b, use.p ? use.p : "", use.len);
+  family(b, "moat_org_quota_limit", "gauge", "An org's quotas (absent: unlimited).");
+  moat_buf_append(b, lim.p ? lim.p : "", lim.len);
+  free(use.p);
+  free(lim.p);
+}
+
+static int reply_text(struct api_req *r, struct moat_buf *b) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(b->len, b->p, MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    free(b->p);
+    return -1;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+  int ret = api_reply_response(r, 200, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
 int api_h_metrics(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, none, &err) < 0)
     return api_reply_moat_error(r, &err);
   struct moat_control *c = api_control(r);
+  if (r->key.role == MOAT_ROLE_PLATFORM) { /* the orgs' quotas, nothing of a tenant's */
+    struct moat_buf pb = {0};
+    quota_families(c, r, &pb);
+    return reply_text(r, &pb);
+  }
   struct moat_control_stats st;
   if (moat_control_stats(c, &st, &err) < 0)
     return api_reply_moat_error(r, &err);
@@ -235,19 +297,11 @@ int api_h_metrics(struct api_req *r, json_t *body) {
       sandbox_sample(&b, "moat_sandbox_oom_kills_total", &v[i], (double)v[i].u.oom_kills);
   free(v);
   database_families(c, r->org, &b);
+  quota_families(c, r, &b);
 
   family(&b, "moat_process_resident_memory_bytes", "gauge", "moatd's resident set size.");
   buf_printf(&b, "moat_process_resident_memory_bytes %llu\n", (unsigned long long)self_rss_bytes());
   family(&b, "moat_process_open_fds", "gauge", "moatd's open file descriptors.");
   buf_printf(&b, "moat_process_open_fds %llu\n", (unsigned long long)self_open_fds());
-
-  struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE);
-  if (!resp) {
-    free(b.p);
-    return -1;
-  }
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
-  int ret = api_reply_response(r, 200, resp);
-  MHD_destroy_response(resp);
-  return ret;
+  return reply_text(r, &b);
 }

@@ -71,6 +71,7 @@ struct ws {
   uint64_t close_at_ns, stall_since_ns;
   char *desc;
   struct api_ticket *ticket; /* the stream's slot (fair.h), once the upgrade took it */
+  struct api_key_watch key;  /* closed once the request's key is revoked */
 };
 
 static void ws_free(struct ws *w) {
@@ -243,6 +244,8 @@ static void *ws_thread(void *arg) {
   for (;;) {
     if (api_stopping(w->api))
       queue_close(w, 1001, "moatd is stopping");
+    else if (!w->close_queued && api_key_watch_revoked(&w->key))
+      queue_close(w, 1008, "the API key was revoked");
     if (w->close_when_flushed && wslay_event_get_queued_msg_count(w->ctx) == 0) {
       w->close_when_flushed = false;
       queue_close(w, 1000, "process exited");
@@ -423,6 +426,7 @@ int api_h_pty(struct api_req *r, json_t *body) {
   _cleanup_free_ char *accept = moat_ws_accept(key);
   struct ws *w = xcalloc(1, sizeof(*w));
   w->api = r->api;
+  api_key_watch_init(&w->key, r);
   w->ps = ps;
   w->fd = -1;
   w->desc = xasprintf("%s %s%.64s", r->route.id, pid || tag ? "attach " : "", tag ? tag : pids ? pids : "");

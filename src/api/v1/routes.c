@@ -18,9 +18,17 @@ static const struct api_route_hooks template_import = {.begin = api_template_imp
 
 static const struct api_route_def v1_routes[] = {
     {"GET", "/healthz", "healthz", api_h_healthz, API_RT_PUBLIC, NULL},
-    {"GET", "/metrics", "metrics", api_h_metrics, 0, NULL},
+    {"GET", "/metrics", "metrics", api_h_metrics, API_RT_ANY_KEY, NULL},
 
-    {"GET", "/v1/me", "me", api_h_me, 0, NULL},
+    {"GET", "/v1/me", "me", api_h_me, API_RT_ANY_KEY, NULL},
+    {"GET", "/v1/orgs", "orgs.list", api_h_orgs_list, API_RT_PLATFORM, NULL},
+    {"POST", "/v1/orgs", "orgs.create", api_h_orgs_create, API_RT_JSON | API_RT_PLATFORM, NULL},
+    {"GET", "/v1/orgs/{sid}", "org.get", api_h_org_get, API_RT_PLATFORM, NULL},
+    {"DELETE", "/v1/orgs/{sid}", "org.delete", api_h_org_delete, API_RT_PLATFORM, NULL},
+    {"GET", "/v1/orgs/{sid}/quotas", "org.quotas.get", api_h_org_quotas_get, API_RT_ORG, NULL},
+    {"PUT", "/v1/orgs/{sid}/quotas", "org.quotas.put", api_h_org_quotas_put, API_RT_JSON | API_RT_PLATFORM,
+     NULL},
+    {"GET", "/v1/orgs/{sid}/usage/now", "org.usage", api_h_org_usage, API_RT_ORG, NULL},
     {"GET", "/v1/audit", "audit", api_h_audit, 0, NULL},
     {"GET", "/v1/keys", "keys.list", api_h_keys_list, API_RT_ADMIN, NULL},
     {"POST", "/v1/keys", "keys.create", api_h_keys_create, API_RT_JSON | API_RT_ADMIN, NULL},

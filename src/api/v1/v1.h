@@ -47,6 +47,14 @@ int api_h_database_delete(struct api_req *r, json_t *body);
 int api_h_me(struct api_req *r, json_t *body);
 int api_h_keys_create(struct api_req *r, json_t *body);
 int api_h_keys_list(struct api_req *r, json_t *body);
+/* orgs.c */
+int api_h_orgs_create(struct api_req *r, json_t *body);
+int api_h_orgs_list(struct api_req *r, json_t *body);
+int api_h_org_get(struct api_req *r, json_t *body);
+int api_h_org_delete(struct api_req *r, json_t *body);
+int api_h_org_quotas_get(struct api_req *r, json_t *body);
+int api_h_org_quotas_put(struct api_req *r, json_t *body);
+int api_h_org_usage(struct api_req *r, json_t *body);
 int api_h_key_delete(struct api_req *r, json_t *body);
 int api_h_volumes_create(struct api_req *r, json_t *body);
 int api_h_volumes_list(struct api_req *r, json_t *body);

@@ -52,7 +52,13 @@ int api_h_volumes_create(struct api_req *r, json_t *body) {
                            MOAT_MIN_VOLUME_MB);
   moat_error *err = NULL;
   struct moat_volume_info info;
-  if (moat_control_volume_create(api_control(r), r->org, name, (uint64_t)size, &info, &err) < 0)
+  bool held = false;
+  if (moat_control_quota_storage_begin(api_control(r), r->org, MOAT_Q_VOLUMES, size * 1048576LL, &held,
+                                       &err) < 0)
+    return api_reply_moat_error(r, &err);
+  int rc = moat_control_volume_create(api_control(r), r->org, name, (uint64_t)size, &info, &err);
+  moat_control_quota_storage_end(api_control(r), held);
+  if (rc < 0)
     return api_reply_moat_error(r, &err);
   int ret = api_reply_json(r, 201, volume_json(&info));
   moat_volume_info_clear(&info);
