@@ -47,6 +47,8 @@ static void usage(FILE *f) {
           "                       chain and its key; both listeners answer SSLRequest with 'S'). Without\n"
           "                       them: no TLS (sslmode=disable or prefer)\n"
           "  --audit-retention-days N  how long the audit log (GET /v1/audit) keeps an entry (default 90)\n"
+          "  --metrics-retention-hours N  how long metric samples (GET /v1/sandboxes/ID/metrics?from=)\n"
+          "                       are kept (default 24; usage's hourly totals are kept 400 days)\n"
           "  --db-max-connections N  connections the database proxy serves at once (default %d)\n"
           "  --db-max-conns-per-ip N  of those, from one client address (default %d)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
@@ -284,6 +286,8 @@ int main(int argc, char **argv) {
   unsigned db_max_connections = 0, db_max_conns_per_ip = 0;
   const char *db_tls_cert = NULL, *db_tls_key = NULL;
   unsigned audit_days = 0;
+  unsigned metrics_hours = 0;
+  int sample_interval_ms = 0;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -312,6 +316,8 @@ int main(int argc, char **argv) {
       {"db-tls-cert", required_argument, NULL, 0x123},
       {"db-tls-key", required_argument, NULL, 0x124},
       {"audit-retention-days", required_argument, NULL, 0x125},
+      {"metrics-retention-hours", required_argument, NULL, 0x140},
+      {"sample-interval-ms", required_argument, NULL, 0x141}, /* hidden: tests; 0 = metering off */
       {"max-connections", required_argument, NULL, 0x200},
       {"max-conns-per-ip", required_argument, NULL, 0x201},
       {"header-timeout", required_argument, NULL, 0x202},
@@ -396,6 +402,14 @@ int main(int argc, char **argv) {
     case 0x124:
       db_tls_key = optarg;
       break;
+    case 0x140:
+      metrics_hours = flag_uint("metrics-retention-hours", optarg, 1, 24 * 366);
+      break;
+    case 0x141: {
+      unsigned v = flag_uint("sample-interval-ms", optarg, 0, 3600000);
+      sample_interval_ms = v == 0 ? -1 : (int)(v < 100 ? 100 : v);
+      break;
+    }
     case 0x125:
       audit_days = flag_uint("audit-retention-days", optarg, 1, 36500);
       break;
@@ -559,6 +573,8 @@ int main(int argc, char **argv) {
       .build_context_max_mb = build_context_max_mb,
       .db_listen = db_listen,
       .audit_retention_days = audit_days,
+      .sample_interval_ms = sample_interval_ms,
+      .metrics_retention_hours = metrics_hours,
       .net = &net,
   };
   {

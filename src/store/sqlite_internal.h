@@ -11,7 +11,7 @@
 
 #include "store.h"
 
-#define STMT_CACHE 64
+#define STMT_CACHE 96
 
 struct moat_store {
   pthread_mutex_t lock; /* guards db and the statement cache */
