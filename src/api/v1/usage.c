@@ -25,15 +25,16 @@ static int time_arg(struct api_req *r, const char *name, int64_t def, int64_t *m
   return 0;
 }
 
-/* from/to with their defaults (to: now; from: to less def_range), checked. -1 with the reply sent. */
-static int range_args(struct api_req *r, int64_t def_range, int64_t *from, int64_t *to) {
+/* from/to with their defaults (to: now; from: to less def_range), checked (capped: at most 366 days
+ * apart). -1 with the reply sent. */
+static int range_args(struct api_req *r, int64_t def_range, bool capped, int64_t *from, int64_t *to) {
   if (time_arg(r, "to", now_unix_ms() + 1, to) < 0 || time_arg(r, "from", *to - def_range, from) < 0)
     return -1;
   if (*from > *to) {
     api_reply_error(r, 400, "invalid_request", "'from' is after 'to'");
     return -1;
   }
-  if (*to - *from > USAGE_MAX_RANGE_MS) {
+  if (capped && *to - *from > USAGE_MAX_RANGE_MS) {
     api_reply_error(r, 400, "invalid_request", "the range from 'from' to 'to' is longer than 366 days");
     return -1;
   }
@@ -48,7 +49,7 @@ int api_h_usage(struct api_req *r, json_t *body) {
   if (api_args_check(&r->args, allowed, &err) < 0)
     return api_reply_moat_error(r, &err);
   int64_t from, to;
-  if (range_args(r, USAGE_DEFAULT_RANGE_MS, &from, &to) < 0)
+  if (range_args(r, USAGE_DEFAULT_RANGE_MS, true, &from, &to) < 0)
     return -1;
   const char *gb = api_arg_get(&r->args, "group_by");
   enum moat_usage_group g = MOAT_USAGE_BY_SANDBOX;
@@ -98,7 +99,7 @@ int api_sandbox_metrics_series(struct api_req *r) {
     return api_reply_moat_error(r, &err);
   struct moat_control *c = api_control(r);
   int64_t from, to;
-  if (range_args(r, moat_control_metrics_retention_ms(c), &from, &to) < 0)
+  if (range_args(r, moat_control_metrics_retention_ms(c), false, &from, &to) < 0)
     return -1;
   unsigned limit = SERIES_DEFAULT_LIMIT;
   const char *lim = api_arg_get(&r->args, "limit");
