@@ -109,6 +109,8 @@ int cmd_run(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_volume(int argc, char **argv);
+int cmd_usage(int argc, char **argv);   /* cmd_usage.c */
+int cmd_metrics(int argc, char **argv); /* cmd_usage.c */
 int cmd_db(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 int cmd_attach(int argc, char **argv);

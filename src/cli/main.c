@@ -26,6 +26,8 @@ static const struct command commands[] = {
     {"template", cmd_template,
      "template build NAME [-f DOCKERFILE] [DIR] | import NAME FILE | logs | get | ls | rm"},
     {"volume", cmd_volume, "volume create NAME --size MB | volume ls | volume rm NAME..."},
+    {"usage", cmd_usage, "the org's metered CPU and memory over a range, grouped"},
+    {"metrics", cmd_metrics, "a sandbox's resource use now, or its recorded samples (--from/--to)"},
     {"db", cmd_db, "db create NAME | ls | get ID | branch ID NAME | rm ID... | url ID | psql ID [-- ARGS]"},
     {"pause", cmd_pause, "freeze sandboxes (no CPU, memory kept, TTL stopped)"},
     {"resume", cmd_resume, "thaw paused sandboxes"},
