@@ -23,6 +23,8 @@ struct ctl_meter_live {
   bool loaded;         /* totals read from the store (or known to be zero) */
   int slot;            /* the cgroup last read; valid while at_ms != 0 */
   int64_t at_ms;       /* the last reading; 0: none since the sandbox got its slot */
+  uint64_t at_ns;      /* its monotonic time (now_ns): intervals are measured on it */
+  int64_t last_ms;     /* the time of its last sample: each next one is later, whatever the clock does */
   uint64_t counter_ns; /* the cgroup's CPU counter then */
   uint64_t ws_bytes;   /* the working set then */
   uint64_t cpu_ns;     /* totals since the sandbox was created */

@@ -109,6 +109,7 @@ void ctl_meter_begin(struct moat_control *c, struct live *e) {
     moat_error_free(&err);
   e->meter.slot = e->slot;
   e->meter.at_ms = now_unix_ms();
+  e->meter.at_ns = now_ns();
   e->meter.counter_ns = 0; /* a new cgroup: its whole counter is this sandbox's */
   e->meter.ws_bytes = u.working_set_bytes;
 }
@@ -124,6 +125,11 @@ static void sample_locked(struct moat_control *c, struct live *e) {
     return;
   }
   int64_t now = now_unix_ms();
+  uint64_t mono = now_ns();
+  /* the store orders a sandbox's samples by time: a clock stepped back must not put one before
+   * its predecessor */
+  if (now <= e->meter.last_ms)
+    now = e->meter.last_ms + 1;
   if (e->meter.at_ms == 0 || e->meter.slot != e->slot) {
     /* no reading since the slot was bound here: adopted after a restart (or begun by a moatd
      * without metering) */
@@ -139,13 +145,16 @@ static void sample_locked(struct moat_control *c, struct live *e) {
         have && last.slot == e->slot && last.cpu_counter_ns <= u.cpu_usage_ns ? last.cpu_counter_ns : 0;
     e->meter.slot = e->slot;
     e->meter.at_ms = now; /* the memory of the gap is not known */
+    e->meter.at_ns = mono;
+    if (have && last.at_ms >= now)
+      now = last.at_ms + 1;
     e->meter.ws_bytes = u.working_set_bytes;
     free(last.sandbox_id);
     free(last.org);
   }
   uint64_t d_cpu =
       u.cpu_usage_ns >= e->meter.counter_ns ? u.cpu_usage_ns - e->meter.counter_ns : u.cpu_usage_ns;
-  int64_t dt = now > e->meter.at_ms ? now - e->meter.at_ms : 0;
+  int64_t dt = mono > e->meter.at_ns ? (int64_t)((mono - e->meter.at_ns) / 1000000) : 0;
   double d_mem = ((double)e->meter.ws_bytes + (double)u.working_set_bytes) / 2 / GIB * ((double)dt / 1000);
   e->meter.cpu_ns += d_cpu;
   e->meter.mem_gib_s += d_mem;
@@ -153,6 +162,8 @@ static void sample_locked(struct moat_control *c, struct live *e) {
   e->meter.counter_ns = u.cpu_usage_ns;
   e->meter.ws_bytes = u.working_set_bytes;
   e->meter.at_ms = now;
+  e->meter.at_ns += (uint64_t)dt * 1000000; /* the remainder below a ms counts next time */
+  e->meter.last_ms = now;
   double pct = 0;
   if (dt > 0 && e->limits.cpu > 0)
     pct = (double)d_cpu / ((double)dt * 1e6 * e->limits.cpu) * 100;
