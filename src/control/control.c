@@ -511,6 +511,7 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   }
   moat_crash_point("create.recorded");
   e->state = MOAT_SB_RUNNING;
+  e->meter.loaded = true; /* a new sandbox: no totals recorded yet */
   ctl_meter_begin(c, e);
   e->db_expires_at_ms = expires;
   __atomic_store_n(&e->expires_at_ms, expires, __ATOMIC_RELAXED);
