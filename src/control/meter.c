@@ -5,7 +5,8 @@
  * A sample carries the sandbox's running totals. CPU comes from the cgroup's cumulative counter, so
  * nothing is lost between samples; memory is the working set integrated (trapezoid) over the time
  * since the previous reading. After a moatd crash the first reading of an adopted sandbox goes on
- * from its last recorded counter when its cgroup is the same: only that gap's memory is lost. */
+ * from its last recorded counter and time when its cgroup is the same (the gap's memory at the
+ * working set then): what is lost is what was sampled and not yet written. */
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -144,10 +145,16 @@ static void sample_locked(struct moat_control *c, struct live *e) {
     e->meter.counter_ns =
         have && last.slot == e->slot && last.cpu_counter_ns <= u.cpu_usage_ns ? last.cpu_counter_ns : 0;
     e->meter.slot = e->slot;
-    e->meter.at_ms = now; /* the memory of the gap is not known */
+    e->meter.at_ms = now;
     e->meter.at_ns = mono;
     if (have && last.at_ms >= now)
       now = last.at_ms + 1;
+    if (e->meter.counter_ns && last.at_ms < now) {
+      /* the same cgroup since its last sample: it was alive all along (moatd was not); its memory
+       * over the gap is charged at today's working set */
+      uint64_t gap_ns = (uint64_t)(now - last.at_ms) * 1000000;
+      e->meter.at_ns = mono > gap_ns ? mono - gap_ns : 0;
+    }
     e->meter.ws_bytes = u.working_set_bytes;
     free(last.sandbox_id);
     free(last.org);

@@ -205,6 +205,7 @@ class MeteringTest(DaemonTest):
         self.assertIn("sampled", m)
 
     def test_totals_survive_crash(self):
+        t0 = time.time()
         sid = self.a.create()["id"]
         self.burn(self.a, sid, 2)
         self.wait_samples()
@@ -217,8 +218,13 @@ class MeteringTest(DaemonTest):
         slot = store_slot(self.daemon, sid)
         host_us = slot_cpu_usec(self.daemon, slot)
         self.a.delete(sid)
-        after = self.usage_of(sid)["cpu_seconds"]
+        row = self.usage_of(sid)
+        lived = time.time() - t0
+        after = row["cpu_seconds"]
         self.assertGreater(after, before + 0.1, samples_of(self.daemon, sid))
+        # the time moatd was down counts: the sandbox was alive (less what was sampled, not written)
+        self.assertGreater(row["sandbox_seconds"], lived - 2 * INTERVAL_MS / 1000, samples_of(self.daemon, sid))
+        self.assertLessEqual(row["sandbox_seconds"], lived + 0.5)
         # one cgroup all along: the total is its counter
         self.assertAlmostEqual(after, host_us / 1e6, delta=host_us / 1e6 * 0.02)
 
