@@ -16,6 +16,7 @@ env MOAT_BUILD="$B" python3 bench/pg_proxy.py > build/bench/pg_proxy.md || echo 
 env MOAT_BUILD="$B" python3 bench/databases.py > build/bench/databases.md || echo "bench: databases.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/events.py > build/bench/events.md || echo "bench: events.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/tenancy.py > build/bench/tenancy.md || echo "bench: tenancy.py failed" >&2
+env MOAT_BUILD="$B" python3 bench/usage.py > build/bench/usage.md || echo "bench: usage.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/network.py --out build/bench/network.md || echo "bench: network.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/fairness.py --out build/bench/fairness.md || echo "bench: fairness.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/own_computer.py > build/bench/own_computer.txt || echo "bench: own_computer.py failed" >&2

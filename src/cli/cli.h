@@ -112,7 +112,9 @@ int cmd_volume(int argc, char **argv);
 /* orgs and quotas (cmd_org.c) */
 int cmd_org(int argc, char **argv);
 int cmd_quota(int argc, char **argv);
-int cmd_usage(int argc, char **argv);
+int cmd_usage_now(int argc, char **argv); /* `moat usage now ORG`, from cmd_usage */
+int cmd_usage(int argc, char **argv);     /* cmd_usage.c */
+int cmd_metrics(int argc, char **argv);   /* cmd_usage.c */
 int cmd_db(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
@@ -128,11 +130,10 @@ int cmd_snapshots(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
 int cmd_rollback(int argc, char **argv);
 int cmd_explore(int argc, char **argv);
-/* ports, network, events, metrics, update (cmd_net.c); keys, me, audit (cmd_account.c); contexts */
+/* ports, network, events, update (cmd_net.c); keys, me, audit (cmd_account.c); contexts */
 int cmd_port(int argc, char **argv);
 int cmd_network(int argc, char **argv);
 int cmd_events(int argc, char **argv);
-int cmd_metrics(int argc, char **argv);
 int cmd_update(int argc, char **argv);
 int cmd_keys(int argc, char **argv);
 int cmd_me(int argc, char **argv);

@@ -1,4 +1,4 @@
-/* cmd_net.c -- moat port, network, events, metrics and update: a sandbox's exposed ports, egress
+/* cmd_net.c -- moat port, network, events and update: a sandbox's exposed ports, egress
  * policy and connection log, event stream, resource use and lifetime */
 #include <stdlib.h>
 #include <string.h>
@@ -290,29 +290,6 @@ int cmd_events(int argc, char **argv) {
   if (r < 0)
     return cli_interrupted ? 128 + cli_interrupted : EXIT_API;
   return 0;
-}
-
-/* ---- moat metrics ---- */
-static const struct cli_opt no_opts[] = {{NULL, false, 0}};
-static int no_opt(int id, const char *value, void *ctx) { return -1; }
-
-static const char metrics_usage[] = "moat metrics ID\n"
-                                    "  the sandbox's resource use now (cpu, memory, pids, oom_kills, disk,\n"
-                                    "  network) as JSON; does not wake it or refresh its TTL\n";
-
-int cmd_metrics(int argc, char **argv) {
-  struct cli_args a;
-  int r = cli_parse(argc, argv, no_opts, 1, false, no_opt, NULL, &a);
-  _cleanup_free_ char **pos = a.pos;
-  free(a.rest);
-  if (r == 1) {
-    printf("usage: %s", metrics_usage);
-    return 0;
-  }
-  if (r < 0 || a.npos != 1)
-    return cli_usage_error(metrics_usage, "%s", r < 0 ? "" : "metrics takes one sandbox ID");
-  _cleanup_free_ char *path = sb_path(pos[0], "/metrics");
-  return cli_call_print("GET", path, NULL);
 }
 
 /* ---- moat update ---- */

@@ -187,7 +187,7 @@ int cmd_quota(int argc, char **argv) {
   return 0;
 }
 
-int cmd_usage(int argc, char **argv) {
+int cmd_usage_now(int argc, char **argv) {
   struct org_ctx o = {0};
   struct cli_args a;
   int r = cli_parse(argc, argv, org_opts, 2, false, on_org_opt, &o, &a);

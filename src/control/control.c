@@ -230,6 +230,7 @@ void info_from_row(struct moat_control *c, const struct moat_store_sandbox *r,
 int kill_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **out) {
   moat_error *err = NULL;
   int ret = 0;
+  ctl_meter_end(c, e);
   if (e->slot >= 0 && moat_host_destroy(c->host, e->slot, &err) < 0) {
     log_error("kill %s: destroy slot %d: %s", e->id, e->slot, moat_error_msg(err));
     moat_error_free(&err);
@@ -536,6 +537,8 @@ int ctl_create(struct moat_control *c, const char *org, const struct ctl_new *n,
   }
   moat_crash_point("create.recorded");
   e->state = MOAT_SB_RUNNING;
+  e->meter.loaded = true; /* a new sandbox: no totals recorded yet */
+  ctl_meter_begin(c, e);
   e->db_expires_at_ms = expires;
   __atomic_store_n(&e->expires_at_ms, expires, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&e->m);
@@ -889,6 +892,7 @@ static void reap_once(struct moat_control *c) {
   tt_reap_explores(c, now);
   ctl_databases_reap(c, now);
   ctl_audit_reap(c, now_unix_ms());
+  ctl_meter_reap(c, now_unix_ms());
 }
 
 static void *reaper_main(void *arg) {
@@ -1103,6 +1107,8 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   ctl_orgs_open(c);
   if (!cfg->audit_off && ctl_audit_open(c, err) < 0)
     goto fail;
+  if (ctl_meter_open(c, cfg->sample_interval_ms, cfg->metrics_retention_hours, err) < 0)
+    goto fail;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
     moat_error_set(err, EAGAIN, "start reaper thread");
     goto fail;
@@ -1125,6 +1131,7 @@ void moat_control_close(struct moat_control *c) {
     pthread_mutex_unlock(&c->reap_lock);
     pthread_join(c->reaper, NULL);
   }
+  ctl_meter_close(c);
   ctl_audit_close(c);
   __atomic_store_n(&c->stop, true, __ATOMIC_SEQ_CST);
   if (c->store)

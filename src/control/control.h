@@ -133,8 +133,10 @@ struct moat_control_config {
   /* The PostgreSQL proxy's address (moatd --db-listen HOST:PORT; NULL = "127.0.0.1:7432"): where
    * the proxy (api/pg) listens, and the host:port in the databases' connection URLs. */
   const char *db_listen;
-  unsigned audit_retention_days; /* how long the audit log keeps an entry; 0 = 90 */
-  bool audit_off;                /* record no audit entries (moatd --audit off) */
+  unsigned audit_retention_days;    /* how long the audit log keeps an entry; 0 = 90 */
+  bool audit_off;                   /* record no audit entries (moatd --audit off) */
+  int sample_interval_ms;           /* metering's sampling period; 0 = 10000, -1 = no metering */
+  unsigned metrics_retention_hours; /* how long metric samples are kept; 0 = 24 */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every
@@ -847,6 +849,36 @@ int moat_control_usage_cpu(struct moat_control *c, const char *org, const char *
  * (in no particular order). *out: caller frees (NULL when *n is 0). */
 int moat_control_usage_list(struct moat_control *c, const char *org, size_t max,
                             struct moat_sandbox_usage **out, size_t *n, moat_error **err);
+
+/* ---- metering (control/meter.c) ----
+ * Every sandbox running or paused is sampled every sample interval and at its pause, hibernation,
+ * kill and moatd's stop: CPU time from its cgroup's cumulative counter, working-set memory
+ * integrated over the time between samples (a paused sandbox: memory only; hibernated: nothing). */
+enum moat_usage_group {
+  MOAT_USAGE_BY_SANDBOX,
+  MOAT_USAGE_BY_ORG,
+  MOAT_USAGE_BY_TEMPLATE,
+  MOAT_USAGE_BY_METADATA
+};
+struct moat_usage_row {
+  char *key; /* NULL: the sandboxes without that metadata key */
+  double cpu_seconds, memory_gib_seconds, sandbox_seconds;
+};
+void moat_usage_rows_free(struct moat_usage_row *v, size_t n);
+/* org's use over [from_ms, to_ms), grouped (meta_key: the metadata key for BY_METADATA), the
+ * largest CPU first. What was sampled before the call is counted. */
+int moat_control_usage_query(struct moat_control *c, const char *org, int64_t from_ms, int64_t to_ms,
+                             enum moat_usage_group g, const char *meta_key, struct moat_usage_row **out,
+                             size_t *n, moat_error **err);
+/* The metric samples of org's sandbox id (live or killed) with from_ms <= at < to_ms, oldest first,
+ * at most limit. ENOENT for a sandbox that is not org's. */
+int moat_control_metrics_series(struct moat_control *c, const char *org, const char *id, int64_t from_ms,
+                                int64_t to_ms, unsigned limit, struct moat_store_meter_sample **out,
+                                size_t *n, moat_error **err);
+/* org's totals over every sandbox it ever ran (false when metering is off). */
+bool moat_control_meter_org_totals(struct moat_control *c, const char *org, double *cpu_seconds,
+                                   double *memory_gib_seconds);
+int64_t moat_control_metrics_retention_ms(const struct moat_control *c);
 
 #define MOAT_LATENCY_BUCKETS 9
 /* Upper bounds in seconds of the create-latency histogram buckets (ascending). */

@@ -18,6 +18,20 @@
 #define API_KEY_FILE "api-key"
 #define DEFAULT_ORG "default"
 
+/* A sandbox's metering state (meter.c): its running totals and the last reading of its cgroup. */
+struct ctl_meter_live {
+  bool loaded;         /* totals read from the store (or known to be zero) */
+  int slot;            /* the cgroup last read; valid while at_ms != 0 */
+  int64_t at_ms;       /* the last reading; 0: none since the sandbox got its slot */
+  uint64_t at_ns;      /* its monotonic time (now_ns): intervals are measured on it */
+  int64_t last_ms;     /* the time of its last sample: each next one is later, whatever the clock does */
+  uint64_t counter_ns; /* the cgroup's CPU counter then */
+  uint64_t ws_bytes;   /* the working set then */
+  uint64_t cpu_ns;     /* totals since the sandbox was created */
+  double mem_gib_s;
+  int64_t alive_ms;
+};
+
 struct live {
   char id[MOAT_ID_LEN + 1];
   char *org;
@@ -53,6 +67,7 @@ struct live {
   /* oom.c: the slot's OOM-kill count that oom events announced already (UINT64_MAX: not known
    * yet, the reaper's next reading is the baseline), and the count at the reaper's last pass */
   uint64_t oom_reported, oom_seen;
+  struct ctl_meter_live meter; /* meter.c, under m */
 };
 struct ckpt_ref; /* timetravel.c */
 
@@ -114,6 +129,7 @@ struct moat_control {
   struct ctl_audit *audit;         /* audit.c: the entries being written */
   int64_t audit_retention_ms;      /* audit.c */
   int64_t audit_pruned_ms;         /* the reaper thread's */
+  struct ctl_meter *meter;         /* meter.c: the sampler; NULL when metering is off */
   char *db_host; /* the proxy's address in connection URLs (moat_control_config.db_listen) */
   unsigned db_port;
   /* the proxy's in-sandbox listener (moat_control_database_listen_sandboxes): its address and
@@ -315,6 +331,20 @@ int ctl_audit_open(struct moat_control *c, moat_error **err);
 void ctl_audit_close(struct moat_control *c);
 /* Reaper pass: once a minute, the entries older than the retention go. */
 void ctl_audit_reap(struct moat_control *c, int64_t now_ms);
+
+/* ---- meter.c ---- */
+int ctl_meter_open(struct moat_control *c, int interval_ms, unsigned retention_hours, moat_error **err);
+/* Takes a final sample of every live sandbox, writes what is queued, stops the sampler. */
+void ctl_meter_close(struct moat_control *c);
+/* e (m held) got a new slot whose cgroup counts from zero: metering starts from now. */
+void ctl_meter_begin(struct moat_control *c, struct live *e);
+/* A sample of e now (m held; running or paused with a slot, else nothing): before a pause, and
+ * by the sampler. */
+void ctl_meter_sample(struct moat_control *c, struct live *e);
+/* The last sample of e's slot before the slot goes (kill, hibernate, rollback; m held). */
+void ctl_meter_end(struct moat_control *c, struct live *e);
+/* Reaper pass: once a minute, samples older than the retention go. */
+void ctl_meter_reap(struct moat_control *c, int64_t now_ms);
 
 /* ---- database_events.c ---- */
 void ctl_db_events_open(struct moat_control *c);

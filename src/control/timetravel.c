@@ -199,6 +199,7 @@ const char *moat_control_criu_status(struct moat_control *c) { return moat_host_
 
 /* running -> paused; e->m held. */
 static int pause_locked(struct moat_control *c, struct live *e, const char *reason, moat_error **err) {
+  ctl_meter_sample(c, e); /* the CPU up to the pause; paused, it costs memory only */
   if (moat_host_pause(c->host, e->slot, err) < 0)
     return moat_error_wrap(err, "pause %s", e->id);
   int64_t now = now_unix_ms();
@@ -380,6 +381,7 @@ static int hibernate_locked(struct moat_control *c, struct live *e, const char *
   moat_crash_point("hibernate.recorded");
   /* From here the image is the sandbox. */
   moat_error *e2 = NULL;
+  ctl_meter_end(c, e);
   if (moat_host_destroy(c->host, e->slot, &e2) < 0) {
     log_error("hibernate %s: destroy slot %d: %s (reconciled at the next start)", e->id, e->slot,
               moat_error_msg(e2));
@@ -454,6 +456,7 @@ int tt_wake_locked(struct moat_control *c, struct live *e, const char *reason, m
   e->slot = inst.slot;
   e->pid = inst.pid;
   e->start_time = inst.start_time;
+  ctl_meter_begin(c, e);
   ctl_set_guest(e, &inst);
   e->paused_at_ms = 0;
   e->db_expires_at_ms = x;
@@ -1077,11 +1080,13 @@ int moat_control_rollback(struct moat_control *c, const char *org, const char *i
   }
   int old = e->slot;
   bool was_hibernated = e->state == MOAT_SB_HIBERNATED;
+  ctl_meter_end(c, e);
   tt_drop_fork_image(c, e);
   e->state = MOAT_SB_RUNNING;
   e->slot = inst.slot;
   e->pid = inst.pid;
   e->start_time = inst.start_time;
+  ctl_meter_begin(c, e);
   ctl_set_guest(e, &inst);
   e->paused_at_ms = 0;
   e->db_expires_at_ms = x;

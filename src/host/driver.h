@@ -123,7 +123,8 @@ struct moat_usage {
   uint64_t memory_bytes;
   uint64_t cpu_usage_ns;
   uint64_t pids;
-  uint64_t oom_kills; /* times the kernel OOM-killed a process of this sandbox */
+  uint64_t oom_kills;         /* times the kernel OOM-killed a process of this sandbox */
+  uint64_t working_set_bytes; /* memory_bytes less the inactive file cache (what metering charges) */
 };
 int moat_host_usage(struct moat_host *h, int slot, struct moat_usage *out, moat_error **err);
 /* moat_usage.oom_kills alone, cheaply (one read): control samples it around every exec. 0 and

@@ -50,6 +50,8 @@ static void usage(FILE *f) {
           "                       them: no TLS (sslmode=disable or prefer)\n"
           "  --audit-retention-days N  how long the audit log (GET /v1/audit) keeps an entry (default 90)\n"
           "  --audit on|off       off: record no new audit entries (what is recorded stays readable)\n"
+          "  --metrics-retention-hours N  how long metric samples (GET /v1/sandboxes/ID/metrics?from=)\n"
+          "                       are kept (default 24; usage's hourly totals are kept 400 days)\n"
           "  --db-max-connections N  connections the database proxy serves at once (default %d)\n"
           "  --db-max-conns-per-ip N  of those, from one client address (default %d)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
@@ -304,6 +306,8 @@ int main(int argc, char **argv) {
   const char *db_tls_cert = NULL, *db_tls_key = NULL;
   unsigned audit_days = 0;
   bool audit_off = false;
+  unsigned metrics_hours = 0;
+  int sample_interval_ms = 0;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -333,6 +337,8 @@ int main(int argc, char **argv) {
       {"db-tls-key", required_argument, NULL, 0x124},
       {"audit-retention-days", required_argument, NULL, 0x125},
       {"audit", required_argument, NULL, 0x126},
+      {"metrics-retention-hours", required_argument, NULL, 0x140},
+      {"sample-interval-ms", required_argument, NULL, 0x141}, /* hidden: tests; 0 = metering off */
       {"max-connections", required_argument, NULL, 0x200},
       {"max-conns-per-ip", required_argument, NULL, 0x201},
       {"header-timeout", required_argument, NULL, 0x202},
@@ -417,6 +423,14 @@ int main(int argc, char **argv) {
     case 0x124:
       db_tls_key = optarg;
       break;
+    case 0x140:
+      metrics_hours = flag_uint("metrics-retention-hours", optarg, 1, 24 * 366);
+      break;
+    case 0x141: {
+      unsigned v = flag_uint("sample-interval-ms", optarg, 0, 3600000);
+      sample_interval_ms = v == 0 ? -1 : (int)(v < 100 ? 100 : v);
+      break;
+    }
     case 0x125:
       audit_days = flag_uint("audit-retention-days", optarg, 1, 36500);
       break;
@@ -586,6 +600,8 @@ int main(int argc, char **argv) {
       .db_listen = db_listen,
       .audit_retention_days = audit_days,
       .audit_off = audit_off,
+      .sample_interval_ms = sample_interval_ms,
+      .metrics_retention_hours = metrics_hours,
       .net = &net,
   };
   {

@@ -163,6 +163,36 @@ static const char *const migrations[] = {
     "ALTER TABLE orgs ADD COLUMN quotas TEXT NOT NULL DEFAULT '{}';"
     "ALTER TABLE orgs ADD COLUMN deleting_at_ms INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE orgs ADD COLUMN deleted_at_ms INTEGER NOT NULL DEFAULT 0;",
+    /* 10 -> 11: metering (sqlite_meter.c): a sandbox's samples with its running totals, and the totals at
+     * the last sample of each hour */
+    "CREATE TABLE meter_samples ("
+    "  sandbox_id TEXT NOT NULL,"
+    "  at_ms INTEGER NOT NULL,"
+    "  org TEXT NOT NULL,"
+    "  slot INTEGER NOT NULL,"
+    "  cpu_counter_ns INTEGER NOT NULL,"
+    "  cpu_ns INTEGER NOT NULL,"
+    "  mem_gib_s REAL NOT NULL,"
+    "  alive_ms INTEGER NOT NULL,"
+    "  cpu_pct REAL NOT NULL,"
+    "  cpu_count REAL NOT NULL,"
+    "  mem_used INTEGER NOT NULL,"
+    "  mem_limit INTEGER NOT NULL,"
+    "  disk_used INTEGER,"
+    "  disk_total INTEGER,"
+    "  net_rx INTEGER,"
+    "  net_tx INTEGER,"
+    "  PRIMARY KEY (sandbox_id, at_ms)) WITHOUT ROWID;"
+    "CREATE INDEX meter_samples_at ON meter_samples(at_ms);"
+    "CREATE TABLE meter_hourly ("
+    "  sandbox_id TEXT NOT NULL,"
+    "  hour_ms INTEGER NOT NULL,"
+    "  org TEXT NOT NULL,"
+    "  cpu_ns INTEGER NOT NULL,"
+    "  mem_gib_s REAL NOT NULL,"
+    "  alive_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (sandbox_id, hour_ms)) WITHOUT ROWID;"
+    "CREATE INDEX meter_hourly_org ON meter_hourly(org, hour_ms, sandbox_id);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,

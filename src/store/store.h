@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 10 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 11 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -363,6 +363,59 @@ int moat_store_audit_list(struct moat_store *s, const struct moat_store_audit_qu
                           struct moat_store_audit **out, size_t *n, moat_error **err);
 /* Removes the rows older than before_ms: how many, or -1. */
 int moat_store_audit_prune(struct moat_store *s, int64_t before_ms, moat_error **err);
+
+/* ---- metering (sqlite_meter.c): one row per sandbox per sample, carrying the sandbox's running
+ * totals since it was created (CPU ns, working-set GiB-seconds, ms alive), and per sandbox and
+ * hour the totals at that hour's last sample. Usage over [from, to) is a difference of totals. */
+struct moat_store_meter_sample {
+  char *sandbox_id, *org;
+  int64_t at_ms;
+  int slot;                /* the cgroup the counter is of */
+  uint64_t cpu_counter_ns; /* the cgroup's cumulative counter at at_ms */
+  uint64_t cpu_ns;         /* totals */
+  double mem_gib_s;
+  int64_t alive_ms;
+  /* the history's gauges */
+  double cpu_pct, cpu_count;
+  uint64_t mem_used, mem_limit;
+  int64_t disk_used, disk_total, net_rx, net_tx; /* -1: not known */
+};
+void moat_store_meter_samples_free(struct moat_store_meter_sample *v, size_t n);
+/* Records the n samples (and their hours' totals) in one transaction. */
+int moat_store_meter_add(struct moat_store *s, const struct moat_store_meter_sample *v, size_t n,
+                         moat_error **err);
+/* The sandbox's latest sample: 0 and *out, or -1 (ENOENT when it has none). */
+int moat_store_meter_last(struct moat_store *s, const char *sandbox_id, struct moat_store_meter_sample *out,
+                          moat_error **err);
+/* org's sandbox's samples with from_ms <= at_ms < to_ms, oldest first, at most limit. */
+int moat_store_meter_series(struct moat_store *s, const char *org, const char *sandbox_id, int64_t from_ms,
+                            int64_t to_ms, unsigned limit, struct moat_store_meter_sample **out, size_t *n,
+                            moat_error **err);
+/* A sandbox's use over a range, with what it was created with. */
+struct moat_store_meter_use {
+  char *sandbox_id, *template_name, *metadata_json; /* template, metadata NULL: no row */
+  uint64_t cpu_ns;
+  double mem_gib_s;
+  int64_t alive_ms;
+};
+void moat_store_meter_uses_free(struct moat_store_meter_use *v, size_t n);
+/* Per sandbox of org with samples in [from_ms, to_ms): its totals at the last sample before to_ms
+ * minus those at the last sample before from_ms. Where the samples were pruned, the hourly totals
+ * stand in (the range's ends rounded down to the hour). */
+int moat_store_meter_usage(struct moat_store *s, const char *org, int64_t from_ms, int64_t to_ms,
+                           struct moat_store_meter_use **out, size_t *n, moat_error **err);
+/* Every org's totals over all its sandboxes (for the counters moatd exports). */
+struct moat_store_meter_org {
+  char *org;
+  uint64_t cpu_ns;
+  double mem_gib_s;
+};
+int moat_store_meter_org_totals(struct moat_store *s, struct moat_store_meter_org **out, size_t *n,
+                                moat_error **err);
+/* Removes the samples older than before_ms and the hourly rows older than hours_before_ms: how
+ * many rows, or -1. */
+int moat_store_meter_prune(struct moat_store *s, int64_t before_ms, int64_t hours_before_ms,
+                           moat_error **err);
 
 /* Lifecycle events of a sandbox, oldest first. */
 struct moat_store_event {

@@ -128,6 +128,9 @@ class TypeScriptSDKTest(DaemonTest):
     def test_templates(self):
         self.run_node_file("templates")
 
+    def test_usage(self):
+        self.run_node_file("usage")
+
     def test_examples(self):
         mods = os.path.join(EXAMPLES, "node_modules")
         os.makedirs(os.path.join(mods, "@moat"), exist_ok=True)

@@ -2,7 +2,7 @@
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _check
 from ._http import Transport
@@ -89,6 +89,13 @@ class Client:
             from .database import Databases
             d = self.__dict__["_databases"] = Databases(self)
         return d
+
+    def usage(self, from_: Any = None, to: Any = None, group_by: Optional[str] = None) -> List[Dict[str, Any]]:
+        """GET /v1/usage: the org's metered use over [from_, to) (Unix ms, RFC 3339 or datetime;
+        default the last 24 h) grouped by "sandbox" (default), "org", "template" or "metadata.KEY":
+        [{key, cpu_seconds, memory_gib_seconds, sandbox_seconds}], the largest CPU first."""
+        from .usage import usage
+        return usage(self._t, from_, to, group_by)
 
     def health(self) -> Dict[str, Any]:
         """GET /healthz (no authentication needed): {"status": "ok", "version", ...}."""

@@ -678,6 +678,13 @@ class Sandbox(SandboxOps):
         r = c._t.request("GET", "/v1/sandboxes", query=q)[1]
         return [cls(d, c) for d in r.get("sandboxes", [])]
 
+    def metrics(self, from_: Any = None, to: Any = None, limit: Optional[int] = None) -> Dict[str, Any]:
+        """GET /v1/sandboxes/{id}/metrics: without from_/to/limit the sample of now (cpu, memory,
+        pids, disk, network); with them the recorded history {sandbox_id, from, to, samples: [...]}
+        (times: Unix ms, RFC 3339 or datetime)."""
+        from .usage import metrics
+        return metrics(self._t, self._path, from_, to, limit)
+
     def refresh(self) -> SandboxInfo:
         """Fetches the sandbox's current description into .info and returns it."""
         self.info = SandboxInfo.from_json(self._t.request("GET", self._path)[1])

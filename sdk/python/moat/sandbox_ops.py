@@ -132,11 +132,6 @@ class SandboxOps:
             q["since"] = str(since)
         return EventStream(self._t.stream("GET", self._path + "/events", query=q, ready_comment="subscribed"))
 
-    def metrics(self) -> Dict[str, Any]:
-        """A sample of the sandbox's use: {cpu, memory, pids, oom_kills, disk, network, ...}. Neither
-        wakes the sandbox nor refreshes its TTL."""
-        return self._t.request("GET", self._path + "/metrics")[1]
-
     def set_timeout(self, seconds: int) -> SandboxInfo:
         """The sandbox is killed `seconds` from now (unless API activity refreshes it); returns the
         new SandboxInfo."""

@@ -18,7 +18,7 @@ export { SandboxProcess, SIGNALS } from './process.js';
 export type { ExitInfo, ProcessInfo, OutputCallback, SignalName, StreamOptions } from './process.js';
 export { Files } from './files.js';
 export { Admin, QUOTA_NAMES } from './orgs.js';
-export type { OrgInfo, OrgCreated, Quotas, QuotaName, Usage } from './orgs.js';
+export type { OrgInfo, OrgCreated, Quotas, QuotaName, QuotaUsage } from './orgs.js';
 export { Volume } from './volume.js';
 export type { VolumeAttachment, VolumeMount } from './volume.js';
 export { Database } from './database.js';
@@ -45,6 +45,8 @@ export {
 export { Template, BuildError, BuildLogs, contextTar } from './template.js';
 export type { TemplateData, BuildLogLine, BuildEnd, BuildOptions } from './template.js';
 export { health, listTemplates, buildTemplate } from './admin.js';
+export { Usage } from './usage.js';
+export type { UsageRow, UsageOptions, MetricsRange, MetricsSample, TimeArg } from './usage.js';
 export type { Health, TemplateInfo } from './admin.js';
 export { SandboxEvents } from './sandbox_ops.js';
 export type { PortAccess, NetworkPolicy, NetworkState, NetworkLogEntry, SandboxEvent } from './sandbox_ops.js';

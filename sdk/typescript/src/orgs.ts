@@ -34,7 +34,7 @@ export interface OrgCreated extends OrgInfo {
   adminKey: { id: string; name: string; role: string; key: string };
 }
 
-export type Usage = Record<QuotaName, { use: number; limit: number | null }>;
+export type QuotaUsage = Record<QuotaName, { use: number; limit: number | null }>;
 
 function org(j: Record<string, unknown>): OrgInfo {
   return {
@@ -110,8 +110,8 @@ export class Admin {
   }
 
   /** The org's use against each quota now. */
-  async usageNow(orgId: string): Promise<Usage> {
-    const j = await this.conn.json<{ usage: Usage }>('GET', `${Admin.path(orgId)}/usage/now`);
+  async usageNow(orgId: string): Promise<QuotaUsage> {
+    const j = await this.conn.json<{ usage: QuotaUsage }>('GET', `${Admin.path(orgId)}/usage/now`);
     return j.usage;
   }
 }

@@ -1,6 +1,8 @@
 // sandbox.ts -- the Sandbox class: create/connect/list, exec (blocking, streamed, background),
 // files, code contexts, PTY, time travel and kill.
 
+import { metricsHistory } from './usage.js';
+import type { MetricsRange, MetricsSample } from './usage.js';
 import { NotFoundError } from './errors.js';
 import { CONNECTION_KEYS, Connection, ConnectionOptions, seg } from './http.js';
 import { CodeContext, Language } from './context.js';
@@ -370,6 +372,15 @@ export class Sandbox {
   }
 
   /** Fetches the sandbox's current description (and updates `info`). */
+  /** GET /v1/sandboxes/{id}/metrics: without a range the sample of now (moatd's JSON); with one
+   * ({from, to, limit}; `{}`: the whole retention) the recorded history, oldest first. */
+  async metrics(): Promise<Record<string, unknown>>;
+  async metrics(range: MetricsRange): Promise<MetricsSample[]>;
+  async metrics(range?: MetricsRange): Promise<Record<string, unknown> | MetricsSample[]> {
+    if (range === undefined) return this.connection.json<Record<string, unknown>>('GET', this.p('/metrics'));
+    return metricsHistory(this.connection, this.id, range);
+  }
+
   async getInfo(): Promise<SandboxInfo> {
     this.info = sandboxInfo(await this.connection.json('GET', this.p()));
     return this.info;

@@ -1,5 +1,5 @@
 // Sandbox calls about what surrounds its processes: exposed ports, the egress policy and its
-// connection log, the event stream, resource metrics and the lifetime. They are added to Sandbox's
+// connection log, the event stream, and the lifetime. They are added to Sandbox's
 // prototype when this module loads (index.ts imports it), and typed by the declaration below.
 import { Sandbox } from './sandbox.js';
 import type { SandboxInfo } from './sandbox.js';
@@ -91,8 +91,6 @@ declare module './sandbox.js' {
     networkLog(opts?: { since?: number; limit?: number }): Promise<NetworkLogEntry[]>;
     /** Subscribes to the sandbox's events; resolves once subscribed. replay: the recorded ones first. */
     events(opts?: { replay?: boolean; since?: string | number; signal?: AbortSignal }): Promise<SandboxEvents>;
-    /** A sample of the sandbox's use (cpu, memory, pids, oom_kills, disk, network). */
-    metrics(): Promise<Record<string, unknown>>;
     /** The sandbox is killed `seconds` from now (unless API activity refreshes it). */
     setTimeout(seconds: number): Promise<SandboxInfo>;
   }
@@ -193,10 +191,6 @@ Sandbox.prototype.events = async function (
     if (first.value.kind === 'comment' && first.value.text.trim() === 'subscribed') break;
   }
   return new SandboxEvents(items, `sandbox ${this.id} events`);
-};
-
-Sandbox.prototype.metrics = async function (this: Sandbox): Promise<Record<string, unknown>> {
-  return this.connection.json<Record<string, unknown>>('GET', path(this, '/metrics'));
 };
 
 Sandbox.prototype.setTimeout = async function (this: Sandbox, seconds: number): Promise<SandboxInfo> {

@@ -1125,8 +1125,9 @@ static int metrics_err(struct api_req *r, unsigned status, const char *msg) {
 }
 
 static int e2b_metrics(struct api_req *r, const char *id) {
-  /* start and end: unix seconds (the SDK rounds Dates); moat keeps no history, so the answer is
-   * the current sample when now lies in [start, end] (either may be left out), else []. */
+  /* start and end: unix seconds (the SDK rounds Dates), either may be left out: the recorded
+   * samples in [start, end] (metering's history, oldest first), then the current sample when now
+   * lies in the range. */
   static const char *const allowed[] = {"start", "end", NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, allowed, &err) < 0) {
@@ -1152,6 +1153,25 @@ static int e2b_metrics(struct api_req *r, const char *id) {
     return ret;
   }
   json_t *list = json_array();
+  struct moat_store_meter_sample *hist = NULL;
+  size_t nh = 0;
+  int64_t h_from = start > (uint64_t)(INT64_MAX / 1000) ? INT64_MAX : (int64_t)start * 1000;
+  int64_t h_to = end >= (uint64_t)(INT64_MAX / 1000) ? INT64_MAX : (int64_t)(end + 1) * 1000;
+  if (moat_control_metrics_series(api_control(r), r->org, id, h_from, h_to, 10000, &hist, &nh, &err) < 0)
+    moat_error_free(&err); /* the current sample still answers */
+  for (size_t i = 0; i < nh; i++) {
+    const struct moat_store_meter_sample *h = &hist[i];
+    double cpus = h->cpu_count;
+    json_array_append_new(
+        list,
+        json_pack("{s:o, s:I, s:i, s:i, s:f, s:I, s:I, s:I, s:I}", "timestamp",
+                  api_time_json(h->at_ms, false), "timestampUnix", (json_int_t)(h->at_ms / 1000), "memCache",
+                  0, "cpuCount", (int)cpus + (cpus > (int)cpus), "cpuUsedPct", round_to(h->cpu_pct, 100),
+                  "memUsed", (json_int_t)h->mem_used, "memTotal", (json_int_t)h->mem_limit, "diskUsed",
+                  (json_int_t)(h->disk_used > 0 ? h->disk_used : 0), "diskTotal",
+                  (json_int_t)(h->disk_total > 0 ? h->disk_total : (int64_t)(u.limits.disk_mb << 20))));
+  }
+  moat_store_meter_samples_free(hist, nh);
   uint64_t now_s = (uint64_t)(u.at_ms / 1000);
   /* The SDK rounds start/end to whole seconds: a window ending this second includes now. */
   if (now_s + 1 >= start && now_s <= end) {

@@ -41,6 +41,8 @@ static bool net_bytes(struct api_req *r, const char *id, uint64_t *in, uint64_t 
 int api_h_sandbox_metrics(struct api_req *r, json_t *body) {
   static const char *const none[] = {NULL};
   moat_error *err = NULL;
+  if (api_arg_get(&r->args, "from") || api_arg_get(&r->args, "to") || api_arg_get(&r->args, "limit"))
+    return api_sandbox_metrics_series(r); /* the history; without them: the sample of now */
   if (api_args_check(&r->args, none, &err) < 0)
     return api_reply_moat_error(r, &err);
   struct moat_sandbox_usage u;
@@ -296,6 +298,19 @@ int api_h_metrics(struct api_req *r, json_t *body) {
     if (v[i].sampled)
       sandbox_sample(&b, "moat_sandbox_oom_kills_total", &v[i], (double)v[i].u.oom_kills);
   free(v);
+  double org_cpu, org_mem;
+  if (moat_control_meter_org_totals(c, r->org, &org_cpu, &org_mem)) {
+    family(&b, "moat_org_cpu_seconds_total", "counter",
+           "CPU time metered to the org's sandboxes (caller's org).");
+    buf_str(&b, "moat_org_cpu_seconds_total{org=\"");
+    label_value(&b, r->org);
+    buf_printf(&b, "\"} %.6f\n", org_cpu);
+    family(&b, "moat_org_memory_gib_seconds_total", "counter",
+           "Working-set memory metered to the org's sandboxes, GiB-seconds (caller's org).");
+    buf_str(&b, "moat_org_memory_gib_seconds_total{org=\"");
+    label_value(&b, r->org);
+    buf_printf(&b, "\"} %.6f\n", org_mem);
+  }
   database_families(c, r->org, &b);
   quota_families(c, r, &b);
 

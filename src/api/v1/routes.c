@@ -30,6 +30,7 @@ static const struct api_route_def v1_routes[] = {
      NULL},
     {"GET", "/v1/orgs/{sid}/usage/now", "org.usage", api_h_org_usage, API_RT_ORG, NULL},
     {"GET", "/v1/audit", "audit", api_h_audit, 0, NULL},
+    {"GET", "/v1/usage", "usage", api_h_usage, 0, NULL},
     {"GET", "/v1/keys", "keys.list", api_h_keys_list, API_RT_ADMIN, NULL},
     {"POST", "/v1/keys", "keys.create", api_h_keys_create, API_RT_JSON | API_RT_ADMIN, NULL},
     {"DELETE", "/v1/keys/{kid}", "key.delete", api_h_key_delete, API_RT_ADMIN | API_RT_SELF, NULL},

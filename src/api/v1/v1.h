@@ -41,6 +41,8 @@ int api_h_databases_create(struct api_req *r, json_t *body);
 int api_h_databases_list(struct api_req *r, json_t *body);
 int api_h_database_branch(struct api_req *r, json_t *body);
 int api_h_audit(struct api_req *r, json_t *body);
+int api_h_usage(struct api_req *r, json_t *body);
+int api_sandbox_metrics_series(struct api_req *r);
 int api_h_database_events(struct api_req *r, json_t *body);
 int api_h_database_get(struct api_req *r, json_t *body);
 int api_h_database_delete(struct api_req *r, json_t *body);

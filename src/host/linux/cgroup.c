@@ -446,6 +446,8 @@ int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out,
     out->cpu_usage_ns = read_keyed(cg->v2, slot, "cpu.stat", "usage_usec") * 1000;
     out->pids = read_u64_at(cg->v2, slot, "pids.current");
     out->oom_kills = read_keyed(cg->v2, slot, "memory.events", "oom_kill");
+    uint64_t inactive = read_keyed(cg->v2, slot, "memory.stat", "inactive_file");
+    out->working_set_bytes = out->memory_bytes > inactive ? out->memory_bytes - inactive : 0;
     return 0;
   }
   out->memory_bytes = read_u64_at(cg->v1[V1_MEMORY], slot, "memory.usage_in_bytes");
@@ -453,6 +455,8 @@ int moat_cgroup_usage(struct moat_cgroups *cg, int slot, struct moat_usage *out,
     out->cpu_usage_ns = read_u64_at(cg->v1[V1_CPUACCT], slot, "cpuacct.usage");
   out->pids = read_u64_at(cg->v1[V1_PIDS], slot, "pids.current");
   out->oom_kills = read_keyed(cg->v1[V1_MEMORY], slot, "memory.oom_control", "oom_kill");
+  uint64_t inactive = read_keyed(cg->v1[V1_MEMORY], slot, "memory.stat", "total_inactive_file");
+  out->working_set_bytes = out->memory_bytes > inactive ? out->memory_bytes - inactive : 0;
   return 0;
 }
 

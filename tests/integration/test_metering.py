@@ -1,0 +1,294 @@
+"""test_metering.py -- metering: CPU-seconds from the cgroup's counter (checked against the counter
+read from the host side at kill time), working-set GiB-seconds, GET /v1/usage grouped by sandbox,
+org, template and metadata.KEY, the per-sandbox history (GET /v1/sandboxes/{id}/metrics?from=),
+per-org Prometheus counters; another org sees none of it; a hibernated sandbox accrues nothing, a
+paused one memory only; bad input is 400. moatd samples every 300 ms here (--sample-interval-ms)."""
+
+import os
+import subprocess
+import sys
+import time
+import unittest
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import moatd  # noqa: E402
+from moattest import DaemonTest  # noqa: E402
+from test_metrics import parse_prometheus  # noqa: E402
+
+INTERVAL_MS = 300
+
+
+def slot_cpu_usec(daemon, slot):
+    """usage_usec of the sandbox's cgroup, read by the host (the v2 slot-N dir under the daemon's)."""
+    for top in daemon.cgroups:
+        for root, dirs, _ in os.walk(top):
+            if os.path.basename(root) == "slot-%d" % slot and os.path.exists(os.path.join(root, "cpu.stat")):
+                with open(os.path.join(root, "cpu.stat")) as f:
+                    for line in f:
+                        k, v = line.split()
+                        if k == "usage_usec":
+                            return int(v)
+    raise AssertionError("no cgroup slot-%d with cpu.stat under %s" % (slot, daemon.cgroups))
+
+
+def samples_of(daemon, sid):
+    """The sandbox's recorded samples (at_ms, slot, counter, cpu total, alive total), for failure messages."""
+    import sqlite3
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(daemon.data_dir, "moat.db"), uri=True, timeout=30)
+    try:
+        return db.execute("SELECT at_ms, slot, cpu_counter_ns, cpu_ns, alive_ms FROM meter_samples WHERE sandbox_id = ? "
+                          "ORDER BY at_ms", (sid,)).fetchall()
+    finally:
+        db.close()
+
+
+def store_slot(daemon, sid):
+    return daemon.sandbox_host(sid)["slot"]
+
+
+class MeteringTest(DaemonTest):
+    pool = 1
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = moatd.MoatDaemon(pool=cls.pool, extra_args=["--sample-interval-ms", str(INTERVAL_MS)])
+        try:
+            cls.daemon.start()
+        except Exception:
+            cls.daemon.stop()
+            raise
+        cls.c = cls.daemon.client
+
+    def setUp(self):
+        self.org = "org-" + uuid.uuid4().hex[:8]
+        self.a = self.c.with_key(self.daemon.new_org_key(self.org))
+
+    def usage(self, client=None, expect=200, **q):
+        return (client or self.a).request("GET", "/v1/usage", query=q or None, expect=expect)[1]
+
+    def usage_of(self, sid, client=None, **q):
+        rows = {r["key"]: r for r in self.usage(client, group_by="sandbox", **q)}
+        return rows.get(sid)
+
+    def burn(self, client, sid, seconds):
+        client.exec(sid, cmd="timeout %d sh -c 'while :; do :; done'; true" % seconds, timeout=seconds + 60)
+
+    def wait_samples(self, n=3):
+        time.sleep(n * INTERVAL_MS / 1000 + 0.2)
+
+    def test_cpu_agrees_with_cgroup_at_kill(self):
+        sid = self.a.create(cpu=1)["id"]
+        self.burn(self.a, sid, 3)
+        slot = store_slot(self.daemon, sid)
+        host_us = slot_cpu_usec(self.daemon, slot)  # the cgroup's counter just before the kill
+        self.a.delete(sid)
+        row = self.usage_of(sid)
+        self.assertIsNotNone(row, self.usage())
+        self.assertGreater(host_us, 1_000_000)  # 3 s of a busy loop, on a shared host
+        self.assertAlmostEqual(row["cpu_seconds"], host_us / 1e6, delta=host_us / 1e6 * 0.02)
+        self.assertGreater(row["memory_gib_seconds"], 0)
+        self.assertGreater(row["sandbox_seconds"], 2.5)  # it lived the 3 s
+        # the history: samples with the gauges, their running totals ending at the usage's
+        hist = self.a.request("GET", "/v1/sandboxes/%s/metrics" % sid, query={"from": "0"})[1]
+        s = hist["samples"]
+        self.assertGreaterEqual(len(s), 3, hist)
+        self.assertEqual([x["timestamp_ms"] for x in s], sorted(x["timestamp_ms"] for x in s))
+        self.assertTrue(any(x["cpu_used_pct"] > 50 for x in s), s)
+        for x in s:
+            self.assertEqual(x["cpu_count"], 1)
+            self.assertEqual(x["memory_limit_bytes"] > 0, True)
+            self.assertGreater(x["memory_used_bytes"], 0)
+        self.assertAlmostEqual(s[-1]["cpu_seconds"], row["cpu_seconds"], delta=0.01)
+        # a range before the sandbox: nothing
+        old = self.usage(**{"from": "2020-01-01T00:00:00Z", "to": "2020-01-02T00:00:00Z"})
+        self.assertEqual(old, [])
+
+    def test_other_org_sees_nothing(self):
+        sid = self.a.create()["id"]
+        self.addCleanup(self._delete_quietly, self.a, sid)
+        self.burn(self.a, sid, 1)
+        self.wait_samples()
+        self.assertIsNotNone(self.usage_of(sid))
+        b_org = "org-" + uuid.uuid4().hex[:8]
+        b = self.c.with_key(self.daemon.new_org_key(b_org))
+        self.assertEqual(self.usage(b), [])
+        self.assertEqual(self.usage(b, group_by="org"), [])
+        self.assertApiError(404, None, b.request, "GET", "/v1/sandboxes/%s/metrics" % sid, query={"from": "0"})
+        self.assertApiError(404, None, b.request, "GET", "/v1/sandboxes/%s/metrics" % sid)
+        _, text = b.request("GET", "/metrics")
+        fams = parse_prometheus(text.decode())
+        orgs = {lb.get("org") for _, lb, _ in fams.get("moat_org_cpu_seconds_total", {"samples": []})["samples"]}
+        self.assertNotIn(self.org, orgs)
+        self.assertNotIn(self.org, text.decode())
+
+    def test_group_by_metadata_template_org(self):
+        sids = []
+        for team in ("red", "red", "blue"):
+            sid = self.a.create(metadata={"team": team})["id"]
+            self.addCleanup(self._delete_quietly, self.a, sid)
+            sids.append(sid)
+        other = self.a.create()["id"]  # no team
+        self.addCleanup(self._delete_quietly, self.a, other)
+        self.burn(self.a, sids[0], 1)
+        self.burn(self.a, sids[2], 1)
+        for sid in sids + [other]:
+            self.a.delete(sid)
+        to = str(int(time.time() * 1000) + 1)
+        by_sb = {r["key"]: r for r in self.usage(group_by="sandbox", to=to)}
+        self.assertEqual(set(by_sb), set(sids + [other]))
+        by_team = {r["key"]: r for r in self.usage(group_by="metadata.team", to=to)}
+        self.assertEqual(set(by_team), {"red", "blue", None})
+        for key, members in (("red", sids[:2]), ("blue", sids[2:]), (None, [other])):
+            for f in ("cpu_seconds", "memory_gib_seconds", "sandbox_seconds"):
+                self.assertAlmostEqual(by_team[key][f], sum(by_sb[s][f] for s in members), delta=0.01)
+        # the busy ones against the idle one (a shared host may give a 1 s loop far less than 1 s)
+        self.assertGreater(by_team["red"]["cpu_seconds"], by_team[None]["cpu_seconds"] + 0.1)
+        self.assertGreater(by_team["blue"]["cpu_seconds"], by_team[None]["cpu_seconds"] + 0.1)
+        total = sum(r["cpu_seconds"] for r in by_sb.values())
+        by_org = self.usage(group_by="org", to=to)
+        self.assertEqual([r["key"] for r in by_org], [self.org])
+        self.assertAlmostEqual(by_org[0]["cpu_seconds"], total, delta=0.01)
+        by_tmpl = self.usage(group_by="template", to=to)
+        self.assertEqual([r["key"] for r in by_tmpl], ["base"])
+        self.assertAlmostEqual(by_tmpl[0]["cpu_seconds"], total, delta=0.01)
+        # the org's Prometheus counter covers all of it
+        _, text = self.a.request("GET", "/metrics")
+        fams = parse_prometheus(text.decode())
+        cpu = {lb["org"]: v for _, lb, v in fams["moat_org_cpu_seconds_total"]["samples"]}
+        mem = {lb["org"]: v for _, lb, v in fams["moat_org_memory_gib_seconds_total"]["samples"]}
+        self.assertAlmostEqual(cpu[self.org], total, delta=0.01)
+        self.assertGreater(mem[self.org], 0)
+
+    def test_hibernated_accrues_nothing_paused_memory_only(self):
+        ck = self.c.healthz().get("checkpoints") or {}
+        sid = self.a.create()["id"]
+        self.addCleanup(self._delete_quietly, self.a, sid)
+        self.burn(self.a, sid, 1)
+        self.a.request("POST", "/v1/sandboxes/%s/pause" % sid, body={})
+        p0 = self.usage_of(sid)
+        self.wait_samples(5)
+        p1 = self.usage_of(sid)
+        self.assertAlmostEqual(p1["cpu_seconds"], p0["cpu_seconds"], delta=0.005)
+        self.assertGreater(p1["memory_gib_seconds"], p0["memory_gib_seconds"])
+        self.assertGreater(p1["sandbox_seconds"], p0["sandbox_seconds"] + 1)
+        self.a.request("POST", "/v1/sandboxes/%s/resume" % sid, body={})
+        if not ck.get("available"):
+            self.skipTest("checkpoints unavailable on this host: %s" % ck.get("criu"))
+        self.a.request("POST", "/v1/sandboxes/%s/hibernate" % sid, body={})
+        h0 = self.usage_of(sid)
+        n0 = len(self.a.request("GET", "/v1/sandboxes/%s/metrics" % sid, query={"from": "0"})[1]["samples"])
+        self.wait_samples(6)
+        h1 = self.usage_of(sid)
+        n1 = len(self.a.request("GET", "/v1/sandboxes/%s/metrics" % sid, query={"from": "0"})[1]["samples"])
+        self.assertEqual(h0, h1)
+        self.assertEqual(n0, n1)
+        # woken, it accrues again, on top of what it had
+        self.a.request("POST", "/v1/sandboxes/%s/wake" % sid, body={})
+        self.burn(self.a, sid, 1)
+        self.wait_samples()
+        w = self.usage_of(sid)
+        self.assertGreater(w["cpu_seconds"], h1["cpu_seconds"] + 0.1, samples_of(self.daemon, sid))
+
+    def test_bad_input(self):
+        for q in ({"group_by": "bogus"}, {"group_by": "metadata."}, {"from": "yesterday"}, {"to": "1e9x"},
+                  {"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
+                  {"from": "2024-01-01T00:00:00Z", "to": "2025-02-05T00:00:00Z"}, {"nope": "1"}):
+            self.assertApiError(400, None, self.a.request, "GET", "/v1/usage", query=q)
+        sid = self.a.create()["id"]
+        self.addCleanup(self._delete_quietly, self.a, sid)
+        for q in ({"from": "bad"}, {"from": "0", "limit": "0"}, {"from": "5", "to": "1"}, {"from": "0", "x": "1"}):
+            self.assertApiError(400, None, self.a.request, "GET", "/v1/sandboxes/%s/metrics" % sid, query=q)
+        # without from/to the instantaneous answer is unchanged
+        m = self.a.request("GET", "/v1/sandboxes/%s/metrics" % sid)[1]
+        self.assertIn("cpu", m)
+        self.assertIn("sampled", m)
+
+    def test_totals_survive_crash(self):
+        t0 = time.time()
+        sid = self.a.create()["id"]
+        self.burn(self.a, sid, 2)
+        self.wait_samples()
+        before = self.usage_of(sid)["cpu_seconds"]
+        self.daemon.kill9()  # its sandboxes keep running: the next moatd adopts them
+        self.daemon.start()
+        type(self).c = self.daemon.client
+        self.addCleanup(self._delete_quietly, self.a, sid)
+        self.burn(self.a, sid, 1)
+        slot = store_slot(self.daemon, sid)
+        host_us = slot_cpu_usec(self.daemon, slot)
+        self.a.delete(sid)
+        row = self.usage_of(sid)
+        lived = time.time() - t0
+        after = row["cpu_seconds"]
+        self.assertGreater(after, before + 0.1, samples_of(self.daemon, sid))
+        # the time moatd was down counts: the sandbox was alive (less what was sampled, not written)
+        self.assertGreater(row["sandbox_seconds"], lived - 2 * INTERVAL_MS / 1000, samples_of(self.daemon, sid))
+        self.assertLessEqual(row["sandbox_seconds"], lived + 0.5)
+        # one cgroup all along: the total is its counter
+        self.assertAlmostEqual(after, host_us / 1e6, delta=host_us / 1e6 * 0.02)
+
+    def test_python_sdk(self):
+        sys.path.insert(0, os.path.join(moatd.REPO, "sdk", "python"))
+        import moat
+        cl = moat.Client("http://127.0.0.1:%d" % self.daemon.port, self.a.key)
+        sb = moat.Sandbox.create(client=cl, metadata={"team": "py"})
+        self.addCleanup(self._delete_quietly, self.a, sb.id)
+        now = sb.metrics()
+        self.assertEqual(now["sandbox_id"], sb.id)
+        sb.exec("timeout 1 sh -c 'while :; do :; done'; true")
+        self.wait_samples()
+        hist = sb.metrics(from_=0)
+        self.assertGreaterEqual(len(hist["samples"]), 2, hist)
+        self.assertEqual(len(sb.metrics(from_=0, limit=1)["samples"]), 1)
+        rows = {r["key"]: r for r in cl.usage(group_by="sandbox")}
+        self.assertGreater(rows[sb.id]["cpu_seconds"], 0.1)
+        team = {r["key"]: r for r in cl.usage(group_by="metadata.team")}
+        self.assertAlmostEqual(team["py"]["cpu_seconds"], rows[sb.id]["cpu_seconds"], delta=0.05)
+        import datetime
+        self.assertEqual(cl.usage(from_=datetime.datetime(2020, 1, 1), to=datetime.datetime(2020, 1, 2)), [])
+        with self.assertRaises(ValueError):
+            cl.usage(group_by="bogus")
+        with self.assertRaises(moat.InvalidRequestError):
+            cl.usage(from_="yesterday")
+        other = moat.Client("http://127.0.0.1:%d" % self.daemon.port,
+                            self.daemon.new_org_key("org-" + uuid.uuid4().hex[:8]))
+        with self.assertRaises(moat.NotFoundError):
+            moat.Sandbox({"id": sb.id, "template": "base", "state": "running"}, other).metrics(from_=0)
+
+    def moat_cli(self, *args, check=0):
+        e = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % self.daemon.port, MOAT_API_KEY=self.a.key)
+        r = subprocess.run([os.path.join(moatd.BUILD, "moat")] + list(args), env=e, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=60, text=True)
+        self.assertEqual(r.returncode, check, "moat %s: %s" % (" ".join(args), r.stderr))
+        return r
+
+    def test_cli(self):
+        sid = self.a.create(metadata={"team": "cli"})["id"]
+        self.addCleanup(self._delete_quietly, self.a, sid)
+        self.burn(self.a, sid, 1)
+        self.wait_samples()
+        import json
+        rows = json.loads(self.moat_cli("usage", "--group-by", "metadata.team", "--json").stdout)
+        self.assertEqual([r["key"] for r in rows], ["cli"])
+        self.assertGreater(rows[0]["cpu_seconds"], 0.1)
+        table = self.moat_cli("usage").stdout
+        self.assertIn(sid, table)
+        self.assertIn("CPU_SECONDS", table)
+        self.assertIn("366 days", self.moat_cli("usage", "--from", "0", check=1).stderr)
+        self.assertIn("group_by", self.moat_cli("usage", "--group-by", "nope", check=1).stderr)
+        hist = json.loads(self.moat_cli("metrics", sid, "--from", "0", "--json").stdout)
+        self.assertGreaterEqual(len(hist["samples"]), 2)
+        lines = self.moat_cli("metrics", sid, "--from", "0").stdout.splitlines()
+        self.assertTrue(lines[0].startswith("TIMESTAMP"), lines)
+        self.assertGreaterEqual(len(lines) - 1, len(hist["samples"]))  # the sampler goes on meanwhile
+        self.assertIn(hist["samples"][0]["timestamp"], lines[1])
+        now = json.loads(self.moat_cli("metrics", sid).stdout)
+        self.assertEqual(now["sandbox_id"], sid)
+        self.moat_cli("metrics", check=2)
+        self.moat_cli("help", "usage")
+        self.moat_cli("help", "metrics")
+
+
+if __name__ == "__main__":
+    unittest.main()
