@@ -110,6 +110,7 @@ struct moat_control {
   struct ctl_db *dbs;              /* databases.c: connection counts and start mutexes */
   struct ctl_db_events *db_events; /* database_events.c: recent events and counters */
   struct ctl_audit *audit;         /* audit.c: the entries being written */
+  struct ctl_logs *logs;           /* logs.c: the output logs' writers and their manager */
   int64_t audit_retention_ms;      /* audit.c */
   int64_t audit_pruned_ms;         /* the reaper thread's */
   char *db_host; /* the proxy's address in connection URLs (moat_control_config.db_listen) */
@@ -119,6 +120,11 @@ struct moat_control {
   char db_sandbox_host[16];
   unsigned db_sandbox_port;
 };
+
+/* ---- logs.c ---- */
+int ctl_logs_open(struct moat_control *c, uint64_t max_bytes, uint64_t retention_s, moat_error **err);
+int ctl_logs_start(struct moat_control *c, moat_error **err); /* the manager thread */
+void ctl_logs_close(struct moat_control *c);                   /* before the table goes */
 
 /* ---- control.c ---- */
 struct live *live_get(struct moat_control *c, const char *id); /* reference taken, or NULL */

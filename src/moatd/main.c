@@ -47,6 +47,9 @@ static void usage(FILE *f) {
           "                       chain and its key; both listeners answer SSLRequest with 'S'). Without\n"
           "                       them: no TLS (sslmode=disable or prefer)\n"
           "  --audit-retention-days N  how long the audit log (GET /v1/audit) keeps an entry (default 90)\n"
+          "  --log-max-mb N       a sandbox's output log (GET /v1/sandboxes/ID/logs) keeps at most N MiB,\n"
+          "                       the oldest dropped first (default 16)\n"
+          "  --log-retention-seconds N  how long a killed sandbox's output log is kept (default 86400)\n"
           "  --db-max-connections N  connections the database proxy serves at once (default %d)\n"
           "  --db-max-conns-per-ip N  of those, from one client address (default %d)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
@@ -284,6 +287,7 @@ int main(int argc, char **argv) {
   unsigned db_max_connections = 0, db_max_conns_per_ip = 0;
   const char *db_tls_cert = NULL, *db_tls_key = NULL;
   unsigned audit_days = 0;
+  unsigned log_max_mb = 0, log_retention_s = 0;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -312,6 +316,8 @@ int main(int argc, char **argv) {
       {"db-tls-cert", required_argument, NULL, 0x123},
       {"db-tls-key", required_argument, NULL, 0x124},
       {"audit-retention-days", required_argument, NULL, 0x125},
+      {"log-max-mb", required_argument, NULL, 0x130},
+      {"log-retention-seconds", required_argument, NULL, 0x131},
       {"max-connections", required_argument, NULL, 0x200},
       {"max-conns-per-ip", required_argument, NULL, 0x201},
       {"header-timeout", required_argument, NULL, 0x202},
@@ -398,6 +404,12 @@ int main(int argc, char **argv) {
       break;
     case 0x125:
       audit_days = flag_uint("audit-retention-days", optarg, 1, 36500);
+      break;
+    case 0x130:
+      log_max_mb = flag_uint("log-max-mb", optarg, 1, 65536);
+      break;
+    case 0x131:
+      log_retention_s = flag_uint("log-retention-seconds", optarg, 1, 100u * 365 * 86400);
       break;
     case 0x122:
       db_max_conns_per_ip = flag_uint("db-max-conns-per-ip", optarg, 1, 1000000);
@@ -559,6 +571,8 @@ int main(int argc, char **argv) {
       .build_context_max_mb = build_context_max_mb,
       .db_listen = db_listen,
       .audit_retention_days = audit_days,
+      .log_max_bytes = (uint64_t)log_max_mb << 20,
+      .log_retention_s = log_retention_s,
       .net = &net,
   };
   {
