@@ -169,8 +169,8 @@ struct moat_log_rec {
 struct moat_log_reader;
 /* A reader of the log of sandbox id of org, from its oldest record. ENOENT: no such sandbox of
  * org, or it was killed longer ago than the retention. *ended (may be NULL): it is killed. */
-int moat_control_logs_open(struct moat_control *c, const char *org, const char *id, struct moat_log_reader **out,
-                           bool *ended, moat_error **err);
+int moat_control_logs_open(struct moat_control *c, const char *org, const char *id,
+                           struct moat_log_reader **out, bool *ended, moat_error **err);
 /* 1 with the next record, 0 when none is there yet (a follower waits and calls again), -1. */
 int moat_log_reader_next(struct moat_log_reader *lr, struct moat_log_rec *rec, moat_error **err);
 void moat_log_reader_close(struct moat_log_reader *lr);

@@ -263,7 +263,10 @@ static void logs_nap(struct ctl_logs *L, int ms) {
 static void take_guest_rec(struct ctl_logs *L, struct ctl_log *l, const struct moat_guest_log_rec *g) {
   switch (g->kind) {
   case MOAT_GLOG_OUTPUT:
-    log_append(L, l, g->pty ? MOAT_LOG_PTY : g->stream ? MOAT_LOG_STDERR : MOAT_LOG_STDOUT,
+    log_append(L, l,
+               g->pty      ? MOAT_LOG_PTY
+               : g->stream ? MOAT_LOG_STDERR
+                           : MOAT_LOG_STDOUT,
                (uint8_t)g->stream, g->pid, g->tag, 0, g->data, g->len);
     break;
   case MOAT_GLOG_START: {
@@ -298,9 +301,9 @@ static int current_ep(struct moat_control *c, const char *id, struct moat_guest_
   if (!e)
     return -1;
   pthread_mutex_lock(&e->m);
-  int r = e->state == MOAT_SB_KILLED                                               ? -1
+  int r = e->state == MOAT_SB_KILLED                                                        ? -1
           : (e->state == MOAT_SB_RUNNING || e->state == MOAT_SB_PAUSED) && e->guest.path[0] ? 1
-                                                                                          : 0;
+                                                                                            : 0;
   if (r == 1)
     *ep = e->guest;
   pthread_mutex_unlock(&e->m);
@@ -585,8 +588,8 @@ struct moat_log_reader {
   char tag[256];
 };
 
-int moat_control_logs_open(struct moat_control *c, const char *org, const char *id, struct moat_log_reader **out,
-                           bool *ended, moat_error **err) {
+int moat_control_logs_open(struct moat_control *c, const char *org, const char *id,
+                           struct moat_log_reader **out, bool *ended, moat_error **err) {
   *out = NULL;
   struct moat_store_sandbox r = {0};
   if (moat_store_sandbox_get(c->store, org, id, &r, err) < 0)
@@ -596,8 +599,9 @@ int moat_control_logs_open(struct moat_control *c, const char *org, const char *
   moat_store_sandbox_clear(&r);
   struct ctl_logs *L = c->logs;
   if (killed && killed_at + L->retention_ms <= now_unix_ms())
-    return moat_error_set(err, ENOENT, "the logs of sandbox %s were removed: it was killed more than %lld s ago",
-                          id, (long long)(L->retention_ms / 1000));
+    return moat_error_set(err, ENOENT,
+                          "the logs of sandbox %s were removed: it was killed more than %lld s ago", id,
+                          (long long)(L->retention_ms / 1000));
   struct moat_log_reader *lr = xcalloc(1, sizeof(*lr));
   lr->L = L;
   snprintf(lr->id, sizeof(lr->id), "%s", id);

@@ -10,10 +10,10 @@
  * PRIMARY_HIGH waits for that host the process's pipes are not read, which holds it back) and
  * to every attached connection (which, once more than ATTACH_HIGH waits for it, loses bytes and
  * is told so with REP_DROPPED{SIZE} when it catches up). The one LOGS connection (g_log) reads
- * every process's rings behind a cursor of its own (log_pump), so it never holds a process back. Input (DATA/END from the primary or an
- * attach connection, REQ_STDIN) waits in one queue per process; past STDIN_HIGH the
- * connections are not read. Objects are only marked dead during an event and freed at the end of
- * guest_procs_dispatch, so pointers held by this iteration's poll slots stay valid.
+ * every process's rings behind a cursor of its own (log_pump), so it never holds a process back. Input
+ * (DATA/END from the primary or an attach connection, REQ_STDIN) waits in one queue per process; past
+ * STDIN_HIGH the connections are not read. Objects are only marked dead during an event and freed at the end
+ * of guest_procs_dispatch, so pointers held by this iteration's poll slots stay valid.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +42,7 @@
 #define REQUEST_TIMEOUT_NS (60ull * 1000000000ull)
 #define CLOSING_TIMEOUT_NS (30ull * 1000000000ull)
 #define DEFAULT_MAX_OUTPUT (16ull << 20)
-#define FRAME_HDR 11 /* u32 length, u8 type, u16 tag, u32 field length */
+#define FRAME_HDR 11        /* u32 length, u8 type, u16 tag, u32 field length */
 #define LOG_HIGH (1u << 20) /* the LOGS connection takes no more while this much waits for it */
 
 /* A byte queue: output waiting for a host, input waiting for a pipe or to be parsed. */

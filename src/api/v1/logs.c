@@ -27,12 +27,12 @@ struct logsrc {
   struct moat_log_reader *rd;
   bool follow;
   int64_t since;
-  size_t n_seen;       /* lifecycle transitions already sent or skipped */
-  bool killed_seen;    /* the kill transition was sent */
-  char *forked_from;   /* named in a fork's `created` */
-  bool have;           /* rec holds a record not sent yet */
-  json_t *pending;     /* that record's entry */
-  int64_t pending_ms;  /* and its time */
+  size_t n_seen;      /* lifecycle transitions already sent or skipped */
+  bool killed_seen;   /* the kill transition was sent */
+  char *forked_from;  /* named in a fork's `created` */
+  bool have;          /* rec holds a record not sent yet */
+  json_t *pending;    /* that record's entry */
+  int64_t pending_ms; /* and its time */
 };
 
 static void logs_free(void *ctx) {
@@ -130,8 +130,10 @@ static json_t *rec_json(const struct moat_log_rec *r) {
 }
 
 static void emit(struct moat_buf *out, json_t *j) {
+  char name[32];
   const char *type = json_string_value(json_object_get(j, "type"));
-  api_sse_format(out, type ? type : "entry", j);
+  snprintf(name, sizeof(name), "%s", type ? type : "entry"); /* api_sse_format takes j */
+  api_sse_format(out, name, j);
 }
 
 /* The next stored record at or after since into s->pending; false when there is none yet. */
@@ -227,7 +229,8 @@ int api_h_logs(struct api_req *r, json_t *body) {
   static const char *const allowed[] = {"since", "follow", NULL};
   moat_error *err = NULL;
   bool follow;
-  if (api_args_check(&r->args, allowed, &err) < 0 || api_arg_bool(&r->args, "follow", false, &follow, &err) < 0)
+  if (api_args_check(&r->args, allowed, &err) < 0 ||
+      api_arg_bool(&r->args, "follow", false, &follow, &err) < 0)
     return api_reply_moat_error(r, &err);
   const char *since_s = api_arg_get(&r->args, "since");
   int64_t since = INT64_MIN;

@@ -206,8 +206,8 @@ struct moat_guest_log_rec {
   int stream;
   const uint8_t *data; /* OUTPUT; valid until the next call */
   size_t len;
-  uint64_t size;      /* DROPPED */
-  char **argv;        /* START; valid until the next call */
+  uint64_t size; /* DROPPED */
+  char **argv;   /* START; valid until the next call */
   int64_t started_at_ms;
   int exit_code, signal;
 };
