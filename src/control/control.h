@@ -155,6 +155,7 @@ enum moat_log_kind {
   MOAT_LOG_EXIT,    /* data: JSON {exit_code, signal} */
   MOAT_LOG_LOST,    /* value bytes of (pid, stream) that the guest dropped before the log took them */
   MOAT_LOG_DROPPED, /* the first record when the bound dropped older ones: value bytes of records */
+  MOAT_LOG_OOM,     /* the kernel OOM-killed in the sandbox: data JSON as GET .../events' oom */
 };
 struct moat_log_rec {
   enum moat_log_kind kind;

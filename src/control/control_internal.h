@@ -125,6 +125,8 @@ struct moat_control {
 int ctl_logs_open(struct moat_control *c, uint64_t max_bytes, uint64_t retention_s, moat_error **err);
 int ctl_logs_start(struct moat_control *c, moat_error **err); /* the manager thread */
 void ctl_logs_close(struct moat_control *c);                  /* before the table goes */
+/* An OOM kill in sandbox id (oom.c's event) as an `oom` record of its log. */
+void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev);
 
 /* ---- control.c ---- */
 struct live *live_get(struct moat_control *c, const char *id); /* reference taken, or NULL */

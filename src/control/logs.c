@@ -49,8 +49,8 @@ struct ctl_log {
   struct ctl_log *next; /* logs->list; logs->lock */
   char id[MOAT_ID_LEN + 1];
   pthread_t thread;
-  bool ended; /* the logger returned (logs->lock) */
-  /* the writer (this sandbox's logger thread only) */
+  bool ended;         /* the logger returned (logs->lock) */
+  pthread_mutex_t wm; /* the writer: the logger thread, and notes of other threads (a leaf) */
   int fd;
   uint64_t seq, cur_size, old_size, dropped;
 };
@@ -161,7 +161,7 @@ static int writer_open(struct ctl_logs *L, struct ctl_log *l) {
   }
   l->dropped = read_dropped(sdir);
   _cleanup_free_ char *p = seg_path(L->dir, l->id, l->seq);
-  l->fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  l->fd = open(p, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (l->fd < 0)
     return -1;
   l->cur_size = whole_length(l->fd);
@@ -177,7 +177,7 @@ static int writer_open(struct ctl_logs *L, struct ctl_log *l) {
 static void writer_rotate(struct ctl_logs *L, struct ctl_log *l) {
   _cleanup_free_ char *sdir = xasprintf("%s/%s", L->dir, l->id);
   _cleanup_free_ char *np = seg_path(L->dir, l->id, l->seq + 1);
-  int fd = open(np, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = open(np, O_RDWR | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0)
     return;
   close(l->fd);
@@ -197,14 +197,26 @@ static void writer_rotate(struct ctl_logs *L, struct ctl_log *l) {
 }
 
 static void writer_close(struct ctl_log *l) {
+  pthread_mutex_lock(&l->wm);
   if (l->fd >= 0)
     close(l->fd);
   l->fd = -1;
+  pthread_mutex_unlock(&l->wm);
 }
 
-/* Appends one record; a failure loses it (and is logged once per writer). */
+static void append_locked(struct ctl_logs *L, struct ctl_log *l, uint8_t kind, uint8_t stream, int pid,
+                          const char *tag, int64_t value, const void *data, size_t len);
+
+/* Appends one record; a failure (a full disk) loses it. */
 static void log_append(struct ctl_logs *L, struct ctl_log *l, uint8_t kind, uint8_t stream, int pid,
                        const char *tag, int64_t value, const void *data, size_t len) {
+  pthread_mutex_lock(&l->wm);
+  append_locked(L, l, kind, stream, pid, tag, value, data, len);
+  pthread_mutex_unlock(&l->wm);
+}
+
+static void append_locked(struct ctl_logs *L, struct ctl_log *l, uint8_t kind, uint8_t stream, int pid,
+                          const char *tag, int64_t value, const void *data, size_t len) {
   if (writer_open(L, l) < 0)
     return;
   size_t tl = tag ? strlen(tag) : 0;
@@ -440,6 +452,7 @@ static void manage_loggers(struct ctl_logs *L) {
     pthread_join(done->thread, NULL);
     if (!is_live(c, done->id))
       schedule_removal(L, done->id);
+    pthread_mutex_destroy(&done->wm);
     free(done);
   }
   for (size_t i = 0; i < n; i++) {
@@ -462,6 +475,7 @@ static void manage_loggers(struct ctl_logs *L) {
     struct ctl_log *l = xcalloc(1, sizeof(*l));
     snprintf(l->id, sizeof(l->id), "%s", ids[i]);
     l->fd = -1;
+    pthread_mutex_init(&l->wm, NULL);
     struct logger_arg *a = xmalloc(sizeof(*a));
     *a = (struct logger_arg){L, l};
     if (pthread_create(&l->thread, NULL, logger_run, a) != 0) {
@@ -524,6 +538,7 @@ static void *manager_main(void *arg) {
   for (struct ctl_log *l = L->list, *next; l; l = next) {
     next = l->next;
     pthread_join(l->thread, NULL);
+    pthread_mutex_destroy(&l->wm);
     free(l);
   }
   L->list = NULL;
@@ -571,6 +586,38 @@ void ctl_logs_close(struct moat_control *c) {
   free(L->dir);
   free(L);
   c->logs = NULL;
+}
+
+void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev) {
+  struct ctl_logs *L = c->logs;
+  if (!L)
+    return;
+  json_t *d = json_deep_copy(ev);
+  json_object_del(d, "kind");
+  json_object_del(d, "time_ms");
+  char *s = json_dumps(d, JSON_COMPACT);
+  json_decref(d);
+  if (!s)
+    return;
+  struct ctl_log *l = NULL;
+  pthread_mutex_lock(&L->lock);
+  for (struct ctl_log *x = L->list; x && !l; x = x->next)
+    if (strcmp(x->id, id) == 0 && !x->ended) {
+      l = x;
+      pthread_mutex_lock(&l->wm); /* the list's lock, then a writer's: never the other way */
+    }
+  pthread_mutex_unlock(&L->lock);
+  if (l) {
+    append_locked(L, l, MOAT_LOG_OOM, 0, 0, NULL, 0, s, strlen(s));
+    pthread_mutex_unlock(&l->wm);
+  } else { /* its logger has not started, or has ended: a writer of its own */
+    struct ctl_log tmp = {.fd = -1};
+    snprintf(tmp.id, sizeof(tmp.id), "%s", id);
+    append_locked(L, &tmp, MOAT_LOG_OOM, 0, 0, NULL, 0, s, strlen(s));
+    if (tmp.fd >= 0)
+      close(tmp.fd);
+  }
+  free(s);
 }
 
 /* ---- readers (control.h) ---- */

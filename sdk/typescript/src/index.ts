@@ -17,6 +17,7 @@ export type {
 export { SandboxProcess, SIGNALS } from './process.js';
 export type { ExitInfo, ProcessInfo, OutputCallback, SignalName, StreamOptions } from './process.js';
 export { Files } from './files.js';
+export type { LogEntry, LogsOptions } from './logs.js';
 export { Volume } from './volume.js';
 export type { VolumeAttachment, VolumeMount } from './volume.js';
 export { Database } from './database.js';

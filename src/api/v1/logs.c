@@ -118,6 +118,14 @@ static json_t *rec_json(const struct moat_log_rec *r) {
     j = json_pack("{s:s, s:s, s:I, s:i, s:s}", "type", "dropped", "reason", "unread", "bytes",
                   (json_int_t)r->value, "pid", r->pid, "stream", r->stream ? "stderr" : "stdout");
     break;
+  case MOAT_LOG_OOM: {
+    json_t *d = json_loadb((const char *)r->data, r->len, 0, NULL);
+    j = json_is_object(d) ? d : json_object();
+    if (!json_is_object(d))
+      json_decref(d);
+    json_object_set_new(j, "type", json_string("oom"));
+    break;
+  }
   case MOAT_LOG_DROPPED:
     return json_pack("{s:s, s:s, s:I}", "type", "dropped", "reason", "bound", "bytes", (json_int_t)r->value);
   }
