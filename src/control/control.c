@@ -1074,7 +1074,8 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
   ctl_databases_open(c);
   if (ctl_audit_open(c, err) < 0)
     goto fail;
-  if (ctl_logs_open(c, cfg->log_max_bytes, cfg->log_retention_s, err) < 0 || ctl_logs_start(c, err) < 0)
+  if (ctl_logs_open(c, cfg->log_max_bytes, cfg->log_retention_s, err) < 0 ||
+      (!cfg->logs_off && ctl_logs_start(c, err) < 0))
     goto fail;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
     moat_error_set(err, EAGAIN, "start reaper thread");

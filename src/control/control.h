@@ -136,6 +136,7 @@ struct moat_control_config {
   unsigned audit_retention_days; /* how long the audit log keeps an entry; 0 = 90 */
   uint64_t log_max_bytes;        /* a sandbox's output log (logs.c) holds at most this; 0 = 16 MiB */
   uint64_t log_retention_s;      /* a killed sandbox's log is kept this long; 0 = 86400 */
+  bool logs_off;                 /* no output logs: no logger reads the guests (lifecycle lines only) */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every

@@ -590,7 +590,7 @@ void ctl_logs_close(struct moat_control *c) {
 
 void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev) {
   struct ctl_logs *L = c->logs;
-  if (!L)
+  if (!L || !L->started) /* logs off */
     return;
   json_t *d = json_deep_copy(ev);
   json_object_del(d, "kind");

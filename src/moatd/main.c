@@ -48,7 +48,7 @@ static void usage(FILE *f) {
           "                       them: no TLS (sslmode=disable or prefer)\n"
           "  --audit-retention-days N  how long the audit log (GET /v1/audit) keeps an entry (default 90)\n"
           "  --log-max-mb N       a sandbox's output log (GET /v1/sandboxes/ID/logs) keeps at most N MiB,\n"
-          "                       the oldest dropped first (default 16)\n"
+          "                       the oldest dropped first (default 16; 0: no output logs)\n"
           "  --log-retention-seconds N  how long a killed sandbox's output log is kept (default 86400)\n"
           "  --db-max-connections N  connections the database proxy serves at once (default %d)\n"
           "  --db-max-conns-per-ip N  of those, from one client address (default %d)\n"
@@ -288,6 +288,7 @@ int main(int argc, char **argv) {
   const char *db_tls_cert = NULL, *db_tls_key = NULL;
   unsigned audit_days = 0;
   unsigned log_max_mb = 0, log_retention_s = 0;
+  bool logs_off = false;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -406,7 +407,8 @@ int main(int argc, char **argv) {
       audit_days = flag_uint("audit-retention-days", optarg, 1, 36500);
       break;
     case 0x130:
-      log_max_mb = flag_uint("log-max-mb", optarg, 1, 65536);
+      log_max_mb = flag_uint("log-max-mb", optarg, 0, 65536);
+      logs_off = log_max_mb == 0;
       break;
     case 0x131:
       log_retention_s = flag_uint("log-retention-seconds", optarg, 1, 100u * 365 * 86400);
@@ -573,6 +575,7 @@ int main(int argc, char **argv) {
       .audit_retention_days = audit_days,
       .log_max_bytes = (uint64_t)log_max_mb << 20,
       .log_retention_s = log_retention_s,
+      .logs_off = logs_off,
       .net = &net,
   };
   {
