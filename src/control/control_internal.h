@@ -125,6 +125,10 @@ struct moat_control {
 int ctl_logs_open(struct moat_control *c, uint64_t max_bytes, uint64_t retention_s, moat_error **err);
 int ctl_logs_start(struct moat_control *c, moat_error **err); /* the manager thread */
 void ctl_logs_close(struct moat_control *c);                  /* before the table goes */
+/* Closes sandbox id's log connection to its guest (waiting up to 2 s), so that a checkpoint finds
+ * none open; the caller holds the sandbox's m, which keeps the logger from opening another until
+ * the transition is over. */
+void ctl_logs_detach(struct moat_control *c, const char *id);
 /* An OOM kill in sandbox id (oom.c's event) as an `oom` record of its log. */
 void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev);
 

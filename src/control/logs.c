@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -51,6 +52,7 @@ struct ctl_log {
   pthread_t thread;
   bool ended;         /* the logger returned (logs->lock) */
   pthread_mutex_t wm; /* the writer: the logger thread, and notes of other threads (a leaf) */
+  int gfd;            /* the guest connection's socket while one is open, else -1 (logs->lock) */
   int fd;
   uint64_t seq, cur_size, old_size, dropped;
 };
@@ -346,6 +348,9 @@ static void *logger_run(void *arg) {
       logs_nap(L, MANAGER_TICK_MS);
       continue;
     }
+    pthread_mutex_lock(&L->lock);
+    l->gfd = moat_guest_log_fd(g);
+    pthread_mutex_unlock(&L->lock);
     while (!logs_stopping(L)) {
       struct moat_guest_log_rec rec;
       int r = moat_guest_log_next(g, &rec, 500, &err);
@@ -360,6 +365,10 @@ static void *logger_run(void *arg) {
       moat_error_free(&err);
       break;
     }
+    pthread_mutex_lock(&L->lock);
+    l->gfd = -1;
+    pthread_cond_broadcast(&L->cond);
+    pthread_mutex_unlock(&L->lock);
     moat_guest_log_close(g);
   }
   writer_close(l);
@@ -475,6 +484,7 @@ static void manage_loggers(struct ctl_logs *L) {
     struct ctl_log *l = xcalloc(1, sizeof(*l));
     snprintf(l->id, sizeof(l->id), "%s", ids[i]);
     l->fd = -1;
+    l->gfd = -1;
     pthread_mutex_init(&l->wm, NULL);
     struct logger_arg *a = xmalloc(sizeof(*a));
     *a = (struct logger_arg){L, l};
@@ -586,6 +596,26 @@ void ctl_logs_close(struct moat_control *c) {
   free(L->dir);
   free(L);
   c->logs = NULL;
+}
+
+void ctl_logs_detach(struct moat_control *c, const char *id) {
+  struct ctl_logs *L = c->logs;
+  if (!L)
+    return;
+  struct timespec ts;
+  deadline_in(&ts, 2000);
+  pthread_mutex_lock(&L->lock);
+  for (;;) {
+    struct ctl_log *l = L->list;
+    while (l && (strcmp(l->id, id) != 0 || l->ended))
+      l = l->next;
+    if (!l || l->gfd < 0)
+      break;
+    shutdown(l->gfd, SHUT_RDWR); /* the logger's wait ends; it clears gfd, then closes */
+    if (pthread_cond_timedwait(&L->cond, &L->lock, &ts) == ETIMEDOUT)
+      break;
+  }
+  pthread_mutex_unlock(&L->lock);
 }
 
 void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev) {

@@ -308,6 +308,7 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
     return moat_error_wrap(err, "thaw %s for its checkpoint", e->id);
   }
   memset(info, 0, sizeof(*info));
+  ctl_logs_detach(c, e->id); /* its connection would hold the checkpoint back (freeze_quiet) */
   int rc = moat_host_checkpoint(c->host, e->slot, dir, leave_running, info, err);
   if (rc < 0) {
     host_error(err);

@@ -831,6 +831,8 @@ int moat_guest_log_next(struct moat_guest_log *l, struct moat_guest_log_rec *rec
   }
 }
 
+int moat_guest_log_fd(const struct moat_guest_log *l) { return l->g.fd; }
+
 void moat_guest_log_close(struct moat_guest_log *l) {
   if (!l)
     return;

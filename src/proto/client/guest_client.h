@@ -215,6 +215,8 @@ int moat_guest_log_open(const struct moat_guest_ep *ep, struct moat_guest_log **
 /* 1 with a record, 0 when the guest closed, -1 on error (ETIMEDOUT after timeout_ms: usable). */
 int moat_guest_log_next(struct moat_guest_log *l, struct moat_guest_log_rec *rec, int timeout_ms,
                         moat_error **err);
+/* The connection's socket (for a shutdown(2) from another thread that ends a wait on it). */
+int moat_guest_log_fd(const struct moat_guest_log *l);
 void moat_guest_log_close(struct moat_guest_log *l);
 
 /* Whether PID 1 itself answers (a request it serves, not a spare worker) within timeout_ms; a
