@@ -233,6 +233,29 @@ class LogsTest(DaemonTest):
         self.assertEqual(self.output(got, pid, "stdout"), b"started-ok\n", got)
         self.assertEqual(self.output(got, pid, "stderr"), b"start-err\n", got)
 
+    def test_kill9_torn_tail_and_output_while_down(self):
+        """A moatd killed mid-write leaves at most a torn last record: the next moatd cuts it off and
+        goes on; output written while no moatd ran comes from the guest's ring when it reconnects."""
+        sid = self.c.create(ttl_seconds=600)["id"]
+        self.addCleanup(self._delete_quietly, self.c, sid)
+        self.c.exec(sid, argv=["sh", "-c", "echo before-crash"])
+        self.wait_entries(sid, lambda es: b"before-crash" in self.output(es))
+        bg = self.c.request("POST", "/v1/sandboxes/%s/exec" % sid, expect=201, body={
+            "argv": ["sh", "-c", "sleep 1; echo while-down; sleep 600"], "background": True})[1]
+        self.daemon.kill9()
+        d = os.path.join(self.daemon.data_dir, "logs", sid)
+        newest = max((f for f in os.listdir(d) if f.endswith(".log")), key=lambda f: int(f.split(".")[0]))
+        with open(os.path.join(d, newest), "ab") as f:
+            f.write(b"MLG1\xff\xff")  # a record cut short
+        time.sleep(2)
+        self.daemon.start()
+        got = self.wait_entries(sid, lambda es: b"while-down" in self.output(es))
+        self.assertEqual(self.output(got).count(b"before-crash"), 1, got)
+        self.assertEqual(self.output(got, bg["pid"], "stdout"), b"while-down\n", got)
+        self.c.exec(sid, argv=["sh", "-c", "echo after-restart"])
+        got = self.wait_entries(sid, lambda es: b"after-restart" in self.output(es))
+        self.assertIn(b"after-restart", self.output(got))
+
     def test_bad_input(self):
         sid = self.sandbox()["id"]
         for q in ({"since": "yesterday"}, {"follow": "maybe"}, {"bogus": "1"}):
