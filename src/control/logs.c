@@ -34,6 +34,7 @@
 
 #define REC_MAGIC 0x31474c4du /* "MLG1" */
 #define MANAGER_TICK_MS 200
+#define LOGGER_STACK (256u << 10)
 #define DEFAULT_LOG_MAX (16ull << 20)
 #define DEFAULT_RETENTION_S 86400
 
@@ -488,7 +489,12 @@ static void manage_loggers(struct ctl_logs *L) {
     pthread_mutex_init(&l->wm, NULL);
     struct logger_arg *a = xmalloc(sizeof(*a));
     *a = (struct logger_arg){L, l};
-    if (pthread_create(&l->thread, NULL, logger_run, a) != 0) {
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, LOGGER_STACK); /* one thread per live sandbox */
+    int rc = pthread_create(&l->thread, &at, logger_run, a);
+    pthread_attr_destroy(&at);
+    if (rc != 0) {
       free(a);
       free(l);
       continue;
