@@ -256,6 +256,19 @@ class LogsTest(DaemonTest):
         got = self.wait_entries(sid, lambda es: b"after-restart" in self.output(es))
         self.assertIn(b"after-restart", self.output(got))
 
+    def test_oom_kill_is_logged(self):
+        sid = self.sandbox(memory_mb=512, cpu=1)["id"]
+        hog = ["python3", "-c", "b = b'x' * (700 << 20); print(len(b))"]
+        r = self.c.exec(sid, argv=hog, timeout=120)
+        self.assertTrue(r["oom_killed"], r)
+        got = self.wait_entries(sid, lambda es: [e for e in es if e["type"] == "oom"])
+        ooms = [e for e in got if e["type"] == "oom"]
+        self.assertEqual(len(ooms), 1, got)
+        self.assertEqual(ooms[0]["argv"], hog)
+        self.assertGreaterEqual(ooms[0]["kills"], 1)
+        exits = [e for e in got if e["type"] == "process" and e["event"] == "exit" and e["pid"] == ooms[0]["pid"]]
+        self.assertEqual([e["signal"] for e in exits], [9], got)
+
     def test_bad_input(self):
         sid = self.sandbox()["id"]
         for q in ({"since": "yesterday"}, {"follow": "maybe"}, {"bogus": "1"}):
