@@ -269,6 +269,26 @@ class LogsTest(DaemonTest):
         exits = [e for e in got if e["type"] == "process" and e["event"] == "exit" and e["pid"] == ooms[0]["pid"]]
         self.assertEqual([e["signal"] for e in exits], [9], got)
 
+    def test_fork_and_ttl_lifecycle(self):
+        sid = self.sandbox()["id"]
+        self.c.request("POST", "/v1/sandboxes/%s/exec" % sid, expect=201, body={
+            "argv": ["sh", "-c", "echo parent-only; sleep 600"], "background": True})
+        self.wait_entries(sid, lambda es: b"parent-only" in self.output(es))
+        out = self.c.request("POST", "/v1/sandboxes/%s/fork" % sid, body={"count": 1}, expect=201,
+                             timeout=120)[1]
+        child = out["sandboxes"][0]["id"]
+        self.addCleanup(self._delete_quietly, self.c, child)
+        self.c.exec(child, argv=["sh", "-c", "echo in-child"])
+        got = self.wait_entries(child, lambda es: b"in-child" in self.output(es))
+        created = [e for e in got if e.get("event") == "created"]
+        self.assertEqual([e.get("forked_from") for e in created], [sid], got)
+        self.assertNotIn(b"parent-only", self.output(got))  # the parent's log has it, once
+        # a TTL expiry is the kill's reason
+        short = self.c.create(ttl_seconds=2)["id"]
+        self.addCleanup(self._delete_quietly, self.c, short)
+        got = self.wait_entries(short, lambda es: "killed" in [e.get("event") for e in es], timeout=30)
+        self.assertEqual([e["reason"] for e in got if e.get("event") == "killed"], ["ttl"], got)
+
     def test_bad_input(self):
         sid = self.sandbox()["id"]
         for q in ({"since": "yesterday"}, {"follow": "maybe"}, {"bogus": "1"}):
