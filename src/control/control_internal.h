@@ -129,6 +129,8 @@ void ctl_logs_close(struct moat_control *c);                  /* before the tabl
  * none open; the caller holds the sandbox's m, which keeps the logger from opening another until
  * the transition is over. */
 void ctl_logs_detach(struct moat_control *c, const char *id);
+/* 1 while sandbox id's logger holds a connection to its guest, else 0. */
+int ctl_logs_connected(struct moat_control *c, const char *id);
 /* An OOM kill in sandbox id (oom.c's event) as an `oom` record of its log. */
 void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev);
 

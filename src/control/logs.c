@@ -624,6 +624,19 @@ void ctl_logs_detach(struct moat_control *c, const char *id) {
   pthread_mutex_unlock(&L->lock);
 }
 
+int ctl_logs_connected(struct moat_control *c, const char *id) {
+  struct ctl_logs *L = c->logs;
+  if (!L)
+    return 0;
+  int n = 0;
+  pthread_mutex_lock(&L->lock);
+  for (struct ctl_log *l = L->list; l; l = l->next)
+    if (strcmp(l->id, id) == 0 && !l->ended && l->gfd >= 0)
+      n = 1;
+  pthread_mutex_unlock(&L->lock);
+  return n;
+}
+
 void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev) {
   struct ctl_logs *L = c->logs;
   if (!L || !L->started) /* logs off */

@@ -44,6 +44,11 @@
 #define DEFAULT_MAX_OUTPUT (16ull << 20)
 #define FRAME_HDR 11        /* u32 length, u8 type, u16 tag, u32 field length */
 #define LOG_HIGH (1u << 20) /* the LOGS connection takes no more while this much waits for it */
+/* A process whose log lags by more than LOG_LAG is not read while the LOGS connection moves (it
+ * took bytes within LOG_STALL_NS): the log keeps pace with it. A host that stops reading holds
+ * nothing back past that; the ring then overwrites what the log did not take. */
+#define LOG_LAG (RING_CAP / 2)
+#define LOG_STALL_NS (100ull * 1000000ull)
 
 /* A byte queue: output waiting for a host, input waiting for a pipe or to be parsed. */
 struct buf {
@@ -196,7 +201,8 @@ static struct guest_defaults g_defaults; /* owned strings */
 static int g_renew_fd = -1;              /* a RENEW request's connection, for main.c */
 static struct proc *g_procs;
 static struct conn *g_conns;
-static struct conn *g_log; /* the LOGS connection, or NULL */
+static struct conn *g_log;         /* the LOGS connection, or NULL */
+static uint64_t g_log_progress_ns; /* when g_log last took bytes (or opened) */
 static uint8_t g_rbuf[MOAT_PROTO_CHUNK];
 
 void guest_procs_init(const char *etc_dir) { g_etc = etc_dir; }
@@ -244,6 +250,8 @@ static int conn_flush(struct conn *c) {
     }
     c->out.off += (size_t)w;
     c->beat_ns = now_ns() + MOAT_PROTO_HEARTBEAT_MS * 1000000ull;
+    if (c == g_log)
+      g_log_progress_ns = now_ns();
   }
   return 0;
 }
@@ -855,6 +863,7 @@ static void req_logs(struct conn *c) {
   if (g_log && g_log != c)
     conn_drop(g_log); /* one log reader at a time: the newest */
   g_log = c;
+  g_log_progress_ns = now_ns();
   struct moat_msg m;
   moat_msg_init(&m, MOAT_REP_OK);
   buf_put_msg(&c->out, &m);
@@ -1034,6 +1043,17 @@ void guest_procs_adopt(int fd) {
   conn_read(c, false);
 }
 
+/* True while stream i of p waits for the log (LOG_LAG); *until: when that wait ends at the latest. */
+static bool log_holds(const struct proc *p, int i, uint64_t now, uint64_t *until) {
+  if (!g_log || g_log->dead || p->ring[i].total - p->logged[i] <= LOG_LAG)
+    return false;
+  uint64_t end = g_log_progress_ns + LOG_STALL_NS;
+  if (now >= end)
+    return false;
+  *until = end;
+  return true;
+}
+
 /* ---- the loop's side ---- */
 
 enum slot_kind { S_OUT, S_ERR, S_IN, S_CONN };
@@ -1061,15 +1081,22 @@ struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms) {
   size_t k = 0;
   while (k < base)
     add_slot(&k, -1, 0, S_CONN, NULL);
-  uint64_t next = 0;
+  uint64_t next = 0, now = now_ns();
   for (struct proc *p = g_procs; p; p = p->next) {
     if (p->dead)
       continue;
     bool room = !p->primary || buf_pending(&p->primary->out) < PRIMARY_HIGH;
-    if (room && p->fd[0] >= 0)
-      add_slot(&k, p->fd[0], POLLIN, S_OUT, p);
-    if (room && p->fd[1] >= 0)
-      add_slot(&k, p->fd[1], POLLIN, S_ERR, p);
+    for (int i = 0; i < 2; i++) {
+      uint64_t until = 0;
+      if (!room || p->fd[i] < 0)
+        continue;
+      if (log_holds(p, i, now, &until)) {
+        if (!next || until < next)
+          next = until;
+        continue;
+      }
+      add_slot(&k, p->fd[i], POLLIN, i ? S_ERR : S_OUT, p);
+    }
     if (p->in_fd >= 0 && buf_pending(&p->inq) > 0)
       add_slot(&k, p->in_fd, POLLOUT, S_IN, p);
     if (p->running && p->deadline_ns && !p->timed_out && (!next || p->deadline_ns < next))
@@ -1095,7 +1122,7 @@ struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms) {
   }
   *timeout_ms = -1;
   if (next) {
-    uint64_t now = now_ns();
+    now = now_ns();
     uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
     *timeout_ms = ms > 1000000 ? 1000000 : (int)ms;
   }
