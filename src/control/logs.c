@@ -3,8 +3,8 @@
  *
  * One logger thread per live sandbox holds its guest's LOGS connection (proto.h) while the
  * sandbox runs or is paused, and reconnects after a wake or a restore: the guest's cursors go on
- * where the last connection stopped. The guest never waits for the log, so logging costs a
- * command a copy in the guest, not a wait.
+ * where the last connection stopped. The guest holds a loud process to the log's pace while this
+ * logger reads, and lets it run on (the log then loses bytes, and says so) once it stalls.
  *
  * Files: segments <seq>.log of records (struct rec_hdr, then tag, then data), appended with one
  * write each; a segment is closed once it holds half the bound and the one before it is removed,

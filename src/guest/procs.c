@@ -10,7 +10,8 @@
  * PRIMARY_HIGH waits for that host the process's pipes are not read, which holds it back) and
  * to every attached connection (which, once more than ATTACH_HIGH waits for it, loses bytes and
  * is told so with REP_DROPPED{SIZE} when it catches up). The one LOGS connection (g_log) reads
- * every process's rings behind a cursor of its own (log_pump), so it never holds a process back. Input
+ * every process's rings behind a cursor of its own (log_pump); a process more than LOG_LAG ahead
+ * of it is not read while it moves (LOG_STALL_NS). Input
  * (DATA/END from the primary or an attach connection, REQ_STDIN) waits in one queue per process; past
  * STDIN_HIGH the connections are not read. Objects are only marked dead during an event and freed at the end
  * of guest_procs_dispatch, so pointers held by this iteration's poll slots stay valid.
@@ -808,7 +809,7 @@ static void log_put_data(struct conn *c, const struct proc *p, int i, const uint
 
 /* Moves what the log has not taken from the rings into g_log's queue, at most one chunk per
  * stream and process per call (so that one loud process does not keep the others waiting) and
- * only while less than LOG_HIGH waits: processes never wait for the log. */
+ * only while less than LOG_HIGH waits (log_holds keeps a process from running far ahead). */
 static void log_pump(void) {
   struct conn *c = g_log;
   if (!c || c->dead)

@@ -58,9 +58,9 @@
  *           before the log took them, REP_EXIT{PID, ...} after its last output. The log reads each
  *           process's rings behind what it already sent (a cursor per stream that RENEW keeps), so
  *           that a new LOGS connection (after a wake, a moatd restart) goes on where the last one
- *           stopped; it never holds a process back: a host that reads too slowly loses the bytes
- *           the ring overwrote, told by REP_DROPPED. One LOGS connection at a time: a new one ends
- *           the old.
+ *           stopped. A process whose log lags by half a ring waits while the host takes bytes;
+ *           once the host takes none for 100 ms it runs on and the log loses what the ring
+ *           overwrote, told by REP_DROPPED. One LOGS connection at a time: a new one ends the old.
  * Paths are absolute or relative to the user's home; they are resolved inside the sandbox's own
  * root, so ".." and symlinks cannot leave it. ERRNO is a Linux errno value.
  */
