@@ -2,7 +2,8 @@
 background, PTY, the template's start command) with its stream and pid, merged with the lifecycle
 transitions; SSE or JSON, follow live, since; another org's key gets 404; the bound
 (--log-max-mb) holds with a `dropped` marker; kept through hibernate and wake and after the kill, gone
-after the retention (--log-retention-seconds); bad input is 400."""
+after the retention (--log-retention-seconds); a kill -9 of moatd with a torn last record loses
+nothing else; OOM kills, forks and TTL expiry are entries; bad input is 400."""
 
 import base64
 import io
