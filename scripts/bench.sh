@@ -22,4 +22,5 @@ env MOAT_BUILD="$B" python3 bench/fairness.py --out build/bench/fairness.md || e
 env MOAT_BUILD="$B" python3 bench/own_computer.py > build/bench/own_computer.txt || echo "bench: own_computer.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/volumes.py > build/bench/volumes.txt || echo "bench: volumes.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/templates.py > build/bench/templates.txt || echo "bench: templates.py failed" >&2
+env MOAT_BUILD="$B" python3 bench/logs.py > build/bench/logs.md || echo "bench: logs.py failed" >&2
 exec env MOAT_BUILD="$B" python3 bench/bench.py --spawn-time build/bench/spawn_time "$@"

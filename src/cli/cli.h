@@ -120,6 +120,7 @@ int cmd_ps(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_kill(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
+int cmd_logs(int argc, char **argv); /* cmd_logs.c */
 /* time travel (cmd_timetravel.c) */
 int cmd_pause(int argc, char **argv);
 int cmd_resume(int argc, char **argv);

@@ -19,6 +19,7 @@ static const struct command commands[] = {
     {"ps", cmd_ps, "list a sandbox's processes"},
     {"attach", cmd_attach, "follow a process's output (replayed from its start) until it exits"},
     {"kill", cmd_kill, "send a signal to a process of a sandbox"},
+    {"logs", cmd_logs, "a sandbox's log: every process's output, starts, exits, lifecycle (-f follows)"},
     {"shell", cmd_shell, "a terminal in a sandbox (PTY over WebSocket)"},
     {"cp", cmd_cp, "copy a file into (ID:PATH as DST) or out of (ID:PATH as SRC) a sandbox"},
     {"rm", cmd_rm, "kill sandboxes"},

@@ -1109,6 +1109,9 @@ int moat_control_open(struct moat_control **out, const struct moat_control_confi
     goto fail;
   if (ctl_meter_open(c, cfg->sample_interval_ms, cfg->metrics_retention_hours, err) < 0)
     goto fail;
+  if (ctl_logs_open(c, cfg->log_max_bytes, cfg->log_retention_s, err) < 0 ||
+      (!cfg->logs_off && ctl_logs_start(c, err) < 0))
+    goto fail;
   if (pthread_create(&c->reaper, NULL, reaper_main, c) != 0) {
     moat_error_set(err, EAGAIN, "start reaper thread");
     goto fail;
@@ -1132,6 +1135,7 @@ void moat_control_close(struct moat_control *c) {
     pthread_join(c->reaper, NULL);
   }
   ctl_meter_close(c);
+  ctl_logs_close(c);
   ctl_audit_close(c);
   __atomic_store_n(&c->stop, true, __ATOMIC_SEQ_CST);
   if (c->store)

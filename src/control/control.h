@@ -137,12 +137,52 @@ struct moat_control_config {
   bool audit_off;                   /* record no audit entries (moatd --audit off) */
   int sample_interval_ms;           /* metering's sampling period; 0 = 10000, -1 = no metering */
   unsigned metrics_retention_hours; /* how long metric samples are kept; 0 = 24 */
+  uint64_t log_max_bytes;           /* a sandbox's output log (logs.c) holds at most this; 0 = 16 MiB */
+  uint64_t log_retention_s;         /* a killed sandbox's log is kept this long; 0 = 86400 */
+  bool logs_off;                    /* no output logs: no logger reads the guests (lifecycle lines only) */
 };
 
 /* Opens the store, initialises the host, adopts or marks killed (reason host_restart) every
  * sandbox recorded as live, reconciles host leftovers, starts the reaper. 0 or -1. */
 int moat_control_open(struct moat_control **out, const struct moat_control_config *cfg, moat_error **err);
 void moat_control_close(struct moat_control *c);
+
+/* ---- output logs (logs.c) ----
+ * Every process's start, output and exit, as the sandbox's guest reports them, in files of the
+ * data dir (at most moat_control_config.log_max_bytes a sandbox: the oldest go first, counted in
+ * a `dropped` record at the head), kept through hibernation and for log_retention_s after the kill. */
+enum moat_log_kind {
+  MOAT_LOG_STDOUT = 1,
+  MOAT_LOG_STDERR,
+  MOAT_LOG_PTY,
+  MOAT_LOG_START,   /* data: JSON {argv, background, pty, started_at_ms} */
+  MOAT_LOG_EXIT,    /* data: JSON {exit_code, signal} */
+  MOAT_LOG_LOST,    /* value bytes of (pid, stream) that the guest dropped before the log took them */
+  MOAT_LOG_DROPPED, /* the first record when the bound dropped older ones: value bytes of records */
+  MOAT_LOG_OOM,     /* the kernel OOM-killed in the sandbox: data JSON as GET .../events' oom */
+};
+struct moat_log_rec {
+  enum moat_log_kind kind;
+  int stream; /* 0 stdout, 1 stderr */
+  int pid;
+  const char *tag; /* or NULL; valid until the next call */
+  int64_t at_ms;   /* when moatd wrote it */
+  int64_t value;
+  const uint8_t *data; /* valid until the next call */
+  size_t len;
+};
+struct moat_log_reader;
+/* A reader of the log of sandbox id of org, from its oldest record. ENOENT: no such sandbox of
+ * org, or it was killed longer ago than the retention. *ended (may be NULL): it is killed. */
+int moat_control_logs_open(struct moat_control *c, const char *org, const char *id,
+                           struct moat_log_reader **out, bool *ended, moat_error **err);
+/* 1 with the next record, 0 when none is there yet (a follower waits and calls again), -1. */
+int moat_log_reader_next(struct moat_log_reader *lr, struct moat_log_rec *rec, moat_error **err);
+void moat_log_reader_close(struct moat_log_reader *lr);
+/* True while records of id may still come (its logger runs or it is live). */
+bool moat_control_logs_writing(struct moat_control *c, const char *id);
+/* Waits up to timeout_ms for a record (of any sandbox) past count seen; returns the count. */
+uint64_t moat_control_logs_wait(struct moat_control *c, uint64_t seen, int timeout_ms);
 
 /* ---- audit (audit.c) ----
  * Every mutating call of an authenticated org (the API records it once answered): time, org, key,

@@ -127,6 +127,7 @@ struct moat_control {
   struct ctl_db *dbs;              /* databases.c: connection counts and start mutexes */
   struct ctl_db_events *db_events; /* database_events.c: recent events and counters */
   struct ctl_audit *audit;         /* audit.c: the entries being written */
+  struct ctl_logs *logs;           /* logs.c: the output logs' writers and their manager */
   int64_t audit_retention_ms;      /* audit.c */
   int64_t audit_pruned_ms;         /* the reaper thread's */
   struct ctl_meter *meter;         /* meter.c: the sampler; NULL when metering is off */
@@ -143,6 +144,19 @@ struct moat_control {
   size_t n_deleting;
   uint64_t keys_gen;
 };
+
+/* ---- logs.c ---- */
+int ctl_logs_open(struct moat_control *c, uint64_t max_bytes, uint64_t retention_s, moat_error **err);
+int ctl_logs_start(struct moat_control *c, moat_error **err); /* the manager thread */
+void ctl_logs_close(struct moat_control *c);                  /* before the table goes */
+/* Closes sandbox id's log connection to its guest (waiting up to 2 s), so that a checkpoint finds
+ * none open; the caller holds the sandbox's m, which keeps the logger from opening another until
+ * the transition is over. */
+void ctl_logs_detach(struct moat_control *c, const char *id);
+/* 1 while sandbox id's logger holds a connection to its guest, else 0. */
+int ctl_logs_connected(struct moat_control *c, const char *id);
+/* An OOM kill in sandbox id (oom.c's event) as an `oom` record of its log. */
+void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev);
 
 /* ---- control.c ---- */
 struct live *live_get(struct moat_control *c, const char *id); /* reference taken, or NULL */

@@ -65,6 +65,7 @@ static void announce(struct moat_control *c, struct live *e, uint64_t kills, uin
   log_info("sandbox %s: the kernel OOM-killed %" PRIu64 " process(es) (command pid %d)", e->id, kills,
            p ? p->pid : 0);
   ctl_events_push(c, e->id, ev);
+  ctl_logs_note_oom(c, e->id, ev);
   json_decref(ev);
 }
 

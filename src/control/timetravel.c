@@ -309,6 +309,7 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
     return moat_error_wrap(err, "thaw %s for its checkpoint", e->id);
   }
   memset(info, 0, sizeof(*info));
+  ctl_logs_detach(c, e->id); /* its connection would hold the checkpoint back (freeze_quiet) */
   int rc = moat_host_checkpoint(c->host, e->slot, dir, leave_running, info, err);
   if (rc < 0) {
     host_error(err);
@@ -530,7 +531,9 @@ void tt_reap_idle(struct moat_control *c, struct live *e, int64_t now) {
   if (now - last < e->hibernate_after_s * 1000 || !moat_host_can_checkpoint(c->host))
     return;
   int sessions = moat_host_guest_sessions(c->host, e->slot);
-  if (sessions != 0) { /* someone is attached (or we cannot tell): not idle */
+  if (sessions > 0)
+    sessions -= ctl_logs_connected(c, e->id); /* moatd's own log reader is nobody */
+  if (sessions != 0) {                        /* someone is attached (or we cannot tell): not idle */
     e->busy_at_ms = now;
     return;
   }

@@ -60,7 +60,7 @@ static void set_rcvtimeo(int fd, int seconds) {
 static bool pid1_request(uint8_t type) {
   return type == MOAT_REQ_EXEC || type == MOAT_REQ_ATTACH || type == MOAT_REQ_STDIN ||
          type == MOAT_REQ_SIGNAL || type == MOAT_REQ_RESIZE || type == MOAT_REQ_PROCS ||
-         type == MOAT_REQ_RENEW || type == MOAT_REQ_DEFAULTS;
+         type == MOAT_REQ_RENEW || type == MOAT_REQ_DEFAULTS || type == MOAT_REQ_LOGS;
 }
 
 /* Peeks at the frame header (length, type) without consuming it, waiting up to timeout_ms.

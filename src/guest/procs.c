@@ -9,10 +9,12 @@
  * (the "primary": every byte, in order, up to MAX_OUTPUT per stream; while more than
  * PRIMARY_HIGH waits for that host the process's pipes are not read, which holds it back) and
  * to every attached connection (which, once more than ATTACH_HIGH waits for it, loses bytes and
- * is told so with REP_DROPPED{SIZE} when it catches up). Input (DATA/END from the primary or an
- * attach connection, REQ_STDIN) waits in one queue per process; past STDIN_HIGH the
- * connections are not read. Objects are only marked dead during an event and freed at the end of
- * guest_procs_dispatch, so pointers held by this iteration's poll slots stay valid.
+ * is told so with REP_DROPPED{SIZE} when it catches up). The one LOGS connection (g_log) reads
+ * every process's rings behind a cursor of its own (log_pump); a process more than LOG_LAG ahead
+ * of it is not read while it moves (LOG_STALL_NS). Input
+ * (DATA/END from the primary or an attach connection, REQ_STDIN) waits in one queue per process; past
+ * STDIN_HIGH the connections are not read. Objects are only marked dead during an event and freed at the end
+ * of guest_procs_dispatch, so pointers held by this iteration's poll slots stay valid.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +43,13 @@
 #define REQUEST_TIMEOUT_NS (60ull * 1000000000ull)
 #define CLOSING_TIMEOUT_NS (30ull * 1000000000ull)
 #define DEFAULT_MAX_OUTPUT (16ull << 20)
-#define FRAME_HDR 11 /* u32 length, u8 type, u16 tag, u32 field length */
+#define FRAME_HDR 11        /* u32 length, u8 type, u16 tag, u32 field length */
+#define LOG_HIGH (1u << 20) /* the LOGS connection takes no more while this much waits for it */
+/* A process whose log lags by more than LOG_LAG is not read while the LOGS connection moves (it
+ * took bytes within LOG_STALL_NS): the log keeps pace with it. A host that stops reading holds
+ * nothing back past that; the ring then overwrites what the log did not take. */
+#define LOG_LAG (RING_CAP / 2)
+#define LOG_STALL_NS (100ull * 1000000ull)
 
 /* A byte queue: output waiting for a host, input waiting for a pipe or to be parsed. */
 struct buf {
@@ -149,6 +157,7 @@ enum conn_kind {
   C_REQ,    /* request not read yet */
   C_STREAM, /* attached to p (exec or attach): output flows, input accepted */
   C_DONE,   /* answered: flush what is queued, then close */
+  C_LOG,    /* the LOGS connection (g_log): fed from the rings by log_pump */
 };
 
 struct proc;
@@ -183,6 +192,9 @@ struct proc {
   struct conn *primary;
   uint64_t cap, fwd[2];
   bool trunc[2];
+  /* LOGS: what of each ring the log took (ring totals), whether it was told of the start, exit */
+  uint64_t logged[2];
+  bool log_started, log_exited;
 };
 
 static const char *g_etc;
@@ -190,6 +202,8 @@ static struct guest_defaults g_defaults; /* owned strings */
 static int g_renew_fd = -1;              /* a RENEW request's connection, for main.c */
 static struct proc *g_procs;
 static struct conn *g_conns;
+static struct conn *g_log;         /* the LOGS connection, or NULL */
+static uint64_t g_log_progress_ns; /* when g_log last took bytes (or opened) */
 static uint8_t g_rbuf[MOAT_PROTO_CHUNK];
 
 void guest_procs_init(const char *etc_dir) { g_etc = etc_dir; }
@@ -237,6 +251,8 @@ static int conn_flush(struct conn *c) {
     }
     c->out.off += (size_t)w;
     c->beat_ns = now_ns() + MOAT_PROTO_HEARTBEAT_MS * 1000000ull;
+    if (c == g_log)
+      g_log_progress_ns = now_ns();
   }
   return 0;
 }
@@ -776,8 +792,94 @@ static void req_defaults(struct conn *c, const struct moat_msg *req) {
   conn_ok(c);
 }
 
+/* ---- the log (LOGS) ---- */
+
+static void log_put_data(struct conn *c, const struct proc *p, int i, const uint8_t *d, size_t n) {
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REP_STDOUT);
+  moat_msg_put_i32(&m, MOAT_T_PID, p->pid);
+  if (p->tag)
+    moat_msg_put_str(&m, MOAT_T_TAG, p->tag);
+  moat_msg_put_u32(&m, MOAT_T_PTY, p->pty);
+  moat_msg_put_u32(&m, MOAT_T_STREAM, (uint32_t)i);
+  moat_msg_put(&m, MOAT_T_DATA, d, n);
+  buf_put_msg(&c->out, &m);
+  moat_msg_free(&m);
+}
+
+/* Moves what the log has not taken from the rings into g_log's queue, at most one chunk per
+ * stream and process per call (so that one loud process does not keep the others waiting) and
+ * only while less than LOG_HIGH waits (log_holds keeps a process from running far ahead). */
+static void log_pump(void) {
+  struct conn *c = g_log;
+  if (!c || c->dead)
+    return;
+  struct moat_msg m;
+  moat_msg_init(&m, 0);
+  for (struct proc *p = g_procs; p && buf_pending(&c->out) < LOG_HIGH; p = p->next) {
+    if (p->dead)
+      continue;
+    if (!p->log_started) {
+      put_proc(&m, p);
+      buf_put_msg(&c->out, &m);
+      p->log_started = true;
+    }
+    bool behind = false;
+    for (int i = 0; i < 2; i++) {
+      const struct ring *r = &p->ring[i];
+      uint64_t oldest = r->total > RING_CAP ? r->total - RING_CAP : 0;
+      if (p->logged[i] < oldest) {
+        moat_msg_reset(&m, MOAT_REP_DROPPED);
+        moat_msg_put_i32(&m, MOAT_T_PID, p->pid);
+        moat_msg_put_u32(&m, MOAT_T_STREAM, (uint32_t)i);
+        moat_msg_put_u64(&m, MOAT_T_SIZE, oldest - p->logged[i]);
+        buf_put_msg(&c->out, &m);
+        p->logged[i] = oldest;
+      }
+      if (p->logged[i] < r->total && buf_pending(&c->out) < LOG_HIGH) {
+        size_t pos = (size_t)(p->logged[i] % RING_CAP);
+        uint64_t left = r->total - p->logged[i];
+        size_t k = RING_CAP - pos;
+        if ((uint64_t)k > left)
+          k = (size_t)left;
+        if (k > MOAT_PROTO_CHUNK)
+          k = MOAT_PROTO_CHUNK;
+        log_put_data(c, p, i, r->b + pos, k);
+        p->logged[i] += k;
+      }
+      behind |= p->logged[i] < r->total;
+    }
+    if (!p->running && !p->log_exited && !behind && p->fd[0] < 0 && p->fd[1] < 0) {
+      put_exit(&m, p);
+      moat_msg_put_i32(&m, MOAT_T_PID, p->pid);
+      buf_put_msg(&c->out, &m);
+      p->log_exited = true;
+    }
+  }
+  moat_msg_free(&m);
+  conn_flush(c);
+}
+
+static void req_logs(struct conn *c) {
+  if (g_log && g_log != c)
+    conn_drop(g_log); /* one log reader at a time: the newest */
+  g_log = c;
+  g_log_progress_ns = now_ns();
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REP_OK);
+  buf_put_msg(&c->out, &m);
+  moat_msg_free(&m);
+  c->kind = C_LOG;
+  c->deadline_ns = 0;
+  c->beat_ns = now_ns() + MOAT_PROTO_HEARTBEAT_MS * 1000000ull;
+  log_pump();
+}
+
 static void handle_request(struct conn *c, const struct moat_msg *req) {
   switch (req->type) {
+  case MOAT_REQ_LOGS:
+    req_logs(c);
+    break;
   case MOAT_REQ_EXEC:
     req_exec(c, req);
     break;
@@ -942,6 +1044,17 @@ void guest_procs_adopt(int fd) {
   conn_read(c, false);
 }
 
+/* True while stream i of p waits for the log (LOG_LAG); *until: when that wait ends at the latest. */
+static bool log_holds(const struct proc *p, int i, uint64_t now, uint64_t *until) {
+  if (!g_log || g_log->dead || p->ring[i].total - p->logged[i] <= LOG_LAG)
+    return false;
+  uint64_t end = g_log_progress_ns + LOG_STALL_NS;
+  if (now >= end)
+    return false;
+  *until = end;
+  return true;
+}
+
 /* ---- the loop's side ---- */
 
 enum slot_kind { S_OUT, S_ERR, S_IN, S_CONN };
@@ -965,18 +1078,26 @@ static void add_slot(size_t *k, int fd, short ev, enum slot_kind kind, void *ptr
 }
 
 struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms) {
+  log_pump();
   size_t k = 0;
   while (k < base)
     add_slot(&k, -1, 0, S_CONN, NULL);
-  uint64_t next = 0;
+  uint64_t next = 0, now = now_ns();
   for (struct proc *p = g_procs; p; p = p->next) {
     if (p->dead)
       continue;
     bool room = !p->primary || buf_pending(&p->primary->out) < PRIMARY_HIGH;
-    if (room && p->fd[0] >= 0)
-      add_slot(&k, p->fd[0], POLLIN, S_OUT, p);
-    if (room && p->fd[1] >= 0)
-      add_slot(&k, p->fd[1], POLLIN, S_ERR, p);
+    for (int i = 0; i < 2; i++) {
+      uint64_t until = 0;
+      if (!room || p->fd[i] < 0)
+        continue;
+      if (log_holds(p, i, now, &until)) {
+        if (!next || until < next)
+          next = until;
+        continue;
+      }
+      add_slot(&k, p->fd[i], POLLIN, i ? S_ERR : S_OUT, p);
+    }
     if (p->in_fd >= 0 && buf_pending(&p->inq) > 0)
       add_slot(&k, p->in_fd, POLLOUT, S_IN, p);
     if (p->running && p->deadline_ns && !p->timed_out && (!next || p->deadline_ns < next))
@@ -986,8 +1107,8 @@ struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms) {
     if (c->dead)
       continue;
     short ev = 0;
-    bool want_in =
-        c->kind == C_REQ || (c->kind == C_STREAM && (!c->p || buf_pending(&c->p->inq) <= STDIN_HIGH));
+    bool want_in = c->kind == C_REQ || c->kind == C_LOG ||
+                   (c->kind == C_STREAM && (!c->p || buf_pending(&c->p->inq) <= STDIN_HIGH));
     if (want_in && !c->rd_eof)
       ev |= POLLIN;
     if (buf_pending(&c->out) > 0)
@@ -996,12 +1117,13 @@ struct pollfd *guest_procs_pollfds(size_t base, size_t *n, int *timeout_ms) {
     if (c->deadline_ns && (!next || c->deadline_ns < next))
       next = c->deadline_ns;
     /* a heartbeat is due only where nothing waits to be sent (the host is not reading then) */
-    if (c->kind == C_STREAM && buf_pending(&c->out) == 0 && (!next || c->beat_ns < next))
+    if ((c->kind == C_STREAM || c->kind == C_LOG) && buf_pending(&c->out) == 0 &&
+        (!next || c->beat_ns < next))
       next = c->beat_ns;
   }
   *timeout_ms = -1;
   if (next) {
-    uint64_t now = now_ns();
+    now = now_ns();
     uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
     *timeout_ms = ms > 1000000 ? 1000000 : (int)ms;
   }
@@ -1027,6 +1149,8 @@ static void sweep(void) {
       continue;
     }
     conn_detach(c);
+    if (g_log == c)
+      g_log = NULL;
     *pc = c->next;
     close(c->fd);
     buf_free(&c->out);
@@ -1081,7 +1205,8 @@ void guest_procs_dispatch(struct pollfd *pv, size_t base, size_t n) {
       p->timed_out = true;
     }
   for (struct conn *c = g_conns; c; c = c->next) {
-    if (!c->dead && c->kind == C_STREAM && buf_pending(&c->out) == 0 && now >= c->beat_ns) {
+    if (!c->dead && (c->kind == C_STREAM || c->kind == C_LOG) && buf_pending(&c->out) == 0 &&
+        now >= c->beat_ns) {
       struct moat_msg alive;
       moat_msg_init(&alive, MOAT_REP_ALIVE);
       buf_put_msg(&c->out, &alive);
@@ -1129,6 +1254,8 @@ enum state_tag {
   ST_CAP,
   ST_FWD_OUT,
   ST_FWD_ERR,
+  ST_LOG_OUT,
+  ST_LOG_ERR,
 };
 enum state_flag {
   SF_RUNNING = 1,
@@ -1139,6 +1266,8 @@ enum state_flag {
   SF_STDIN_OPEN = 32,
   SF_TRUNC_OUT = 64,
   SF_TRUNC_ERR = 128,
+  SF_LOG_START = 256,
+  SF_LOG_EXIT = 512,
 };
 
 /* The retained bytes of r, oldest first, into m under tag. */
@@ -1185,7 +1314,8 @@ int guest_procs_save(int fd, moat_error **err) {
     uint32_t flags = (p->running ? SF_RUNNING : 0) | (p->pty ? SF_PTY : 0) |
                      (p->background ? SF_BACKGROUND : 0) | (p->kill_on_disconnect ? SF_KOD : 0) |
                      (p->timed_out ? SF_TIMED_OUT : 0) | (p->stdin_open ? SF_STDIN_OPEN : 0) |
-                     (p->trunc[0] ? SF_TRUNC_OUT : 0) | (p->trunc[1] ? SF_TRUNC_ERR : 0);
+                     (p->trunc[0] ? SF_TRUNC_OUT : 0) | (p->trunc[1] ? SF_TRUNC_ERR : 0) |
+                     (p->log_started ? SF_LOG_START : 0) | (p->log_exited ? SF_LOG_EXIT : 0);
     moat_msg_put_u32(&m, ST_FLAGS, flags);
     moat_msg_put_i32(&m, ST_STATUS, p->status);
     moat_msg_put_i32(&m, ST_FD_OUT, p->fd[0]);
@@ -1199,6 +1329,8 @@ int guest_procs_save(int fd, moat_error **err) {
     moat_msg_put_u64(&m, ST_CAP, p->cap);
     moat_msg_put_u64(&m, ST_FWD_OUT, p->fwd[0]);
     moat_msg_put_u64(&m, ST_FWD_ERR, p->fwd[1]);
+    moat_msg_put_u64(&m, ST_LOG_OUT, p->logged[0]);
+    moat_msg_put_u64(&m, ST_LOG_ERR, p->logged[1]);
     if (moat_msg_send(fd, &m) < 0)
       ret = moat_error_errno(err, "save the process table");
   }
@@ -1294,6 +1426,10 @@ int guest_procs_load(int fd, moat_error **err) {
     moat_msg_get_u64(&m, ST_CAP, &p->cap);
     moat_msg_get_u64(&m, ST_FWD_OUT, &p->fwd[0]);
     moat_msg_get_u64(&m, ST_FWD_ERR, &p->fwd[1]);
+    moat_msg_get_u64(&m, ST_LOG_OUT, &p->logged[0]);
+    moat_msg_get_u64(&m, ST_LOG_ERR, &p->logged[1]);
+    p->log_started = flags & SF_LOG_START;
+    p->log_exited = flags & SF_LOG_EXIT;
     *tail = p;
     tail = &p->next;
   }

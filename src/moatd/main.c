@@ -52,6 +52,9 @@ static void usage(FILE *f) {
           "  --audit on|off       off: record no new audit entries (what is recorded stays readable)\n"
           "  --metrics-retention-hours N  how long metric samples (GET /v1/sandboxes/ID/metrics?from=)\n"
           "                       are kept (default 24; usage's hourly totals are kept 400 days)\n"
+          "  --log-max-mb N       a sandbox's output log (GET /v1/sandboxes/ID/logs) keeps at most N MiB,\n"
+          "                       the oldest dropped first (default 16; 0: no output logs)\n"
+          "  --log-retention-seconds N  how long a killed sandbox's output log is kept (default 86400)\n"
           "  --db-max-connections N  connections the database proxy serves at once (default %d)\n"
           "  --db-max-conns-per-ip N  of those, from one client address (default %d)\n"
           "  --pool N             warm shells of the base template kept ready (default 4)\n"
@@ -308,6 +311,8 @@ int main(int argc, char **argv) {
   bool audit_off = false;
   unsigned metrics_hours = 0;
   int sample_interval_ms = 0;
+  unsigned log_max_mb = 0, log_retention_s = 0;
+  bool logs_off = false;
   struct moat_net_config net = {.uplink = "auto"};
   struct moat_api_limits lim = {0};
   enum moat_log_level level = MOAT_LOG_INFO;
@@ -339,6 +344,8 @@ int main(int argc, char **argv) {
       {"audit", required_argument, NULL, 0x126},
       {"metrics-retention-hours", required_argument, NULL, 0x140},
       {"sample-interval-ms", required_argument, NULL, 0x141}, /* hidden: tests; 0 = metering off */
+      {"log-max-mb", required_argument, NULL, 0x130},
+      {"log-retention-seconds", required_argument, NULL, 0x131},
       {"max-connections", required_argument, NULL, 0x200},
       {"max-conns-per-ip", required_argument, NULL, 0x201},
       {"header-timeout", required_argument, NULL, 0x202},
@@ -438,6 +445,13 @@ int main(int argc, char **argv) {
       if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
         die("--audit %s: expected on or off", optarg);
       audit_off = strcmp(optarg, "off") == 0;
+      break;
+    case 0x130:
+      log_max_mb = flag_uint("log-max-mb", optarg, 0, 65536);
+      logs_off = log_max_mb == 0;
+      break;
+    case 0x131:
+      log_retention_s = flag_uint("log-retention-seconds", optarg, 1, 100u * 365 * 86400);
       break;
     case 0x122:
       db_max_conns_per_ip = flag_uint("db-max-conns-per-ip", optarg, 1, 1000000);
@@ -602,6 +616,9 @@ int main(int argc, char **argv) {
       .audit_off = audit_off,
       .sample_interval_ms = sample_interval_ms,
       .metrics_retention_hours = metrics_hours,
+      .log_max_bytes = (uint64_t)log_max_mb << 20,
+      .log_retention_s = log_retention_s,
+      .logs_off = logs_off,
       .net = &net,
   };
   {

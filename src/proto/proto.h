@@ -52,6 +52,15 @@
  *           memory belongs to the sandbox's user namespace again (CRIU restores it into its own,
  *           the host's) and CRIU can dump it later while nothing inside can reach it. Processes,
  *           their output rings and tags carry over; open connections are closed.
+ *   LOGS:   -> REQ_LOGS                       <- REP_OK, then until the host closes the connection:
+ *           REP_PROC{...} once per process when it starts, REP_STDOUT{PID, TAG?, PTY?, STREAM,
+ *           DATA} with its output, REP_DROPPED{PID, STREAM, SIZE} for bytes that left the ring
+ *           before the log took them, REP_EXIT{PID, ...} after its last output. The log reads each
+ *           process's rings behind what it already sent (a cursor per stream that RENEW keeps), so
+ *           that a new LOGS connection (after a wake, a moatd restart) goes on where the last one
+ *           stopped. A process whose log lags by half a ring waits while the host takes bytes;
+ *           once the host takes none for 100 ms it runs on and the log loses what the ring
+ *           overwrote, told by REP_DROPPED. One LOGS connection at a time: a new one ends the old.
  * Paths are absolute or relative to the user's home; they are resolved inside the sandbox's own
  * root, so ".." and symlinks cannot leave it. ERRNO is a Linux errno value.
  */
@@ -85,6 +94,7 @@ enum moat_msg_type {
   MOAT_REQ_WATCH = 15,
   MOAT_REQ_RENEW = 16,
   MOAT_REQ_DEFAULTS = 17, /* USER and/or CWD that an EXEC without its own takes from now on (PID 1) */
+  MOAT_REQ_LOGS = 18,     /* the output log of every process (see LOGS above) */
 
   MOAT_MSG_DATA = 20,
   MOAT_MSG_END = 21,
@@ -149,6 +159,7 @@ enum moat_tag {
   MOAT_T_RUNNING = 39,            /* u32 0/1 */
   MOAT_T_EVENT = 40,              /* string */
   MOAT_T_PTY = 41,                /* u32 0/1 */
+  MOAT_T_STREAM = 42,             /* u32 LOGS: 0 stdout, 1 stderr (on a pty: its one stream) */
 };
 
 struct moat_msg {

@@ -12,6 +12,7 @@ See docs/quickstart-python.md in the moat repository.
 from .admin import Admin
 from .client import (DEFAULT_API_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LIFECYCLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT,
                      DEFAULT_STREAM_IDLE_TIMEOUT, TIMEOUT_MARGIN, Client)
+from .logs import LogEntry, LogStream
 from .database import Database, DatabaseConnection, Databases
 from .errors import (AuthenticationError, BuildError, ConflictError, ConnectionError, InvalidRequestError, MoatError,
                      NotFoundError, NotSupportedError, SandboxError, TimeoutError)
@@ -29,7 +30,7 @@ __all__ = [
     "Admin", "Sandbox", "Client", "Volume", "VolumeAttachment", "Database", "DatabaseConnection", "Databases", "Template", "Templates", "BuildLogLine", "BuildEnd",
     "BuildLogs", "BuildError", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
     "ExecResult", "SandboxInfo", "EntryInfo", "WriteInfo", "FilesystemEvent", "ProcessInfo", "Execution", "Result",
-    "ExecutionError", "Snapshot", "ExploreOutcome",
+    "ExecutionError", "Snapshot", "ExploreOutcome", "LogEntry", "LogStream",
     "MoatError", "InvalidRequestError", "AuthenticationError", "NotFoundError", "ConflictError", "TimeoutError",
     "ConnectionError", "SandboxError", "NotSupportedError",
     "DEFAULT_API_URL", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_LIFECYCLE_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT",

@@ -781,6 +781,14 @@ class Sandbox(SandboxOps):
         ex = _pump_output(s, on_stdout, on_stderr, binary, "exec_stream in %s" % self.id)
         return int(ex.get("exit_code", -1))
 
+    def logs(self, follow: bool = False, since: Any = None) -> Any:
+        """The sandbox's log (``moat.logs.LogStream``, iterate for ``LogEntry`` s): every process's
+        output (stdout, stderr, pty) with its pid, starts and exits, and lifecycle lines; since (a
+        datetime, Unix ms or RFC 3339) keeps the entries at or after it; follow=True goes on with new
+        ones until the sandbox is killed."""
+        from .logs import open_logs
+        return open_logs(self, follow=follow, since=since)
+
     def processes(self) -> List[ProcessInfo]:
         """Running processes and the last finished ones moatd keeps."""
         r = self._t.request("GET", self._path + "/processes")[1]

@@ -19,6 +19,7 @@ export type { ExitInfo, ProcessInfo, OutputCallback, SignalName, StreamOptions }
 export { Files } from './files.js';
 export { Admin, QUOTA_NAMES } from './orgs.js';
 export type { OrgInfo, OrgCreated, Quotas, QuotaName, QuotaUsage } from './orgs.js';
+export type { LogEntry, LogsOptions } from './logs.js';
 export { Volume } from './volume.js';
 export type { VolumeAttachment, VolumeMount } from './volume.js';
 export { Database } from './database.js';

@@ -13,6 +13,7 @@ import { DEFAULT_IDLE_TIMEOUT_MS, readSse } from './sse.js';
 import * as v from './validate.js';
 import type { VolumeMount } from './volume.js';
 import { DatabaseAttachment, databaseAttachment } from './database.js';
+import { LogEntry, LogsOptions, sandboxLogs } from './logs.js';
 
 export type SandboxState = 'creating' | 'running' | 'paused' | 'hibernated' | 'killed';
 
@@ -467,6 +468,12 @@ export class Sandbox {
   }
 
   /** Running processes, and the last finished ones the sandbox keeps. */
+  /** The sandbox's log: every process's output (stdout, stderr, pty) with its pid, starts and exits,
+   *  and lifecycle lines, oldest first; with follow, new entries as they come until the kill. */
+  logs(opts?: LogsOptions): AsyncGenerator<LogEntry> {
+    return sandboxLogs(this.connection, this.id, opts);
+  }
+
   async processes(): Promise<(ProcessInfo & { handle: SandboxProcess })[]> {
     const j = await this.connection.json<{ processes: Record<string, unknown>[] }>('GET', this.p('/processes'));
     return j.processes.map((p) => {

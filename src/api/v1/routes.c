@@ -82,6 +82,7 @@ static const struct api_route_def v1_routes[] = {
     {"GET", SB "/network/log", "sandbox.network.log", api_h_network_log, 0, NULL},
     {"GET", SB "/metrics", "sandbox.metrics", api_h_sandbox_metrics, 0, NULL},
     {"GET", SB "/events", "sandbox.events", api_h_events, API_RT_STREAM, NULL},
+    {"GET", SB "/logs", "sandbox.logs", api_h_logs, API_RT_STREAM, NULL},
 
     {"GET", "/v1/templates", "templates.list", api_h_templates_list, 0, NULL},
     {"POST", "/v1/templates/{name}/build", "templates.build", api_h_template_build, 0, NULL},

@@ -80,6 +80,8 @@ int api_h_files_watch(struct api_req *r, json_t *body);
 
 /* GET .../events (v1/events.c) */
 int api_h_events(struct api_req *r, json_t *body);
+/* GET .../logs (v1/logs.c) */
+int api_h_logs(struct api_req *r, json_t *body);
 
 /* POST .../exec with background: true -> 201 {pid, tag}. body was parsed into req and x. */
 int api_exec_background(struct api_req *r, struct moat_exec_req *req, const struct api_exec_extra *x);

@@ -737,6 +737,112 @@ void moat_watch_close(struct moat_watch *w) {
   free(w);
 }
 
+struct moat_guest_log {
+  struct gconn g;
+  struct moat_msg m;
+  struct moat_proc_info info;
+  char *tag;
+};
+
+int moat_guest_log_open(const struct moat_guest_ep *ep, struct moat_guest_log **out, moat_error **err) {
+  *out = NULL;
+  struct gconn g;
+  if (gc_open(&g, ep, err) < 0)
+    return -1;
+  struct moat_msg m;
+  moat_msg_init(&m, MOAT_REQ_LOGS);
+  int ret = -1;
+  if (gc_send(&g, &m, "logs", err) == 0 && recv_frame(&g, &m, err) == 0) {
+    if (m.type != MOAT_REP_OK) {
+      unexpected(&m, "to logs", err);
+    } else {
+      struct moat_guest_log *l = xcalloc(1, sizeof(*l));
+      l->g = g;
+      g.fd = -1;
+      moat_msg_init(&l->m, 0);
+      *out = l;
+      ret = 0;
+    }
+  }
+  moat_msg_free(&m);
+  gc_close(&g);
+  return ret;
+}
+
+int moat_guest_log_next(struct moat_guest_log *l, struct moat_guest_log_rec *rec, int timeout_ms,
+                        moat_error **err) {
+  memset(rec, 0, sizeof(*rec));
+  int r = gc_recv(&l->g, &l->m, timeout_ms, err);
+  if (r <= 0)
+    return r;
+  const struct moat_msg *m = &l->m;
+  int32_t pid = 0;
+  if (m->type != MOAT_REP_PROC && moat_msg_get_i32(m, MOAT_T_PID, &pid) < 0)
+    return moat_error_set(err, EPROTO, "guest protocol: log record without a pid");
+  rec->pid = pid;
+  uint32_t u = 0;
+  switch (m->type) {
+  case MOAT_REP_PROC:
+    moat_proc_info_clear(&l->info);
+    if (parse_proc(m, &l->info, err) < 0)
+      return -1;
+    rec->kind = MOAT_GLOG_START;
+    rec->pid = l->info.pid;
+    rec->tag = l->info.tag;
+    rec->argv = l->info.argv;
+    rec->pty = l->info.pty;
+    rec->background = l->info.background;
+    rec->started_at_ms = l->info.started_at_ms;
+    return 1;
+  case MOAT_REP_STDOUT: {
+    struct moat_field f;
+    if (!moat_msg_find(m, MOAT_T_DATA, &f))
+      return moat_error_set(err, EPROTO, "guest protocol: log output without data");
+    free(l->tag);
+    l->tag = moat_msg_get_str(m, MOAT_T_TAG);
+    rec->kind = MOAT_GLOG_OUTPUT;
+    rec->tag = l->tag;
+    moat_msg_get_u32(m, MOAT_T_PTY, &u);
+    rec->pty = u != 0;
+    u = 0;
+    moat_msg_get_u32(m, MOAT_T_STREAM, &u);
+    rec->stream = u ? 1 : 0;
+    rec->data = f.data;
+    rec->len = f.len;
+    return 1;
+  }
+  case MOAT_REP_DROPPED:
+    rec->kind = MOAT_GLOG_DROPPED;
+    moat_msg_get_u32(m, MOAT_T_STREAM, &u);
+    rec->stream = u ? 1 : 0;
+    moat_msg_get_u64(m, MOAT_T_SIZE, &rec->size);
+    return 1;
+  case MOAT_REP_EXIT: {
+    int32_t code = 0, sig = 0;
+    moat_msg_get_i32(m, MOAT_T_EXIT_CODE, &code);
+    moat_msg_get_i32(m, MOAT_T_SIGNAL, &sig);
+    rec->kind = MOAT_GLOG_EXIT;
+    rec->exit_code = code;
+    rec->signal = sig;
+    return 1;
+  }
+  default:
+    return unexpected(m, "on the log", err);
+  }
+}
+
+int moat_guest_log_fd(const struct moat_guest_log *l) { return l->g.fd; }
+
+void moat_guest_log_close(struct moat_guest_log *l) {
+  if (!l)
+    return;
+  gc_close(&l->g);
+  moat_msg_free(&l->m);
+  moat_proc_info_clear(&l->info);
+  free(l->tag);
+  free(l);
+}
+
 int moat_guest_exec(const struct moat_guest_ep *ep, const struct moat_exec_req *req,
                     struct moat_exec_result *res, moat_error **err) {
   memset(res, 0, sizeof(*res));

@@ -189,6 +189,36 @@ int moat_watch_next(struct moat_watch *w, struct moat_watch_event *ev, int timeo
 int moat_watch_fd(const struct moat_watch *w);
 void moat_watch_close(struct moat_watch *w);
 
+/* The output log of every process of the sandbox (proto.h LOGS): one connection, pulled record by
+ * record. A new one ends any older one of the sandbox. */
+struct moat_guest_log;
+enum moat_guest_log_kind {
+  MOAT_GLOG_START = 1, /* a process started: pid, tag, argv, pty, background, started_at_ms */
+  MOAT_GLOG_OUTPUT,    /* bytes of stream (0 stdout, 1 stderr; pty: its one stream) */
+  MOAT_GLOG_DROPPED,   /* size bytes of stream that the log lost */
+  MOAT_GLOG_EXIT,      /* exit_code, signal */
+};
+struct moat_guest_log_rec {
+  enum moat_guest_log_kind kind;
+  int pid;
+  const char *tag; /* or NULL; valid until the next call */
+  bool pty, background;
+  int stream;
+  const uint8_t *data; /* OUTPUT; valid until the next call */
+  size_t len;
+  uint64_t size; /* DROPPED */
+  char **argv;   /* START; valid until the next call */
+  int64_t started_at_ms;
+  int exit_code, signal;
+};
+int moat_guest_log_open(const struct moat_guest_ep *ep, struct moat_guest_log **out, moat_error **err);
+/* 1 with a record, 0 when the guest closed, -1 on error (ETIMEDOUT after timeout_ms: usable). */
+int moat_guest_log_next(struct moat_guest_log *l, struct moat_guest_log_rec *rec, int timeout_ms,
+                        moat_error **err);
+/* The connection's socket (for a shutdown(2) from another thread that ends a wait on it). */
+int moat_guest_log_fd(const struct moat_guest_log *l);
+void moat_guest_log_close(struct moat_guest_log *l);
+
 /* Whether PID 1 itself answers (a request it serves, not a spare worker) within timeout_ms; a
  * frozen sandbox counts as answering. 0 or -1. */
 int moat_guest_check(const struct moat_guest_ep *ep, int timeout_ms, moat_error **err);
