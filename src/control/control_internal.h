@@ -40,6 +40,7 @@ struct live {
   bool in_table;         /* c->lock */
   bool counted;          /* c->lock: counts against its org's live quotas (orgs.c) */
   int64_t rate_at_ms;    /* c->lock: its create's mark in the org's creates_per_hour window, or 0 */
+  bool logged;           /* c->lock: a logger of logs.c runs for it (set and cleared by its manager) */
   int inflight;          /* execs running now (counted under m, see acquire_running); atomic */
   bool health_check;     /* a check of an unanswering guest runs (health.c); atomic */
   int64_t expires_at_ms; /* atomic reads allowed (get/list overlay it); written under m */

@@ -340,11 +340,11 @@ static void *logger_run(void *arg) {
   while (!logs_stopping(L)) {
     struct moat_guest_ep ep;
     int s = current_ep(c, l->id, &ep);
-    if (s < 0)
-      break;
+    if (s <= 0)
+      break; /* killed, or without a guest (hibernated): the manager starts one again at wake */
     struct moat_guest_log *g = NULL;
     moat_error *err = NULL;
-    if (s == 0 || moat_guest_log_open(&ep, &g, &err) < 0) {
+    if (moat_guest_log_open(&ep, &g, &err) < 0) {
       moat_error_free(&err);
       logs_nap(L, MANAGER_TICK_MS);
       continue;
@@ -431,22 +431,24 @@ static bool is_live(struct moat_control *c, const char *id) {
   return e != NULL;
 }
 
-/* Starts a logger for every live sandbox that has none; joins those that ended. */
+/* Sets the live entry's logged mark (c->lock); false when id is not live any more. */
+static bool mark_logged(struct moat_control *c, const char *id, bool logged) {
+  struct live *e = live_get(c, id);
+  if (!e)
+    return false;
+  pthread_mutex_lock(&c->lock);
+  e->logged = logged;
+  pthread_mutex_unlock(&c->lock);
+  live_put(c, e);
+  return true;
+}
+
+/* Joins the loggers that ended; a sandbox's own ends when it is killed or loses its guest
+ * (hibernate), so a hibernated sandbox holds no thread. Then starts one for every running or
+ * paused sandbox without one. One pass is linear in the live sandboxes: the live entries carry
+ * their mark, and only the sandboxes that get a logger are looked up further. */
 static void manage_loggers(struct ctl_logs *L) {
   struct moat_control *c = L->c;
-  size_t n = 0, cap = 64;
-  char(*ids)[MOAT_ID_LEN + 1] = xmalloc(cap * sizeof(*ids));
-  pthread_mutex_lock(&c->lock);
-  for (size_t b = 0; b < NBUCKETS; b++)
-    for (struct live *e = c->buckets[b]; e; e = e->next) {
-      if (n == cap) {
-        cap *= 2;
-        ids = xrealloc(ids, cap * sizeof(*ids));
-      }
-      memcpy(ids[n++], e->id, sizeof(ids[0]));
-    }
-  pthread_mutex_unlock(&c->lock);
-  /* ended loggers: joined and forgotten; their sandboxes' files wait for their retention */
   for (;;) {
     struct ctl_log *done = NULL;
     pthread_mutex_lock(&L->lock);
@@ -460,16 +462,30 @@ static void manage_loggers(struct ctl_logs *L) {
     if (!done)
       break;
     pthread_join(done->thread, NULL);
-    if (!is_live(c, done->id))
-      schedule_removal(L, done->id);
+    if (!mark_logged(c, done->id, false))
+      schedule_removal(L, done->id); /* its files wait for their retention */
     pthread_mutex_destroy(&done->wm);
     free(done);
   }
+  size_t n = 0, cap = 64;
+  char(*ids)[MOAT_ID_LEN + 1] = xmalloc(cap * sizeof(*ids));
+  pthread_mutex_lock(&c->lock);
+  for (size_t b = 0; b < NBUCKETS; b++)
+    for (struct live *e = c->buckets[b]; e; e = e->next) {
+      if (e->logged)
+        continue;
+      if (n == cap) {
+        cap *= 2;
+        ids = xrealloc(ids, cap * sizeof(*ids));
+      }
+      memcpy(ids[n++], e->id, sizeof(ids[0]));
+    }
+  pthread_mutex_unlock(&c->lock);
   for (size_t i = 0; i < n; i++) {
-    bool have = false;
+    struct moat_guest_ep ep;
+    if (current_ep(c, ids[i], &ep) != 1)
+      continue; /* creating, hibernated or killed: nothing to read */
     pthread_mutex_lock(&L->lock);
-    for (struct ctl_log *l = L->list; l && !have; l = l->next)
-      have = strcmp(l->id, ids[i]) == 0;
     /* a sandbox that comes back (a wake after moatd restarted) is no longer to be removed */
     for (struct gone **pg = &L->gone; *pg;)
       if (strcmp((*pg)->id, ids[i]) == 0) {
@@ -480,8 +496,6 @@ static void manage_loggers(struct ctl_logs *L) {
         pg = &(*pg)->next;
       }
     pthread_mutex_unlock(&L->lock);
-    if (have)
-      continue;
     struct ctl_log *l = xcalloc(1, sizeof(*l));
     snprintf(l->id, sizeof(l->id), "%s", ids[i]);
     l->fd = -1;
@@ -491,11 +505,12 @@ static void manage_loggers(struct ctl_logs *L) {
     *a = (struct logger_arg){L, l};
     pthread_attr_t at;
     pthread_attr_init(&at);
-    pthread_attr_setstacksize(&at, LOGGER_STACK); /* one thread per live sandbox */
+    pthread_attr_setstacksize(&at, LOGGER_STACK); /* one thread per running sandbox */
     int rc = pthread_create(&l->thread, &at, logger_run, a);
     pthread_attr_destroy(&at);
     if (rc != 0) {
       free(a);
+      pthread_mutex_destroy(&l->wm);
       free(l);
       continue;
     }
@@ -503,6 +518,7 @@ static void manage_loggers(struct ctl_logs *L) {
     l->next = L->list;
     L->list = l;
     pthread_mutex_unlock(&L->lock);
+    mark_logged(c, ids[i], true); /* a sandbox gone meanwhile: its logger ends by itself */
   }
   free(ids);
 }
