@@ -155,9 +155,14 @@ class TypeScriptSDKTest(DaemonTest):
                 self.assertEqual(left, [], "%s left sandboxes running" % name)
 
     def test_every_node_file_is_run(self):
-        # ops.test.mjs needs a fake internet: test_client_ops.TypeScriptOpsTest runs it
+        # run by other modules: ops.test.mjs needs a fake internet (test_client_ops.TypeScriptOpsTest),
+        # logs.test.mjs a moatd with a small log bound (test_logs_clients)
+        elsewhere = {"ops.test.mjs": "test_client_ops.py", "logs.test.mjs": "test_logs_clients.py"}
+        for f, module in elsewhere.items():
+            with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), module)) as m:
+                self.assertIn(f, m.read(), "%s is to run %s" % (module, f))
         files = sorted(f[:-len(".test.mjs")] for f in os.listdir(os.path.join(SDK, "test"))
-                       if f.endswith(".test.mjs") and f != "ops.test.mjs")
+                       if f.endswith(".test.mjs") and f not in elsewhere)
         mine = sorted(n[len("test_"):] for n in dir(self) if n.startswith("test_") and n not in
                       ("test_every_node_file_is_run", "test_examples"))
         self.assertEqual(files, mine)
