@@ -49,9 +49,7 @@ static void ev_free(void *ctx) {
 
 static bool is(const char *a, const char *b) { return a && strcmp(a, b) == 0; }
 
-/* What a transition means: created, running (ready), paused, resumed, hibernated, woken,
- * rolled_back, killed; else the new state's name. */
-static const char *transition_name(const struct moat_sandbox_event *ev) {
+const char *api_v1_transition_name(const struct moat_sandbox_event *ev) {
   if (!ev->from_state)
     return "created";
   if (is(ev->to_state, "killed"))
@@ -70,7 +68,7 @@ static const char *transition_name(const struct moat_sandbox_event *ev) {
 static json_t *state_json(const struct evsrc *e, const struct moat_sandbox_event *ev) {
   char at[64];
   json_t *d = json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:I}", "state", ev->to_state, "event",
-                        transition_name(ev), "from", ev->from_state, "reason", ev->reason, "at",
+                        api_v1_transition_name(ev), "from", ev->from_state, "reason", ev->reason, "at",
                         api_rfc3339_ms(ev->at_ms, at, sizeof(at)), "at_ms", (json_int_t)ev->at_ms);
   if (!ev->from_state && e->forked_from)
     json_object_set_new(d, "forked_from", json_string(e->forked_from));

@@ -47,22 +47,6 @@ static void logs_free(void *ctx) {
 
 static bool is(const char *a, const char *b) { return a && strcmp(a, b) == 0; }
 
-static const char *transition_name(const struct moat_sandbox_event *ev) {
-  if (!ev->from_state)
-    return "created";
-  if (is(ev->to_state, "killed"))
-    return "killed";
-  if (is(ev->to_state, "running")) {
-    if (is(ev->reason, "rollback"))
-      return "rolled_back";
-    if (is(ev->from_state, "paused"))
-      return "resumed";
-    if (is(ev->from_state, "hibernated"))
-      return "woken";
-  }
-  return ev->to_state;
-}
-
 static void set_time(json_t *j, int64_t ms) {
   char at[64];
   json_object_set_new(j, "at", json_string(api_rfc3339_ms(ms, at, sizeof(at))));
@@ -70,8 +54,9 @@ static void set_time(json_t *j, int64_t ms) {
 }
 
 static json_t *lifecycle_json(const struct logsrc *s, const struct moat_sandbox_event *ev) {
-  json_t *j = json_pack("{s:s, s:s, s:s, s:s?, s:s?}", "type", "lifecycle", "event", transition_name(ev),
-                        "state", ev->to_state, "from", ev->from_state, "reason", ev->reason);
+  json_t *j =
+      json_pack("{s:s, s:s, s:s, s:s?, s:s?}", "type", "lifecycle", "event", api_v1_transition_name(ev),
+                "state", ev->to_state, "from", ev->from_state, "reason", ev->reason);
   if (!ev->from_state && s->forked_from)
     json_object_set_new(j, "forked_from", json_string(s->forked_from));
   set_time(j, ev->at_ms);

@@ -123,6 +123,11 @@ int api_h_ctx_run(struct api_req *r, json_t *body);
 int api_h_metrics(struct api_req *r, json_t *body);
 int api_h_sandbox_metrics(struct api_req *r, json_t *body);
 
+/* What a state transition means, as the events and logs routes name it (v1/events.c): created,
+ * running (ready), paused, resumed, hibernated, woken, rolled_back, killed; else the new state's name. */
+struct moat_sandbox_event;
+const char *api_v1_transition_name(const struct moat_sandbox_event *ev);
+
 /* Sandboxes list: state (NULL = any) and metadata.KEY=VALUE filters into *meta (owned, or NULL). */
 int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sandbox_state *state,
                          json_t **meta, moat_error **err);
