@@ -109,6 +109,26 @@ void live_put(struct moat_control *c, struct live *e) {
     live_free(e);
 }
 
+struct live **live_all(struct moat_control *c, const char *org, size_t max, size_t *n) {
+  size_t cnt = 0, cap = 64;
+  struct live **v = xmalloc(cap * sizeof(*v));
+  pthread_mutex_lock(&c->lock);
+  for (size_t b = 0; b < NBUCKETS && cnt < max; b++)
+    for (struct live *e = c->buckets[b]; e && cnt < max; e = e->next) {
+      if (org && strcmp(e->org, org) != 0)
+        continue;
+      if (cnt == cap) {
+        cap *= 2;
+        v = xrealloc(v, cap * sizeof(*v));
+      }
+      e->refs++;
+      v[cnt++] = e;
+    }
+  pthread_mutex_unlock(&c->lock);
+  *n = cnt;
+  return v;
+}
+
 /* Adds e (refs = 1 for the table) to the table. */
 void live_add_locked(struct moat_control *c, struct live *e) {
   unsigned b = bucket_of(e->id);
@@ -845,19 +865,8 @@ int moat_control_template_build(struct moat_control *c, const char *name, moat_e
  * (reason oom when the kernel OOM-killed in it, else error). Sandboxes busy in a transition are
  * skipped until the next pass. */
 static void reap_once(struct moat_control *c) {
-  size_t n = 0, cap = 64;
-  struct live **v = xmalloc(cap * sizeof(*v));
-  pthread_mutex_lock(&c->lock);
-  for (size_t b = 0; b < NBUCKETS; b++)
-    for (struct live *e = c->buckets[b]; e; e = e->next) {
-      if (n == cap) {
-        cap *= 2;
-        v = xrealloc(v, cap * sizeof(*v));
-      }
-      e->refs++;
-      v[n++] = e;
-    }
-  pthread_mutex_unlock(&c->lock);
+  size_t n;
+  struct live **v = live_all(c, NULL, SIZE_MAX, &n);
 
   int64_t now = now_unix_ms();
   for (size_t i = 0; i < n; i++) {

@@ -162,6 +162,9 @@ void ctl_logs_note_oom(struct moat_control *c, const char *id, json_t *ev);
 /* ---- control.c ---- */
 struct live *live_get(struct moat_control *c, const char *id); /* reference taken, or NULL */
 void live_put(struct moat_control *c, struct live *e);
+/* Every live sandbox (of org; NULL: all), at most max, each with a reference taken: the caller
+ * live_puts each and frees the array. */
+struct live **live_all(struct moat_control *c, const char *org, size_t max, size_t *n);
 void live_add(struct moat_control *c, struct live *e);
 void live_add_locked(struct moat_control *c, struct live *e); /* c->lock held */
 /* Calls fn for each entry in the table (c->lock held: fn locks nothing). */

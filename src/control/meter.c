@@ -221,19 +221,8 @@ void ctl_meter_end(struct moat_control *c, struct live *e) {
 /* One pass over every live sandbox; one that is busy (its mutex held) is read next time: its CPU
  * counter is cumulative and its memory integral spans the longer interval. */
 static void sample_all(struct moat_control *c) {
-  size_t n = 0, cap = 64;
-  struct live **v = xmalloc(cap * sizeof(*v));
-  pthread_mutex_lock(&c->lock);
-  for (size_t b = 0; b < NBUCKETS; b++)
-    for (struct live *e = c->buckets[b]; e; e = e->next) {
-      if (n == cap) {
-        cap *= 2;
-        v = xrealloc(v, cap * sizeof(*v));
-      }
-      e->refs++;
-      v[n++] = e;
-    }
-  pthread_mutex_unlock(&c->lock);
+  size_t n;
+  struct live **v = live_all(c, NULL, SIZE_MAX, &n);
   for (size_t i = 0; i < n; i++) {
     if (pthread_mutex_trylock(&v[i]->m) == 0) {
       sample_locked(c, v[i]);

@@ -52,22 +52,8 @@ int moat_control_usage_list(struct moat_control *c, const char *org, size_t max,
   *out = NULL;
   *n = 0;
   /* Take references under the table lock, sample after it (sampling takes each e->m). */
-  struct live **refs = NULL;
-  size_t cnt = 0, cap = 0;
-  pthread_mutex_lock(&c->lock);
-  for (size_t b = 0; b < NBUCKETS && cnt < max; b++) {
-    for (struct live *e = c->buckets[b]; e && cnt < max; e = e->next) {
-      if (org && strcmp(e->org, org) != 0)
-        continue;
-      if (cnt == cap) {
-        cap = cap ? cap * 2 : 16;
-        refs = xrealloc(refs, cap * sizeof(*refs));
-      }
-      e->refs++;
-      refs[cnt++] = e;
-    }
-  }
-  pthread_mutex_unlock(&c->lock);
+  size_t cnt;
+  struct live **refs = live_all(c, org, max, &cnt);
   struct moat_sandbox_usage *v = cnt ? xcalloc(cnt, sizeof(*v)) : NULL;
   size_t k = 0;
   for (size_t i = 0; i < cnt; i++) {
