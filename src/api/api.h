@@ -12,6 +12,7 @@ struct moat_api;
 #define API_DEFAULT_MAX_CONNECTIONS 4000
 #define API_DEFAULT_HEADER_TIMEOUT_S 10
 #define API_DEFAULT_IDLE_TIMEOUT_S 30
+#define API_DEFAULT_STREAM_KEEPALIVE_MS 15000
 #define API_DEFAULT_REQUESTS_PER_ORG 256
 #define API_DEFAULT_STREAMS_PER_ORG 256
 #define API_DEFAULT_REQUESTS_PER_SANDBOX 64
@@ -26,7 +27,8 @@ struct moat_api_limits {
   unsigned header_timeout_s; /* a request head must arrive within this */
   unsigned idle_timeout_s;   /* idle keep-alive connections are closed after this */
   unsigned requests_per_org, streams_per_org, requests_per_sandbox, streams_per_sandbox;
-  unsigned idle_per_org; /* idle keep-alive connections one org may hold */
+  unsigned idle_per_org;        /* idle keep-alive connections one org may hold */
+  unsigned stream_keepalive_ms; /* an SSE stream silent this long gets a keep-alive comment */
 };
 /* lim with every 0 field replaced by its default. */
 struct moat_api_limits moat_api_limits_resolve(const struct moat_api_limits *lim);

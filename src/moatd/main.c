@@ -92,6 +92,7 @@ static void usage(FILE *f) {
           "  --max-conns-per-ip N open connections per client address (default 0: no limit)\n"
           "  --header-timeout S   a request head must arrive within S seconds (default %d)\n"
           "  --idle-timeout S     idle keep-alive connections close after S seconds (default %d)\n"
+          "  --stream-keepalive-ms N  an SSE stream silent N ms gets a keep-alive comment (default 15000)\n"
           "  --max-requests-per-org N     requests in flight per org (default %d)\n"
           "  --max-streams-per-org N      streams open per org (SSE, exec/stream, PTY, watch...)\n"
           "                       (default %d)\n"
@@ -350,6 +351,7 @@ int main(int argc, char **argv) {
       {"max-conns-per-ip", required_argument, NULL, 0x201},
       {"header-timeout", required_argument, NULL, 0x202},
       {"idle-timeout", required_argument, NULL, 0x203},
+      {"stream-keepalive-ms", required_argument, NULL, 0x20a},
       {"max-requests-per-org", required_argument, NULL, 0x204},
       {"max-streams-per-org", required_argument, NULL, 0x205},
       {"max-requests-per-sandbox", required_argument, NULL, 0x206},
@@ -474,6 +476,9 @@ int main(int argc, char **argv) {
       break;
     case 0x203:
       lim.idle_timeout_s = flag_uint("idle-timeout", optarg, 1, 86400);
+      break;
+    case 0x20a:
+      lim.stream_keepalive_ms = flag_uint("stream-keepalive-ms", optarg, 100, 600000);
       break;
     case 0x204:
       lim.requests_per_org = flag_uint("max-requests-per-org", optarg, 1, 1000000);

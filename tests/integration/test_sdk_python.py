@@ -324,6 +324,8 @@ class DropTest(unittest.TestCase):
 
 
 class SdkTest(DaemonTest):
+    daemon_args = ("--stream-keepalive-ms", "1000")  # default 15 s: the silent-stream test waits less
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -418,11 +420,12 @@ class SdkTest(DaemonTest):
         self.assertEqual(sb.exec_stream("sleep 2; echo streamed", on_stdout=lambda s: None), 0)
 
     def test_silent_command_kept_alive(self):
-        # moatd's keep-alive comments (every 15 s) keep a silent stream within the idle limit
-        c = moat.Client(self.url, self.c.key, stream_idle_timeout=20)
+        # moatd's keep-alive comments (every second here, --stream-keepalive-ms) keep a stream silent
+        # for longer than the SDK's idle limit alive
+        c = moat.Client(self.url, self.c.key, stream_idle_timeout=2.5)
         sb = Sandbox.connect(self.sb.id, client=c)
         out = []
-        self.assertEqual(sb.exec_stream("sleep 17; echo done", on_stdout=out.append), 0)
+        self.assertEqual(sb.exec_stream("sleep 5; echo done", on_stdout=out.append), 0)
         self.assertEqual(out, ["done\n"])
 
     def test_exec_from_threads(self):

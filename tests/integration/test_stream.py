@@ -15,6 +15,8 @@ output = sse.output
 
 
 class StreamTest(DaemonTest):
+    daemon_args = ("--stream-keepalive-ms", "1000")  # default 15 s: the silence tests wait less
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -170,11 +172,11 @@ class StreamTest(DaemonTest):
         self.assertAlive(self.sid)
 
     def test_keepalive_comment_in_silence(self):
-        s = self.stream(cmd="sleep 16; echo done")
+        s = self.stream(cmd="sleep 3; echo done")
         self.assertEqual(s.next(10).name, "start")
         ev = s.next(30)
         self.assertEqual((ev.name, ev.data["data"]), ("stdout", "done\n"))
-        self.assertIn("keep-alive", s.comments, "no keep-alive comment in 16 s of silence")
+        self.assertIn("keep-alive", s.comments, "no keep-alive comment in 3 s of silence (--stream-keepalive-ms 1000)")
         s.close()
 
     def test_sandbox_deleted_mid_stream(self):

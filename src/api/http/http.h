@@ -263,6 +263,8 @@ int api_listen_socket(const char *listen_addr, unsigned *port, bool *ipv6, moat_
 /* Starts the gate (gate.h) with lim's timeouts for one more listener: 0 or -1. The listener
  * stops the gate (api_gate_stop) when it stops. */
 int api_limits_apply(const struct moat_api_limits *lim, moat_error **err);
+/* The silence after which an SSE stream gets its source's keep-alive (stream.c; set once at start). */
+void api_stream_set_keepalive_ms(unsigned ms);
 
 /* ---- the transport (http/server.c) ---- */
 

@@ -824,6 +824,7 @@ struct moat_api_limits moat_api_limits_resolve(const struct moat_api_limits *lim
   DEF(requests_per_sandbox, API_DEFAULT_REQUESTS_PER_SANDBOX);
   DEF(streams_per_sandbox, API_DEFAULT_STREAMS_PER_SANDBOX);
   DEF(idle_per_org, API_DEFAULT_IDLE_PER_ORG);
+  DEF(stream_keepalive_ms, API_DEFAULT_STREAM_KEEPALIVE_MS);
 #undef DEF
   return l;
 }
@@ -834,5 +835,6 @@ int api_limits_apply(const struct moat_api_limits *lim, moat_error **err) {
       .idle_timeout_s = lim->idle_timeout_s,
       .max_idle_per_org = lim->idle_per_org,
   };
+  api_stream_set_keepalive_ms(lim->stream_keepalive_ms);
   return api_gate_start(&gc, err);
 }

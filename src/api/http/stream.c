@@ -4,8 +4,8 @@
  * connection's own thread (one thread per connection), asks the source for its next records with a
  * short wait and returns them, so that MHD writes every record as its own chunk as soon as it
  * exists. Between asks it checks the client socket for a hang-up (noticed within the source's poll
- * interval) and sends the source's keep-alive after STREAM_KEEPALIVE_MS of silence; when moatd stops,
- * the source writes its last record. The free callback runs once MHD is done with the response.
+ * interval) and sends the source's keep-alive after --stream-keepalive-ms (default 15 s) of silence; when
+ * moatd stops, the source writes its last record. The free callback runs once MHD is done with the response.
  */
 #include <microhttpd.h>
 #include <stdlib.h>
@@ -16,7 +16,11 @@
 
 #define STREAM_BLOCK (64 * 1024)
 #define STREAM_POLL_MS 500
-#define STREAM_KEEPALIVE_MS 15000
+static unsigned stream_keepalive_ms = API_DEFAULT_STREAM_KEEPALIVE_MS;
+
+void api_stream_set_keepalive_ms(unsigned ms) {
+  __atomic_store_n(&stream_keepalive_ms, ms ? ms : API_DEFAULT_STREAM_KEEPALIVE_MS, __ATOMIC_RELAXED);
+}
 
 struct stream {
   struct moat_api *api;
@@ -81,7 +85,7 @@ static ssize_t stream_cb(void *cls, uint64_t pos, char *buf, size_t max) {
         s->src.gone(s->src.ctx);
       return MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    if (now_ns() - s->last_ns >= STREAM_KEEPALIVE_MS * 1000000ULL) {
+    if (now_ns() - s->last_ns >= __atomic_load_n(&stream_keepalive_ms, __ATOMIC_RELAXED) * 1000000ULL) {
       const char *k = s->src.keepalive ? s->src.keepalive : ": keep-alive\n\n";
       moat_buf_append(&s->out, k, strlen(k));
       continue;
