@@ -1,0 +1,172 @@
+// sandbox.js -- #/sandboxes/ID: a sandbox's details and actions, its CPU and memory history, a
+// terminal and its log as it grows.
+import { api, h, showError, fmtTime, fmtBytes } from './api.js';
+import { lineChart } from './chart.js';
+import { openTerminal } from './terminal.js';
+
+const ACTIONS = [
+  // [label, API verb, states it applies to]
+  ['Pause', 'pause', ['running']],
+  ['Resume', 'resume', ['paused']],
+  ['Hibernate', 'hibernate', ['running', 'paused']],
+  ['Wake', 'wake', ['hibernated']],
+];
+const POLL_MS = 3000;
+const HISTORY_MS = 3600 * 1000;
+const LOG_MAX_LINES = 500;
+
+export function sandboxPage(root, me, id) {
+  const canWrite = me.role !== 'readonly';
+  const base = `/v1/sandboxes/${encodeURIComponent(id)}`;
+  let stopped = false;
+  let timer = null;
+  let term = null;
+  let logs = null;
+
+  const title = h('h1', {}, h('span', { class: 'mono' }, id));
+  const details = h('dl', { class: 'details', id: 'details' });
+  const actions = h('div', { class: 'actions', id: 'actions' });
+  const busy = h('span', { class: 'status', role: 'status', 'aria-live': 'polite' });
+  const chartBox = h('div', { id: 'chart', class: 'chart-box' }, 'Loading history…');
+  const termBox = h('div', { id: 'terminal', class: 'terminal' });
+  const termStatus = h('span', { id: 'terminal-status', class: 'status' }, '');
+  const termBtn = h('button', { type: 'button', id: 'open-terminal' }, 'Open terminal');
+  const logPre = h('pre', { id: 'logs', class: 'logs', tabindex: 0, 'aria-label': 'Log' });
+
+  root.replaceChildren(
+    h('p', {}, h('a', { href: '#/sandboxes' }, '← Sandboxes')),
+    title,
+    h('section', {}, details, actions, busy),
+    h('section', {}, h('h2', {}, 'CPU and memory'), chartBox),
+    canWrite ? h('section', {}, h('h2', {}, 'Terminal'), h('div', { class: 'toolbar' }, termBtn, termStatus), termBox) : null,
+    h('section', {}, h('h2', {}, 'Log'), logPre));
+
+  termBtn.addEventListener('click', () => {
+    if (term) return;
+    termBtn.disabled = true;
+    term = openTerminal(termBox, id, (s) => { termStatus.textContent = s; });
+  });
+
+  async function act(verb, label) {
+    showError(null);
+    busy.textContent = `${label}…`;
+    try {
+      if (verb === 'kill') await api('DELETE', base);
+      else await api('POST', `${base}/${verb}`, {});
+      busy.textContent = `${label}: done`;
+    } catch (e) {
+      busy.textContent = '';
+      showError(e);
+    }
+    await refresh();
+  }
+
+  function render(sb) {
+    const meta = Object.entries(sb.metadata || {}).map(([k, v]) => `${k}=${v}`).join(', ') || '—';
+    const rows = [
+      ['State', h('span', { class: `state state-${sb.state}`, id: 'state' }, sb.state)],
+      ['Template', sb.template],
+      ['Created', fmtTime(sb.created_at)],
+      ['Expires', sb.persistent ? 'never (persistent)' : fmtTime(sb.expires_at)],
+      ['CPU', `${sb.cpu}`],
+      ['Memory', `${sb.memory_mb} MiB`],
+      ['Processes', `${sb.pids}`],
+      ['Disk', `${sb.disk_mb} MiB`],
+      ['Metadata', meta],
+    ];
+    if (sb.killed_reason) rows.push(['Killed', `${sb.killed_reason} at ${fmtTime(sb.killed_at)}`]);
+    details.replaceChildren(...rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+    if (!canWrite || sb.state === 'killed') {
+      actions.replaceChildren();
+      return;
+    }
+    actions.replaceChildren(
+      ...ACTIONS.filter(([, , st]) => st.includes(sb.state)).map(([label, verb]) =>
+        h('button', { type: 'button', 'data-action': verb, onclick: () => act(verb, label) }, label)),
+      h('button', { type: 'button', class: 'danger', 'data-action': 'kill', onclick: () => act('kill', 'Kill') }, 'Kill'));
+  }
+
+  async function drawChart() {
+    try {
+      const from = Date.now() - HISTORY_MS;
+      const res = await api('GET', `${base}/metrics?from=${from}`);
+      const samples = res.samples || [];
+      if (!samples.length) {
+        chartBox.replaceChildren('No samples recorded yet.');
+        return;
+      }
+      const cpu = samples.map((s) => [s.timestamp_ms, s.cpu_used_pct || 0]);
+      const mem = samples.map((s) => [s.timestamp_ms, s.memory_limit_bytes ? (100 * s.memory_used_bytes) / s.memory_limit_bytes : 0]);
+      const last = samples[samples.length - 1];
+      chartBox.replaceChildren(
+        lineChart([{ name: 'cpu', cls: 'cpu', points: cpu }, { name: 'memory', cls: 'mem', points: mem }],
+          { label: `CPU and memory, ${samples.length} samples` }),
+        h('p', { class: 'legend' },
+          h('span', { class: 'key cpu' }, `CPU ${last.cpu_used_pct.toFixed(1)}% of its limit`), ' ',
+          h('span', { class: 'key mem' }, `memory ${fmtBytes(last.memory_used_bytes)} of ${fmtBytes(last.memory_limit_bytes)}`)));
+      chartBox.dataset.samples = samples.length;
+    } catch (e) {
+      chartBox.replaceChildren(`No history: ${e.message}`);
+    }
+  }
+
+  function logLine(text) {
+    const lines = logPre.textContent.split('\n');
+    lines.push(text);
+    logPre.textContent = lines.slice(-LOG_MAX_LINES).join('\n');
+    logPre.scrollTop = logPre.scrollHeight;
+  }
+
+  function decode(e) {
+    if (e.encoding === 'base64') {
+      try {
+        return new TextDecoder().decode(Uint8Array.from(atob(e.data), (c) => c.charCodeAt(0)));
+      } catch (x) {
+        return '[binary]';
+      }
+    }
+    return e.data;
+  }
+
+  function openLogs() {
+    logs = new EventSource(`${base}/logs?follow=true`);
+    const on = (type, fmt) => logs.addEventListener(type, (ev) => {
+      try { logLine(fmt(JSON.parse(ev.data))); } catch (x) { logLine(ev.data); }
+    });
+    on('output', (e) => `[${e.stream} ${e.tag || e.pid}] ${decode(e).replace(/\n$/, '')}`);
+    on('process', (e) => e.event === 'start' ? `[start ${e.pid}] ${(e.argv || []).join(' ')}` : `[exit ${e.pid}] code ${e.exit_code}${e.signal ? ' signal ' + e.signal : ''}`);
+    on('lifecycle', (e) => `[${e.event}] ${e.state}${e.reason ? ' (' + e.reason + ')' : ''}`);
+    on('oom', (e) => `[oom] ${e.cmd || ''} killed`);
+    on('dropped', (e) => `[dropped ${e.bytes} bytes: ${e.reason}]`);
+    logs.addEventListener('error', () => { if (logs.readyState === EventSource.CLOSED) logLine('[log stream ended]'); });
+  }
+
+  async function refresh() {
+    clearTimeout(timer);
+    try {
+      const sb = await api('GET', base);
+      if (stopped) return;
+      render(sb);
+      if (!logs) openLogs();
+    } catch (e) {
+      if (stopped) return;
+      showError(e);
+      details.replaceChildren();
+      actions.replaceChildren();
+      if (e.status === 404) return;
+    }
+    if (!stopped) timer = setTimeout(refresh, POLL_MS);
+  }
+  refresh().then(() => { if (!stopped && details.childElementCount) drawChart(); });
+  const chartTimer = setInterval(() => { if (details.childElementCount) drawChart(); }, 10000);
+
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      clearInterval(chartTimer);
+      if (term) term.close();
+      if (logs) logs.close();
+    },
+  };
+}
