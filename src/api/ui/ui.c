@@ -333,6 +333,41 @@ static int h_session_create(struct api_req *r, json_t *body) {
   return reply_cookie(r, 201, out, cookie);
 }
 
+/* The session the cookie names: who it signs in as, until when. */
+static int h_session_get(struct api_req *r, json_t *body) {
+  struct ui_state *s = state_of(r);
+  moat_error *err = NULL;
+  if (api_args_none(r) < 0)
+    return 0;
+  const char *tok = MHD_lookup_connection_value(r->conn, MHD_COOKIE_KIND, UI_COOKIE);
+  _cleanup_free_ char *key = NULL;
+  int64_t expires = 0;
+  if (tok) {
+    pthread_mutex_lock(&s->lock);
+    ssize_t i = session_find(s, tok);
+    if (i >= 0 && s->sessions[i].expires_ms > now_unix_ms()) {
+      key = xstrdup(s->sessions[i].key);
+      expires = s->sessions[i].expires_ms;
+    }
+    pthread_mutex_unlock(&s->lock);
+  }
+  if (!key)
+    return api_reply_error(r, 401, "unauthorized", "not signed in to the dashboard (POST /ui/session)"), 0;
+  struct moat_key_info info;
+  int rc = moat_control_auth_key(api_control(r), key, &info, &err);
+  explicit_bzero(key, strlen(key));
+  if (rc < 0) {
+    api_ui_session_end(r->api, tok);
+    api_reply_unauthorized(r, err, "the session's API key is no longer valid: sign in again");
+    moat_error_free(&err);
+    return 0;
+  }
+  return api_reply_json(r, 200,
+                        json_pack("{s:s, s:s, s:s, s:s, s:I}", "org", info.org, "key_id", info.id, "name",
+                                  info.name, "role", moat_key_role_name(info.role), "expires_at_ms",
+                                  (json_int_t)expires));
+}
+
 static int h_session_delete(struct api_req *r, json_t *body) {
   if (api_args_none(r) < 0 || need_csrf_header(r) < 0)
     return 0;
@@ -347,6 +382,7 @@ static int h_session_delete(struct api_req *r, json_t *body) {
 static const struct api_route_def ui_routes[] = {
     {"GET", "/ui", "ui.index", h_ui_redirect, API_RT_PUBLIC, NULL},
     {"POST", "/ui/session", "ui.session.create", h_session_create, API_RT_PUBLIC | API_RT_JSON, NULL},
+    {"GET", "/ui/session", "ui.session.get", h_session_get, API_RT_PUBLIC, NULL},
     {"DELETE", "/ui/session", "ui.session.delete", h_session_delete, API_RT_PUBLIC, NULL},
     {"GET", "/ui/{*}", "ui.asset", h_ui_asset, API_RT_PUBLIC, NULL},
 };
