@@ -56,13 +56,16 @@ class UiTest(DaemonTest):
         cls.ro_key = cls.c.request("POST", "/v1/keys", body={"name": "ui-readonly", "role": "readonly"})[1]["key"]
         cls.other = cls.c.with_key(cls.daemon.new_org_key("ui-other"))
         cls.other_sid = cls.other.create(ttl_seconds=600)["id"]
+        cls.snap = cls.c.request("POST", "/v1/sandboxes/%s/snapshots" % cls.sid, body={})[1]["id"]
+        cls.vol = cls.c.request("POST", "/v1/volumes", body={"name": "ui-vol", "size_mb": 16})[1]["name"]
         cls.driven = None
 
     @classmethod
     def tearDownClass(cls):
-        for client, sid in ((cls.c, cls.sid), (cls.other, cls.other_sid)):
+        for client, path in ((cls.c, "/v1/sandboxes/" + cls.sid), (cls.other, "/v1/sandboxes/" + cls.other_sid),
+                             (cls.c, "/v1/snapshots/" + cls.snap), (cls.c, "/v1/volumes/" + cls.vol)):
             try:
-                client.request("DELETE", "/v1/sandboxes/" + sid, expect=(204, 404))
+                client.request("DELETE", path, expect=(204, 404))
             except Exception:
                 pass
         super().tearDownClass()
@@ -303,6 +306,17 @@ class UiTest(DaemonTest):
         self.assertEqual(res["details"], 0)
         self.assertEqual(self.other.get(self.other_sid)["state"], "running")
 
+    def test_browser_list_pages(self):
+        seen = self.scenario("pages")["seen"]
+        self.assertEqual(seen["templates"], [t["name"] for t in self.c.request("GET", "/v1/templates")[1]["templates"]])
+        self.assertIn(self.snap, seen["snapshots"])
+        self.assertEqual(seen["volumes"], ["ui-vol"])
+        keys = [k["id"] for k in self.c.request("GET", "/v1/keys")[1]["keys"]]
+        self.assertEqual(set(seen["keys"]), set(keys))
+        audit = self.c.request("GET", "/v1/audit", query={"limit": "1000"})[1]["entries"]
+        self.assertTrue(seen["audit"], "the audit page shows entries")
+        self.assertLessEqual(set(seen["audit"]), {str(e["seq"]) for e in audit})
+
     def test_browser_phone_width(self):
         res = self.scenario("phone")
         self.assertLessEqual(res["overflow"], 0)
@@ -314,6 +328,7 @@ class UiTest(DaemonTest):
     def test_browser_readonly_cannot_kill(self):
         res = self.scenario("readonly")
         self.assertEqual((res["kill_buttons"], res["create_buttons"], res["actions"]), (0, 0, 0))
+        self.assertNotIn("#/keys", res["nav"])  # keys are an admin's
         self.assertEqual(res["refused"]["status"], 403)
         self.assertIn("readonly", res["refused"]["body"]["message"])
         self.assertEqual(self.c.get(self.sid)["state"], "running")

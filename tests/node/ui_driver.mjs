@@ -151,6 +151,21 @@ try {
     return { error_text: await page.textContent('#error'), details: await page.$$eval('#details dt', (d) => d.length) };
   });
 
+  await step('pages', async () => {
+    const seen = {};
+    for (const name of ['templates', 'snapshots', 'volumes', 'keys', 'audit']) {
+      // reached from the navigation by keyboard: focus the link, Enter
+      await page.goto(`${URL}/ui/#/sandboxes`);
+      await page.waitForSelector('#sandboxes[data-loaded="1"]');
+      await page.focus(`#nav a[href="#/${name}"]`);
+      await page.keyboard.press('Enter');
+      await page.waitForSelector(`#list-${name}[data-loaded="1"]`, { timeout: 15000 });
+      seen[name] = await page.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+      await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/${name}.png` });
+    }
+    return { seen };
+  });
+
   await step('phone', async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     await page.goto(`${URL}/ui/#/sandboxes`);
@@ -177,6 +192,7 @@ try {
     await signIn(p, env.MOAT_UI_READONLY_KEY);
     await p.waitForSelector(`tr[data-id="${SB}"]`);
     const killButtons = await p.$$eval('button.kill', (b) => b.length);
+    const nav = await p.$$eval('#nav a', (as) => as.map((a) => a.getAttribute('href')));
     const createButtons = await p.$$eval('#create', (b) => b.length);
     await p.goto(`${URL}/ui/#/sandboxes/${SB}`);
     await p.waitForSelector('#state');
@@ -187,7 +203,7 @@ try {
       return { status: r.status, body: await r.json() };
     }, SB);
     await ro.close();
-    return { kill_buttons: killButtons, create_buttons: createButtons, actions, refused };
+    return { kill_buttons: killButtons, create_buttons: createButtons, actions, refused, nav };
   });
   out.console_errors = consoleErrors;
   await ctx.close();

@@ -2,6 +2,7 @@
 import { api, h, showError } from './api.js';
 import { sandboxesPage } from './sandboxes.js';
 import { sandboxPage } from './sandbox.js';
+import { PAGES, listPage } from './lists.js';
 
 const state = { me: null, page: null };
 
@@ -11,7 +12,13 @@ function main() {
 
 function setSignedIn(me) {
   state.me = me;
-  document.getElementById('nav').hidden = !me;
+  const nav = document.getElementById('nav');
+  nav.hidden = !me;
+  if (me) {
+    const links = [['#/sandboxes', 'Sandboxes'], ...Object.entries(PAGES)
+      .filter(([, d]) => !d.admin || me.role === 'admin').map(([k, d]) => [`#/${k}`, d.title])];
+    nav.replaceChildren(...links.map(([href, t]) => h('a', { href }, t)));
+  }
   document.getElementById('signout').hidden = !me;
   document.getElementById('who').textContent = me ? `${me.org} · ${me.name || me.key_id} (${me.role})` : '';
 }
@@ -55,8 +62,14 @@ async function route() {
   setSignedIn(me);
   const hash = location.hash || '#/sandboxes';
   const m = hash.match(/^#\/sandboxes\/([^/?]+)$/);
+  const list = hash.match(/^#\/([a-z]+)$/);
   if (m) state.page = sandboxPage(main(), me, decodeURIComponent(m[1]));
+  else if (list && PAGES[list[1]]) state.page = listPage(main(), me, list[1]);
   else state.page = sandboxesPage(main(), me);
+  for (const a of document.querySelectorAll('#nav a')) {
+    if (a.getAttribute('href') === hash) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
 }
 
 document.getElementById('signout').addEventListener('click', async () => {

@@ -13,7 +13,7 @@ const ACTIONS = [
 ];
 const POLL_MS = 3000;
 const HISTORY_MS = 3600 * 1000;
-const LOG_MAX_LINES = 500;
+const LOG_MAX_CHARS = 64 * 1024;
 
 export function sandboxPage(root, me, id) {
   const canWrite = me.role !== 'readonly';
@@ -110,11 +110,24 @@ export function sandboxPage(root, me, id) {
     }
   }
 
-  function logLine(text) {
-    const lines = logPre.textContent.split('\n');
-    lines.push(text);
-    logPre.textContent = lines.slice(-LOG_MAX_LINES).join('\n');
+  // Output chunks join into lines as a terminal would show them (escape sequences and CRs dropped);
+  // every other entry is a line of its own. The last LOG_MAX_CHARS are kept.
+  let logText = '';
+  function logAppend(text) {
+    logText = (logText + text).slice(-LOG_MAX_CHARS);
+    logPre.textContent = logText;
     logPre.scrollTop = logPre.scrollHeight;
+  }
+  function logLine(text) {
+    logAppend(`${logText && !logText.endsWith('\n') ? '\n' : ''}${text}\n`);
+  }
+  let lastStream = '';
+  function logOutput(e) {
+    const who = `${e.stream} ${e.tag || e.pid}`;
+    const text = decode(e).replace(/\x1b\[[0-9;?]*[ -\/]*[@-~]|\x1b\][^\x07]*\x07|\r/g, '');
+    if (who !== lastStream || !logText || logText.endsWith('\n')) logAppend(`${logText && !logText.endsWith('\n') ? '\n' : ''}[${who}] `);
+    lastStream = who;
+    logAppend(text.replace(/\n(?=.)/g, `\n[${who}] `));
   }
 
   function decode(e) {
@@ -133,8 +146,11 @@ export function sandboxPage(root, me, id) {
     const on = (type, fmt) => logs.addEventListener(type, (ev) => {
       try { logLine(fmt(JSON.parse(ev.data))); } catch (x) { logLine(ev.data); }
     });
-    on('output', (e) => `[${e.stream} ${e.tag || e.pid}] ${decode(e).replace(/\n$/, '')}`);
-    on('process', (e) => e.event === 'start' ? `[start ${e.pid}] ${(e.argv || []).join(' ')}` : `[exit ${e.pid}] code ${e.exit_code}${e.signal ? ' signal ' + e.signal : ''}`);
+    logs.addEventListener('output', (ev) => {
+      try { logOutput(JSON.parse(ev.data)); } catch (x) { logLine(ev.data); }
+    });
+    const line = (f) => (e) => { lastStream = ''; return f(e); };
+    on('process', line((e) => e.event === 'start' ? `[start ${e.pid}] ${(e.argv || []).join(' ')}` : `[exit ${e.pid}] code ${e.exit_code}${e.signal ? ' signal ' + e.signal : ''}`));
     on('lifecycle', (e) => `[${e.event}] ${e.state}${e.reason ? ' (' + e.reason + ')' : ''}`);
     on('oom', (e) => `[oom] ${e.cmd || ''} killed`);
     on('dropped', (e) => `[dropped ${e.bytes} bytes: ${e.reason}]`);
