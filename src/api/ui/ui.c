@@ -75,7 +75,7 @@ static const char *content_type(const char *name) {
 }
 
 /* True when name is a manifest path: segments of [A-Za-z0-9._-], none empty or starting with '.'. */
-static bool asset_name_ok(const char *name) {
+bool api_ui_asset_name_ok(const char *name) {
   size_t n = strlen(name);
   if (n == 0 || n > 200)
     return false;
@@ -110,7 +110,7 @@ static int load_assets(struct ui_state *s, moat_error **err) {
       *next++ = '\0';
     if (!*line)
       continue;
-    if (!asset_name_ok(line) || !content_type(line))
+    if (!api_ui_asset_name_ok(line) || !content_type(line))
       return moat_error_set(err, EINVAL, "%s: '%.200s' is not a servable asset name", manifest, line);
     if (s->n_assets == UI_MAX_ASSETS)
       return moat_error_set(err, EINVAL, "%s: more than %d assets", manifest, UI_MAX_ASSETS);
@@ -174,7 +174,7 @@ static int h_ui_asset(struct api_req *r, json_t *body) {
   const char *name = r->path + strlen("/ui/");
   if (!*name)
     name = "index.html";
-  const struct ui_asset *a = asset_name_ok(name) ? asset_find(s, name) : NULL;
+  const struct ui_asset *a = api_ui_asset_name_ok(name) ? asset_find(s, name) : NULL;
   if (!a)
     return api_reply_error(r, 404, "not_found", "no such dashboard file: %.200s", r->path), 0;
   struct MHD_Response *resp = MHD_create_response_from_buffer(a->len, a->data, MHD_RESPMEM_PERSISTENT);

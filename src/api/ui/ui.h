@@ -19,6 +19,10 @@
 
 extern const struct api_front api_front_ui;
 
+/* True when name may be a served asset: segments of [A-Za-z0-9._-] split by '/', none empty or
+ * starting with '.', at most 200 bytes (so no "..", no absolute path, no hidden file). Pure. */
+bool api_ui_asset_name_ok(const char *name);
+
 /* The API key that session token stands for (caller frees, and should wipe), or NULL when there is no
  * such session or it expired. */
 char *api_ui_session_key(const struct moat_api *a, const char *token);
