@@ -9,7 +9,7 @@ build answering 503.
 
 In Debian's Chromium (tests/node/ui_driver.mjs, playwright-core): a wrong key shows the API's
 message, sign-in by keyboard, the list shows the org's real sandboxes, a sandbox created and killed
-from the list, the sandbox page's state and actions, the CPU/memory chart drawn from the recorded
+from the list, the sandbox page's state and its pause, resume, hibernate and wake buttons, the CPU/memory chart drawn from the recorded
 history, a terminal (xterm.js over the PTY WebSocket) that echoes, follows a resize and stops
 `sleep 100` with Ctrl-C, the log as it grows, the page's cookie refused on mutations without the
 header, another org's sandbox by URL shown as the API's not found, phone width without horizontal
@@ -235,6 +235,9 @@ class UiTest(DaemonTest):
                 cls.driven = {"_failed": "driver exit %d: %s" % (r.returncode, r.stderr.decode(errors="replace")[-3000:])}
             else:
                 cls.driven = json.loads(lines[-1])
+                print("\nui timings: %s" % json.dumps({k: {m: v for m, v in r.items() if m.endswith("_ms") or m == "ms"}
+                                                     for k, r in cls.driven.items() if isinstance(r, dict)}),
+                      file=sys.stderr)
         self.assertNotIn("_failed", cls.driven, cls.driven.get("_failed"))
         return cls.driven
 
@@ -292,6 +295,18 @@ class UiTest(DaemonTest):
     def test_browser_logs_live(self):
         res = self.scenario("logs")
         self.assertIn("ui42", res["text"])
+
+    def test_browser_actions(self):
+        res = self.scenario("actions")
+        self.assertEqual(res["seen"], ["paused", "running", "hibernated", "running"])
+        self.assertEqual(self.c.get(self.sid)["state"], "running")
+        states = [e.get("event") for e in self.lifecycle()]
+        for ev in ("paused", "resumed", "hibernated", "woken"):
+            self.assertIn(ev, states)
+
+    def lifecycle(self):
+        _, body = self.c.request("GET", "/v1/sandboxes/%s/logs" % self.sid, headers={"Accept": "application/json"})
+        return [e for e in body["entries"] if e.get("type") == "lifecycle"]
 
     def test_browser_cookie_without_csrf_header(self):
         res = self.scenario("csrf")

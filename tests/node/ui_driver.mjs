@@ -64,7 +64,9 @@ try {
   });
 
   await step('list', async () => {
+    const t0 = Date.now();
     await signIn(page, env.MOAT_UI_ADMIN_KEY);
+    const signInMs = Date.now() - t0;
     await page.waitForSelector(`tr[data-id="${SB}"]`);
     const ids = await page.$$eval('#sandbox-rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
     const state = await page.$eval(`tr[data-id="${SB}"]`, (r) => r.dataset.state);
@@ -72,7 +74,7 @@ try {
     const c = cookies.find((x) => x.name === 'moat_ui') || {};
     const jsCookie = await page.evaluate(() => document.cookie);
     await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/sandboxes.png` });
-    return { ids, state, cookie: { httpOnly: c.httpOnly, sameSite: c.sameSite, expires: c.expires }, js_cookie: jsCookie };
+    return { sign_in_to_list_ms: signInMs, ids, state, cookie: { httpOnly: c.httpOnly, sameSite: c.sameSite, expires: c.expires }, js_cookie: jsCookie };
   });
 
   await step('create_kill', async () => {
@@ -104,11 +106,15 @@ try {
   });
 
   await step('terminal', async () => {
+    const tc = Date.now();
     await page.click('#open-terminal');
     await page.waitForFunction(() => document.getElementById('terminal-status').textContent === 'connected');
+    const connectMs = Date.now() - tc;
     await page.click('#terminal');
+    const te = Date.now();
     await page.keyboard.type('echo ui$((6*7))\n');
     await waitTerm(page, /ui42/);
+    const echoMs = Date.now() - te;
     // resize: the page shrinks, the terminal follows, the pty reports the new size
     await page.setViewportSize({ width: 900, height: 700 });
     await page.waitForTimeout(500);
@@ -127,12 +133,33 @@ try {
     await page.setViewportSize({ width: 1280, height: 800 });
     await page.waitForTimeout(300);
     await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/sandbox.png`, fullPage: true });
-    return { cols, rows, stty_seen: /\d+ \d+/.test(sized), interrupt_ms: interruptMs };
+    return { cols, rows, stty_seen: /\d+ \d+/.test(sized), interrupt_ms: interruptMs, connect_ms: connectMs, type_to_echo_ms: echoMs };
   });
 
   await step('logs', async () => {
     await page.waitForFunction(() => /ui42/.test(document.getElementById('logs').textContent), null, { timeout: 15000 });
     return { text: (await page.textContent('#logs')).slice(-2000) };
+  });
+
+  await step('actions', async () => {
+    // each button, then the state the page shows once the API answered (the page polls every 3 s and
+    // re-reads at once after an action)
+    // a fresh page: the terminal's shell ends with its WebSocket
+    await page.goto(`${URL}/ui/#/sandboxes`);
+    await page.waitForSelector('#sandboxes[data-loaded="1"]');
+    await page.goto(`${URL}/ui/#/sandboxes/${SB}`);
+    await page.waitForSelector('#state');
+    const seen = [];
+    const t = {};
+    for (const [action, want] of [['pause', 'paused'], ['resume', 'running'], ['hibernate', 'hibernated'], ['wake', 'running']]) {
+      await page.waitForSelector(`#actions button[data-action="${action}"]`, { timeout: 15000 });
+      const t0 = Date.now();
+      await page.click(`#actions button[data-action="${action}"]`);
+      await page.waitForFunction((w) => document.getElementById('state')?.textContent === w, want, { timeout: 30000 });
+      t[action] = Date.now() - t0;
+      seen.push(await page.textContent('#state'));
+    }
+    return { seen, ms: t };
   });
 
   await step('csrf', async () => {
