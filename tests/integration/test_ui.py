@@ -13,7 +13,7 @@ from the list, the sandbox page's state and its pause, resume, hibernate and wak
 history, a terminal (xterm.js over the PTY WebSocket) that echoes, follows a resize and stops
 `sleep 100` with Ctrl-C, the log as it grows, the page's cookie refused on mutations without the
 header, another org's sandbox by URL shown as the API's not found, phone width without horizontal
-overflow, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
+overflow, a file uploaded and downloaded byte for byte, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
 Screenshots go to docs/ui/."""
 
 import http.client
@@ -223,9 +223,17 @@ class UiTest(DaemonTest):
             if why:
                 self.skipTest(why)
             os.makedirs(SHOTS, exist_ok=True)
+            work = tempfile.mkdtemp(prefix="moat-ui-files-")
+            cls.work = work
+            type(self).addClassCleanup(shutil.rmtree, work, True)
+            cls.upload = os.path.join(work, "ui-upload.bin")
+            cls.download = os.path.join(work, "downloaded.bin")
+            with open(cls.upload, "wb") as f:  # every byte value, then random bytes: 300 KiB
+                f.write(bytes(range(256)) * 4 + os.urandom(300 * 1024 - 1024))
             env = dict(os.environ, MOAT_UI_URL="http://127.0.0.1:%d" % self.daemon.port,
                        MOAT_UI_ADMIN_KEY=self.daemon.client.key, MOAT_UI_READONLY_KEY=self.ro_key,
-                       MOAT_UI_SANDBOX=self.sid, MOAT_UI_OTHER=self.other_sid, MOAT_UI_SHOTS=SHOTS)
+                       MOAT_UI_SANDBOX=self.sid, MOAT_UI_OTHER=self.other_sid, MOAT_UI_SHOTS=SHOTS,
+                       MOAT_UI_UPLOAD=cls.upload, MOAT_UI_DOWNLOAD=cls.download)
             # the chart needs recorded history: a few samples first
             time.sleep(3 * INTERVAL_MS / 1000)
             r = subprocess.run(["node", "ui_driver.mjs"], cwd=NODE_DIR, env=env, stdout=subprocess.PIPE,
@@ -273,6 +281,17 @@ class UiTest(DaemonTest):
         res = self.scenario("sandbox_page")
         self.assertEqual(res["state"], "running")
         self.assertEqual(set(res["actions"]), {"pause", "hibernate", "kill"})
+
+    def test_browser_file_upload_download(self):
+        res = self.scenario("files")
+        self.assertIsNone(res["failure"])
+        self.assertEqual(res["suggested"], "ui-upload.bin")
+        with open(self.upload, "rb") as f:
+            sent = f.read()
+        with open(self.download, "rb") as f:
+            back = f.read()
+        self.assertEqual(self.c.get_file(self.sid, "/root/ui-upload.bin"), sent)  # in the sandbox, byte for byte
+        self.assertEqual(back, sent)  # and downloaded again
 
     def test_browser_chart_from_history(self):
         res = self.scenario("chart")

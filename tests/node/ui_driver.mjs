@@ -3,7 +3,8 @@
 //
 // Environment: MOAT_UI_URL (http://127.0.0.1:PORT), MOAT_UI_ADMIN_KEY, MOAT_UI_READONLY_KEY,
 // MOAT_UI_SANDBOX (a running sandbox of the admin's org), MOAT_UI_OTHER (another org's sandbox),
-// MOAT_UI_SHOTS (directory for screenshots).
+// MOAT_UI_SHOTS (directory for screenshots), MOAT_UI_UPLOAD (a file to upload to /root),
+// MOAT_UI_DOWNLOAD (where to save it downloaded again).
 import { chromium } from 'playwright-core';
 
 const env = process.env;
@@ -96,6 +97,20 @@ try {
     const state = await page.textContent('#state');
     const actions = await page.$$eval('#actions button', (bs) => bs.map((b) => b.dataset.action));
     return { state, actions };
+  });
+
+  await step('files', async () => {
+    await page.waitForSelector('#files[data-dir="/root"]', { timeout: 15000 });
+    await page.setInputFiles('#files-upload', env.MOAT_UI_UPLOAD);
+    const name = env.MOAT_UI_UPLOAD.split('/').pop();
+    await page.waitForSelector(`#files-rows tr[data-name="${name}"]`, { timeout: 30000 });
+    const [dl] = await Promise.all([
+      page.waitForEvent('download'),
+      page.click(`#files-rows tr[data-name="${name}"] a.download`),
+    ]);
+    await dl.saveAs(env.MOAT_UI_DOWNLOAD);
+    const failure = await dl.failure();
+    return { name, suggested: dl.suggestedFilename(), failure };
   });
 
   await step('chart', async () => {

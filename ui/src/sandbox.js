@@ -3,6 +3,7 @@
 import { api, h, showError, fmtTime, fmtBytes } from './api.js';
 import { lineChart } from './chart.js';
 import { openTerminal } from './terminal.js';
+import { fileBrowser } from './files.js';
 
 const ACTIONS = [
   // [label, API verb, states it applies to]
@@ -31,6 +32,7 @@ export function sandboxPage(root, me, id) {
   const termBox = h('div', { id: 'terminal', class: 'terminal' });
   const termStatus = h('span', { id: 'terminal-status', class: 'status' }, '');
   const termBtn = h('button', { type: 'button', id: 'open-terminal' }, 'Open terminal');
+  const files = fileBrowser(base, canWrite);
   const logPre = h('pre', { id: 'logs', class: 'logs', tabindex: 0, 'aria-label': 'Log' });
 
   root.replaceChildren(
@@ -39,6 +41,7 @@ export function sandboxPage(root, me, id) {
     h('section', {}, details, actions, busy),
     h('section', {}, h('h2', {}, 'CPU and memory'), chartBox),
     canWrite ? h('section', {}, h('h2', {}, 'Terminal'), h('div', { class: 'toolbar' }, termBtn, termStatus), termBox) : null,
+    files.el,
     h('section', {}, h('h2', {}, 'Log'), logPre));
 
   termBtn.addEventListener('click', () => {
@@ -163,7 +166,10 @@ export function sandboxPage(root, me, id) {
       const sb = await api('GET', base);
       if (stopped) return;
       render(sb);
-      if (!logs) openLogs();
+      if (!logs) {
+        openLogs();
+        if (sb.state === 'running') files.open();
+      }
     } catch (e) {
       if (stopped) return;
       showError(e);
