@@ -91,6 +91,35 @@ try {
     return { created };
   });
 
+  await step('bulk', async () => {
+    const want = env.MOAT_UI_BULK.split(',');
+    const rowIds = () => page.$$eval('#sandbox-rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id).sort());
+    const waitRows = async (ids) => {
+      await page.waitForFunction((w) => {
+        const got = [...document.querySelectorAll('#sandbox-rows tr[data-id]')].map((r) => r.dataset.id).sort();
+        return JSON.stringify(got) === JSON.stringify(w);
+      }, [...ids].sort(), { timeout: 30000 });
+    };
+    await page.fill('#meta-filter', 'batch=ui-bulk');
+    await page.press('#meta-filter', 'Enter');
+    await waitRows(want);
+    const byMeta = await rowIds();
+    await page.selectOption('#template-filter', 'code-interpreter');
+    await waitRows([]);
+    await page.selectOption('#template-filter', 'base');
+    await waitRows(want);
+    for (const id of want) await page.check(`tr[data-id="${id}"] input.select`);
+    const label = await page.textContent('#kill-selected');
+    await page.click('#kill-selected');
+    await waitRows([]);
+    const status = await page.textContent('.status[role=status]');
+    await page.fill('#meta-filter', '');
+    await page.press('#meta-filter', 'Enter');
+    await page.selectOption('#template-filter', '');
+    await page.waitForSelector(`tr[data-id="${SB}"]`);
+    return { by_meta: byMeta, label, status };
+  });
+
   await step('sandbox_page', async () => {
     await page.goto(`${URL}/ui/#/sandboxes/${SB}`);
     await page.waitForSelector('#state');
