@@ -13,7 +13,7 @@ from the list, filters by metadata and template and a bulk kill of the selection
 history, a terminal (xterm.js over the PTY WebSocket) that echoes, follows a resize and stops
 `sleep 100` with Ctrl-C, the log as it grows, the page's cookie refused on mutations without the
 header, another org's sandbox by URL shown as the API's not found, phone width without horizontal
-overflow, a file uploaded and downloaded byte for byte, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
+overflow, usage grouped by a metadata key, a file uploaded and downloaded byte for byte, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
 Screenshots go to docs/ui/."""
 
 import http.client
@@ -360,6 +360,16 @@ class UiTest(DaemonTest):
         audit = self.c.request("GET", "/v1/audit", query={"limit": "1000"})[1]["entries"]
         self.assertTrue(seen["audit"], "the audit page shows entries")
         self.assertLessEqual(set(seen["audit"]), {str(e["seq"]) for e in audit})
+
+    def test_browser_usage_by_metadata(self):
+        res = self.scenario("usage")
+        rows = dict(res["rows"])
+        api = {r["key"]: r for r in self.c.request("GET", "/v1/usage", query={"group_by": "metadata.owner"})[1]}
+        self.assertIn("ui-test", rows)
+        self.assertEqual(set(rows) - {"(none)"}, {k for k in api if k is not None})
+        # metered use only grows: what the page showed is at most what the API says now
+        self.assertLessEqual(rows["ui-test"], api["ui-test"]["cpu_seconds"] + 1e-6)
+        self.assertGreater(api["ui-test"]["cpu_seconds"], 0)
 
     def test_browser_phone_width(self):
         res = self.scenario("phone")

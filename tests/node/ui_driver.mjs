@@ -176,7 +176,9 @@ try {
     const interruptMs = Date.now() - t0;
     await page.setViewportSize({ width: 1280, height: 800 });
     await page.waitForTimeout(300);
-    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/sandbox.png`, fullPage: true });
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/sandbox.png` });
+    await page.evaluate(() => document.getElementById('terminal').scrollIntoView());
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/sandbox-terminal.png` });
     return { cols, rows, stty_seen: /\d+ \d+/.test(sized), interrupt_ms: interruptMs, connect_ms: connectMs, type_to_echo_ms: echoMs };
   });
 
@@ -232,9 +234,21 @@ try {
       await page.keyboard.press('Enter');
       await page.waitForSelector(`#list-${name}[data-loaded="1"]`, { timeout: 15000 });
       seen[name] = await page.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
-      await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/${name}.png` });
+      if (name === 'templates') await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/${name}.png` });
+      if (name === 'audit') await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/${name}.png`, clip: { x: 0, y: 0, width: 1280, height: 480 } });
     }
     return { seen };
+  });
+
+  await step('usage', async () => {
+    await page.goto(`${URL}/ui/#/usage`);
+    await page.waitForSelector('#list-usage[data-loaded="1"]');
+    await page.fill('#usage-group', 'metadata.owner');
+    await page.press('#usage-group', 'Enter');
+    await page.waitForSelector('#list-usage tr[data-id="ui-test"]', { timeout: 15000 });
+    const rows = await page.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => [r.dataset.id, Number(r.dataset.cpu)]));
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/usage.png` });
+    return { rows, at_ms: Date.now() };
   });
 
   await step('phone', async () => {

@@ -3,6 +3,7 @@ import { api, h, showError } from './api.js';
 import { sandboxesPage } from './sandboxes.js';
 import { sandboxPage } from './sandbox.js';
 import { PAGES, listPage } from './lists.js';
+import { usagePage } from './usage.js';
 
 const state = { me: null, page: null };
 
@@ -16,7 +17,7 @@ function setSignedIn(me) {
   nav.hidden = !me;
   if (me) {
     const links = [['#/sandboxes', 'Sandboxes'], ...Object.entries(PAGES)
-      .filter(([, d]) => !d.admin || me.role === 'admin').map(([k, d]) => [`#/${k}`, d.title])];
+      .filter(([, d]) => !d.admin || me.role === 'admin').map(([k, d]) => [`#/${k}`, d.title]), ['#/usage', 'Usage']];
     nav.replaceChildren(...links.map(([href, t]) => h('a', { href }, t)));
   }
   document.getElementById('signout').hidden = !me;
@@ -64,6 +65,7 @@ async function route() {
   const m = hash.match(/^#\/sandboxes\/([^/?]+)$/);
   const list = hash.match(/^#\/([a-z]+)$/);
   if (m) state.page = sandboxPage(main(), me, decodeURIComponent(m[1]));
+  else if (hash === '#/usage') state.page = usagePage(main(), me);
   else if (list && PAGES[list[1]]) state.page = listPage(main(), me, list[1]);
   else state.page = sandboxesPage(main(), me);
   for (const a of document.querySelectorAll('#nav a')) {
