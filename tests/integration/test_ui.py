@@ -9,7 +9,7 @@ build answering 503.
 
 In Debian's Chromium (tests/node/ui_driver.mjs, playwright-core): a wrong key shows the API's
 message, sign-in by keyboard, the list shows the org's real sandboxes, a sandbox created and killed
-from the list, filters by metadata and template and a bulk kill of the selection, the sandbox page's state and its pause, resume, hibernate and wake buttons, the CPU/memory chart drawn from the recorded
+from the list, filters by metadata and template and a bulk kill of the selection, the sandbox page's state and its pause, resume, hibernate, wake, snapshot, rollback and fork buttons, the CPU/memory chart drawn from the recorded
 history, a terminal (xterm.js over the PTY WebSocket) that echoes, follows a resize and stops
 `sleep 100` with Ctrl-C, the log as it grows, the page's cookie refused on mutations without the
 header, another org's sandbox by URL shown as the API's not found, phone width without horizontal
@@ -290,7 +290,7 @@ class UiTest(DaemonTest):
     def test_browser_sandbox_page(self):
         res = self.scenario("sandbox_page")
         self.assertEqual(res["state"], "running")
-        self.assertEqual(set(res["actions"]), {"pause", "hibernate", "kill"})
+        self.assertEqual(set(res["actions"]), {"pause", "hibernate", "snapshots", "fork", "rollback", "kill"})
 
     def test_browser_file_upload_download(self):
         res = self.scenario("files")
@@ -336,6 +336,22 @@ class UiTest(DaemonTest):
     def lifecycle(self):
         _, body = self.c.request("GET", "/v1/sandboxes/%s/logs" % self.sid, headers={"Accept": "application/json"})
         return [e for e in body["entries"] if e.get("type") == "lifecycle"]
+
+    def test_browser_snapshot_rollback_fork(self):
+        res = self.scenario("timetravel")
+        snap = self.c.request("GET", "/v1/snapshots/" + res["snapshot"])[1]
+        self.assertEqual(snap["sandbox_id"], self.sid)
+        self.assertEqual(self.c.get(self.sid)["from_snapshot"], res["snapshot"])
+        child = self.c.get(res["child"])
+        self.addCleanup(self._delete_quietly, self.c, res["child"])
+        self.addCleanup(self._delete_quietly_path, "/v1/snapshots/" + res["snapshot"])
+        self.assertEqual((child["forked_from"], child["state"], res["child_state"]), (self.sid, "running", "running"))
+
+    def _delete_quietly_path(self, path):
+        try:
+            self.c.request("DELETE", path, expect=(204, 404))
+        except Exception:
+            pass
 
     def test_browser_cookie_without_csrf_header(self):
         res = self.scenario("csrf")

@@ -208,6 +208,25 @@ try {
     return { seen, ms: t };
   });
 
+  await step('timetravel', async () => {
+    await page.waitForSelector('#actions button[data-action="snapshots"]', { timeout: 15000 });
+    await page.click('#actions button[data-action="snapshots"]');
+    const snap = await (await page.waitForFunction(() => document.querySelector('.status[role=status][data-snapshot]')?.dataset.snapshot, null, { timeout: 30000 })).jsonValue();
+    await page.waitForSelector(`#rollback-to option[value="${snap}"]`, { state: 'attached' });
+    await page.selectOption('#rollback-to', snap);
+    await page.click('#actions button[data-action="rollback"]');
+    await page.waitForFunction((x) => document.querySelector('.status[role=status]')?.textContent === `rolled back to ${x}`, snap, { timeout: 30000 });
+    await page.waitForFunction(() => document.getElementById('state')?.textContent === 'running', null, { timeout: 30000 });
+    await page.click('#actions button[data-action="fork"]');
+    await page.waitForFunction((sb) => /^#\/sandboxes\/sb-/.test(location.hash) && !location.hash.endsWith(sb), SB, { timeout: 30000 });
+    const child = decodeURIComponent(await page.evaluate(() => location.hash.split('/').pop()));
+    await page.waitForFunction(() => document.getElementById('state')?.textContent === 'running', null, { timeout: 30000 });
+    const childState = await page.textContent('#state');
+    await page.goto(`${URL}/ui/#/sandboxes/${SB}`);
+    await page.waitForSelector('#state');
+    return { snapshot: snap, child, child_state: childState };
+  });
+
   await step('csrf', async () => {
     // the page's own cookie, without the dashboard's header: refused
     return page.evaluate(async (sb) => {

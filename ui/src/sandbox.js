@@ -50,13 +50,42 @@ export function sandboxPage(root, me, id) {
     term = openTerminal(termBox, id, (s) => { termStatus.textContent = s; });
   });
 
+  const rollbackTo = h('select', { id: 'rollback-to', 'aria-label': 'Snapshot to roll back to' });
+  async function loadSnapshots() {
+    try {
+      const res = await api('GET', `/v1/snapshots?sandbox_id=${encodeURIComponent(id)}`);
+      const snaps = res.snapshots || [];
+      const keep = rollbackTo.value;
+      rollbackTo.replaceChildren(...snaps.map((x) => h('option', { value: x.id, selected: x.id === keep }, `${x.id} (${fmtTime(x.created_at)})`)));
+    } catch (e) { /* the list is a convenience: the action reports its own errors */ }
+  }
+
   async function act(verb, label) {
     showError(null);
     busy.textContent = `${label}…`;
     try {
-      if (verb === 'kill') await api('DELETE', base);
-      else await api('POST', `${base}/${verb}`, {});
-      busy.textContent = `${label}: done`;
+      if (verb === 'kill') {
+        await api('DELETE', base);
+        busy.textContent = `${label}: done`;
+      } else if (verb === 'snapshots') {
+        const snap = await api('POST', `${base}/snapshots`, {});
+        busy.textContent = `snapshot ${snap.id}`;
+        busy.dataset.snapshot = snap.id;
+        await loadSnapshots();
+      } else if (verb === 'fork') {
+        const res = await api('POST', `${base}/fork`, {});
+        const child = res.sandboxes[0].id;
+        busy.textContent = `forked ${child}`;
+        location.hash = `#/sandboxes/${child}`;
+        return;
+      } else if (verb === 'rollback') {
+        if (!rollbackTo.value) throw new Error('no snapshot of this sandbox to roll back to');
+        await api('POST', `${base}/rollback`, { snapshot_id: rollbackTo.value });
+        busy.textContent = `rolled back to ${rollbackTo.value}`;
+      } else {
+        await api('POST', `${base}/${verb}`, {});
+        busy.textContent = `${label}: done`;
+      }
     } catch (e) {
       busy.textContent = '';
       showError(e);
@@ -83,10 +112,19 @@ export function sandboxPage(root, me, id) {
       actions.replaceChildren();
       return;
     }
+    const focused = document.activeElement && actions.contains(document.activeElement) ? document.activeElement.dataset.action : null;
     actions.replaceChildren(
       ...ACTIONS.filter(([, , st]) => st.includes(sb.state)).map(([label, verb]) =>
         h('button', { type: 'button', 'data-action': verb, onclick: () => act(verb, label) }, label)),
+      ...(sb.state === 'running' ? [
+        h('button', { type: 'button', 'data-action': 'snapshots', onclick: () => act('snapshots', 'Snapshot') }, 'Snapshot'),
+        h('button', { type: 'button', 'data-action': 'fork', onclick: () => act('fork', 'Fork') }, 'Fork'),
+        rollbackTo,
+        h('button', { type: 'button', 'data-action': 'rollback', onclick: () => act('rollback', 'Roll back') }, 'Roll back'),
+      ] : []),
       h('button', { type: 'button', class: 'danger', 'data-action': 'kill', onclick: () => act('kill', 'Kill') }, 'Kill'));
+    // a re-render keeps keyboard focus on the same action
+    if (focused) actions.querySelector(`[data-action="${focused}"]`)?.focus();
   }
 
   async function drawChart() {
@@ -154,7 +192,11 @@ export function sandboxPage(root, me, id) {
     });
     const line = (f) => (e) => { lastStream = ''; return f(e); };
     on('process', line((e) => e.event === 'start' ? `[start ${e.pid}] ${(e.argv || []).join(' ')}` : `[exit ${e.pid}] code ${e.exit_code}${e.signal ? ' signal ' + e.signal : ''}`));
-    on('lifecycle', (e) => `[${e.event}] ${e.state}${e.reason ? ' (' + e.reason + ')' : ''}`);
+    on('lifecycle', (e) => {
+      // a state change shows at once, not at the next poll
+      setTimeout(() => { if (!stopped) refresh(); }, 0);
+      return `[${e.event}] ${e.state}${e.reason ? ' (' + e.reason + ')' : ''}`;
+    });
     on('oom', (e) => `[oom] ${e.cmd || ''} killed`);
     on('dropped', (e) => `[dropped ${e.bytes} bytes: ${e.reason}]`);
     logs.addEventListener('error', () => { if (logs.readyState === EventSource.CLOSED) logLine('[log stream ended]'); });
@@ -168,6 +210,7 @@ export function sandboxPage(root, me, id) {
       render(sb);
       if (!logs) {
         openLogs();
+        loadSnapshots();
         if (sb.state === 'running') files.open();
       }
     } catch (e) {
