@@ -234,7 +234,8 @@ class UiTest(DaemonTest):
             env = dict(os.environ, MOAT_UI_URL="http://127.0.0.1:%d" % self.daemon.port,
                        MOAT_UI_ADMIN_KEY=self.daemon.client.key, MOAT_UI_READONLY_KEY=self.ro_key,
                        MOAT_UI_SANDBOX=self.sid, MOAT_UI_OTHER=self.other_sid, MOAT_UI_SHOTS=SHOTS,
-                       MOAT_UI_UPLOAD=cls.upload, MOAT_UI_DOWNLOAD=cls.download, MOAT_UI_BULK=",".join(cls.bulk))
+                       MOAT_UI_UPLOAD=cls.upload, MOAT_UI_DOWNLOAD=cls.download, MOAT_UI_BULK=",".join(cls.bulk),
+                       TMPDIR=work)  # playwright's profile and download artifacts: removed with work
             # the chart needs recorded history: a few samples first
             time.sleep(3 * INTERVAL_MS / 1000)
             r = subprocess.run(["node", "ui_driver.mjs"], cwd=NODE_DIR, env=env, stdout=subprocess.PIPE,
