@@ -72,7 +72,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(O)/fuzz/%,$(FUZZ_SRC))
 
 .PHONY: all run test unit integration bench clean deps format check-format fuzz fuzzers units
-all: $(O)/moatd $(O)/moat build/moat-guest $(UNIT_BIN) $(O)/bench/criu_bench $(O)/tests/lib/pg_harness
+all: $(O)/moatd $(O)/moat build/moat-guest build/ui/MANIFEST $(UNIT_BIN) $(O)/bench/criu_bench $(O)/tests/lib/pg_harness
 
 $(O)/obj/%.o: src/%.c
 	@mkdir -p $(dir $@)
@@ -94,6 +94,11 @@ $(O)/moatd: $(call obj,$(MOATD_SRC)) $(O)/libmoat.a
 
 $(O)/moat: $(call obj,$(CLI_SRC) $(COMMON_SRC))
 	$(CC) $(LDFLAGS) -o $@ $^ $(CLI_LIBS)
+
+# The web dashboard (ui/): plain files plus vendored npm packages, no bundler (scripts/build_ui.sh;
+# skipped with a message where node/npm are missing: moatd then answers /ui/ 503).
+build/ui/MANIFEST: $(wildcard ui/src/*) ui/package.json ui/package-lock.json scripts/build_ui.sh
+	@scripts/build_ui.sh build/ui
 
 build/moat-guest: $(GUEST_OBJ)
 	$(CC) -static -o $@ $^

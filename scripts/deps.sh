@@ -19,6 +19,7 @@ pkgs=(
   clang-14 libclang-rt-14-dev       # the libFuzzer targets (make FUZZ=1, scripts/fuzz.sh)
   clang-format-14                   # make format / make check-format (a step of make test)
   llvm-14                           # llvm-symbolizer: fuzz and sanitizer reports name their lines
+  chromium                          # the web dashboard's tests drive it (tests/integration/test_ui.py)
 )
 # Development packages for every library the Makefile links (-lNAME).
 lib_pkg() {

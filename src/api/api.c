@@ -6,12 +6,14 @@
 #include "mcp/mcp.h"
 #include "pg/pg.h"
 #include "ports/ports.h"
+#include "ui/ui.h"
 #include "v1/v1.h"
 
-/* E2B claims its requests before any route is tried; then v1's, MCP's and the ports' routes. The
+/* E2B claims its requests before any route is tried; then v1's, MCP's, the ports' and the
+ * dashboard's routes. The
  * database proxy has no routes: a listener of its own. */
-static const struct api_front *const fronts[] = {&api_front_e2b, &api_front_v1, &api_front_mcp,
-                                                 &api_front_ports, &api_front_pg};
+static const struct api_front *const fronts[] = {&api_front_e2b,   &api_front_v1, &api_front_mcp,
+                                                 &api_front_ports, &api_front_pg, &api_front_ui};
 
 void api_front_ends(struct api_router *rt) {
   for (size_t i = 0; i < ARRAY_SIZE(fronts); i++)

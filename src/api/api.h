@@ -52,6 +52,8 @@ struct moat_api_config {
   const char *db_listen;
   unsigned db_max_connections, db_max_conns_per_ip;
   const char *db_tls_cert, *db_tls_key; /* PEM files for the proxy's TLS, or NULL */
+  /* The web dashboard's built assets (a directory with a MANIFEST), or NULL: /ui/ then answers 503. */
+  const char *ui_dir;
 };
 
 /* Starts serving on cfg->listen with a thread per connection; returns 0 or -1 (EADDRINUSE, ...).

@@ -37,6 +37,8 @@ static void usage(FILE *f) {
           "  --template-dir DIR   built templates (default $MOAT_TEMPLATE_DIR, else DIR/templates)\n"
           "  --recipes DIR        template recipes (default: the repository's templates/)\n"
           "  --guest PATH         the static moat-guest binary (default: next to moatd)\n"
+          "  --ui-dir DIR         the web dashboard's built assets, served at /ui/ (default: ui/ next to\n"
+          "                       moatd, else the repository's build/ui)\n"
           "  --proxy-listen HOST:PORT  serve exposed ports by host name: a request with Host\n"
           "                       PORT-SANDBOXID.DOMAIN goes to PORT inside the sandbox (default: off)\n"
           "  --proxy-domain DOMAIN  the DOMAIN of those host names (default: any; URLs say localhost)\n"
@@ -300,7 +302,7 @@ int main(int argc, char **argv) {
     return key_create(argc - 2, argv + 2);
 
   const char *listen_addr = "127.0.0.1:7070", *data_opt = "./.moat", *template_opt = NULL,
-             *recipes_opt = NULL, *guest_opt = NULL;
+             *recipes_opt = NULL, *guest_opt = NULL, *ui_opt = NULL;
   unsigned pool = 4, guest_timeout_ms = 0;
   uint64_t build_context_max_mb = 1024;
   bool disk_overcommit = false;
@@ -325,6 +327,7 @@ int main(int argc, char **argv) {
       {"template-dir", required_argument, NULL, 't'},
       {"recipes", required_argument, NULL, 'r'},
       {"guest", required_argument, NULL, 'g'},
+      {"ui-dir", required_argument, NULL, 0x5501},
       {"pool", required_argument, NULL, 'p'},
       {"disk-overcommit", no_argument, NULL, 0x102},
       {"lxcfs", required_argument, NULL, 0x103},
@@ -393,6 +396,9 @@ int main(int argc, char **argv) {
       break;
     case 'g':
       guest_opt = optarg;
+      break;
+    case 0x5501:
+      ui_opt = optarg;
       break;
     case 'p': {
       uint64_t v;
@@ -596,6 +602,20 @@ int main(int argc, char **argv) {
     die("cannot find moat-guest (%s); build it (make build/moat-guest) or pass --guest PATH",
         guest ? guest : "not next to moatd");
 
+  /* The dashboard: found like the guest (next to moatd, else the repository's build); without one
+   * moatd runs and answers /ui/ 503. */
+  _cleanup_free_ char *ui_dir = NULL;
+  if (ui_opt) {
+    ui_dir = absolute(ui_opt);
+  } else {
+    char *next = exe ? xasprintf("%s/ui/MANIFEST", exe) : NULL;
+    if (next && is_file(next))
+      ui_dir = xasprintf("%s/ui", exe);
+    else if (repo)
+      ui_dir = xasprintf("%s/build/ui", repo);
+    free(next);
+  }
+
   /* Signals: every thread created from here on inherits the mask; main waits for them. */
   signal(SIGPIPE, SIG_IGN);
   sigset_t set;
@@ -651,7 +671,8 @@ int main(int argc, char **argv) {
                                .db_max_connections = db_max_connections,
                                .db_max_conns_per_ip = db_max_conns_per_ip,
                                .db_tls_cert = db_tls_cert,
-                               .db_tls_key = db_tls_key};
+                               .db_tls_key = db_tls_key,
+                               .ui_dir = ui_dir};
   struct moat_api *api = NULL;
   if (moat_api_start(&api, control, &ac, &err) < 0) {
     moat_control_close(control);

@@ -33,6 +33,7 @@
 #include "http.h"
 #include "fair.h"
 #include "gate.h"
+#include "../ui/ui.h"
 
 struct moat_api {
   struct MHD_Daemon *daemon;
@@ -392,6 +393,34 @@ struct api_ticket *api_req_take_ticket(struct api_req *r) {
   return t;
 }
 
+/* A request authenticated by the dashboard's cookie, which a browser attaches to requests other sites'
+ * pages make too: a method that changes things must carry UI_CSRF_HEADER (a page of another origin
+ * cannot set it without CORS, which moatd never grants), and a request that names its Origin (every
+ * WebSocket does) must come from moatd's own. 0, or -1 after 403. */
+static int ui_cookie_guard(struct api_req *r, const char *method) {
+  const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+  const char *host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+  if (origin) {
+    const char *o = strncmp(origin, "http://", 7) == 0    ? origin + 7
+                    : strncmp(origin, "https://", 8) == 0 ? origin + 8
+                                                          : NULL;
+    if (!o || !host || strcmp(o, host) != 0)
+      return api_reply_error(r, 403, "forbidden",
+                             "a request from another origin (%.100s) cannot use the dashboard's session",
+                             origin),
+             -1;
+  }
+  bool reads = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+  const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, UI_CSRF_HEADER);
+  if (!reads && !(h && strcmp(h, "1") == 0))
+    return api_reply_error(r, 403, "forbidden",
+                           "a %s authenticated by the dashboard's session cookie must carry the header %s: 1 "
+                           "(CSRF protection)",
+                           method, UI_CSRF_HEADER),
+           -1;
+  return 0;
+}
+
 /* First call of a request: route, arguments, auth, size checks. Returns true when a response
  * was queued already (the body, if any, is then not read). */
 static bool req_begin(struct api_req *r, const char *url, const char *method) {
@@ -451,7 +480,21 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
       if (key && !*key)
         key = NULL;
     }
-    if (!key || moat_control_auth_key(r->api->control, key, &r->key, &err) < 0) {
+    /* The dashboard's session cookie stands for a key (ui.h); a key sent along wins. */
+    const char *session = key ? NULL : MHD_lookup_connection_value(r->conn, MHD_COOKIE_KIND, UI_COOKIE);
+    _cleanup_free_ char *session_key = session ? api_ui_session_key(r->api, session) : NULL;
+    if (session && !session_key) {
+      api_reply_error(r, 401, "unauthorized", "the dashboard session expired or was ended: sign in again");
+      return true;
+    }
+    if (session_key)
+      key = session_key;
+    int auth = key ? moat_control_auth_key(r->api->control, key, &r->key, &err) : -1;
+    if (session_key)
+      explicit_bzero(session_key, strlen(session_key));
+    if (auth < 0) {
+      if (session_key)
+        api_ui_session_end(r->api, session);
       api_reply_unauthorized(r, err,
                              "a valid API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
       moat_error_free(&err);
@@ -459,6 +502,8 @@ static bool req_begin(struct api_req *r, const char *url, const char *method) {
     }
     r->has_key = true;
     r->org = xstrdup(r->key.org);
+    if (session_key && ui_cookie_guard(r, method) < 0)
+      return true;
     if (api_req_authorize(r, method, d->flags) < 0)
       return true;
     const char *sb = r->route.id[0] ? r->route.id : NULL;
