@@ -76,14 +76,14 @@ class NetIsolationTest(NetDaemonTest):
         net = self.network(sid)
         targets = host_ipv4_addresses() + [net["dns"], "10.200.0.5", "10.200.0.6"]
         self.assertTrue(targets)
-        for a in targets:
-            # the database proxy: its host listener nowhere; its sandbox listener (5432) on the DNS
-            # address only (test_db_network.py)
-            for p in (port, self.daemon.db_port, 22, 80) + (() if a == net["dns"] else (5432,)):
-                self.assertFalse(self.connects(sid, a, p, wait_s=1), "reached %s:%d" % (a, p))
-        # moatd's own loopback is not the sandbox's
-        self.assertFalse(self.connects(sid, "127.0.0.1", port, wait_s=1))
-        self.assertFalse(self.connects(sid, "127.0.0.1", self.daemon.db_port, wait_s=1))
+        # the database proxy: its host listener nowhere; its sandbox listener (5432) on the DNS
+        # address only (test_db_network.py); moatd's own loopback is not the sandbox's
+        probes = [(a, p) for a in targets
+                  for p in (port, self.daemon.db_port, 22, 80) + (() if a == net["dns"] else (5432,))]
+        probes += [("127.0.0.1", port), ("127.0.0.1", self.daemon.db_port)]
+        self.assertEqual(self.connected(sid, probes, wait_s=1), [])
+        # control: the same probe does see what is open (the DNS address's database listener)
+        self.assertEqual(self.connected(sid, probes + [(net["dns"], 5432)], wait_s=2), [(net["dns"], 5432)])
         # the DNS address answers DNS and the database proxy's sandbox listener only
         self.assertEqual(self.resolve(sid, "allowed.test"), ["198.51.100.10"])
         self.assertTrue(self.connects(sid, net["dns"], 5432, wait_s=2))

@@ -64,6 +64,15 @@ class NetDaemonTest(DaemonTest):
         self.assertIn(r["stdout"].strip().splitlines()[-1], ("OPEN", "CLOSED"), r)
         return r["stdout"].strip().endswith("OPEN")
 
+    def connected(self, sid, targets, wait_s=1):
+        """Of targets [(host, port)...], those a TCP connection from sid reaches within wait_s, all
+        tried at once (one bash job each), so a list of dropped targets costs wait_s, not its length."""
+        jobs = " ".join("(timeout %d bash -c %s && echo OPEN %s %d) &" % (
+            wait_s, shlex.quote("exec 3<>/dev/tcp/%s/%d" % (h, p)), h, p) for h, p in targets)
+        r = self.bash(sid, jobs + " wait; echo DONE")
+        self.assertEqual(r["stdout"].strip().splitlines()[-1], "DONE", r)
+        return sorted((ln.split()[1], int(ln.split()[2])) for ln in r["stdout"].splitlines() if ln.startswith("OPEN "))
+
     def http_get(self, sid, host, port=80, wait_s=3):
         """The body of GET / from host:port, or None."""
         script = ("exec 3<>/dev/tcp/%s/%d && printf 'GET / HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n' >&3 && cat <&3"
