@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh -- what `make test` runs: build, unit tests, integration + attack tests; then all of it
 # again built with ASan+UBSan (build/san); then the unit tests built with ThreadSanitizer
-# (build/tsan), and every libFuzzer target for FUZZ_SECONDS (default 5) over its corpus
+# (build/tsan), and every libFuzzer target for FUZZ_SECONDS (here default 3) over its corpus
 # (scripts/fuzz.sh, build/fuzz). Prints each step's wall time against the budget
 # (MOAT_TEST_BUDGET_S, default 1800 s: the 30 minutes the suite must fit on 2 cores) and ends with
 # one line "N passed, N failed, N skipped" over everything; exits non-zero if any step failed. Going
@@ -75,7 +75,7 @@ suite build/san SANITIZE=1
 if build "build build/tsan" make -s -j2 TSAN=1 units; then
   step "unit build/tsan" env TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" scripts/unit.sh build/tsan
 fi
-step "fuzz build/fuzz" scripts/fuzz.sh build/fuzz
+step "fuzz build/fuzz" env FUZZ_SECONDS="${FUZZ_SECONDS:-3}" scripts/fuzz.sh build/fuzz
 
 echo "==="
 for t in "${times[@]}"; do
