@@ -2,6 +2,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -439,6 +440,20 @@ int sql_step_done(struct moat_store *s, sqlite3_stmt *st, moat_error **err, cons
   return 0;
 }
 
+int sql_change_one(struct moat_store *s, sqlite3_stmt *st, moat_error **err, const char *what, int status,
+                   const char *fmt, ...) {
+  if (!st || sql_step_done(s, st, err, what) < 0)
+    return -1;
+  if (sqlite3_changes(s->db) > 0)
+    return 0;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return moat_error_set(err, status, "%s", msg);
+}
+
 int sql_ensure_org(struct moat_store *s, const char *org, moat_error **err) {
   static const char sql[] = "INSERT OR IGNORE INTO orgs (id, created_at_ms) VALUES (?1, ?2)";
   sqlite3_stmt *st = sql_stmt(s, sql, err);
@@ -821,7 +836,6 @@ int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct 
       "persistent = CASE WHEN ?6 THEN ?7 ELSE persistent END, "
       "metadata = COALESCE(?8, metadata), updated_at_ms = ?9, "
       "paused_at_ms = CASE WHEN ?10 THEN ?11 ELSE paused_at_ms END WHERE id = ?1 AND state != 'killed'";
-  int ret = -1;
   pthread_mutex_lock(&s->lock);
   sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
@@ -836,13 +850,8 @@ int moat_store_sandbox_patch(struct moat_store *s, const char *id, const struct 
     sqlite3_bind_int64(st, 9, now_unix_ms());
     sqlite3_bind_int(st, 10, p->set_paused_at);
     sqlite3_bind_int64(st, 11, p->paused_at_ms);
-    if (sql_step_done(s, st, err, "update sandbox") == 0) {
-      if (sqlite3_changes(s->db) == 0)
-        moat_error_set(err, ENOENT, "no sandbox %s", id);
-      else
-        ret = 0;
-    }
   }
+  int ret = sql_change_one(s, st, err, "update sandbox", ENOENT, "no sandbox %s", id);
   pthread_mutex_unlock(&s->lock);
   return ret;
 }
@@ -1078,15 +1087,7 @@ int moat_store_snapshot_list(struct moat_store *s, const char *org, const char *
     goto out;
   sql_bind_text(st, 1, org);
   sql_bind_text(st, 2, sandbox_id);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 16;
-      v = xrealloc(v, cap * sizeof(*v));
-    }
-    read_snapshot(st, &v[len++]);
-  }
-  sqlite3_reset(st);
+  int rc = sql_collect(st, v, len, cap, 16, read_snapshot);
   if (rc != SQLITE_DONE) {
     sql_db_error(s, rc, err, "list snapshots");
     moat_store_snapshots_free(v, len);
@@ -1105,19 +1106,13 @@ out:
 
 int moat_store_snapshot_delete(struct moat_store *s, const char *org, const char *id, moat_error **err) {
   static const char sql[] = "DELETE FROM snapshots WHERE id = ?1 AND (?2 IS NULL OR org = ?2)";
-  int ret = -1;
   pthread_mutex_lock(&s->lock);
   sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
     sql_bind_text(st, 1, id);
     sql_bind_text(st, 2, org);
-    if (sql_step_done(s, st, err, "delete snapshot") == 0) {
-      if (sqlite3_changes(s->db) == 0)
-        moat_error_set(err, ENOENT, "no snapshot %s", id);
-      else
-        ret = 0;
-    }
   }
+  int ret = sql_change_one(s, st, err, "delete snapshot", ENOENT, "no snapshot %s", id);
   pthread_mutex_unlock(&s->lock);
   return ret;
 }
@@ -1238,15 +1233,7 @@ int moat_store_volume_list(struct moat_store *s, const char *org, struct moat_st
   if (!st)
     goto out;
   sql_bind_text(st, 1, org);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 16;
-      v = xrealloc(v, cap * sizeof(*v));
-    }
-    read_volume(st, &v[len++]);
-  }
-  sqlite3_reset(st);
+  int rc = sql_collect(st, v, len, cap, 16, read_volume);
   if (rc != SQLITE_DONE) {
     sql_db_error(s, rc, err, "list volumes");
     moat_store_volumes_free(v, len);

@@ -167,15 +167,7 @@ int moat_store_database_list(struct moat_store *s, const char *org, struct moat_
   if (!st)
     goto out;
   sql_bind_text(st, 1, org);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 16;
-      v = xrealloc(v, cap * sizeof(*v));
-    }
-    read_database(st, &v[len++]);
-  }
-  sqlite3_reset(st);
+  int rc = sql_collect(st, v, len, cap, 16, read_database);
   if (rc != SQLITE_DONE) {
     sql_db_error(s, rc, err, "list databases");
     moat_store_databases_free(v, len);

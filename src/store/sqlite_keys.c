@@ -181,16 +181,7 @@ int moat_store_key_list(struct moat_store *s, const char *org, struct moat_store
   if (!st)
     goto out;
   sql_bind_text(st, 1, org);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 8;
-      v = xrealloc(v, cap * sizeof(*v));
-    }
-    memset(&v[*n], 0, sizeof(v[*n]));
-    key_row(st, &v[(*n)++]);
-  }
-  sqlite3_reset(st);
+  int rc = sql_collect(st, v, *n, cap, 8, key_row);
   if (rc != SQLITE_DONE) {
     sql_db_error(s, rc, err, "list keys");
     moat_store_keys_free(v, *n);
@@ -207,19 +198,13 @@ out:
 
 int moat_store_key_delete(struct moat_store *s, const char *org, const char *id, moat_error **err) {
   static const char sql[] = "DELETE FROM api_keys WHERE org = ?1 AND id = ?2";
-  int ret = -1;
   pthread_mutex_lock(&s->lock);
   sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
     sql_bind_text(st, 1, org);
     sql_bind_text(st, 2, id);
-    if (sql_step_done(s, st, err, "delete key") == 0) {
-      if (sqlite3_changes(s->db) == 0)
-        moat_error_set(err, ENOENT, "no API key '%.64s'", id);
-      else
-        ret = 0;
-    }
   }
+  int ret = sql_change_one(s, st, err, "delete key", ENOENT, "no API key '%.64s'", id);
   pthread_mutex_unlock(&s->lock);
   return ret;
 }

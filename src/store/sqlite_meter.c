@@ -165,15 +165,7 @@ int moat_store_meter_series(struct moat_store *s, const char *org, const char *s
   sqlite3_bind_int64(st, 5, limit);
   struct moat_store_meter_sample *v = NULL;
   size_t len = 0, cap = 0;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 64;
-      v = xrealloc(v, cap * sizeof(*v));
-    }
-    sample_from_row(st, &v[len++]);
-  }
-  sqlite3_reset(st);
+  int rc = sql_collect(st, v, len, cap, 64, sample_from_row);
   if (rc != SQLITE_DONE) {
     sql_db_error(s, rc, err, "list meter samples");
     moat_store_meter_samples_free(v, len);

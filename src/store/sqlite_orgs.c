@@ -39,19 +39,13 @@ int moat_store_org_create(struct moat_store *s, const char *id, int64_t at_ms, m
   static const char sql[] =
       "INSERT INTO orgs (id, created_at_ms) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET"
       " created_at_ms = ?2, quotas = '{}', deleting_at_ms = 0, deleted_at_ms = 0 WHERE deleted_at_ms > 0";
-  int ret = -1;
   pthread_mutex_lock(&s->lock);
   sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
     sql_bind_text(st, 1, id);
     sqlite3_bind_int64(st, 2, at_ms);
-    if (sql_step_done(s, st, err, "create org") == 0) {
-      if (sqlite3_changes(s->db) == 0)
-        moat_error_set(err, EEXIST, "org '%.64s' exists", id);
-      else
-        ret = 0;
-    }
   }
+  int ret = sql_change_one(s, st, err, "create org", EEXIST, "org '%.64s' exists", id);
   pthread_mutex_unlock(&s->lock);
   return ret;
 }
@@ -96,16 +90,7 @@ int moat_store_org_list(struct moat_store *s, const char *after, unsigned limit,
     goto out;
   sql_bind_text(st, 1, after ? after : "");
   sqlite3_bind_int64(st, 2, limit);
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 8;
-      v = xrealloc(v, cap * sizeof(*v));
-    }
-    memset(&v[*n], 0, sizeof(v[*n]));
-    org_row(st, &v[(*n)++]);
-  }
-  sqlite3_reset(st);
+  int rc = sql_collect(st, v, *n, cap, 8, org_row);
   if (rc != SQLITE_DONE) {
     sql_db_error(s, rc, err, "list orgs");
     moat_store_orgs_free(v, *n);
@@ -123,19 +108,13 @@ out:
 int moat_store_org_set_quotas(struct moat_store *s, const char *id, const char *quotas_json,
                               moat_error **err) {
   static const char sql[] = "UPDATE orgs SET quotas = ?2 WHERE id = ?1 AND deleted_at_ms = 0";
-  int ret = -1;
   pthread_mutex_lock(&s->lock);
   sqlite3_stmt *st = sql_stmt(s, sql, err);
   if (st) {
     sql_bind_text(st, 1, id);
     sql_bind_text(st, 2, quotas_json);
-    if (sql_step_done(s, st, err, "set quotas") == 0) {
-      if (sqlite3_changes(s->db) == 0)
-        moat_error_set(err, ENOENT, "no org '%.64s'", id);
-      else
-        ret = 0;
-    }
   }
+  int ret = sql_change_one(s, st, err, "set quotas", ENOENT, "no org '%.64s'", id);
   pthread_mutex_unlock(&s->lock);
   return ret;
 }
