@@ -301,6 +301,7 @@ try {
     await page.goto(`${URL}/ui/#/quotas`);
     await page.waitForSelector('#list-quotas[data-loaded="1"]');
     const quotas = await page.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => [r.dataset.id, r.dataset.use, r.dataset.limit]));
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/quotas.png` });
     await page.goto(`${URL}/ui/#/host`);
     await page.waitForSelector('#host[data-loaded="1"]');
     const facts = await page.$$eval('#host dd', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.fact, d.textContent])));
@@ -403,9 +404,11 @@ try {
     await p.waitForFunction(() => document.getElementById('page-count').textContent === '0 of 0');
     const pausedRows = await rowIds();
     await p.selectOption('#state-filter', '');
+    await p.waitForFunction((c) => document.getElementById('page-count').textContent === `1–50 of ${c}`, n);
+    await p.evaluate(() => document.getElementById('page-count').scrollIntoView({ block: 'end' }));
+    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/sandboxes-paged.png` });
     await p.fill('#meta-filter', '');
     await p.press('#meta-filter', 'Enter');
-    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/sandboxes-paged.png` });
     await pc.close();
     return { made, pages, counts, back, paused_rows: pausedRows, mutations, prev_disabled_first: prevDisabledFirst,
       create_ms: createMs, page_ms: Date.now() - t1 - 4500 };
