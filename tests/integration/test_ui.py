@@ -13,7 +13,9 @@ from the list, filters by metadata and template and a bulk kill of the selection
 history, a terminal (xterm.js over the PTY WebSocket) that echoes, follows a resize and stops
 `sleep 100` with Ctrl-C, the log as it grows, the page's cookie refused on mutations without the
 header, another org's sandbox by URL shown as the API's not found, phone width without horizontal
-overflow, usage grouped by a metadata key, a file uploaded and downloaded byte for byte, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
+overflow, usage grouped by a metadata key, 120 sandboxes paged 50 at a time (prev/next, the count, filters
+applied, no DOM change on an unchanged poll), a database created, shown with its URL (not to a readonly key)
+and deleted, the org's quotas and the host's /healthz facts, a file uploaded and downloaded byte for byte, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
 Screenshots go to docs/ui/."""
 
 import http.client
@@ -35,6 +37,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 NODE_DIR = os.path.join(REPO, "tests", "node")
 SHOTS = os.path.join(REPO, "docs", "ui")
 CHROMIUM = "/usr/bin/chromium"
+PAGING = 120  # sandboxes the paging scenario makes: three pages of 50
 INTERVAL_MS = 500  # the metric sampler's period here: the chart has history within seconds
 
 
@@ -63,6 +66,14 @@ class UiTest(DaemonTest):
 
     @classmethod
     def tearDownClass(cls):
+        try:
+            made = cls.c.request("GET", "/v1/sandboxes", query={"metadata.batch": "ui-page"})[1]["sandboxes"]
+            for sb in made:
+                cls.c.request("DELETE", "/v1/sandboxes/" + sb["id"], expect=(204, 404))
+            for db in cls.c.request("GET", "/v1/databases")[1]["databases"]:
+                cls.c.request("DELETE", "/v1/databases/" + db["id"], expect=(204, 404, 409))
+        except Exception:
+            pass
         for client, path in [(cls.c, "/v1/sandboxes/" + b) for b in cls.bulk] + [(cls.c, "/v1/sandboxes/" + cls.sid), (cls.other, "/v1/sandboxes/" + cls.other_sid),
                              (cls.c, "/v1/snapshots/" + cls.snap), (cls.c, "/v1/volumes/" + cls.vol)]:
             try:
@@ -235,7 +246,7 @@ class UiTest(DaemonTest):
                        MOAT_UI_ADMIN_KEY=self.daemon.client.key, MOAT_UI_READONLY_KEY=self.ro_key,
                        MOAT_UI_SANDBOX=self.sid, MOAT_UI_OTHER=self.other_sid, MOAT_UI_SHOTS=SHOTS,
                        MOAT_UI_UPLOAD=cls.upload, MOAT_UI_DOWNLOAD=cls.download, MOAT_UI_BULK=",".join(cls.bulk),
-                       TMPDIR=work)  # playwright's profile and download artifacts: removed with work
+                       MOAT_UI_PAGING=str(PAGING), TMPDIR=work)  # playwright's profile and download artifacts: removed with work
             # the chart needs recorded history: a few samples first
             time.sleep(3 * INTERVAL_MS / 1000)
             r = subprocess.run(["node", "ui_driver.mjs"], cwd=NODE_DIR, env=env, stdout=subprocess.PIPE,
@@ -403,6 +414,42 @@ class UiTest(DaemonTest):
         self.assertEqual(res["refused"]["status"], 403)
         self.assertIn("readonly", res["refused"]["body"]["message"])
         self.assertEqual(self.c.get(self.sid)["state"], "running")
+
+    def test_browser_paging(self):
+        res = self.scenario("paging")
+        made = set(res["made"])
+        self.assertEqual(len(made), PAGING)
+        api = {sb["id"] for sb in self.c.request("GET", "/v1/sandboxes", query={"metadata.batch": "ui-page"})[1]["sandboxes"]}
+        self.assertEqual(api, made)
+        self.assertEqual([len(p) for p in res["pages"]], [50, 50, 20])
+        self.assertEqual(res["counts"], ["1–50 of 120", "51–100 of 120", "101–120 of 120"])
+        seen = [i for p in res["pages"] for i in p]
+        self.assertEqual(len(seen), len(set(seen)))  # no row on two pages
+        self.assertEqual(set(seen), made)  # the metadata filter: exactly the batch, all of it
+        self.assertEqual(res["back"], res["pages"][1])
+        self.assertTrue(res["prev_disabled_first"])
+        self.assertEqual(res["paused_rows"], [])
+        self.assertEqual(res["mutations"], 0)  # two polls of an unchanged page redraw nothing
+
+    def test_browser_databases(self):
+        res = self.scenario("databases")
+        st, body = self.c.request("GET", "/v1/databases/" + res["id"], expect=(200, 404))
+        self.assertEqual(st, 404, body)  # deleted from the page
+        self.assertTrue(res["url"].startswith("postgresql://db_"), res["url"])
+        self.assertRegex(res["url"], r"^postgresql://db_[a-z0-9_]+:[a-z0-9]{32}@")  # with its password
+        self.assertEqual((res["ro_url"], res["ro_delete"], res["ro_form"]), ("—", 0, 0))
+
+    def test_browser_quotas_and_host(self):
+        res = self.scenario("quotas_host")
+        now = self.c.request("GET", "/v1/orgs/default/usage/now")[1]["usage"]
+        shown = {q: (use, lim) for q, use, lim in res["quotas"]}
+        self.assertEqual(set(shown), set(now))
+        for q, u in now.items():
+            self.assertEqual(shown[q][1], "" if u["limit"] is None else str(u["limit"]), q)
+        hz = json.loads(self.raw("GET", "/healthz")[2])
+        f = res["facts"]
+        self.assertEqual((f["version"], f["criu"], f["uplink"]), (hz["version"], hz["checkpoints"]["criu"], hz["network"]["uplink"]))
+        self.assertEqual(f["checkpoints"], "available" if hz["checkpoints"]["available"] else "unavailable")
 
     def test_browser_no_console_errors(self):
         errs = self.drive().get("console_errors", [])

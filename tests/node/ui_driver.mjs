@@ -270,6 +270,45 @@ try {
     return { rows, at_ms: Date.now() };
   });
 
+  await step('databases', async () => {
+    await page.goto(`${URL}/ui/#/databases`);
+    await page.waitForSelector('#list-databases[data-loaded="1"]');
+    await page.fill('#db-name', 'ui-db');
+    await page.fill('#db-size', '64');
+    const t0 = Date.now();
+    await page.press('#db-name', 'Enter');
+    await page.waitForSelector('#list-databases tr[data-name="ui-db"]', { timeout: 90000 });
+    const createMs = Date.now() - t0;
+    const id = await page.$eval('#list-databases tr[data-name="ui-db"]', (r) => r.dataset.id);
+    const url = await page.$eval(`tr[data-id="${id}"] .url`, (c) => c.textContent);
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/databases.png` });
+    // a readonly key sees the database, without its URL or a delete button
+    const ro = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const p = await ro.newPage();
+    await signIn(p, env.MOAT_UI_READONLY_KEY);
+    await p.goto(`${URL}/ui/#/databases`);
+    await p.waitForSelector(`#list-databases tr[data-id="${id}"]`);
+    const roUrl = await p.$eval(`tr[data-id="${id}"] .url`, (c) => c.textContent);
+    const roDelete = await p.$$eval('#list-databases button.delete', (b) => b.length);
+    const roForm = await p.$$eval('#db-form', (f) => f.length);
+    await ro.close();
+    await page.click(`tr[data-id="${id}"] button.delete`);
+    await page.waitForSelector(`tr[data-id="${id}"]`, { state: 'detached', timeout: 30000 });
+    return { id, url, ro_url: roUrl, ro_delete: roDelete, ro_form: roForm, create_ms: createMs };
+  });
+
+  await step('quotas_host', async () => {
+    await page.goto(`${URL}/ui/#/quotas`);
+    await page.waitForSelector('#list-quotas[data-loaded="1"]');
+    const quotas = await page.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => [r.dataset.id, r.dataset.use, r.dataset.limit]));
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/quotas.png` });
+    await page.goto(`${URL}/ui/#/host`);
+    await page.waitForSelector('#host[data-loaded="1"]');
+    const facts = await page.$$eval('#host dd', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.fact, d.textContent])));
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/host.png` });
+    return { quotas, facts };
+  });
+
   await step('phone', async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     await page.goto(`${URL}/ui/#/sandboxes`);
@@ -309,6 +348,72 @@ try {
     await ro.close();
     return { kill_buttons: killButtons, create_buttons: createButtons, actions, refused, nav };
   });
+  await step('paging', async () => {
+    // many sandboxes: made through the API from a signed-in page, then 50 a page with prev/next
+    const n = Number(env.MOAT_UI_PAGING || 120);
+    const pc = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const p = await pc.newPage();
+    await signIn(p, env.MOAT_UI_ADMIN_KEY);
+    const t0 = Date.now();
+    const made = await p.evaluate(async (count) => {
+      const ids = [];
+      let i = 0;
+      const one = async () => {
+        while (i < count) {
+          const k = i++;
+          const r = await fetch('/v1/sandboxes', { method: 'POST', headers: { 'X-Moat-UI': '1', 'Content-Type': 'application/json' },
+            body: JSON.stringify({ template: 'base', ttl_seconds: 600, metadata: { batch: 'ui-page', n: String(k) } }) });
+          const j = await r.json();
+          if (r.status !== 201) throw new Error(`create ${k}: ${r.status} ${j.message}`);
+          ids.push(j.id);
+        }
+      };
+      await Promise.all([one(), one(), one(), one()]);
+      return ids;
+    }, n);
+    const createMs = Date.now() - t0;
+    await p.fill('#meta-filter', 'batch=ui-page');
+    await p.press('#meta-filter', 'Enter');
+    await p.waitForFunction((c) => document.getElementById('page-count').textContent.endsWith(`of ${c}`), n, { timeout: 15000 });
+    const rowIds = () => p.$$eval('#sandbox-rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+    const first = await rowIds();
+    const firstCount = await p.textContent('#page-count');
+    const t1 = Date.now();
+    // two polls of an unchanged page: not one DOM mutation in the rows
+    const mutations = await p.evaluate(() => new Promise((resolve) => {
+      let m = 0;
+      const obs = new MutationObserver((recs) => { m += recs.length; });
+      obs.observe(document.getElementById('sandbox-rows'), { subtree: true, childList: true, characterData: true, attributes: true });
+      setTimeout(() => { obs.disconnect(); resolve(m); }, 4500);
+    }));
+    const pages = [first];
+    const counts = [firstCount];
+    const prevDisabledFirst = await p.$eval('#page-prev', (b) => b.disabled);
+    while (!(await p.$eval('#page-next', (b) => b.disabled))) {
+      const before = await p.textContent('#page-count');
+      await p.click('#page-next');
+      await p.waitForFunction((b) => document.getElementById('page-count').textContent !== b, before);
+      pages.push(await rowIds());
+      counts.push(await p.textContent('#page-count'));
+    }
+    await p.click('#page-prev');
+    await p.waitForFunction((c) => document.getElementById('page-count').textContent === c, counts[counts.length - 2]);
+    const back = await rowIds();
+    // the state filter still applies on top: none of them is paused
+    await p.selectOption('#state-filter', 'paused');
+    await p.waitForFunction(() => document.getElementById('page-count').textContent === '0 of 0');
+    const pausedRows = await rowIds();
+    await p.selectOption('#state-filter', '');
+    await p.waitForFunction((c) => document.getElementById('page-count').textContent === `1–50 of ${c}`, n);
+    await p.evaluate(() => document.getElementById('page-count').scrollIntoView({ block: 'end' }));
+    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/sandboxes-paged.png` });
+    await p.fill('#meta-filter', '');
+    await p.press('#meta-filter', 'Enter');
+    await pc.close();
+    return { made, pages, counts, back, paused_rows: pausedRows, mutations, prev_disabled_first: prevDisabledFirst,
+      create_ms: createMs, page_ms: Date.now() - t1 - 4500 };
+  });
+
   out.console_errors = consoleErrors;
   await ctx.close();
 } finally {

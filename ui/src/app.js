@@ -4,6 +4,7 @@ import { sandboxesPage } from './sandboxes.js';
 import { sandboxPage } from './sandbox.js';
 import { PAGES, listPage } from './lists.js';
 import { usagePage } from './usage.js';
+import { databasesPage, quotasPage, hostPage } from './databases.js';
 
 const state = { me: null, page: null };
 
@@ -17,7 +18,8 @@ function setSignedIn(me) {
   nav.hidden = !me;
   if (me) {
     const links = [['#/sandboxes', 'Sandboxes'], ...Object.entries(PAGES)
-      .filter(([, d]) => !d.admin || me.role === 'admin').map(([k, d]) => [`#/${k}`, d.title]), ['#/usage', 'Usage']];
+      .filter(([, d]) => !d.admin || me.role === 'admin').map(([k, d]) => [`#/${k}`, d.title]), ['#/databases', 'Databases'],
+      ['#/usage', 'Usage'], ['#/quotas', 'Quotas'], ['#/host', 'Host']];
     nav.replaceChildren(...links.map(([href, t]) => h('a', { href }, t)));
   }
   document.getElementById('signout').hidden = !me;
@@ -66,6 +68,9 @@ async function route() {
   const list = hash.match(/^#\/([a-z]+)$/);
   if (m) state.page = sandboxPage(main(), me, decodeURIComponent(m[1]));
   else if (hash === '#/usage') state.page = usagePage(main(), me);
+  else if (hash === '#/databases') state.page = databasesPage(main(), me);
+  else if (hash === '#/quotas') state.page = quotasPage(main(), me);
+  else if (hash === '#/host') state.page = hostPage(main(), me);
   else if (list && PAGES[list[1]]) state.page = listPage(main(), me, list[1]);
   else state.page = sandboxesPage(main(), me);
   for (const a of document.querySelectorAll('#nav a')) {

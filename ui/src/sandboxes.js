@@ -1,9 +1,11 @@
 // sandboxes.js -- #/sandboxes: the org's sandboxes by state, template and metadata, refreshed every 2 s;
-// create, kill, and kill the selected ones.
+// create, kill, and kill the selected ones. 50 rows a page (prev/next and the count); a poll re-renders
+// only the rows whose shown fields changed, and keeps the others' DOM nodes as they are.
 import { api, h, showError, fmtTime } from './api.js';
 
 const STATES = ['', 'running', 'paused', 'hibernated', 'creating', 'killed'];
 const POLL_MS = 2000;
+const PAGE = 50;
 
 export function sandboxesPage(root, me) {
   const canWrite = me.role !== 'readonly';
@@ -13,15 +15,17 @@ export function sandboxesPage(root, me) {
 
   const select = h('select', { id: 'state-filter', 'aria-label': 'State' },
     STATES.map((s) => h('option', { value: s, selected: s === filter }, s || 'all live')));
+  let pageNo = 0;
   select.addEventListener('change', () => {
+    pageNo = 0;
     filter = select.value;
     sessionStorage.setItem('moat.filter', filter);
     refresh();
   });
   const meta = h('input', { id: 'meta-filter', 'aria-label': 'Metadata filter', placeholder: 'key=value', size: 18 });
-  meta.addEventListener('change', () => refresh());
+  meta.addEventListener('change', () => { pageNo = 0; refresh(); });
   const tplFilter = h('select', { id: 'template-filter', 'aria-label': 'Template filter' }, h('option', { value: '' }, 'any template'));
-  tplFilter.addEventListener('change', () => refresh());
+  tplFilter.addEventListener('change', () => { pageNo = 0; refresh(); });
   const selected = new Set();
   const bulk = h('button', { type: 'button', id: 'kill-selected', class: 'danger', disabled: true }, 'Kill selected');
   const syncBulk = () => {
@@ -66,6 +70,12 @@ export function sandboxesPage(root, me) {
   });
   const status = h('span', { class: 'status', role: 'status', 'aria-live': 'polite' });
   const tbody = h('tbody', { id: 'sandbox-rows' });
+  const emptyRow = h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No sandboxes.'));
+  const rows = new Map(); // id -> { sig, tr }: the rows drawn, reused while what they show is unchanged
+  const prev = h('button', { type: 'button', id: 'page-prev', disabled: true, onclick: () => { pageNo--; refresh(); } }, 'Previous');
+  const next = h('button', { type: 'button', id: 'page-next', disabled: true, onclick: () => { pageNo++; refresh(); } }, 'Next');
+  const count = h('span', { id: 'page-count', 'aria-live': 'polite' });
+  const pager = h('div', { class: 'toolbar pager' }, prev, count, next);
   const table = h('table', { class: 'list', id: 'sandboxes' },
     h('thead', {}, h('tr', {}, [canWrite ? 'Select' : '', 'ID', 'Template', 'State', 'Created', 'CPU', 'Memory', 'Metadata', ''].map((t) => h('th', { scope: 'col' }, t)))),
     tbody);
@@ -78,7 +88,8 @@ export function sandboxesPage(root, me) {
     canWrite ? h('div', { class: 'toolbar' },
       h('label', { for: 'create-template' }, 'New from'), template, createBtn, bulk) : null,
     h('div', { class: 'toolbar' }, status),
-    h('div', { class: 'scroll' }, table));
+    h('div', { class: 'scroll' }, table),
+    pager);
 
   api('GET', '/v1/templates').then((t) => {
     const all = (t.templates || []).map((x) => x.name);
@@ -135,7 +146,39 @@ export function sandboxesPage(root, me) {
       const ids = new Set(list.map((sb) => sb.id));
       for (const id of [...selected]) if (!ids.has(id)) selected.delete(id);
       syncBulk();
-      tbody.replaceChildren(...(list.length ? list.map(row) : [h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No sandboxes.'))]));
+      const pages = Math.max(1, Math.ceil(list.length / PAGE));
+      pageNo = Math.min(Math.max(pageNo, 0), pages - 1);
+      const shown = list.slice(pageNo * PAGE, (pageNo + 1) * PAGE);
+      const want = [];
+      const keep = new Set();
+      for (const sb of shown) {
+        const sig = JSON.stringify([sb.template, sb.state, sb.created_at, sb.cpu, sb.memory_mb, sb.metadata]);
+        let r = rows.get(sb.id);
+        if (!r || r.sig !== sig) {
+          r = { sig, tr: row(sb) };
+          rows.set(sb.id, r);
+        }
+        keep.add(sb.id);
+        want.push(r.tr);
+      }
+      for (const id of [...rows.keys()]) if (!keep.has(id)) rows.delete(id);
+      if (!want.length) want.push(emptyRow);
+      // move only what is out of place: an unchanged page makes no DOM mutation at all
+      let at = tbody.firstChild;
+      for (const tr of want) {
+        if (tr === at) at = at.nextSibling;
+        else tbody.insertBefore(tr, at);
+      }
+      while (at) {
+        const n = at.nextSibling;
+        at.remove();
+        at = n;
+      }
+      prev.disabled = pageNo === 0;
+      next.disabled = pageNo >= pages - 1;
+      count.textContent = list.length
+        ? `${pageNo * PAGE + 1}–${pageNo * PAGE + shown.length} of ${list.length}` : '0 of 0';
+      table.dataset.page = String(pageNo + 1);
       table.dataset.loaded = '1';
     } catch (e) {
       showError(e);
