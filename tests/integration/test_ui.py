@@ -16,7 +16,9 @@ header, another org's sandbox by URL shown as the API's not found, phone width w
 overflow, usage grouped by a metadata key, 120 sandboxes paged 50 at a time (prev/next, the count, filters
 applied, no DOM change on an unchanged poll), a database created, shown with its URL (not to a readonly key)
 and deleted, the org's quotas and the host's /healthz facts, a file uploaded and downloaded byte for byte, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
-Screenshots go to docs/ui/."""
+Screenshots of the main pages are taken on every run, into a temporary directory; with
+MOAT_UI_SCREENSHOTS=1 into docs/ui/ (how the committed ones are made), so a plain run leaves the tree
+as it was."""
 
 import http.client
 import json
@@ -35,7 +37,7 @@ from moattest import DaemonTest  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 NODE_DIR = os.path.join(REPO, "tests", "node")
-SHOTS = os.path.join(REPO, "docs", "ui")
+DOC_SHOTS = os.path.join(REPO, "docs", "ui")
 CHROMIUM = "/usr/bin/chromium"
 PAGING = 120  # sandboxes the paging scenario makes: three pages of 50
 INTERVAL_MS = 500  # the metric sampler's period here: the chart has history within seconds
@@ -234,17 +236,18 @@ class UiTest(DaemonTest):
             why = browser_missing()
             if why:
                 self.skipTest(why)
-            os.makedirs(SHOTS, exist_ok=True)
             work = tempfile.mkdtemp(prefix="moat-ui-files-")
             cls.work = work
             type(self).addClassCleanup(shutil.rmtree, work, True)
+            shots = DOC_SHOTS if os.environ.get("MOAT_UI_SCREENSHOTS") == "1" else os.path.join(work, "shots")
+            os.makedirs(shots, exist_ok=True)
             cls.upload = os.path.join(work, "ui-upload.bin")
             cls.download = os.path.join(work, "downloaded.bin")
             with open(cls.upload, "wb") as f:  # every byte value, then random bytes: 300 KiB
                 f.write(bytes(range(256)) * 4 + os.urandom(300 * 1024 - 1024))
             env = dict(os.environ, MOAT_UI_URL="http://127.0.0.1:%d" % self.daemon.port,
                        MOAT_UI_ADMIN_KEY=self.daemon.client.key, MOAT_UI_READONLY_KEY=self.ro_key,
-                       MOAT_UI_SANDBOX=self.sid, MOAT_UI_OTHER=self.other_sid, MOAT_UI_SHOTS=SHOTS,
+                       MOAT_UI_SANDBOX=self.sid, MOAT_UI_OTHER=self.other_sid, MOAT_UI_SHOTS=shots,
                        MOAT_UI_UPLOAD=cls.upload, MOAT_UI_DOWNLOAD=cls.download, MOAT_UI_BULK=",".join(cls.bulk),
                        MOAT_UI_PAGING=str(PAGING), TMPDIR=work)  # playwright's profile and download artifacts: removed with work
             # the chart needs recorded history: a few samples first
