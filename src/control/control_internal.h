@@ -150,10 +150,12 @@ struct moat_control {
 int ctl_logs_open(struct moat_control *c, uint64_t max_bytes, uint64_t retention_s, moat_error **err);
 int ctl_logs_start(struct moat_control *c, moat_error **err); /* the manager thread */
 void ctl_logs_close(struct moat_control *c);                  /* before the table goes */
-/* Closes sandbox id's log connection to its guest (waiting up to 2 s), so that a checkpoint finds
- * none open; the caller holds the sandbox's m, which keeps the logger from opening another until
- * the transition is over. */
+/* Closes sandbox id's log connection to its guest (waiting up to 2 s, also for one being opened), so
+ * that a checkpoint finds none open, and holds the logger from opening another until
+ * ctl_logs_reattach (the sandbox's m, which the caller holds, does not: the logger may be past its
+ * look at the sandbox, connecting). */
 void ctl_logs_detach(struct moat_control *c, const char *id);
+void ctl_logs_reattach(struct moat_control *c, const char *id);
 /* 1 while sandbox id's logger holds a connection to its guest, else 0. */
 int ctl_logs_connected(struct moat_control *c, const char *id);
 /* An OOM kill in sandbox id (oom.c's event) as an `oom` record of its log. */

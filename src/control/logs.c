@@ -54,6 +54,8 @@ struct ctl_log {
   bool ended;         /* the logger returned (logs->lock) */
   pthread_mutex_t wm; /* the writer: the logger thread, and notes of other threads (a leaf) */
   int gfd;            /* the guest connection's socket while one is open, else -1 (logs->lock) */
+  bool connecting;    /* the logger is opening a guest connection (logs->lock) */
+  bool held;          /* a checkpoint runs: no connection may be opened (logs->lock) */
   int fd;
   uint64_t seq, cur_size, old_size, dropped;
 };
@@ -344,14 +346,29 @@ static void *logger_run(void *arg) {
       break; /* killed, or without a guest (hibernated): the manager starts one again at wake */
     struct moat_guest_log *g = NULL;
     moat_error *err = NULL;
-    if (moat_guest_log_open(&ep, &g, &err) < 0) {
+    pthread_mutex_lock(&L->lock);
+    bool held = l->held;
+    l->connecting = !held;
+    pthread_mutex_unlock(&L->lock);
+    if (held) {
+      logs_nap(L, MANAGER_TICK_MS); /* until the checkpoint is done (ctl_logs_reattach) */
+      continue;
+    }
+    int orc = moat_guest_log_open(&ep, &g, &err);
+    pthread_mutex_lock(&L->lock);
+    l->connecting = false;
+    held = l->held;
+    if (orc == 0 && !held)
+      l->gfd = moat_guest_log_fd(g);
+    pthread_cond_broadcast(&L->cond);
+    pthread_mutex_unlock(&L->lock);
+    if (orc < 0 || held) {
       moat_error_free(&err);
+      if (orc == 0)
+        moat_guest_log_close(g); /* a checkpoint began meanwhile: it must find no connection */
       logs_nap(L, MANAGER_TICK_MS);
       continue;
     }
-    pthread_mutex_lock(&L->lock);
-    l->gfd = moat_guest_log_fd(g);
-    pthread_mutex_unlock(&L->lock);
     while (!logs_stopping(L)) {
       struct moat_guest_log_rec rec;
       int r = moat_guest_log_next(g, &rec, 500, &err);
@@ -631,12 +648,28 @@ void ctl_logs_detach(struct moat_control *c, const char *id) {
     struct ctl_log *l = L->list;
     while (l && (strcmp(l->id, id) != 0 || l->ended))
       l = l->next;
-    if (!l || l->gfd < 0)
+    if (!l)
       break;
-    shutdown(l->gfd, SHUT_RDWR); /* the logger's wait ends; it clears gfd, then closes */
+    l->held = true; /* no new connection until ctl_logs_reattach */
+    if (l->gfd < 0 && !l->connecting)
+      break;
+    if (l->gfd >= 0)
+      shutdown(l->gfd, SHUT_RDWR); /* the logger's wait ends; it clears gfd, then closes */
     if (pthread_cond_timedwait(&L->cond, &L->lock, &ts) == ETIMEDOUT)
       break;
   }
+  pthread_mutex_unlock(&L->lock);
+}
+
+void ctl_logs_reattach(struct moat_control *c, const char *id) {
+  struct ctl_logs *L = c->logs;
+  if (!L)
+    return;
+  pthread_mutex_lock(&L->lock);
+  for (struct ctl_log *l = L->list; l; l = l->next)
+    if (strcmp(l->id, id) == 0)
+      l->held = false;
+  pthread_cond_broadcast(&L->cond);
   pthread_mutex_unlock(&L->lock);
 }
 

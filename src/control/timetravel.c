@@ -311,6 +311,7 @@ static int checkpoint_locked(struct moat_control *c, struct live *e, const char 
   memset(info, 0, sizeof(*info));
   ctl_logs_detach(c, e->id); /* its connection would hold the checkpoint back (freeze_quiet) */
   int rc = moat_host_checkpoint(c->host, e->slot, dir, leave_running, info, err);
+  ctl_logs_reattach(c, e->id);
   if (rc < 0) {
     host_error(err);
     moat_image_dir_remove(dir);
