@@ -280,6 +280,8 @@ try {
     await page.waitForSelector('#list-databases tr[data-name="ui-db"]', { timeout: 90000 });
     const createMs = Date.now() - t0;
     const id = await page.$eval('#list-databases tr[data-name="ui-db"]', (r) => r.dataset.id);
+    // the row appears while the server starts (creating): a delete then is refused as busy
+    await page.waitForSelector(`tr[data-id="${id}"][data-state="running"]`, { timeout: 90000 });
     const url = await page.$eval(`tr[data-id="${id}"] .url`, (c) => c.textContent);
     await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/databases.png` });
     // a readonly key sees the database, without its URL or a delete button
