@@ -307,8 +307,57 @@ try {
     await page.goto(`${URL}/ui/#/host`);
     await page.waitForSelector('#host[data-loaded="1"]');
     const facts = await page.$$eval('#host dd', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.fact, d.textContent])));
+    const scope = await page.$eval('#host', (d) => d.dataset.scope);
     await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/host.png` });
-    return { quotas, facts };
+    return { quotas, facts, scope };
+  });
+
+  await step('platform', async () => {
+    // the platform admin key: orgs and the host only; an org made, its quotas edited and it deleted
+    const pc = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const p = await pc.newPage();
+    await p.goto(`${URL}/ui/`);
+    await p.waitForSelector('#signin');
+    await p.fill('#key', env.MOAT_UI_PLATFORM_KEY);
+    await p.press('#key', 'Enter');
+    await p.waitForSelector('#list-orgs[data-loaded="1"]', { timeout: 15000 });
+    const nav = await p.$$eval('#nav a', (as) => as.map((a) => a.getAttribute('href')));
+    const orgs = await p.$$eval('#list-orgs tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+    await p.fill('#org-name', env.MOAT_UI_NEW_ORG);
+    await p.press('#org-name', 'Enter'); // by keyboard
+    await p.waitForSelector('#org-secret:not([hidden]) #org-key');
+    const made = await p.$eval('#org-secret', (d) => d.dataset.org);
+    const key = await p.$eval('#org-key', (c) => c.textContent);
+    const row = `#list-orgs tr[data-id="${made}"]`;
+    await p.waitForSelector(row);
+    await p.click(`${row} button[data-act="quotas"]`);
+    await p.waitForSelector('#edit-quotas[data-loaded="1"]');
+    await p.fill('#quota-editor input[data-quota="max_sandboxes"]', '3');
+    await p.fill('#quota-editor input[data-quota="max_memory_mb"]', '2048');
+    await p.click('#quotas-save');
+    await p.waitForSelector('#quota-editor[data-saved="1"] #edit-quotas[data-loaded="1"]');
+    const saved = await p.$$eval('#edit-quotas tr[data-id]', (rs) => Object.fromEntries(rs.map((r) => [r.dataset.id, r.dataset.limit])));
+    const quotas = await p.evaluate(async (id) => (await fetch(`/v1/orgs/${id}/quotas`)).json(), made);
+    // a limit over the API's 2^53: its message
+    await p.fill('#quota-editor input[data-quota="max_sandboxes"]', '100000000000000000');
+    await p.click('#quotas-save');
+    await p.waitForSelector('#error:not([hidden])');
+    const bad = await p.$eval('#error', (e) => e.textContent);
+    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/orgs.png` });
+    await p.goto(`${URL}/ui/#/host`);
+    await p.waitForSelector('#host[data-loaded="1"]');
+    const facts = await p.$$eval('#host dd', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.fact, d.textContent])));
+    const scope = await p.$eval('#host', (d) => d.dataset.scope);
+    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/host-platform.png` });
+    await p.goto(`${URL}/ui/#/orgs`);
+    await p.waitForSelector(row);
+    await p.click(`${row} button[data-act="delete"]`);
+    await p.waitForSelector(row, { state: 'detached', timeout: 15000 });
+    // an org page's URL takes the platform key nowhere but the orgs
+    await p.goto(`${URL}/ui/#/sandboxes`);
+    await p.waitForSelector('#list-orgs[data-loaded="1"]');
+    await pc.close();
+    return { nav, orgs, made, key, saved, quotas, bad, facts, scope };
   });
 
   await step('phone', async () => {

@@ -307,10 +307,6 @@ static int h_session_create(struct api_req *r, json_t *body) {
     moat_error_free(&err);
     return 0;
   }
-  if (info.role == MOAT_ROLE_PLATFORM)
-    return api_reply_error(r, 403, "forbidden",
-                           "the platform admin key manages orgs only: sign in with a key of an org"),
-           0;
   int64_t now = now_unix_ms();
   int64_t expires = now + (int64_t)UI_SESSION_TTL_S * 1000;
   if (info.expires_at_ms && info.expires_at_ms < expires)
