@@ -345,6 +345,9 @@ class UiTest(DaemonTest):
     def test_browser_actions(self):
         res = self.scenario("actions")
         self.assertEqual(res["seen"], ["paused", "running", "hibernated", "running"])
+        for st in res["statuses"]:  # each with how long it took
+            self.assertRegex(st, r"^\w+: done \(\d+\.\d s\)$")
+        self.assertEqual(res["disabled"], [0, 0, 0, 0])
         self.assertEqual(self.c.get(self.sid)["state"], "running")
         states = [e.get("event") for e in self.lifecycle()]
         for ev in ("paused", "resumed", "hibernated", "woken"):

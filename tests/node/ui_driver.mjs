@@ -197,6 +197,8 @@ try {
     await page.waitForSelector('#state');
     const seen = [];
     const t = {};
+    const statuses = [];
+    const disabled = [];
     for (const [action, want] of [['pause', 'paused'], ['resume', 'running'], ['hibernate', 'hibernated'], ['wake', 'running']]) {
       await page.waitForSelector(`#actions button[data-action="${action}"]`, { timeout: 15000 });
       const t0 = Date.now();
@@ -204,8 +206,12 @@ try {
       await page.waitForFunction((w) => document.getElementById('state')?.textContent === w, want, { timeout: 30000 });
       t[action] = Date.now() - t0;
       seen.push(await page.textContent('#state'));
+      // the action's status: its seconds once done, and the buttons usable again
+      await page.waitForFunction(() => !document.querySelector('.status[role=status][data-running]'), null, { timeout: 30000 });
+      statuses.push(await page.textContent('.status[role=status]'));
+      disabled.push(await page.$$eval('#actions button:disabled', (bs) => bs.length));
     }
-    return { seen, ms: t };
+    return { seen, ms: t, statuses, disabled };
   });
 
   await step('timetravel', async () => {
@@ -215,7 +221,7 @@ try {
     await page.waitForSelector(`#rollback-to option[value="${snap}"]`, { state: 'attached' });
     await page.selectOption('#rollback-to', snap);
     await page.click('#actions button[data-action="rollback"]');
-    await page.waitForFunction((x) => document.querySelector('.status[role=status]')?.textContent === `rolled back to ${x}`, snap, { timeout: 30000 });
+    await page.waitForFunction((x) => document.querySelector('.status[role=status]')?.textContent.startsWith(`rolled back to ${x} (`), snap, { timeout: 30000 });
     await page.waitForFunction(() => document.getElementById('state')?.textContent === 'running', null, { timeout: 30000 });
     await page.click('#actions button[data-action="fork"]');
     await page.waitForFunction((sb) => /^#\/sandboxes\/sb-/.test(location.hash) && !location.hash.endsWith(sb), SB, { timeout: 30000 });
