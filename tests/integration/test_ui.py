@@ -294,6 +294,14 @@ class UiTest(DaemonTest):
         self.assertEqual(sb["metadata"].get("created_by"), "dashboard")
         self.assertEqual((sb["state"], sb["killed_reason"]), ("killed", "api"))
 
+    def test_browser_keyboard(self):
+        res = self.scenario("keyboard")
+        self.assertTrue(res["on_create"], res["stops"])
+        self.assertEqual([s for s in res["stops"] if not s["ring"]], [], "focus without a visible ring")
+        self.assertIn("state-filter", [s["id"] for s in res["stops"]])  # the filters are on the way
+        st, body = self.c.request("GET", "/v1/sandboxes/" + res["created"], expect=(200, 404))
+        self.assertTrue(st == 404 or body["state"] == "killed", body)  # killed by Enter
+
     def test_browser_filters_and_bulk_kill(self):
         res = self.scenario("bulk")
         self.assertEqual(res["by_meta"], sorted(self.bulk))

@@ -91,6 +91,41 @@ try {
     return { created };
   });
 
+  await step('keyboard', async () => {
+    // by keyboard alone: Tab reaches Create (every stop with a visible focus ring), Enter creates,
+    // Enter on a row's Kill kills, Enter on a nav link opens its page
+    const kc = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const p = await kc.newPage();
+    await signIn(p, env.MOAT_UI_ADMIN_KEY);
+    const stops = [];
+    let onCreate = false;
+    for (let i = 0; i < 60 && !onCreate; i++) {
+      await p.keyboard.press('Tab');
+      const f = await p.evaluate(() => {
+        const el = document.activeElement;
+        const st = getComputedStyle(el);
+        return { tag: el.tagName.toLowerCase(), id: el.id, text: (el.textContent || '').trim().slice(0, 30),
+          ring: st.outlineStyle !== 'none' && parseFloat(st.outlineWidth) > 0 };
+      });
+      stops.push(f);
+      onCreate = f.id === 'create';
+    }
+    const before = await p.$$eval('#sandbox-rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+    await p.keyboard.press('Enter');
+    const created = await (await p.waitForFunction((b) => {
+      const r = [...document.querySelectorAll('#sandbox-rows tr[data-id]')].find((x) => !b.includes(x.dataset.id));
+      return r ? r.dataset.id : null;
+    }, before, { timeout: 30000 })).jsonValue();
+    await p.focus(`tr[data-id="${created}"] button.kill`);
+    await p.keyboard.press('Enter');
+    await p.waitForSelector(`tr[data-id="${created}"]`, { state: 'detached', timeout: 30000 });
+    await p.focus('#nav a[href="#/usage"]');
+    await p.keyboard.press('Enter');
+    await p.waitForSelector('#list-usage[data-loaded="1"]', { timeout: 15000 });
+    await kc.close();
+    return { stops, on_create: onCreate, created };
+  });
+
   await step('bulk', async () => {
     const want = env.MOAT_UI_BULK.split(',');
     const rowIds = () => page.$$eval('#sandbox-rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id).sort());
