@@ -91,7 +91,8 @@ int main(void) {
   /* at 450 the one expiring at 400 is expired: adding ends it, not a live one */
   char e[UI_TOKEN_HEX + 1];
   ui_sessions_add(t, "moat_e", 800, 450, e);
-  OK(key_is(t, c[0], 451, "moat_c0") && key_is(t, e, 451, "moat_e"), "an expired session goes before a live one");
+  OK(key_is(t, c[0], 451, "moat_c0") && key_is(t, e, 451, "moat_e"),
+     "an expired session goes before a live one");
   OK(key_is(t, c[2], 451, NULL), "(the expired one)");
   ui_sessions_free(t);
 
@@ -101,8 +102,9 @@ int main(void) {
     pthread_create(&th[i], NULL, churn, m);
   for (int i = 0; i < THREADS; i++)
     pthread_join(th[i], NULL);
-  OK(ui_sessions_count(m) <= 64, "%d threads adding, reading and ending at once: %zu sessions, at most the cap",
-     THREADS, ui_sessions_count(m));
+  OK(ui_sessions_count(m) <= 64,
+     "%d threads adding, reading and ending at once: %zu sessions, at most the cap", THREADS,
+     ui_sessions_count(m));
   ui_sessions_free(m);
   return tap_done();
 }
