@@ -345,6 +345,80 @@ class PortsTest(DaemonTest):
             w.close()
 
     # -- access --
+    def _ends(self, w, why):
+        """w (a WebSocket) is closed by moatd within 10 s, nothing more delivered."""
+        t0 = time.time()
+        try:
+            got = w.recv(timeout=10)
+            self.fail("a message after %s: %r" % (why, got))
+        except TimeoutError:
+            self.fail("the WebSocket stayed open after %s" % why)
+        except (ws.Closed, ConnectionError):
+            pass
+        self.assertLess(time.time() - t0, 10, why)
+
+    def test_connections_end_with_their_access(self):
+        """What let a connection in is looked at again while it lasts: an upgraded connection ends when
+        its API key is revoked, when the port's token changes and when a public port turns private; a
+        streaming response ends when its key is revoked. Other connections go on."""
+        url = "/v1/sandboxes/%s/ports/%d" % (self.sid, WS_PORT)
+        self.addCleanup(self.c.request, "DELETE", url, expect=(204, 404))
+        _, k = self.c.request("POST", "/v1/keys", body={"name": "port-revoke", "role": "member"})
+        for routing in ("path", "host"):
+            if routing == "path":
+                w = ws.connect(_Target("127.0.0.1", self.daemon.port, k["key"]), self.path(WS_PORT, "ws"))
+            else:
+                w = ws.connect(_Target("127.0.0.1", self.proxy_port, k["key"]), "/ws", headers={"Host": self.host(WS_PORT)})
+            self.addCleanup(w.close)
+            w.send_text("up")
+            self.assertEqual(w.recv(timeout=10), (ws.TEXT, b"up"))
+            setattr(self, "w_" + routing, w)
+        other = ws.connect(_Target("127.0.0.1", self.daemon.port, self.c.key), self.path(WS_PORT, "ws"))
+        self.addCleanup(other.close)
+        s = socket.create_connection(("127.0.0.1", self.proxy_port), timeout=30)
+        self.addCleanup(s.close)
+        s.sendall(("GET /stream HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n"
+                   % (self.host(HTTP_PORT), k["key"])).encode())
+        got = b""
+        while got.count(b"tick-") < 2:
+            d = s.recv(65536)
+            self.assertTrue(d, "the stream ended early")
+            got += d
+        self.c.request("DELETE", "/v1/keys/" + k["id"], expect=204)
+        self._ends(self.w_path, "its key was revoked (path routing)")
+        self._ends(self.w_host, "its key was revoked (host routing)")
+        s.settimeout(10)
+        t0 = time.time()
+        while True:
+            try:
+                d = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not d:
+                break
+        self.assertLess(time.time() - t0, 10, "the streaming response went on after its key was revoked")
+        other.send_text("still")
+        self.assertEqual(other.recv(timeout=10), (ws.TEXT, b"still"))  # another key's goes on
+        # a token's connection ends when the port's token changes
+        self.c.request("POST", url, body={"token": "first-token-0123456789"})
+        w = ws.connect(_Target("127.0.0.1", self.proxy_port, "moat_none"), "/ws",
+                       headers={"Host": self.host(WS_PORT), "X-Moat-Port-Token": "first-token-0123456789"})
+        self.addCleanup(w.close)
+        w.send_text("t")
+        self.assertEqual(w.recv(timeout=10), (ws.TEXT, b"t"))
+        self.c.request("POST", url, body={"token": "second-token-0123456789"})
+        self._ends(w, "the port's token changed")
+        # a public port's connection ends when it turns private
+        self.c.request("POST", url, body={"public": True})
+        w = ws.connect(_Target("127.0.0.1", self.proxy_port, "moat_none"), "/ws", headers={"Host": self.host(WS_PORT)})
+        self.addCleanup(w.close)
+        w.send_text("p")
+        self.assertEqual(w.recv(timeout=10), (ws.TEXT, b"p"))
+        self.c.request("POST", url, body={"public": False})
+        self._ends(w, "the port turned private")
+        other.send_text("still")
+        self.assertEqual(other.recv(timeout=10), (ws.TEXT, b"still"))
+
     def test_access_token_and_public(self):
         url = "/v1/sandboxes/%s/ports/%d" % (self.sid, HTTP_PORT)
         self.addCleanup(self.c.request, "DELETE", url, expect=(204, 404))

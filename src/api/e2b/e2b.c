@@ -253,6 +253,8 @@ static bool user_port_begin(struct api_req *r, struct e2b_req *e) {
       .target = r->raw_uri ? r->raw_uri : "/",
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
       .ticket = &r->ticket,
+      /* a key's request ends with the key; a sandbox access token lasts as long as its sandbox */
+      .grant = r->has_key ? port_grant_key(api_control(r), r->key.id) : NULL,
   };
   struct port_fwd *f =
       port_fwd_open(ports_pool_of(r->api), api_control(r), e->org, e->sandbox_id, e->port, &fr, &err);

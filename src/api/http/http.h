@@ -403,6 +403,8 @@ struct api_key_watch {
   bool revoked;
 };
 void api_key_watch_init(struct api_key_watch *w, const struct api_req *r);
+/* The same for key key_id ("" or NULL: never revoked) of control c. */
+void api_key_watch_init_key(struct api_key_watch *w, struct moat_control *c, const char *key_id);
 bool api_key_watch_revoked(struct api_key_watch *w);
 /* Streams (SSE, WebSocket) check this to end when moatd stops; threads that outlive their
  * request (WebSocket) hold the api while they run. */

@@ -557,12 +557,16 @@ int api_req_authorize(struct api_req *r, const char *method, unsigned flags) {
   return 0;
 }
 
-void api_key_watch_init(struct api_key_watch *w, const struct api_req *r) {
+void api_key_watch_init_key(struct api_key_watch *w, struct moat_control *c, const char *key_id) {
   memset(w, 0, sizeof(*w));
-  w->c = r->api->control;
-  if (r->has_key)
-    snprintf(w->id, sizeof(w->id), "%s", r->key.id);
+  w->c = c;
+  if (key_id)
+    snprintf(w->id, sizeof(w->id), "%s", key_id);
   w->gen = moat_control_keys_gen(w->c);
+}
+
+void api_key_watch_init(struct api_key_watch *w, const struct api_req *r) {
+  api_key_watch_init_key(w, r->api->control, r->has_key ? r->key.id : NULL);
 }
 
 bool api_key_watch_revoked(struct api_key_watch *w) {

@@ -82,6 +82,8 @@ struct port_fwd {
   char *head;       /* the request head, kept for one retry (no body) */
   char *set_cookie; /* added to the response, or NULL */
   size_t head_len;
+  struct port_grant *grant; /* what let the request in: the response ends when it no longer holds */
+  uint64_t grant_seen_ns;   /* when it was last looked at */
 };
 
 /* ---- idle backend connections ---- */
@@ -397,11 +399,13 @@ struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, c
   uint64_t len = 0;
   if (cl && parse_u64(cl, &len) < 0) {
     moat_error_set(err, EINVAL, "bad Content-Length");
+    port_grant_free(req->grant);
     return NULL;
   }
   for (const char *t = req->target; *t; t++) {
     if ((unsigned char)*t <= 0x20 || *t == 0x7f) {
       moat_error_set(err, EINVAL, "the request target holds a space or a control character");
+      port_grant_free(req->grant);
       return NULL;
     }
   }
@@ -409,18 +413,23 @@ struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, c
    * one): the same checks as a new connection's. */
   _cleanup_close_ int fd = -1;
   if (!want_upgrade) {
-    if (moat_control_running(c, org, id, err) < 0)
+    if (moat_control_running(c, org, id, err) < 0) {
+      port_grant_free(req->grant);
       return NULL;
+    }
     fd = pool_take(pool, id, port);
   }
   bool reused = fd >= 0;
-  if (fd < 0 && (fd = connect_backend(c, org, id, port, err)) < 0)
+  if (fd < 0 && (fd = connect_backend(c, org, id, port, err)) < 0) {
+    port_grant_free(req->grant);
     return NULL;
+  }
 
   struct port_fwd *f = xcalloc(1, sizeof(*f));
   f->pool = pool;
   f->conn = conn;
   f->env = req->env;
+  f->grant = req->grant;
   f->ticket = req->ticket;
   f->fd = steal_fd(&fd);
   f->control = c;
@@ -530,6 +539,7 @@ void port_fwd_free(void *p) {
   }
   if (f->fd >= 0)
     close(f->fd);
+  port_grant_free(f->grant);
   free(f->org);
   free(f->head);
   free(f->set_cookie);
@@ -539,11 +549,25 @@ void port_fwd_free(void *p) {
 
 /* ---- the response ---- */
 
-/* Waits until the server's socket is readable. 0, or -1: the client left, moatd stops, or
- * timeout_ms (-1: none) passed. */
+/* Whether what let the request in still holds, looked at once per WAIT_SLICE_MS (the key's check
+ * is one atomic read until a key is revoked somewhere). */
+static bool grant_holds(struct port_grant *g, uint64_t *seen_ns) {
+  uint64_t now = now_ns();
+  if (now - *seen_ns < (uint64_t)WAIT_SLICE_MS * 1000000ULL)
+    return true;
+  *seen_ns = now;
+  return port_grant_valid(g);
+}
+
+/* Waits until the server's socket is readable. 0, or -1: the client left, moatd stops, the
+ * request's grant ended (EACCES), or timeout_ms (-1: none) passed. */
 static int wait_server(struct port_fwd *f, int timeout_ms) {
   uint64_t start = now_ns();
   for (;;) {
+    if (!grant_holds(f->grant, &f->grant_seen_ns)) {
+      errno = EACCES;
+      return -1;
+    }
     struct pollfd p = {.fd = f->fd, .events = POLLIN};
     int n = poll(&p, 1, WAIT_SLICE_MS);
     if (n > 0)
@@ -883,6 +907,8 @@ struct splice {
   size_t to_server_len, to_client_len;
   char desc[64];
   struct api_ticket *ticket; /* given back when the connection closes */
+  struct port_grant *grant;  /* the connection closes when it no longer holds */
+  uint64_t grant_seen_ns;
 };
 
 /* Copies what is readable on from to to. 1 moved, 0 EOF, -1 error. */
@@ -919,6 +945,8 @@ static void *splice_thread(void *arg) {
   while (c_open || s_open) {
     if (s->env.stopping && s->env.stopping(s->env.arg))
       break;
+    if (!grant_holds(s->grant, &s->grant_seen_ns))
+      break;
     struct pollfd p[2] = {{.fd = c_open ? s->client : -1, .events = POLLIN},
                           {.fd = s_open ? s->server : -1, .events = POLLIN}};
     int n = poll(p, 2, WAIT_SLICE_MS);
@@ -951,6 +979,7 @@ out:
   MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
   struct port_env env = s->env;
   api_fair_release(s->ticket);
+  port_grant_free(s->grant);
   free(s->to_server);
   free(s->to_client);
   free(s);
@@ -971,6 +1000,9 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, co
   s->client = sock;
   s->server = f->fd;
   f->fd = -1; /* the thread owns the server socket from here */
+  s->grant = f->grant;
+  f->grant = NULL;
+  s->grant_seen_ns = f->grant_seen_ns;
   s->urh = urh;
   s->env = f->env;
   snprintf(s->desc, sizeof(s->desc), "%s", f->desc);
@@ -1000,6 +1032,7 @@ static void upgrade_cb(void *cls, struct MHD_Connection *conn, void *con_cls, co
     if (s->env.release)
       s->env.release(s->env.arg);
     api_fair_release(s->ticket);
+    port_grant_free(s->grant);
     free(s->to_server);
     free(s->to_client);
     free(s);

@@ -62,9 +62,57 @@ static void rule_free(struct port_rule *r) {
   free(r);
 }
 
+struct port_grant {
+  struct ports_state *ps; /* lives as long as the api, which a connection holds */
+  enum port_auth how;
+  struct api_key_watch key; /* PORT_AUTH_KEY, PORT_AUTH_BEARER */
+  char *token;              /* PORT_AUTH_TOKEN: the token presented */
+  char id[MOAT_ID_LEN + 1];
+  unsigned port;
+};
+
+bool port_grant_valid(struct port_grant *g) {
+  if (!g)
+    return true;
+  if (g->how == PORT_AUTH_KEY || g->how == PORT_AUTH_BEARER)
+    return !api_key_watch_revoked(&g->key);
+  pthread_mutex_lock(&g->ps->lock);
+  struct port_rule **p = find_locked(g->ps, g->id, g->port);
+  struct port_rule *r = p ? *p : NULL;
+  bool ok = r && (r->public_ || (g->how == PORT_AUTH_TOKEN && r->token && token_eq(g->token, r->token)));
+  pthread_mutex_unlock(&g->ps->lock);
+  return ok;
+}
+
+void port_grant_free(struct port_grant *g) {
+  if (!g)
+    return;
+  if (g->token) {
+    explicit_bzero(g->token, strlen(g->token));
+    free(g->token);
+  }
+  free(g);
+}
+
+static struct port_grant *grant_new(struct ports_state *ps, struct moat_control *c, enum port_auth how,
+                                    const char *key_id, const char *token, const char *id, unsigned port) {
+  struct port_grant *g = xcalloc(1, sizeof(*g));
+  g->ps = ps;
+  g->how = how;
+  api_key_watch_init_key(&g->key, c, how == PORT_AUTH_KEY || how == PORT_AUTH_BEARER ? key_id : NULL);
+  g->token = how == PORT_AUTH_TOKEN && token ? xstrdup(token) : NULL;
+  snprintf(g->id, sizeof(g->id), "%s", id);
+  g->port = port;
+  return g;
+}
+
+struct port_grant *port_grant_key(struct moat_control *c, const char *key_id) {
+  return grant_new(NULL, c, PORT_AUTH_KEY, key_id, NULL, "", 0);
+}
+
 int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *method, const char *id,
                     unsigned port, const char *xkey, const char *bearer, const char *token, char **org,
-                    enum port_auth *how, moat_error **err) {
+                    enum port_auth *how, struct port_grant **grant, moat_error **err) {
   *how = PORT_AUTH_KEY;
   pthread_mutex_lock(&ps->lock);
   struct port_rule **p = find_locked(ps, id, port);
@@ -105,6 +153,8 @@ int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *
       *org = xstrdup(key.org);
   }
   free(rule_org);
+  if (rc == 0 && grant)
+    *grant = grant_new(ps, c, *how, by_key ? key.id : NULL, token, id, port);
   return rc;
 }
 
@@ -362,11 +412,14 @@ static bool port_proxy_begin(struct api_req *r) {
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(r->conn, &from_query);
+  struct port_grant *grant = NULL;
   if (ports_authorize(ps, api_control(r), r->method, r->route.id, r->route.port, xkey, bearer, token, &r->org,
-                      &how, &err) < 0)
+                      &how, &grant, &err) < 0)
     return proxy_error(r, &err);
-  if (api_req_admit(r, r->org, r->route.id, hdr(r, MHD_HTTP_HEADER_UPGRADE) != NULL, &err) < 0)
+  if (api_req_admit(r, r->org, r->route.id, hdr(r, MHD_HTTP_HEADER_UPGRADE) != NULL, &err) < 0) {
+    port_grant_free(grant);
     return proxy_error(r, &err);
+  }
   _cleanup_free_ char *target = ports_strip_token(raw + pl);
   _cleanup_free_ char *cookie_path = xasprintf("%s/", prefix);
   _cleanup_free_ char *cookie =
@@ -380,6 +433,7 @@ static bool port_proxy_begin(struct api_req *r) {
       .set_cookie = cookie,
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = r->api},
       .ticket = &r->ticket,
+      .grant = grant,
   };
   struct port_fwd *f = port_fwd_open(ps->pool, api_control(r), r->org, r->route.id, r->route.port, &fr, &err);
   if (!f)

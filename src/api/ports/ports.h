@@ -92,11 +92,15 @@ struct port_fwd_req {
   struct port_env env;
   struct api_ticket **ticket; /* where the request keeps its slot under the caps (fair.h): an upgraded
                                * connection takes it and gives it back when it closes; NULL: none */
+  struct port_grant *grant;   /* what let the request in (ports_authorize), or NULL: port_fwd_open
+                               * takes it, also when it fails */
 };
 
 /* Connects to port inside sandbox id (org's; running: a hibernated one is woken) and sends the
  * request head. Returns the forwarder (free with port_fwd_free) or NULL with *err: ENOENT (no such
- * sandbox), MOAT_E_PAUSED, EBUSY, ECONNREFUSED (nothing listens on the port), ETIMEDOUT, others. */
+ * sandbox), MOAT_E_PAUSED, EBUSY, ECONNREFUSED (nothing listens on the port), ETIMEDOUT, others. It
+ * takes req->grant in either case; the request (or its upgraded connection) ends once the grant no
+ * longer holds (looked at every half second). */
 struct port_fwd *port_fwd_open(struct port_pool *pool, struct moat_control *c, const char *org,
                                const char *id, unsigned port, const struct port_fwd_req *req,
                                moat_error **err);
@@ -126,9 +130,19 @@ int port_reply_error(struct MHD_Connection *conn, moat_error **err);
  * *how to what let the request through. */
 enum port_auth { PORT_AUTH_KEY, PORT_AUTH_BEARER, PORT_AUTH_TOKEN, PORT_AUTH_PUBLIC };
 struct ports_state;
+/* What let a proxied request in, looked at again while its connection lasts (an upgraded
+ * connection, a response still streaming): the request's API key revoked, the port's token changed
+ * or the port no longer public (for a request the token or the port's being public let in) ends it. */
+struct port_grant;
+bool port_grant_valid(struct port_grant *g); /* NULL: valid */
+void port_grant_free(struct port_grant *g);
+/* A grant of API key key_id of control c (valid until the key is revoked). */
+struct port_grant *port_grant_key(struct moat_control *c, const char *key_id);
+/* Decides a proxied request's access: *org (caller frees), *how and, unless grant is NULL, *grant
+ * (caller frees with port_grant_free) on success. */
 int ports_authorize(struct ports_state *ps, struct moat_control *c, const char *method, const char *id,
                     unsigned port, const char *xkey, const char *bearer, const char *token, char **org,
-                    enum port_auth *how, moat_error **err);
+                    enum port_auth *how, struct port_grant **grant, moat_error **err);
 /* The port token a request presents: the X-Moat-Port-Token header, else ?moat_token= (*from_query
  * set), else the moat_port_token cookie; NULL when none. Borrowed from the connection. */
 const char *ports_request_token(struct MHD_Connection *c, bool *from_query);

@@ -120,13 +120,15 @@ static void begin(struct preq *q, struct MHD_Connection *c, const char *method) 
     bearer = a + 7;
   bool from_query;
   const char *token = ports_request_token(c, &from_query);
-  if (ports_authorize(q->p->ps, q->p->control, method, id, port, xkey, bearer, token, &q->org, &how, &err) <
-      0) {
+  struct port_grant *grant = NULL;
+  if (ports_authorize(q->p->ps, q->p->control, method, id, port, xkey, bearer, token, &q->org, &how, &grant,
+                      &err) < 0) {
     fail_err(q, c, &err);
     return;
   }
   q->ticket = api_fair_admit(q->p->fair, q->org, id, hdr(c, MHD_HTTP_HEADER_UPGRADE) != NULL, &err);
   if (!q->ticket) {
+    port_grant_free(grant);
     fail_err(q, c, &err);
     return;
   }
@@ -141,6 +143,7 @@ static void begin(struct preq *q, struct MHD_Connection *c, const char *method) 
       .set_cookie = cookie,
       .env = {.stopping = env_stopping, .hold = env_hold, .release = env_release, .arg = q->p},
       .ticket = &q->ticket,
+      .grant = grant,
   };
   q->f = port_fwd_open(ports_pool(q->p->ps), q->p->control, q->org, id, port, &fr, &err);
   if (!q->f)
