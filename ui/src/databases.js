@@ -102,15 +102,16 @@ export function databasesPage(root, me) {
     evPanel.hidden = true;
     delete evPanel.dataset.database;
   }
+  // what an event says beyond its name
   function describe(name, d) {
     switch (name) {
-      case 'state': return `state ${d.state}, ${d.connections ?? 0} connections`;
-      case 'connection': return `connection ${d.opened ? 'opened' : 'closed'} (${d.connections} open)`;
-      case 'woken': return `woken in ${Math.round(d.wake_ms ?? 0)} ms`;
-      case 'restarted': return `restarted${d.reason ? ': ' + d.reason : ''}`;
-      case 'branched': return `branched into ${d.branch_id}`;
-      case 'created': return d.branch_of ? `created as a branch of ${d.branch_of}` : 'created';
-      default: return name;
+      case 'state': return `${d.state}, ${d.connections ?? 0} connections`;
+      case 'connection': return `${d.opened ? 'opened' : 'closed'} (${d.connections} open)`;
+      case 'woken': return `in ${Math.round(d.wake_ms ?? 0)} ms`;
+      case 'restarted': return d.reason || '';
+      case 'branched': return `into ${d.branch_id}`;
+      case 'created': return d.branch_of ? `as a branch of ${d.branch_of}` : '';
+      default: return '';
     }
   }
   function openEvents(db) {

@@ -4,6 +4,7 @@
 import { api, h, showError, fmtTime, fmtBytes, ApiError } from './api.js';
 import { readEvents } from './sse.js';
 
+const POLL_MS = 3000;
 const NAME_RE = '[a-z0-9][a-z0-9._\\-]{0,62}';
 const enc = (s) => encodeURIComponent(s);
 
@@ -84,7 +85,7 @@ function logView(id) {
     add(rec) {
       if (rec.step !== step) {
         step = rec.step;
-        box.append(h('div', { class: 'step-head' }, `#${rec.step} ${rec.instruction || ''}`));
+        box.append(h('div', { class: 'step-head' }, `step ${rec.step}`));
       }
       const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
       box.append(h('div', { class: `line stream-${rec.stream}`, dataset: { step: String(rec.step), stream: rec.stream } }, rec.text));
@@ -113,7 +114,7 @@ export function templatesPage(root, me) {
   const canWrite = me.role !== 'readonly';
   const abort = new AbortController();
   let stopped = false;
-  const cols = ['Name', 'Source', 'State', 'Usable', 'Size', 'Built', 'Error'];
+  const cols = ['Name', 'Source', 'State', 'Usable', 'Size', 'Updated', 'Error'];
   const tbody = h('tbody', { id: 'rows' });
   const table = h('table', { class: 'list', id: 'list-templates' },
     h('thead', {}, h('tr', {}, cols.map((t) => h('th', { scope: 'col' }, t)))), tbody);
@@ -185,7 +186,6 @@ export function templatesPage(root, me) {
       } else {
         setState(end.state);
         if (end.state === 'failed') showError(new Error(end.error || 'the build failed'));
-        else elapsed.textContent = `${(end.time_ms / 1000).toFixed(1)} s`;
       }
       await load();
     } catch (e) {
@@ -198,7 +198,10 @@ export function templatesPage(root, me) {
 
   root.replaceChildren(h('h1', {}, 'Templates'), canWrite ? form : null, panel, h('div', { class: 'scroll' }, table));
 
+  // while a template builds (from here or elsewhere) the list is read again every 3 s
+  let timer = null;
   async function load() {
+    clearTimeout(timer);
     try {
       const res = await api('GET', '/v1/templates');
       if (stopped) return;
@@ -206,17 +209,18 @@ export function templatesPage(root, me) {
       const rows = items.map((t) => h('tr', { dataset: { id: t.name, state: t.state } },
         h('td', {}, h('a', { href: `#/templates/${enc(t.name)}`, class: 'tpl-link' }, t.name)),
         h('td', {}, t.source || ''), h('td', {}, stateBadge(t.state)), h('td', {}, usable(t) ? 'yes' : 'no'),
-        h('td', {}, fmtBytes(t.size_bytes)), h('td', {}, fmtTime(t.built_at)),
+        h('td', {}, fmtBytes(t.size_bytes)), h('td', {}, fmtTime(t.updated_at || t.built_at)),
         h('td', { class: 'meta' }, t.error ? t.error.split('\n')[0] : '')));
       tbody.replaceChildren(...(rows.length ? rows : [h('tr', {}, h('td', { colspan: cols.length, class: 'empty' }, 'None.'))]));
       table.dataset.loaded = '1';
+      if (items.some((t) => t.state === 'building')) timer = setTimeout(load, POLL_MS);
     } catch (e) {
       showError(e);
       table.dataset.loaded = 'error';
     }
   }
   load();
-  return { stop() { stopped = true; abort.abort(); } };
+  return { stop() { stopped = true; clearTimeout(timer); abort.abort(); } };
 }
 
 // #/templates/NAME
@@ -269,7 +273,7 @@ export function templatePage(root, me, name) {
       ['updated', fmtTime(t.updated_at)], ['build', t.build_id || '—'], ['workdir', cfg.workdir || '—'], ['user', cfg.user || '—'],
       ['start', (cfg.start || []).join(' ') || '—'], ['env', (cfg.env || []).join(' ') || '—'],
       ['exposed', (cfg.exposed || []).join(' ') || '—']];
-    dl.replaceChildren(...facts.flatMap(([k, v]) => [h('dt', {}, k), h('dd', { dataset: { fact: k } }, String(v))]));
+    dl.replaceChildren(...facts.filter(([k]) => k !== 'built' || t.built_at !== undefined).flatMap(([k, v]) => [h('dt', {}, k), h('dd', { dataset: { fact: k } }, String(v))]));
     if (t.error) dl.append(h('dt', {}, 'error'), h('dd', { dataset: { fact: 'error' } }, h('pre', { class: 'tpl-error' }, t.error)));
     dl.dataset.state = t.state;
     const own = t.source && t.source !== 'builtin';
