@@ -501,6 +501,10 @@ class UiTest(DaemonTest):
         self.assertEqual(res["detail_error"].strip(), res["api_error"].strip())
         self.assertNotIn("ui-tpl-bad", res["rows"])
         self.c.request("GET", "/v1/templates/ui-tpl-bad", expect=404)  # deleted from the page
+        # the second tab's Delete of what is gone: the API's message, and the page stays
+        _, body = self.c.request("DELETE", "/v1/templates/ui-tpl-bad", expect=404)
+        self.assertEqual(res["stale_error"].strip(), body["message"])
+        self.assertEqual(res["stale_hash"], "#/templates/ui-tpl-bad")
         self.assertEqual(res["base_delete"], 0)
 
     def test_browser_templates_readonly(self):

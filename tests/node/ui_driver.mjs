@@ -303,6 +303,7 @@ try {
   // -- templates built from the page (log followed live, failure, delete, readonly), a database's
   // branch and its events panel --
   await step('template_build', async () => {
+    const s0 = Date.now();
     await page.goto(`${URL}/ui/#/templates`);
     await page.waitForSelector('#list-templates[data-loaded="1"]');
     await page.fill('#tpl-name', 'ui-tpl');
@@ -340,10 +341,11 @@ try {
     await page.waitForFunction(() => /^#\/sandboxes\/sb-/.test(location.hash), null, { timeout: 30000 });
     const made = decodeURIComponent(await page.evaluate(() => location.hash.split('/').pop()));
     await page.waitForSelector('#state');
-    return { state, build_id: buildId, lines, seen, elapsed, facts, detail_lines: detailLines, sandbox: made, build_ms: buildMs };
+    return { state, build_id: buildId, lines, seen, elapsed, facts, detail_lines: detailLines, sandbox: made, build_ms: buildMs, step_ms: Date.now() - s0 };
   });
 
   await step('template_fail', async () => {
+    const s0 = Date.now();
     await page.goto(`${URL}/ui/#/templates`);
     await page.waitForSelector('#list-templates[data-loaded="1"]');
     await page.fill('#tpl-name', 'ui-tpl-bad');
@@ -361,18 +363,29 @@ try {
     await page.keyboard.press('Enter');
     await page.waitForSelector('#tpl-log[data-loaded="1"]', { timeout: 15000 });
     const detailError = await page.textContent('#tpl-details dd[data-fact="error"]');
+    // a second tab on the same page: its Delete comes after this one's and gets the API's refusal
+    const stale = await ctx.newPage();
+    await stale.goto(`${URL}/ui/#/templates/ui-tpl-bad`);
+    await stale.waitForSelector('#tpl-delete');
     await page.click('#tpl-delete');
     await page.waitForFunction(() => location.hash === '#/templates');
     await page.waitForSelector('#list-templates[data-loaded="1"]');
     const rows = await page.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+    await stale.click('#tpl-delete');
+    await stale.waitForSelector('#error:not([hidden])');
+    const staleError = await stale.textContent('#error');
+    const staleHash = await stale.evaluate(() => location.hash);
+    await stale.close();
     // moatd's own template: no Delete button
     await page.goto(`${URL}/ui/#/templates/base`);
     await page.waitForSelector('#tpl-details[data-loaded="1"]');
     const baseDelete = await page.$$eval('#tpl-delete', (b) => b.length);
-    return { state, error_text: errorText, api_error: apiError, lines, detail_error: detailError, rows, base_delete: baseDelete };
+    return { state, error_text: errorText, api_error: apiError, lines, detail_error: detailError, rows, base_delete: baseDelete,
+      stale_error: staleError, stale_hash: staleHash, step_ms: Date.now() - s0 };
   });
 
   await step('db_branch_events', async () => {
+    const s0 = Date.now();
     // a database that hibernates after 2 s without a connection, made through the API
     const db = await page.evaluate(async () => {
       const r = await fetch('/v1/databases', { method: 'POST', headers: { 'X-Moat-UI': '1', 'Content-Type': 'application/json' },
@@ -415,10 +428,11 @@ try {
     await page.waitForSelector('#db-events-log .event[data-type="woken"]', { timeout: 60000 });
     const events = await page.$$eval('#db-events-log .event', (es) => es.map((e) => [e.dataset.type, e.textContent]));
     await page.click('#db-events-close');
-    return { id: db.id, branch_id: branchId, status, events, answered, branch_ms: branchMs };
+    return { id: db.id, branch_id: branchId, status, events, answered, branch_ms: branchMs, step_ms: Date.now() - s0 };
   });
 
   await step('templates_readonly', async () => {
+    const s0 = Date.now();
     const ro = await browser.newContext({ viewport: { width: 1280, height: 800 } });
     const p = await ro.newPage();
     await signIn(p, env.MOAT_UI_READONLY_KEY);
@@ -447,7 +461,7 @@ try {
       overflow[k] = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     }
     await page.setViewportSize({ width: 1280, height: 800 });
-    return { form, rows, delete: del, new_sandbox: create, log_lines: logLines, branch, events_buttons: evButtons, overflow };
+    return { form, rows, delete: del, new_sandbox: create, log_lines: logLines, branch, events_buttons: evButtons, overflow, step_ms: Date.now() - s0 };
   });
 
   await step('quotas_host', async () => {
