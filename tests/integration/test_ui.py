@@ -473,8 +473,11 @@ class UiTest(DaemonTest):
         texts = [t for _, _, t in api]
         self.assertIn("ui-build-one", texts)
         self.assertIn("ui-build-two", texts)
-        # shown as it arrived: the first RUN line while the page still said building
-        self.assertIn(["ui-build-one", "building"], res["seen"])
+        # shown as it arrived: the RUN's first line while the page still said building, and before its
+        # second line (which the RUN prints 2 s later) was there
+        seen = {t: (st, batch) for t, st, batch in res["seen"]}
+        self.assertEqual(seen["ui-build-one"][0], "building")
+        self.assertLess(seen["ui-build-one"][1], seen["ui-build-two"][1])
         m = re.match(r"^(\d+) s$", res["elapsed"])
         self.assertIsNotNone(m, res["elapsed"])
         self.assertLessEqual(int(m.group(1)), res["build_ms"] / 1000 + 1)  # the page's clock, from the submit

@@ -310,12 +310,15 @@ try {
     await page.fill('#tpl-dockerfile', 'FROM base\nCOPY greeting.txt /ui-greeting.txt\n'
       + 'RUN echo ui-build-one && sleep 2 && echo ui-made > /ui-built.txt && echo ui-build-two\n');
     await page.setInputFiles('#tpl-files', { name: 'greeting.txt', mimeType: 'text/plain', buffer: Buffer.from('hello from the page\n') });
-    // every log line as it is added, with the build state the page showed at that moment
+    // every log line as it is added: the build state the page showed then, and which batch of DOM
+    // changes added it (lines rendered as they arrive come in separate batches)
     await page.evaluate(() => {
       window.uiTplSeen = [];
+      let batch = 0;
       new MutationObserver((recs) => {
         const st = document.getElementById('tpl-build-state').textContent;
-        for (const r of recs) for (const n of r.addedNodes) if (n.classList && n.classList.contains('line')) window.uiTplSeen.push([n.textContent, st]);
+        batch++;
+        for (const r of recs) for (const n of r.addedNodes) if (n.classList && n.classList.contains('line')) window.uiTplSeen.push([n.textContent, st, batch]);
       }).observe(document.getElementById('tpl-build-log'), { childList: true });
     });
     const t0 = Date.now();
