@@ -15,7 +15,11 @@ history, a terminal (xterm.js over the PTY WebSocket) that echoes, follows a res
 header, another org's sandbox by URL shown as the API's not found, phone width without horizontal
 overflow, usage grouped by a metadata key, 120 sandboxes paged 50 at a time (prev/next, the count, filters
 applied, no DOM change on an unchanged poll), a database created, shown with its URL (not to a readonly key)
-and deleted, the org's quotas and the host's /healthz facts, a file uploaded and downloaded byte for byte, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
+and deleted, a template built from a Dockerfile and a context file on the templates page with its log
+shown line by line as the build runs (the API's log, in order), then offered on the sandboxes page and
+usable, a failing build showing the API's error, a template deleted from its page, a readonly key's
+templates without the build form or Delete, a database branched from the page, its events panel showing
+the branch, its idle hibernation and the wake a connection caused as they happen, the org's quotas and the host's /healthz facts, a file uploaded and downloaded byte for byte, sign-out, and a readonly key's dashboard without kill buttons whose kill the API refuses.
 Screenshots of the main pages are taken on every run, into a temporary directory; with
 MOAT_UI_SCREENSHOTS=1 into docs/ui/ (how the committed ones are made), so a plain run leaves the tree
 as it was."""
@@ -23,6 +27,7 @@ as it was."""
 import http.client
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +37,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import moatd  # noqa: E402
+import sse  # noqa: E402
 from moattest import DaemonTest  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -78,7 +84,8 @@ class UiTest(DaemonTest):
         except Exception:
             pass
         for client, path in [(cls.c, "/v1/sandboxes/" + b) for b in cls.bulk] + [(cls.c, "/v1/sandboxes/" + cls.sid), (cls.other, "/v1/sandboxes/" + cls.other_sid),
-                             (cls.c, "/v1/snapshots/" + cls.snap), (cls.c, "/v1/volumes/" + cls.vol)]:
+                             (cls.c, "/v1/snapshots/" + cls.snap), (cls.c, "/v1/volumes/" + cls.vol),
+                             (cls.c, "/v1/templates/ui-tpl"), (cls.c, "/v1/templates/ui-tpl-bad")]:
             try:
                 client.request("DELETE", path, expect=(204, 404))
             except Exception:
@@ -396,7 +403,8 @@ class UiTest(DaemonTest):
 
     def test_browser_list_pages(self):
         seen = self.scenario("pages")["seen"]
-        self.assertEqual(seen["templates"], [t["name"] for t in self.c.request("GET", "/v1/templates")[1]["templates"]])
+        self.assertEqual(seen["templates"], [t["name"] for t in self.c.request("GET", "/v1/templates")[1]["templates"]
+                                             if t["name"] != "ui-tpl"])  # built by a later scenario
         self.assertIn(self.snap, seen["snapshots"])
         self.assertEqual(seen["volumes"], ["ui-vol"])
         keys = [k["id"] for k in self.c.request("GET", "/v1/keys")[1]["keys"]]
@@ -454,6 +462,95 @@ class UiTest(DaemonTest):
         self.assertTrue(res["url"].startswith("postgresql://db_"), res["url"])
         self.assertRegex(res["url"], r"^postgresql://db_[a-z0-9_]+:[a-z0-9]{32}@")  # with its password
         self.assertEqual((res["ro_url"], res["ro_delete"], res["ro_form"]), ("—", 0, 0))
+
+    # -- templates built from the page, a database's branch and events --
+    def _kill_quietly(self, sid):
+        try:
+            self.c.request("DELETE", "/v1/sandboxes/" + sid, expect=(204, 404))
+        except Exception:
+            pass
+
+    def test_browser_template_build_live_log(self):
+        res = self.scenario("template_build")
+        self.assertEqual(res["state"], "ready", res)
+        # the page's lines are the API's log of that build, in order
+        s = sse.open(self.c, "GET", "/v1/templates/ui-tpl/builds/%s/logs" % res["build_id"])
+        try:
+            evs = list(s)
+        finally:
+            s.close()
+        api = [[e.data["step"], e.data["stream"], e.data["text"]] for e in evs if e.name == "log"]
+        self.assertEqual(res["lines"], api)
+        self.assertEqual([e.data["state"] for e in evs if e.name == "end"], ["ready"])
+        self.assertEqual(res["detail_lines"], api)  # the detail page's last build
+        texts = [t for _, _, t in api]
+        self.assertIn("ui-build-one", texts)
+        self.assertIn("ui-build-two", texts)
+        # shown as it arrived: the RUN's first line while the page still said building, and before its
+        # second line (which the RUN prints 2 s later) was there
+        seen = {t: (st, batch) for t, st, batch in res["seen"]}
+        self.assertEqual(seen["ui-build-one"][0], "building")
+        self.assertLess(seen["ui-build-one"][1], seen["ui-build-two"][1])
+        m = re.match(r"^(\d+) s$", res["elapsed"])
+        self.assertIsNotNone(m, res["elapsed"])
+        self.assertLessEqual(int(m.group(1)), res["build_ms"] / 1000 + 1)  # the page's clock, from the submit
+        t = self.c.request("GET", "/v1/templates/ui-tpl")[1]
+        self.assertEqual((t["source"], t["state"], t["usable"], t["build_id"]), ("dockerfile", "ready", True, res["build_id"]))
+        self.assertEqual((res["facts"]["state"], res["facts"]["from"], res["facts"]["build"]), ("ready", "base", res["build_id"]))
+        # usable: the sandbox the page made, and one made through the API, have the RUN's and the context's files
+        made = self.c.get(res["sandbox"])
+        self.addCleanup(self._kill_quietly, res["sandbox"])
+        self.assertEqual((made["template"], made["metadata"].get("created_by")), ("ui-tpl", "dashboard"))
+        sid = self.c.create(template="ui-tpl", ttl_seconds=120)["id"]
+        self.addCleanup(self._kill_quietly, sid)
+        for x in (sid, res["sandbox"]):
+            r = self.c.exec(x, argv=["cat", "/ui-built.txt", "/ui-greeting.txt"])
+            self.assertEqual((r["exit_code"], r["stdout"]), (0, "ui-made\nhello from the page\n"), r)
+
+    def test_browser_template_build_failure_and_delete(self):
+        res = self.scenario("template_fail")
+        self.assertEqual(res["state"], "failed")
+        self.assertTrue(res["api_error"], res)
+        self.assertEqual(res["error_text"].strip(), res["api_error"].strip())  # the API's message, as it is
+        self.assertIn("false", res["api_error"])
+        self.assertIn("ui-about-to-fail", res["lines"])
+        self.assertEqual(res["detail_error"].strip(), res["api_error"].strip())
+        self.assertNotIn("ui-tpl-bad", res["rows"])
+        self.c.request("GET", "/v1/templates/ui-tpl-bad", expect=404)  # deleted from the page
+        # the second tab's Delete of what is gone: the API's message, and the page stays
+        _, body = self.c.request("DELETE", "/v1/templates/ui-tpl-bad", expect=404)
+        self.assertEqual(res["stale_error"].strip(), body["message"])
+        self.assertEqual(res["stale_hash"], "#/templates/ui-tpl-bad")
+        self.assertEqual(res["base_delete"], 0)
+
+    def test_browser_templates_readonly(self):
+        res = self.scenario("templates_readonly")
+        self.assertEqual((res["form"], res["delete"], res["new_sandbox"], res["branch"]), (0, 0, 0, 0))
+        self.assertIn("ui-tpl", res["rows"])
+        self.assertGreater(res["log_lines"], 0)  # the log is readable to it
+        self.assertGreater(res["events_buttons"], 0)
+        for page, over in res["overflow"].items():
+            self.assertLessEqual(over, 0, page)
+
+    def test_browser_database_branch(self):
+        res = self.scenario("db_branch_events")
+        listed = {d["id"]: d for d in self.c.request("GET", "/v1/databases")[1]["databases"]}
+        self.assertIn(res["branch_id"], listed)
+        self.assertEqual(listed[res["branch_id"]]["name"], "ui-branch")
+        self.assertEqual(listed[res["branch_id"]]["size_mb"], listed[res["id"]]["size_mb"])
+        self.assertIn("branched ui-src into ui-branch", res["status"])
+
+    def test_browser_database_events_live(self):
+        res = self.scenario("db_branch_events")
+        types = [t for t, _ in res["events"]]
+        self.assertEqual(types[0], "state")
+        for want in ("branched", "hibernated", "woken"):
+            self.assertIn(want, types)
+        self.assertLess(types.index("branched"), types.index("hibernated"))
+        self.assertLess(types.index("hibernated"), types.index("woken"))
+        self.assertIn(res["branch_id"], dict(res["events"])["branched"])
+        self.assertEqual(res["answered"], "R")  # the server asked the woken connection to authenticate
+        self.assertIn(self.c.request("GET", "/v1/databases/" + res["id"])[1]["state"], ("running", "hibernated"))
 
     def test_browser_quotas_and_host(self):
         res = self.scenario("quotas_host")

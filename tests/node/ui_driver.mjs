@@ -5,6 +5,7 @@
 // MOAT_UI_SANDBOX (a running sandbox of the admin's org), MOAT_UI_OTHER (another org's sandbox),
 // MOAT_UI_SHOTS (directory for screenshots), MOAT_UI_UPLOAD (a file to upload to /root),
 // MOAT_UI_DOWNLOAD (where to save it downloaded again).
+import net from 'node:net';
 import { chromium } from 'playwright-core';
 
 const env = process.env;
@@ -338,6 +339,173 @@ try {
     await page.click(`tr[data-id="${id}"] button.delete`);
     await page.waitForSelector(`tr[data-id="${id}"]`, { state: 'detached', timeout: 30000 });
     return { id, url, ro_url: roUrl, ro_delete: roDelete, ro_form: roForm, create_ms: createMs };
+  });
+
+  // -- templates built from the page (log followed live, failure, delete, readonly), a database's
+  // branch and its events panel --
+  await step('template_build', async () => {
+    const s0 = Date.now();
+    await page.goto(`${URL}/ui/#/templates`);
+    await page.waitForSelector('#list-templates[data-loaded="1"]');
+    await page.fill('#tpl-name', 'ui-tpl');
+    await page.fill('#tpl-dockerfile', 'FROM base\nCOPY greeting.txt /ui-greeting.txt\n'
+      + 'RUN echo ui-build-one && sleep 2 && echo ui-made > /ui-built.txt && echo ui-build-two\n');
+    await page.setInputFiles('#tpl-files', { name: 'greeting.txt', mimeType: 'text/plain', buffer: Buffer.from('hello from the page\n') });
+    // every log line as it is added: the build state the page showed then, and which batch of DOM
+    // changes added it (lines rendered as they arrive come in separate batches)
+    await page.evaluate(() => {
+      window.uiTplSeen = [];
+      let batch = 0;
+      new MutationObserver((recs) => {
+        const st = document.getElementById('tpl-build-state').textContent;
+        batch++;
+        for (const r of recs) for (const n of r.addedNodes) if (n.classList && n.classList.contains('line')) window.uiTplSeen.push([n.textContent, st, batch]);
+      }).observe(document.getElementById('tpl-build-log'), { childList: true });
+    });
+    const t0 = Date.now();
+    await page.press('#tpl-name', 'Enter');
+    await page.waitForSelector('#tpl-build-panel:not([data-state="building"])[data-state]', { timeout: 180000 });
+    const buildMs = Date.now() - t0;
+    const state = await page.getAttribute('#tpl-build-panel', 'data-state');
+    const buildId = await page.getAttribute('#tpl-build-panel', 'data-build');
+    const lines = await page.$$eval('#tpl-build-log .line', (ls) => ls.map((l) => [Number(l.dataset.step), l.dataset.stream, l.textContent]));
+    const seen = await page.evaluate(() => window.uiTplSeen);
+    const elapsed = await page.textContent('#tpl-build-elapsed');
+    await page.waitForSelector('#list-templates tr[data-id="ui-tpl"][data-state="ready"]', { timeout: 15000 });
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/templates.png` });
+    // the sandboxes page offers it to create from
+    await page.goto(`${URL}/ui/#/sandboxes`);
+    await page.waitForSelector('#create-template option[value="ui-tpl"]', { state: 'attached', timeout: 15000 });
+    // its detail page: the fields and the last build's log; New sandbox makes one from it
+    await page.goto(`${URL}/ui/#/templates/ui-tpl`);
+    await page.waitForSelector('#tpl-log[data-loaded="1"]', { timeout: 15000 });
+    const facts = await page.$$eval('#tpl-details dd', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.fact, d.textContent])));
+    const detailLines = await page.$$eval('#tpl-log .line', (ls) => ls.map((l) => [Number(l.dataset.step), l.dataset.stream, l.textContent]));
+    await page.click('#tpl-new-sandbox');
+    await page.waitForFunction(() => /^#\/sandboxes\/sb-/.test(location.hash), null, { timeout: 30000 });
+    const made = decodeURIComponent(await page.evaluate(() => location.hash.split('/').pop()));
+    await page.waitForSelector('#state');
+    return { state, build_id: buildId, lines, seen, elapsed, facts, detail_lines: detailLines, sandbox: made, build_ms: buildMs, step_ms: Date.now() - s0 };
+  });
+
+  await step('template_fail', async () => {
+    const s0 = Date.now();
+    await page.goto(`${URL}/ui/#/templates`);
+    await page.waitForSelector('#list-templates[data-loaded="1"]');
+    await page.fill('#tpl-name', 'ui-tpl-bad');
+    await page.fill('#tpl-dockerfile', 'FROM base\nRUN echo ui-about-to-fail && false\n');
+    await page.click('#tpl-build');
+    await page.waitForSelector('#tpl-build-panel:not([data-state="building"])[data-state]', { timeout: 120000 });
+    const state = await page.getAttribute('#tpl-build-panel', 'data-state');
+    await page.waitForSelector('#error:not([hidden])');
+    const errorText = await page.textContent('#error');
+    const apiError = await page.evaluate(async () => (await (await fetch('/v1/templates/ui-tpl-bad')).json()).error);
+    const lines = await page.$$eval('#tpl-build-log .line', (ls) => ls.map((l) => l.textContent));
+    await page.waitForSelector('#list-templates tr[data-id="ui-tpl-bad"]');
+    // from its row to its detail page by keyboard, then Delete
+    await page.focus('#list-templates tr[data-id="ui-tpl-bad"] a.tpl-link');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#tpl-log[data-loaded="1"]', { timeout: 15000 });
+    const detailError = await page.textContent('#tpl-details dd[data-fact="error"]');
+    // a second tab on the same page: its Delete comes after this one's and gets the API's refusal
+    const stale = await ctx.newPage();
+    await stale.goto(`${URL}/ui/#/templates/ui-tpl-bad`);
+    await stale.waitForSelector('#tpl-delete');
+    await page.click('#tpl-delete');
+    await page.waitForFunction(() => location.hash === '#/templates');
+    await page.waitForSelector('#list-templates[data-loaded="1"]');
+    const rows = await page.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+    await stale.click('#tpl-delete');
+    await stale.waitForSelector('#error:not([hidden])');
+    const staleError = await stale.textContent('#error');
+    const staleHash = await stale.evaluate(() => location.hash);
+    await stale.close();
+    // moatd's own template: no Delete button
+    await page.goto(`${URL}/ui/#/templates/base`);
+    await page.waitForSelector('#tpl-details[data-loaded="1"]');
+    const baseDelete = await page.$$eval('#tpl-delete', (b) => b.length);
+    return { state, error_text: errorText, api_error: apiError, lines, detail_error: detailError, rows, base_delete: baseDelete,
+      stale_error: staleError, stale_hash: staleHash, step_ms: Date.now() - s0 };
+  });
+
+  await step('db_branch_events', async () => {
+    const s0 = Date.now();
+    // a database that hibernates after 2 s without a connection, made through the API
+    const db = await page.evaluate(async () => {
+      const r = await fetch('/v1/databases', { method: 'POST', headers: { 'X-Moat-UI': '1', 'Content-Type': 'application/json' },
+        body: JSON.stringify({ name: 'ui-src', size_mb: 64, idle_seconds: 2 }) });
+      const j = await r.json();
+      if (r.status !== 201) throw new Error(`create: ${r.status} ${j.message}`);
+      return j;
+    });
+    await page.goto(`${URL}/ui/#/databases`);
+    await page.waitForSelector(`#list-databases tr[data-id="${db.id}"]`, { timeout: 15000 });
+    await page.click(`tr[data-id="${db.id}"] button.events`);
+    await page.waitForSelector('#db-events-log .event[data-type="state"]', { timeout: 15000 });
+    await page.click(`tr[data-id="${db.id}"] button.branch`);
+    await page.fill('#db-branch-name', 'ui-branch');
+    const t0 = Date.now();
+    await page.press('#db-branch-name', 'Enter');
+    await page.waitForSelector('#list-databases tr[data-name="ui-branch"]', { timeout: 90000 });
+    const branchMs = Date.now() - t0;
+    const branchId = await page.$eval('#list-databases tr[data-name="ui-branch"]', (r) => r.dataset.id);
+    const status = await page.textContent('.status[role=status]');
+    await page.waitForSelector('#db-events-log .event[data-type="branched"]', { timeout: 30000 });
+    // idle: moatd hibernates it, and the panel says so as it happens
+    await page.waitForSelector('#db-events-log .event[data-type="hibernated"]', { timeout: 90000 });
+    await page.waitForSelector(`tr[data-id="${db.id}"][data-state="hibernated"]`, { timeout: 15000 });
+    // a client's connection (a PostgreSQL startup packet to the host's listener) wakes it
+    const u = new globalThis.URL(db.connection.url);
+    const answered = await new Promise((resolve, reject) => {
+      const sock = net.connect(Number(u.port), u.hostname, () => {
+        const kv = Buffer.from(`user\0${decodeURIComponent(u.username)}\0database\0${u.pathname.slice(1)}\0\0`);
+        const msg = Buffer.alloc(8 + kv.length);
+        msg.writeUInt32BE(msg.length, 0);
+        msg.writeUInt32BE(196608, 4);
+        kv.copy(msg, 8);
+        sock.write(msg);
+      });
+      sock.setTimeout(60000, () => { sock.destroy(); reject(new Error('no answer to the startup packet')); });
+      sock.once('data', (d) => { sock.destroy(); resolve(String.fromCharCode(d[0])); });
+      sock.once('error', reject);
+    });
+    await page.waitForSelector('#db-events-log .event[data-type="woken"]', { timeout: 60000 });
+    const events = await page.$$eval('#db-events-log .event', (es) => es.map((e) => [e.dataset.type, e.textContent]));
+    await page.click('#db-events-close');
+    return { id: db.id, branch_id: branchId, status, events, answered, branch_ms: branchMs, step_ms: Date.now() - s0 };
+  });
+
+  await step('templates_readonly', async () => {
+    const s0 = Date.now();
+    const ro = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const p = await ro.newPage();
+    await signIn(p, env.MOAT_UI_READONLY_KEY);
+    await p.goto(`${URL}/ui/#/templates`);
+    await p.waitForSelector('#list-templates[data-loaded="1"]');
+    const form = await p.$$eval('#tpl-form', (f) => f.length);
+    const rows = await p.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+    await p.goto(`${URL}/ui/#/templates/ui-tpl`);
+    await p.waitForSelector('#tpl-log[data-loaded="1"]', { timeout: 15000 });
+    const del = await p.$$eval('#tpl-delete', (b) => b.length);
+    const create = await p.$$eval('#tpl-new-sandbox', (b) => b.length);
+    const logLines = await p.$$eval('#tpl-log .line', (ls) => ls.length);
+    await p.goto(`${URL}/ui/#/databases`);
+    await p.waitForSelector('#list-databases[data-loaded="1"]');
+    const branch = await p.$$eval('#list-databases button.branch', (b) => b.length);
+    const evButtons = await p.$$eval('#list-databases button.events', (b) => b.length);
+    // phone width: the build form and a template's page stay within the screen
+    await p.close();
+    await ro.close();
+    await page.setViewportSize({ width: 390, height: 844 });
+    const overflow = {};
+    for (const [k, hash, sel] of [['templates', '#/templates', '#list-templates[data-loaded="1"]'],
+      ['template', '#/templates/ui-tpl', '#tpl-log[data-loaded="1"]'], ['databases', '#/databases', '#list-databases[data-loaded="1"]']]) {
+      await page.goto(`${URL}/ui/${hash}`);
+      await page.waitForSelector(sel, { timeout: 15000 });
+      overflow[k] = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    }
+    await page.setViewportSize({ width: 1280, height: 800 });
+    return { form, rows, delete: del, new_sandbox: create, log_lines: logLines, branch, events_buttons: evButtons, overflow, step_ms: Date.now() - s0 };
   });
 
   await step('quotas_host', async () => {

@@ -4,6 +4,7 @@ import { sandboxesPage } from './sandboxes.js';
 import { sandboxPage } from './sandbox.js';
 import { PAGES, listPage } from './lists.js';
 import { usagePage } from './usage.js';
+import { templatesPage, templatePage } from './templates.js';
 import { databasesPage } from './databases.js';
 import { quotasPage, hostPage, orgsPage } from './admin.js';
 
@@ -69,13 +70,16 @@ async function route() {
   const hash = location.hash || (me.role === 'platform' ? '#/orgs' : '#/sandboxes');
   const m = hash.match(/^#\/sandboxes\/([^/?]+)$/);
   const list = hash.match(/^#\/([a-z]+)$/);
+  const tpl = hash.match(/^#\/templates\/([^/?]+)$/);
   if (me.role === 'platform') state.page = hash === '#/host' ? hostPage(main(), me) : orgsPage(main(), me);
   else if (m) state.page = sandboxPage(main(), me, decodeURIComponent(m[1]));
+  else if (hash === '#/templates') state.page = templatesPage(main(), me);
+  else if (tpl) state.page = templatePage(main(), me, decodeURIComponent(tpl[1]));
   else if (hash === '#/usage') state.page = usagePage(main(), me);
   else if (hash === '#/databases') state.page = databasesPage(main(), me);
   else if (hash === '#/quotas') state.page = quotasPage(main(), me);
   else if (hash === '#/host') state.page = hostPage(main(), me);
-  else if (list && PAGES[list[1]]) state.page = listPage(main(), me, list[1]);
+  else if (list && PAGES[list[1]] && !PAGES[list[1]].page) state.page = listPage(main(), me, list[1]);
   else state.page = sandboxesPage(main(), me);
   for (const a of document.querySelectorAll('#nav a')) {
     if (a.getAttribute('href') === hash) a.setAttribute('aria-current', 'page');

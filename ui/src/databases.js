@@ -1,7 +1,9 @@
-// databases.js -- #/databases: the org's PostgreSQL databases (list, create, delete), refreshed every
-// 3 s. The connection URL is shown as the API gives it: with its password to admin and member keys; a
-// readonly key's reads carry none, and the page then shows no URL.
+// databases.js -- #/databases: the org's PostgreSQL databases (list, create, branch, delete), refreshed
+// every 3 s and at each event of the database whose events panel is open (its SSE stream, shown as the
+// events come). The connection URL is shown as the API gives it: with its password to admin and member
+// keys; a readonly key's reads carry none, and the page then shows no URL.
 import { api, h, showError, fmtTime } from './api.js';
+import { readEvents } from './sse.js';
 
 const POLL_MS = 3000;
 
@@ -41,8 +43,107 @@ export function databasesPage(root, me) {
       createBtn.disabled = false;
     }
   });
-  root.replaceChildren(h('h1', {}, 'Databases'), canWrite ? form : null, h('div', { class: 'toolbar' }, status),
-    h('div', { class: 'scroll' }, table));
+  // Branch: a name for the new database, asked in a form under the create form
+  let branchOf = null;
+  const branchName = h('input', { id: 'db-branch-name', required: true, placeholder: 'name', size: 16,
+    pattern: '[a-z0-9][a-z0-9_\\-]{0,62}' });
+  const branchLabel = h('label', { for: 'db-branch-name' }, 'Branch name');
+  const branchBtn = h('button', { type: 'submit', id: 'db-branch-create' }, 'Create branch');
+  const branchCancel = h('button', { type: 'button', id: 'db-branch-cancel' }, 'Cancel');
+  const branchForm = h('form', { class: 'toolbar', id: 'db-branch-form', hidden: true },
+    branchLabel, branchName, branchBtn, branchCancel);
+  branchCancel.addEventListener('click', () => { branchForm.hidden = true; branchOf = null; });
+  branchForm.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    if (!branchOf) return;
+    const src = branchOf;
+    branchBtn.disabled = true;
+    showError(null);
+    const started = Date.now();
+    const label = () => `branching ${src.name} into ${branchName.value}… ${Math.round((Date.now() - started) / 1000)} s`;
+    status.textContent = label();
+    const tick = setInterval(() => { status.textContent = label(); }, 500);
+    try {
+      const db = await api('POST', `/v1/databases/${encodeURIComponent(src.id)}/branch`, { name: branchName.value });
+      status.textContent = `branched ${src.name} into ${db.name}`;
+      status.dataset.branch = db.id;
+      branchName.value = '';
+      branchForm.hidden = true;
+      branchOf = null;
+      await refresh();
+    } catch (e) {
+      status.textContent = '';
+      showError(e);
+    } finally {
+      clearInterval(tick);
+      branchBtn.disabled = false;
+    }
+  });
+  function openBranch(db) {
+    branchOf = db;
+    branchLabel.textContent = `Branch of ${db.name}: name`;
+    branchForm.dataset.source = db.id;
+    branchForm.hidden = false;
+    branchName.focus();
+  }
+
+  // Events: one database's stream at a time
+  let events = null;
+  const evTitle = h('h2', {}, 'Events');
+  const evLog = h('div', { class: 'logs db-events-log', id: 'db-events-log', role: 'log', 'aria-live': 'polite', tabindex: 0 });
+  const evState = h('span', { class: 'status', id: 'db-events-state' });
+  const evClose = h('button', { type: 'button', id: 'db-events-close' }, 'Close');
+  const evPanel = h('section', { id: 'db-events', hidden: true, 'aria-label': 'Database events' },
+    evTitle, h('div', { class: 'toolbar' }, evState, evClose), evLog);
+  evClose.addEventListener('click', () => closeEvents());
+  function closeEvents() {
+    if (events) events.abort();
+    events = null;
+    evPanel.hidden = true;
+    delete evPanel.dataset.database;
+  }
+  // what an event says beyond its name
+  function describe(name, d) {
+    switch (name) {
+      case 'state': return `${d.state}, ${d.connections ?? 0} connections`;
+      case 'connection': return `${d.opened ? 'opened' : 'closed'} (${d.connections} open)`;
+      case 'woken': return `in ${Math.round(d.wake_ms ?? 0)} ms`;
+      case 'restarted': return d.reason || '';
+      case 'branched': return `into ${d.branch_id}`;
+      case 'created': return d.branch_of ? `as a branch of ${d.branch_of}` : '';
+      default: return '';
+    }
+  }
+  function openEvents(db) {
+    closeEvents();
+    const ctl = new AbortController();
+    events = ctl;
+    evTitle.textContent = `Events of ${db.name}`;
+    evPanel.dataset.database = db.id;
+    evLog.replaceChildren();
+    evState.textContent = 'connecting…';
+    evPanel.hidden = false;
+    readEvents(`/v1/databases/${encodeURIComponent(db.id)}/events`, (ev) => {
+      if (ctl.signal.aborted) return;
+      const d = ev.data && typeof ev.data === 'object' ? ev.data : {};
+      evState.textContent = 'following';
+      const at = d.at_ms ? new Date(d.at_ms).toLocaleTimeString() : new Date().toLocaleTimeString();
+      evLog.append(h('div', { class: 'event', dataset: { type: ev.name, state: d.state || '' } },
+        h('span', { class: 'mono' }, at), ' ', h('strong', {}, ev.name), ' ', describe(ev.name, d)));
+      evLog.scrollTop = evLog.scrollHeight;
+      // the list shows a state change at once, not at the next poll
+      if (ev.name !== 'state') setTimeout(() => { if (!stopped) refresh(); }, 0);
+    }, ctl.signal).then((ended) => {
+      if (ended && events === ctl) evState.textContent = 'the stream ended';
+    }, (e) => {
+      if (events !== ctl) return;
+      evState.textContent = '';
+      showError(e);
+    });
+  }
+
+  root.replaceChildren(h('h1', {}, 'Databases'), canWrite ? form : null, canWrite ? branchForm : null,
+    h('div', { class: 'toolbar' }, status), h('div', { class: 'scroll' }, table), evPanel);
 
   async function remove(db, btn) {
     btn.disabled = true;
@@ -69,9 +170,14 @@ export function databasesPage(root, me) {
       h('td', {}, db.connections ?? 0),
       h('td', {}, fmtTime(db.created_at)),
       h('td', { class: 'mono url' }, url ? h('code', { class: 'db-url' }, url) : '—'),
-      h('td', {}, canWrite && db.state !== 'deleting'
-        ? h('button', { type: 'button', class: 'danger delete', 'aria-label': `Delete ${db.name}`, onclick: (ev) => remove(db, ev.currentTarget) }, 'Delete')
-        : null));
+      h('td', { class: 'row-actions' },
+        h('button', { type: 'button', class: 'events', 'aria-label': `Events of ${db.name}`, onclick: () => openEvents(db) }, 'Events'),
+        canWrite && (db.state === 'running' || db.state === 'hibernated')
+          ? h('button', { type: 'button', class: 'branch', 'aria-label': `Branch ${db.name}`, onclick: () => openBranch(db) }, 'Branch')
+          : null,
+        canWrite && db.state !== 'deleting'
+          ? h('button', { type: 'button', class: 'danger delete', 'aria-label': `Delete ${db.name}`, onclick: (ev) => remove(db, ev.currentTarget) }, 'Delete')
+          : null));
   }
 
   async function refresh() {
@@ -89,5 +195,5 @@ export function databasesPage(root, me) {
     if (!stopped) timer = setTimeout(refresh, POLL_MS);
   }
   refresh();
-  return { stop() { stopped = true; clearTimeout(timer); } };
+  return { stop() { stopped = true; clearTimeout(timer); closeEvents(); } };
 }

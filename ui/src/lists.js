@@ -1,17 +1,14 @@
-// lists.js -- the read-mostly pages: templates, snapshots, volumes, API keys, audit. Each is one table
-// of what its GET returns; audit pages on with the API's cursor.
+// lists.js -- the navigation's pages and the read-mostly ones among them: snapshots, volumes, API keys,
+// audit. Each is one table of what its GET returns; audit pages on with the API's cursor. An entry
+// with page: true has its own module (templates.js).
 import { api, h, showError, fmtTime, fmtBytes } from './api.js';
 
 const meta = (m) => Object.entries(m || {}).map(([k, v]) => `${k}=${v}`).join(' ');
 const sandboxLink = (id) => (id ? h('a', { href: `#/sandboxes/${id}`, class: 'mono' }, id) : '—');
 
 export const PAGES = {
-  templates: {
-    title: 'Templates', path: '/v1/templates', key: 'templates', id: (t) => t.name,
-    cols: [['Name', (t) => t.name], ['Source', (t) => t.source], ['State', (t) => t.state],
-      ['Usable', (t) => (t.usable ? 'yes' : 'no')], ['Size', (t) => fmtBytes(t.size_bytes)],
-      ['Built', (t) => fmtTime(t.built_at)], ['Error', (t) => t.error || '']],
-  },
+  // its own page (build, detail, delete): templates.js; listed here for the navigation
+  templates: { title: 'Templates', page: true },
   snapshots: {
     title: 'Snapshots', path: '/v1/snapshots', key: 'snapshots', id: (s) => s.id,
     cols: [['ID', (s) => h('span', { class: 'mono' }, s.id)], ['Sandbox', (s) => sandboxLink(s.sandbox_id)],
