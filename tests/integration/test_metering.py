@@ -325,6 +325,14 @@ class MeteringTest(DaemonTest):
         self.assertGreater(rows[sb.id]["cpu_seconds"], 0.1)
         team = {r["key"]: r for r in cl.usage(group_by="metadata.team")}
         self.assertAlmostEqual(team["py"]["cpu_seconds"], rows[sb.id]["cpu_seconds"], delta=0.05)
+        frm = int(time.time() * 1000) - 3600000
+        per = {r["key"]: r for r in cl.usage(from_=frm, group_by="metadata.team", bucket=300)}
+        self.assertIn("py", per)
+        self.assertGreaterEqual(len(self.check_series([per["py"]], frm, int(time.time() * 1000) + 1, 300)["py"]), 1)
+        with self.assertRaises(ValueError):
+            cl.usage(bucket=30)
+        with self.assertRaises(moat.InvalidRequestError):
+            cl.usage(from_=0, to=86400000 * 30, bucket=60)
         import datetime
         self.assertEqual(cl.usage(from_=datetime.datetime(2020, 1, 1), to=datetime.datetime(2020, 1, 2)), [])
         with self.assertRaises(ValueError):
@@ -357,6 +365,15 @@ class MeteringTest(DaemonTest):
         self.assertIn("CPU_SECONDS", table)
         self.assertIn("366 days", self.moat_cli("usage", "--from", "0", check=1).stderr)
         self.assertIn("group_by", self.moat_cli("usage", "--group-by", "nope", check=1).stderr)
+        per = json.loads(self.moat_cli("usage", "--group-by", "metadata.team", "--bucket", "300", "--json").stdout)
+        self.assertEqual([r["key"] for r in per], ["cli"])
+        pts = self.check_series(per, 0, int(time.time() * 1000) + 1, 300)["cli"]
+        self.assertTrue(pts, per)
+        lines = self.moat_cli("usage", "--group-by", "metadata.team", "--bucket", "300").stdout.splitlines()
+        self.assertTrue(lines[1].startswith("cli "), lines)
+        self.assertEqual([ln.split()[0] for ln in lines[2:]], [p["start"] for _, p in pts])
+        self.assertIn("bucket", self.moat_cli("usage", "--bucket", "5", check=1).stderr)
+        self.moat_cli("metrics", sid, "--bucket", "60", check=2)
         hist = json.loads(self.moat_cli("metrics", sid, "--from", "0", "--json").stdout)
         self.assertGreaterEqual(len(hist["samples"]), 2)
         lines = self.moat_cli("metrics", sid, "--from", "0").stdout.splitlines()

@@ -47,7 +47,7 @@ export { Template, BuildError, BuildLogs, contextTar } from './template.js';
 export type { TemplateData, BuildLogLine, BuildEnd, BuildOptions } from './template.js';
 export { health, listTemplates, buildTemplate } from './admin.js';
 export { Usage } from './usage.js';
-export type { UsageRow, UsageOptions, MetricsRange, MetricsSample, TimeArg } from './usage.js';
+export type { UsageRow, UsagePoint, UsageOptions, MetricsRange, MetricsSample, TimeArg } from './usage.js';
 export type { Health, TemplateInfo } from './admin.js';
 export { SandboxEvents } from './sandbox_ops.js';
 export type { PortAccess, NetworkPolicy, NetworkState, NetworkLogEntry, SandboxEvent } from './sandbox_ops.js';
