@@ -3,7 +3,7 @@
 // the bucket width matched to the range, times in UTC) above a table of the totals, each row's CPU
 // share drawn as a bar.
 import { api, h, showError } from './api.js';
-import { lineChart } from './chart.js';
+import { fmtAxis, lineChart } from './chart.js';
 
 // [label, range ms, bucket s]: about 12 to 31 points a line
 const RANGES = [['1 hour', 3600e3, 300], ['24 hours', 86400e3, 3600], ['7 days', 7 * 86400e3, 21600], ['30 days', 30 * 86400e3, 86400]];
@@ -94,9 +94,9 @@ export function usagePage(root) {
     const legend = h('ul', { class: 'legend usage-legend', id: 'usage-legend', 'aria-label': 'Groups' },
       series.map((s, i) => h('li', { dataset: { series: s.name } },
         h('span', { class: 'swatch', style: `background:${s.color}`, 'aria-hidden': 'true' }), s.name,
-        h('span', { class: 'status' }, ` ${shown[i][m].toFixed(m === 'memory_gib_seconds' ? 3 : 1)}`))));
+        h('span', { class: 'status' }, ` ${fmtAxis(shown[i][m])}`))));
     const more = rows.length > shown.length ? h('p', { class: 'status' }, `The ${MAX_LINES} largest of ${rows.length} groups; all are in the table.`) : null;
-    chartBox.replaceChildren(svg, legend, more);
+    chartBox.replaceChildren(...[svg, legend, more].filter(Boolean));
     chartBox.dataset.lines = series.length;
     chartBox.dataset.loaded = '1';
     drawnWidth = chartBox.clientWidth;
