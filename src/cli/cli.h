@@ -138,6 +138,7 @@ int cmd_events(int argc, char **argv);
 int cmd_update(int argc, char **argv);
 int cmd_keys(int argc, char **argv);
 int cmd_me(int argc, char **argv);
+int cmd_host(int argc, char **argv); /* cmd_account.c */
 int cmd_audit(int argc, char **argv);
 int cmd_context(int argc, char **argv);
 int cmd_fs(int argc, char **argv);

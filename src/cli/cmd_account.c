@@ -88,6 +88,25 @@ int cmd_keys(int argc, char **argv) {
   return cli_usage_error(keys_usage, "unknown keys subcommand '%s'", sub);
 }
 
+/* ---- moat host ---- */
+static const char host_usage[] =
+    "moat host\n  the host as JSON: capacity, checkpoints, network and the sandboxes counted (the org's;\n"
+    "  with the platform admin key every org's, and the host's load)\n";
+
+int cmd_host(int argc, char **argv) {
+  struct cli_args a;
+  int r = cli_parse(argc, argv, no_opts, 0, false, no_opt, NULL, &a);
+  free(a.pos);
+  free(a.rest);
+  if (r == 1) {
+    printf("usage: %s", host_usage);
+    return 0;
+  }
+  if (r < 0)
+    return cli_usage_error(host_usage, "%s", "");
+  return cli_call_print("GET", "/v1/host", NULL);
+}
+
 /* ---- moat me ---- */
 static const char me_usage[] =
     "moat me\n  the calling API key (id, name, role, expiry) and its org, as JSON\n";

@@ -52,6 +52,7 @@ static const struct command commands[] = {
     {"events", cmd_events, "follow a sandbox's events (state, connections, OOM kills) as JSON lines"},
     {"keys", cmd_keys, "keys ls | create NAME [--role R] [--expires T] | rm KID..."},
     {"me", cmd_me, "the calling API key and its org"},
+    {"host", cmd_host, "the host: capacity, load, sandboxes, checkpoints (moatd's view)"},
     {"audit", cmd_audit, "the org's audit log, one JSON entry a line"},
 };
 

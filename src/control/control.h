@@ -942,6 +942,17 @@ struct moat_control_stats {
 };
 int moat_control_stats(struct moat_control *c, struct moat_control_stats *out, moat_error **err);
 
+/* The host now (hostinfo.c): its capacity and load as the driver reports them, and the live
+ * sandboxes of one org (or of every org) by state with the vCPUs and memory their limits commit.
+ * Hibernated sandboxes hold no slot and commit nothing. */
+struct moat_host_info {
+  struct moat_host_capacity cap;
+  uint64_t by_state[MOAT_SB_KILLED + 1];
+  double committed_vcpus;       /* of the running and paused */
+  uint64_t committed_memory_mb; /* of the running and paused */
+};
+void moat_control_host_info(struct moat_control *c, const char *org, struct moat_host_info *out);
+
 /* ---- code contexts (contexts.c): persistent python/node/bash interpreters in a sandbox ---- */
 #define MOAT_CTX_ID_LEN 16 /* [a-z0-9] */
 struct moat_ctx {

@@ -115,6 +115,12 @@ struct moat_host_capacity {
   uint64_t disk_mb;     /* size of the file system holding the data dir (the writable layers) */
   uint64_t pid_max;     /* the kernel's highest pid + 1 (linux: kernel.pid_max) */
   uint64_t threads_max; /* the kernel's limit on threads (linux: kernel.threads-max) */
+  /* now, as the host reports it (zero where it cannot tell) */
+  unsigned cpus;                /* CPUs moatd may run on (its affinity) */
+  uint64_t memory_available_mb; /* memory the kernel could hand out without swapping */
+  uint64_t disk_free_mb;        /* free space of the data dir's file system */
+  double load[3];               /* load averages over 1, 5 and 15 minutes */
+  uint64_t uptime_s;            /* since the host booted */
 };
 void moat_host_capacity(struct moat_host *h, struct moat_host_capacity *out);
 

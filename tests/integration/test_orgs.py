@@ -85,6 +85,46 @@ class OrgsTest(DaemonTest):
         _, org = self.admin.request("GET", "/v1/orgs/" + o["id"])
         self.assertEqual(org["state"], "active")
 
+    def test_host_info_scoped_by_key(self):
+        """GET /v1/host: an org's key counts its own org's sandboxes and sees no load; the platform key
+        counts every org's and sees the host's load. Checked against what the orgs hold and /proc."""
+        o, a = new_org(self, self.admin, "host")
+        _, b = new_org(self, self.admin, "host")
+        a_ids = [a.create(ttl_seconds=120, cpu=0.5, memory_mb=128)["id"] for _ in range(2)]
+        b_id = b.create(ttl_seconds=120, cpu=1, memory_mb=256)["id"]
+        a.request("POST", "/v1/sandboxes/%s/pause" % a_ids[1], body={}, expect=200)
+        try:
+            _, ha = a.request("GET", "/v1/host")
+            _, hb = b.request("GET", "/v1/host")
+            _, hp = self.admin.request("GET", "/v1/host")
+        finally:
+            for sid in a_ids:
+                a.delete(sid)
+            b.delete(b_id)
+        self.assertEqual((ha["scope"], ha["load"]), ("org", None))
+        self.assertEqual(ha["sandboxes"]["live"], 2)
+        self.assertEqual((ha["sandboxes"]["by_state"]["running"], ha["sandboxes"]["by_state"]["paused"]), (1, 1))
+        self.assertAlmostEqual(ha["sandboxes"]["committed_vcpus"], 1.0)
+        self.assertEqual(ha["sandboxes"]["committed_memory_mb"], 256)
+        self.assertEqual((hb["sandboxes"]["live"], hb["sandboxes"]["committed_memory_mb"]), (1, 256))
+        self.assertEqual(hp["scope"], "host")
+        self.assertGreaterEqual(hp["sandboxes"]["live"], 3)  # every org's: this test's and the others'
+        self.assertGreaterEqual(hp["sandboxes"]["committed_memory_mb"], 512)
+        self.assertEqual(hp["capacity"], ha["capacity"])
+        self.assertEqual(hp["capacity"]["cpus"], len(os.sched_getaffinity(0)))
+        with open("/proc/meminfo") as f:
+            total_mb = int(f.readline().split()[1]) // 1024
+        self.assertLessEqual(abs(hp["capacity"]["memory_mb"] - total_mb), 1)
+        self.assertEqual(len(hp["load"]["average"]), 3)
+        self.assertTrue(0 < hp["load"]["memory_available_mb"] <= hp["capacity"]["memory_mb"])
+        self.assertTrue(0 < hp["load"]["disk_free_mb"] <= hp["capacity"]["disk_mb"])
+        with open("/proc/uptime") as f:
+            self.assertLessEqual(abs(hp["load"]["uptime_seconds"] - float(f.read().split()[0])), 5)
+        self.assertEqual(hp["checkpoints"]["criu"], ha["checkpoints"]["criu"])
+        # what it answers now: nothing of this test's left
+        self.assertEqual(a.request("GET", "/v1/host")[1]["sandboxes"]["live"], 0)
+        self.assertEqual(self.status(a, "GET", "/v1/host", query={"x": "1"}), 400)
+
     def test_create_get_list_delete(self):
         o, k = new_org(self, self.admin)
         self.assertEqual(o["id"], o["name"])

@@ -4,7 +4,7 @@ Over HTTP: the built files with their Content-Type and security headers (CSP def
 frame-ancestors 'none', X-Frame-Options DENY), paths outside the manifest refused (traversal in its
 spellings), sign-in trading a key for an HttpOnly SameSite=Strict cookie with an expiry, the cookie
 accepted by the v1 API for reads, mutations refused without X-Moat-UI: 1 and from another Origin, a
-revoked key ending its session, sign-out, the platform key refused, and a moatd whose --ui-dir holds no
+revoked key ending its session, sign-out, the platform key's orgs, quotas and host pages, and a moatd whose --ui-dir holds no
 build answering 503.
 
 In Debian's Chromium (tests/node/ui_driver.mjs, playwright-core): a wrong key shows the API's
@@ -64,6 +64,7 @@ class UiTest(DaemonTest):
         cls.bulk = [cls.c.create(ttl_seconds=600, metadata={"batch": "ui-bulk", "n": str(i)})["id"] for i in range(2)]
         cls.snap = cls.c.request("POST", "/v1/sandboxes/%s/snapshots" % cls.sid, body={})[1]["id"]
         cls.vol = cls.c.request("POST", "/v1/volumes", body={"name": "ui-vol", "size_mb": 16})[1]["name"]
+        cls.platform_key = cls.daemon.new_platform_key()
         cls.driven = None
 
     @classmethod
@@ -154,7 +155,7 @@ class UiTest(DaemonTest):
         st, _, body = self.raw("GET", "/v1/me", headers={"Cookie": "moat_ui=" + "0" * 64})
         self.assertEqual(st, 401, body)
         self.assertIn("sign in again", json.loads(body)["message"])
-        # sign-in itself needs the header, a known key, and not the platform key
+        # sign-in itself needs the header and a known key
         st, _, body = self.raw("POST", "/ui/session", {"key": self.daemon.client.key})
         self.assertEqual(st, 403, body)
         st, _, body = self.raw("POST", "/ui/session", {"key": "moat_bogus"}, {"X-Moat-UI": "1"})
@@ -249,7 +250,8 @@ class UiTest(DaemonTest):
                        MOAT_UI_ADMIN_KEY=self.daemon.client.key, MOAT_UI_READONLY_KEY=self.ro_key,
                        MOAT_UI_SANDBOX=self.sid, MOAT_UI_OTHER=self.other_sid, MOAT_UI_SHOTS=shots,
                        MOAT_UI_UPLOAD=cls.upload, MOAT_UI_DOWNLOAD=cls.download, MOAT_UI_BULK=",".join(cls.bulk),
-                       MOAT_UI_PAGING=str(PAGING), TMPDIR=work)  # playwright's profile and download artifacts: removed with work
+                       MOAT_UI_PAGING=str(PAGING), MOAT_UI_PLATFORM_KEY=cls.platform_key,
+                       MOAT_UI_NEW_ORG="ui-made-%d" % os.getpid(), TMPDIR=work)  # playwright's profile and download artifacts: removed with work
             # the chart needs recorded history: a few samples first
             time.sleep(3 * INTERVAL_MS / 1000)
             r = subprocess.run(["node", "ui_driver.mjs"], cwd=NODE_DIR, env=env, stdout=subprocess.PIPE,
@@ -291,6 +293,14 @@ class UiTest(DaemonTest):
         sb = self.c.get(res["created"])
         self.assertEqual(sb["metadata"].get("created_by"), "dashboard")
         self.assertEqual((sb["state"], sb["killed_reason"]), ("killed", "api"))
+
+    def test_browser_keyboard(self):
+        res = self.scenario("keyboard")
+        self.assertTrue(res["on_create"], res["stops"])
+        self.assertEqual([s for s in res["stops"] if not s["ring"]], [], "focus without a visible ring")
+        self.assertIn("state-filter", [s["id"] for s in res["stops"]])  # the filters are on the way
+        st, body = self.c.request("GET", "/v1/sandboxes/" + res["created"], expect=(200, 404))
+        self.assertTrue(st == 404 or body["state"] == "killed", body)  # killed by Enter
 
     def test_browser_filters_and_bulk_kill(self):
         res = self.scenario("bulk")
@@ -343,6 +353,9 @@ class UiTest(DaemonTest):
     def test_browser_actions(self):
         res = self.scenario("actions")
         self.assertEqual(res["seen"], ["paused", "running", "hibernated", "running"])
+        for st in res["statuses"]:  # each with how long it took
+            self.assertRegex(st, r"^\w+: done \(\d+\.\d s\)$")
+        self.assertEqual(res["disabled"], [0, 0, 0, 0])
         self.assertEqual(self.c.get(self.sid)["state"], "running")
         states = [e.get("event") for e in self.lifecycle()]
         for ev in ("paused", "resumed", "hibernated", "woken"):
@@ -493,6 +506,29 @@ class UiTest(DaemonTest):
         f = res["facts"]
         self.assertEqual((f["version"], f["criu"], f["uplink"]), (hz["version"], hz["checkpoints"]["criu"], hz["network"]["uplink"]))
         self.assertEqual(f["checkpoints"], "available" if hz["checkpoints"]["available"] else "unavailable")
+        host = self.c.request("GET", "/v1/host")[1]
+        self.assertEqual(res["scope"], "org")  # an org's key: its own sandboxes, no load
+        self.assertNotIn("load", f)
+        self.assertRegex(f["sandboxes"], r"^\d+ live")
+        self.assertEqual(f["cpus"], str(host["capacity"]["cpus"]))
+
+    def test_browser_platform_orgs_quotas_host(self):
+        res = self.scenario("platform")
+        admin = self.c.with_key(self.platform_key)
+        self.assertEqual(res["nav"], ["#/orgs", "#/host"])
+        self.assertEqual(set(res["orgs"]) - {res["made"]}, {o["id"] for o in admin.request("GET", "/v1/orgs")[1]["orgs"]})
+        self.assertTrue(res["key"].startswith("moat_"), res["key"])
+        self.assertEqual((res["saved"]["max_sandboxes"], res["saved"]["max_memory_mb"]), ("3", "2048"))
+        self.assertEqual((res["quotas"]["max_sandboxes"], res["quotas"]["max_memory_mb"]), (3, 2048))
+        self.assertIn("max_sandboxes", res["bad"])
+        st, body = admin.request("GET", "/v1/orgs/" + res["made"], expect=(200, 404))
+        self.assertEqual(st, 404, body)  # deleted from the page
+        st, _ = self.c.with_key(res["key"]).request("GET", "/v1/me", expect=(200, 401))
+        self.assertEqual(st, 401)  # and its key with it
+        host = admin.request("GET", "/v1/host")[1]
+        self.assertEqual(res["scope"], "host")
+        self.assertEqual(res["facts"]["cpus"], str(host["capacity"]["cpus"]))
+        self.assertEqual(len(res["facts"]["load"].split()), 3)
 
     def test_browser_no_console_errors(self):
         errs = self.drive().get("console_errors", [])

@@ -658,6 +658,14 @@ class MoatDaemon:
             time.sleep(0.05)
         raise RuntimeError("no api key at %s" % path)
 
+    def new_platform_key(self):
+        """A platform admin key (moatd key create --admin)."""
+        r = subprocess.run([moatd_bin(), "key", "create", "--data-dir", self.data_dir, "--admin"], cwd=REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError("moatd key create --admin failed (%d): %s" % (r.returncode, r.stderr.decode(errors="replace")))
+        return r.stdout.decode().strip().splitlines()[-1].split()[-1]
+
     def new_org_key(self, org):
         r = subprocess.run([moatd_bin(), "key", "create", "--data-dir", self.data_dir, "--org", org], cwd=REPO,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)

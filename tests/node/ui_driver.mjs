@@ -91,6 +91,41 @@ try {
     return { created };
   });
 
+  await step('keyboard', async () => {
+    // by keyboard alone: Tab reaches Create (every stop with a visible focus ring), Enter creates,
+    // Enter on a row's Kill kills, Enter on a nav link opens its page
+    const kc = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const p = await kc.newPage();
+    await signIn(p, env.MOAT_UI_ADMIN_KEY);
+    const stops = [];
+    let onCreate = false;
+    for (let i = 0; i < 60 && !onCreate; i++) {
+      await p.keyboard.press('Tab');
+      const f = await p.evaluate(() => {
+        const el = document.activeElement;
+        const st = getComputedStyle(el);
+        return { tag: el.tagName.toLowerCase(), id: el.id, text: (el.textContent || '').trim().slice(0, 30),
+          ring: st.outlineStyle !== 'none' && parseFloat(st.outlineWidth) > 0 };
+      });
+      stops.push(f);
+      onCreate = f.id === 'create';
+    }
+    const before = await p.$$eval('#sandbox-rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+    await p.keyboard.press('Enter');
+    const created = await (await p.waitForFunction((b) => {
+      const r = [...document.querySelectorAll('#sandbox-rows tr[data-id]')].find((x) => !b.includes(x.dataset.id));
+      return r ? r.dataset.id : null;
+    }, before, { timeout: 30000 })).jsonValue();
+    await p.focus(`tr[data-id="${created}"] button.kill`);
+    await p.keyboard.press('Enter');
+    await p.waitForSelector(`tr[data-id="${created}"]`, { state: 'detached', timeout: 30000 });
+    await p.focus('#nav a[href="#/usage"]');
+    await p.keyboard.press('Enter');
+    await p.waitForSelector('#list-usage[data-loaded="1"]', { timeout: 15000 });
+    await kc.close();
+    return { stops, on_create: onCreate, created };
+  });
+
   await step('bulk', async () => {
     const want = env.MOAT_UI_BULK.split(',');
     const rowIds = () => page.$$eval('#sandbox-rows tr[data-id]', (rs) => rs.map((r) => r.dataset.id).sort());
@@ -197,6 +232,8 @@ try {
     await page.waitForSelector('#state');
     const seen = [];
     const t = {};
+    const statuses = [];
+    const disabled = [];
     for (const [action, want] of [['pause', 'paused'], ['resume', 'running'], ['hibernate', 'hibernated'], ['wake', 'running']]) {
       await page.waitForSelector(`#actions button[data-action="${action}"]`, { timeout: 15000 });
       const t0 = Date.now();
@@ -204,8 +241,12 @@ try {
       await page.waitForFunction((w) => document.getElementById('state')?.textContent === w, want, { timeout: 30000 });
       t[action] = Date.now() - t0;
       seen.push(await page.textContent('#state'));
+      // the action's status: its seconds once done, and the buttons usable again
+      await page.waitForFunction(() => !document.querySelector('.status[role=status][data-running]'), null, { timeout: 30000 });
+      statuses.push(await page.textContent('.status[role=status]'));
+      disabled.push(await page.$$eval('#actions button:disabled', (bs) => bs.length));
     }
-    return { seen, ms: t };
+    return { seen, ms: t, statuses, disabled };
   });
 
   await step('timetravel', async () => {
@@ -215,7 +256,7 @@ try {
     await page.waitForSelector(`#rollback-to option[value="${snap}"]`, { state: 'attached' });
     await page.selectOption('#rollback-to', snap);
     await page.click('#actions button[data-action="rollback"]');
-    await page.waitForFunction((x) => document.querySelector('.status[role=status]')?.textContent === `rolled back to ${x}`, snap, { timeout: 30000 });
+    await page.waitForFunction((x) => document.querySelector('.status[role=status]')?.textContent.startsWith(`rolled back to ${x} (`), snap, { timeout: 30000 });
     await page.waitForFunction(() => document.getElementById('state')?.textContent === 'running', null, { timeout: 30000 });
     await page.click('#actions button[data-action="fork"]');
     await page.waitForFunction((sb) => /^#\/sandboxes\/sb-/.test(location.hash) && !location.hash.endsWith(sb), SB, { timeout: 30000 });
@@ -343,8 +384,57 @@ try {
     await page.goto(`${URL}/ui/#/host`);
     await page.waitForSelector('#host[data-loaded="1"]');
     const facts = await page.$$eval('#host dd', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.fact, d.textContent])));
+    const scope = await page.$eval('#host', (d) => d.dataset.scope);
     await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/host.png` });
-    return { quotas, facts };
+    return { quotas, facts, scope };
+  });
+
+  await step('platform', async () => {
+    // the platform admin key: orgs and the host only; an org made, its quotas edited and it deleted
+    const pc = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const p = await pc.newPage();
+    await p.goto(`${URL}/ui/`);
+    await p.waitForSelector('#signin');
+    await p.fill('#key', env.MOAT_UI_PLATFORM_KEY);
+    await p.press('#key', 'Enter');
+    await p.waitForSelector('#list-orgs[data-loaded="1"]', { timeout: 15000 });
+    const nav = await p.$$eval('#nav a', (as) => as.map((a) => a.getAttribute('href')));
+    const orgs = await p.$$eval('#list-orgs tr[data-id]', (rs) => rs.map((r) => r.dataset.id));
+    await p.fill('#org-name', env.MOAT_UI_NEW_ORG);
+    await p.press('#org-name', 'Enter'); // by keyboard
+    await p.waitForSelector('#org-secret:not([hidden]) #org-key');
+    const made = await p.$eval('#org-secret', (d) => d.dataset.org);
+    const key = await p.$eval('#org-key', (c) => c.textContent);
+    const row = `#list-orgs tr[data-id="${made}"]`;
+    await p.waitForSelector(row);
+    await p.click(`${row} button[data-act="quotas"]`);
+    await p.waitForSelector('#edit-quotas[data-loaded="1"]');
+    await p.fill('#quota-editor input[data-quota="max_sandboxes"]', '3');
+    await p.fill('#quota-editor input[data-quota="max_memory_mb"]', '2048');
+    await p.click('#quotas-save');
+    await p.waitForSelector('#quota-editor[data-saved="1"] #edit-quotas[data-loaded="1"]');
+    const saved = await p.$$eval('#edit-quotas tr[data-id]', (rs) => Object.fromEntries(rs.map((r) => [r.dataset.id, r.dataset.limit])));
+    const quotas = await p.evaluate(async (id) => (await fetch(`/v1/orgs/${id}/quotas`)).json(), made);
+    // a limit over the API's 2^53: its message
+    await p.fill('#quota-editor input[data-quota="max_sandboxes"]', '100000000000000000');
+    await p.click('#quotas-save');
+    await p.waitForSelector('#error:not([hidden])');
+    const bad = await p.$eval('#error', (e) => e.textContent);
+    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/orgs.png` });
+    await p.goto(`${URL}/ui/#/host`);
+    await p.waitForSelector('#host[data-loaded="1"]');
+    const facts = await p.$$eval('#host dd', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.fact, d.textContent])));
+    const scope = await p.$eval('#host', (d) => d.dataset.scope);
+    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/host-platform.png` });
+    await p.goto(`${URL}/ui/#/orgs`);
+    await p.waitForSelector(row);
+    await p.click(`${row} button[data-act="delete"]`);
+    await p.waitForSelector(row, { state: 'detached', timeout: 15000 });
+    // an org page's URL takes the platform key nowhere but the orgs
+    await p.goto(`${URL}/ui/#/sandboxes`);
+    await p.waitForSelector('#list-orgs[data-loaded="1"]');
+    await pc.close();
+    return { nav, orgs, made, key, saved, quotas, bad, facts, scope };
   });
 
   await step('phone', async () => {

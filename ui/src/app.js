@@ -4,7 +4,8 @@ import { sandboxesPage } from './sandboxes.js';
 import { sandboxPage } from './sandbox.js';
 import { PAGES, listPage } from './lists.js';
 import { usagePage } from './usage.js';
-import { databasesPage, quotasPage, hostPage } from './databases.js';
+import { databasesPage } from './databases.js';
+import { quotasPage, hostPage, orgsPage } from './admin.js';
 
 const state = { me: null, page: null };
 
@@ -17,13 +18,15 @@ function setSignedIn(me) {
   const nav = document.getElementById('nav');
   nav.hidden = !me;
   if (me) {
-    const links = [['#/sandboxes', 'Sandboxes'], ...Object.entries(PAGES)
+    // the platform admin key manages orgs and sees the host, nothing of an org's
+    const links = me.role === 'platform' ? [['#/orgs', 'Orgs'], ['#/host', 'Host']] : [['#/sandboxes', 'Sandboxes'], ...Object.entries(PAGES)
       .filter(([, d]) => !d.admin || me.role === 'admin').map(([k, d]) => [`#/${k}`, d.title]), ['#/databases', 'Databases'],
       ['#/usage', 'Usage'], ['#/quotas', 'Quotas'], ['#/host', 'Host']];
     nav.replaceChildren(...links.map(([href, t]) => h('a', { href }, t)));
   }
   document.getElementById('signout').hidden = !me;
-  document.getElementById('who').textContent = me ? `${me.org} · ${me.name || me.key_id} (${me.role})` : '';
+  document.getElementById('who').textContent = !me ? '' : me.role === 'platform' ? `platform admin · ${me.name || me.key_id}`
+    : `${me.org} · ${me.name || me.key_id} (${me.role})`;
 }
 
 function signInPage() {
@@ -63,10 +66,11 @@ async function route() {
     return;
   }
   setSignedIn(me);
-  const hash = location.hash || '#/sandboxes';
+  const hash = location.hash || (me.role === 'platform' ? '#/orgs' : '#/sandboxes');
   const m = hash.match(/^#\/sandboxes\/([^/?]+)$/);
   const list = hash.match(/^#\/([a-z]+)$/);
-  if (m) state.page = sandboxPage(main(), me, decodeURIComponent(m[1]));
+  if (me.role === 'platform') state.page = hash === '#/host' ? hostPage(main(), me) : orgsPage(main(), me);
+  else if (m) state.page = sandboxPage(main(), me, decodeURIComponent(m[1]));
   else if (hash === '#/usage') state.page = usagePage(main(), me);
   else if (hash === '#/databases') state.page = databasesPage(main(), me);
   else if (hash === '#/quotas') state.page = quotasPage(main(), me);

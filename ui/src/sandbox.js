@@ -60,35 +60,49 @@ export function sandboxPage(root, me, id) {
     } catch (e) { /* the list is a convenience: the action reports its own errors */ }
   }
 
+  // One action at a time: the buttons wait while it runs, and the status counts its seconds (a
+  // snapshot, fork or hibernate of a large sandbox takes a while).
   async function act(verb, label) {
     showError(null);
+    const t0 = Date.now();
+    const secs = () => ((Date.now() - t0) / 1000).toFixed(1);
     busy.textContent = `${label}…`;
+    busy.dataset.running = verb;
+    const tick = setInterval(() => { busy.textContent = `${label}… ${secs()} s`; }, 250);
+    const buttons = [...actions.querySelectorAll('button')];
+    for (const b of buttons) b.disabled = true;
+    const done = (text) => { clearInterval(tick); busy.textContent = `${text} (${secs()} s)`; };
     try {
       if (verb === 'kill') {
         await api('DELETE', base);
-        busy.textContent = `${label}: done`;
+        done(`${label}: done`);
       } else if (verb === 'snapshots') {
         const snap = await api('POST', `${base}/snapshots`, {});
-        busy.textContent = `snapshot ${snap.id}`;
+        done(`snapshot ${snap.id}`);
         busy.dataset.snapshot = snap.id;
         await loadSnapshots();
       } else if (verb === 'fork') {
         const res = await api('POST', `${base}/fork`, {});
         const child = res.sandboxes[0].id;
-        busy.textContent = `forked ${child}`;
+        done(`forked ${child}`);
         location.hash = `#/sandboxes/${child}`;
         return;
       } else if (verb === 'rollback') {
         if (!rollbackTo.value) throw new Error('no snapshot of this sandbox to roll back to');
         await api('POST', `${base}/rollback`, { snapshot_id: rollbackTo.value });
-        busy.textContent = `rolled back to ${rollbackTo.value}`;
+        done(`rolled back to ${rollbackTo.value}`);
       } else {
         await api('POST', `${base}/${verb}`, {});
-        busy.textContent = `${label}: done`;
+        done(`${label}: done`);
       }
     } catch (e) {
+      clearInterval(tick);
       busy.textContent = '';
       showError(e);
+    } finally {
+      clearInterval(tick);
+      delete busy.dataset.running;
+      for (const b of buttons) b.disabled = false;
     }
     await refresh();
   }

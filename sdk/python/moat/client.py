@@ -101,6 +101,14 @@ class Client:
         from .usage import usage
         return usage(self._t, from_, to, group_by, bucket)
 
+    def host(self) -> Dict[str, Any]:
+        """GET /v1/host: {version, scope, capacity {cpus, memory_mb, disk_mb, pids_max}, load,
+        sandboxes {live, by_state, committed_vcpus, committed_memory_mb}, checkpoints, network}.
+        An org's key sees its own org's sandboxes and load None; the platform admin key (scope
+        "host") every org's, and load {average [1, 5, 15 min], memory_available_mb, disk_free_mb,
+        uptime_seconds}."""
+        return self._t.request("GET", "/v1/host")[1]
+
     def health(self) -> Dict[str, Any]:
         """GET /healthz (no authentication needed): {"status": "ok", "version", ...}."""
         return self._t.request("GET", "/healthz")[1]

@@ -47,6 +47,8 @@ export { Template, BuildError, BuildLogs, contextTar } from './template.js';
 export type { TemplateData, BuildLogLine, BuildEnd, BuildOptions } from './template.js';
 export { health, listTemplates, buildTemplate } from './admin.js';
 export { Usage } from './usage.js';
+export { Host } from './host.js';
+export type { HostInfo } from './host.js';
 export type { UsageRow, UsagePoint, UsageOptions, MetricsRange, MetricsSample, TimeArg } from './usage.js';
 export type { Health, TemplateInfo } from './admin.js';
 export { SandboxEvents } from './sandbox_ops.js';

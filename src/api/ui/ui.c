@@ -5,23 +5,21 @@
  * that list and nothing else: a path not listed (a "..", a "%2e%2e", an absolute one) is 404, and the
  * file system is never consulted after start. Without a manifest every /ui/ request is 503.
  *
- * Sessions: a table in memory (moatd's restart signs everybody out) of token -> API key and expiry,
- * under one lock. The token is 32 random bytes in hex, compared in constant time.
+ * Sessions (sessions.h): a table in memory (moatd's restart signs everybody out) of token -> API key
+ * and expiry. The token is 32 random bytes in hex, compared in constant time.
  */
 #include "ui.h"
 
 #include <microhttpd.h>
-#include <openssl/crypto.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../common/log.h"
 #include "../../common/util.h"
+#include "sessions.h"
 
 #define UI_MAX_ASSETS 256
-#define UI_TOKEN_HEX 64
 /* Every asset answer: only moatd's own scripts, styles (xterm.js sets element styles) and
  * connections; never framed; no sniffing. */
 #define UI_CSP                                                                                               \
@@ -35,20 +33,12 @@ struct ui_asset {
   const char *type;
 };
 
-struct ui_session {
-  char token[UI_TOKEN_HEX + 1];
-  char *key;
-  int64_t expires_ms;
-};
-
 struct ui_state {
   char *dir; /* NULL: no dashboard was built */
   char *why; /* why there are no assets */
   struct ui_asset assets[UI_MAX_ASSETS];
   size_t n_assets;
-  pthread_mutex_t lock;
-  struct ui_session *sessions;
-  size_t n_sessions;
+  struct ui_sessions *sessions;
 };
 
 /* ---- assets ---- */
@@ -189,72 +179,15 @@ static int h_ui_asset(struct api_req *r, json_t *body) {
 
 /* ---- sessions ---- */
 
-static void session_clear(struct ui_session *x) {
-  if (x->key) {
-    explicit_bzero(x->key, strlen(x->key));
-    free(x->key);
-  }
-  memset(x, 0, sizeof(*x));
-}
-
-/* Index of token's session (lock held), or -1. */
-static ssize_t session_find(struct ui_state *s, const char *token) {
-  if (strlen(token) != UI_TOKEN_HEX)
-    return -1;
-  for (size_t i = 0; i < s->n_sessions; i++)
-    if (CRYPTO_memcmp(s->sessions[i].token, token, UI_TOKEN_HEX) == 0)
-      return (ssize_t)i;
-  return -1;
-}
-
-static void session_drop(struct ui_state *s, size_t i) {
-  session_clear(&s->sessions[i]);
-  s->sessions[i] = s->sessions[--s->n_sessions];
-  memset(&s->sessions[s->n_sessions], 0, sizeof(s->sessions[0]));
-}
-
-/* Ends expired sessions and, at the cap, the one closest to expiring (lock held). */
-static void sessions_prune(struct ui_state *s, int64_t now) {
-  for (size_t i = 0; i < s->n_sessions;)
-    if (s->sessions[i].expires_ms <= now)
-      session_drop(s, i);
-    else
-      i++;
-  if (s->n_sessions < UI_MAX_SESSIONS)
-    return;
-  size_t oldest = 0;
-  for (size_t i = 1; i < s->n_sessions; i++)
-    if (s->sessions[i].expires_ms < s->sessions[oldest].expires_ms)
-      oldest = i;
-  session_drop(s, oldest);
-}
-
 char *api_ui_session_key(const struct moat_api *a, const char *token) {
   struct ui_state *s = api_front_state(a, &api_front_ui);
-  if (!s || !token)
-    return NULL;
-  char *key = NULL;
-  pthread_mutex_lock(&s->lock);
-  ssize_t i = session_find(s, token);
-  if (i >= 0 && s->sessions[i].expires_ms <= now_unix_ms()) {
-    session_drop(s, (size_t)i);
-    i = -1;
-  }
-  if (i >= 0)
-    key = xstrdup(s->sessions[i].key);
-  pthread_mutex_unlock(&s->lock);
-  return key;
+  return s && token ? ui_sessions_key(s->sessions, token, now_unix_ms(), NULL) : NULL;
 }
 
 void api_ui_session_end(const struct moat_api *a, const char *token) {
   struct ui_state *s = api_front_state(a, &api_front_ui);
-  if (!s || !token)
-    return;
-  pthread_mutex_lock(&s->lock);
-  ssize_t i = session_find(s, token);
-  if (i >= 0)
-    session_drop(s, (size_t)i);
-  pthread_mutex_unlock(&s->lock);
+  if (s && token)
+    ui_sessions_end(s->sessions, token);
 }
 
 /* A mutation of the session must come from the dashboard's own script: 0, or -1 after 403. */
@@ -307,27 +240,15 @@ static int h_session_create(struct api_req *r, json_t *body) {
     moat_error_free(&err);
     return 0;
   }
-  if (info.role == MOAT_ROLE_PLATFORM)
-    return api_reply_error(r, 403, "forbidden",
-                           "the platform admin key manages orgs only: sign in with a key of an org"),
-           0;
   int64_t now = now_unix_ms();
   int64_t expires = now + (int64_t)UI_SESSION_TTL_S * 1000;
   if (info.expires_at_ms && info.expires_at_ms < expires)
     expires = info.expires_at_ms;
-  struct ui_session x = {.key = xstrdup(key), .expires_ms = expires};
-  uint8_t raw[UI_TOKEN_HEX / 2];
-  random_bytes(raw, sizeof(raw));
-  for (size_t i = 0; i < sizeof(raw); i++)
-    snprintf(x.token + 2 * i, 3, "%02x", raw[i]);
-  explicit_bzero(raw, sizeof(raw));
-  pthread_mutex_lock(&s->lock);
-  sessions_prune(s, now);
-  s->sessions[s->n_sessions++] = x;
-  pthread_mutex_unlock(&s->lock);
+  char token[UI_TOKEN_HEX + 1];
+  ui_sessions_add(s->sessions, key, expires, now, token);
   char cookie[256];
-  snprintf(cookie, sizeof(cookie), "%s=%s; Path=/; Max-Age=%lld; HttpOnly; SameSite=Strict", UI_COOKIE,
-           x.token, (long long)((expires - now) / 1000));
+  snprintf(cookie, sizeof(cookie), "%s=%s; Path=/; Max-Age=%lld; HttpOnly; SameSite=Strict", UI_COOKIE, token,
+           (long long)((expires - now) / 1000));
   json_t *out = json_pack("{s:s, s:s, s:s, s:s, s:I}", "org", info.org, "key_id", info.id, "name", info.name,
                           "role", moat_key_role_name(info.role), "expires_at_ms", (json_int_t)expires);
   return reply_cookie(r, 201, out, cookie);
@@ -342,15 +263,8 @@ static int h_session_get(struct api_req *r, json_t *body) {
   const char *tok = MHD_lookup_connection_value(r->conn, MHD_COOKIE_KIND, UI_COOKIE);
   _cleanup_free_ char *key = NULL;
   int64_t expires = 0;
-  if (tok) {
-    pthread_mutex_lock(&s->lock);
-    ssize_t i = session_find(s, tok);
-    if (i >= 0 && s->sessions[i].expires_ms > now_unix_ms()) {
-      key = xstrdup(s->sessions[i].key);
-      expires = s->sessions[i].expires_ms;
-    }
-    pthread_mutex_unlock(&s->lock);
-  }
+  if (tok)
+    key = ui_sessions_key(s->sessions, tok, now_unix_ms(), &expires);
   if (!key)
     return api_reply_error(r, 401, "unauthorized", "not signed in to the dashboard (POST /ui/session)"), 0;
   struct moat_key_info info;
@@ -397,10 +311,7 @@ static void ui_close(void *state) {
     free(s->assets[i].name);
     free(s->assets[i].data);
   }
-  for (size_t i = 0; i < s->n_sessions; i++)
-    session_clear(&s->sessions[i]);
-  free(s->sessions);
-  pthread_mutex_destroy(&s->lock);
+  ui_sessions_free(s->sessions);
   free(s->dir);
   free(s->why);
   free(s);
@@ -408,8 +319,7 @@ static void ui_close(void *state) {
 
 static int ui_open(struct moat_api *a, const struct moat_api_config *cfg, void **state, moat_error **err) {
   struct ui_state *s = xcalloc(1, sizeof(*s));
-  pthread_mutex_init(&s->lock, NULL);
-  s->sessions = xcalloc(UI_MAX_SESSIONS, sizeof(*s->sessions));
+  s->sessions = ui_sessions_new(UI_MAX_SESSIONS);
   if (cfg->ui_dir) {
     s->dir = xstrdup(cfg->ui_dir);
     moat_error *e = NULL;

@@ -110,6 +110,41 @@ int api_h_healthz(struct api_req *r, json_t *body) {
                                   "checkpoints", ck, "network", net));
 }
 
+/* GET /v1/host: the host's capacity, checkpoints and network for every key; its load and what every
+ * org's sandboxes hold of it for the platform admin's key only (an org's key sees its own sandboxes:
+ * how busy the host is tells it of other tenants). */
+int api_h_host(struct api_req *r, json_t *body) {
+  (void)body;
+  if (api_args_none(r) < 0)
+    return -1;
+  struct moat_control *c = api_control(r);
+  bool platform = r->key.role == MOAT_ROLE_PLATFORM;
+  struct moat_host_info hi;
+  moat_control_host_info(c, platform ? NULL : r->org, &hi);
+  json_t *states = json_object();
+  uint64_t live = 0;
+  for (int s = MOAT_SB_CREATING; s < MOAT_SB_KILLED; s++) {
+    json_object_set_new(states, moat_sandbox_state_name((enum moat_sandbox_state)s),
+                        json_integer((json_int_t)hi.by_state[s]));
+    live += hi.by_state[s];
+  }
+  json_t *load = json_null();
+  if (platform)
+    load = json_pack("{s:[f,f,f], s:I, s:I, s:I}", "average", hi.cap.load[0], hi.cap.load[1], hi.cap.load[2],
+                     "memory_available_mb", (json_int_t)hi.cap.memory_available_mb, "disk_free_mb",
+                     (json_int_t)hi.cap.disk_free_mb, "uptime_seconds", (json_int_t)hi.cap.uptime_s);
+  json_t *ck = json_pack("{s:b, s:s}", "available", moat_control_can_checkpoint(c), "criu",
+                         moat_control_criu_status(c));
+  json_t *o = json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:I}, s:o, s:{s:I, s:o, s:f, s:I}, s:o, s:o}",
+                        "version", api_version(r), "scope", platform ? "host" : "org", "capacity", "cpus",
+                        (json_int_t)hi.cap.cpus, "memory_mb", (json_int_t)hi.cap.memory_mb, "disk_mb",
+                        (json_int_t)hi.cap.disk_mb, "pids_max", (json_int_t)hi.cap.pid_max, "load", load,
+                        "sandboxes", "live", (json_int_t)live, "by_state", states, "committed_vcpus",
+                        hi.committed_vcpus, "committed_memory_mb", (json_int_t)hi.committed_memory_mb,
+                        "checkpoints", ck, "network", moat_control_network_status(c));
+  return api_reply_json(r, 200, o);
+}
+
 static void family(struct moat_buf *b, const char *name, const char *type, const char *help) {
   buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }

@@ -19,6 +19,7 @@ static const struct api_route_hooks template_import = {.begin = api_template_imp
 static const struct api_route_def v1_routes[] = {
     {"GET", "/healthz", "healthz", api_h_healthz, API_RT_PUBLIC, NULL},
     {"GET", "/metrics", "metrics", api_h_metrics, API_RT_ANY_KEY, NULL},
+    {"GET", "/v1/host", "host", api_h_host, API_RT_ANY_KEY, NULL},
 
     {"GET", "/v1/me", "me", api_h_me, API_RT_ANY_KEY, NULL},
     {"GET", "/v1/orgs", "orgs.list", api_h_orgs_list, API_RT_PLATFORM, NULL},

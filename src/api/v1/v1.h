@@ -6,6 +6,7 @@
 
 /* Handlers: called once the whole body is in; each queues exactly one reply. */
 int api_h_healthz(struct api_req *r, json_t *body);
+int api_h_host(struct api_req *r, json_t *body);
 int api_h_sandboxes_list(struct api_req *r, json_t *body);
 int api_h_sandboxes_create(struct api_req *r, json_t *body);
 int api_h_sandbox_get(struct api_req *r, json_t *body);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1066,6 +1068,17 @@ static uint64_t proc_sys_u64(const char *path) {
   return parse_u64(s, &v) == 0 ? v : 0;
 }
 
+/* MemAvailable of /proc/meminfo in MiB, or 0. */
+static uint64_t meminfo_available_mb(void) {
+  _cleanup_fclose_ FILE *f = fopen("/proc/meminfo", "re");
+  char line[256];
+  unsigned long long kb;
+  while (f && fgets(line, sizeof(line), f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+      return kb / 1024;
+  return 0;
+}
+
 static void linux_capacity(struct moat_host *base, struct moat_host_capacity *out) {
   struct moat_linux *h = moat_linux_of(base);
   long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
@@ -1076,6 +1089,17 @@ static void linux_capacity(struct moat_host *base, struct moat_host_capacity *ou
     out->disk_mb = (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize / (1024 * 1024);
   out->pid_max = proc_sys_u64("/proc/sys/kernel/pid_max");
   out->threads_max = proc_sys_u64("/proc/sys/kernel/threads-max");
+  if (statvfs(h->data_dir, &sv) == 0)
+    out->disk_free_mb = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize / (1024 * 1024);
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
+    out->cpus = (unsigned)CPU_COUNT(&cpus);
+  if (getloadavg(out->load, 3) != 3)
+    out->load[0] = out->load[1] = out->load[2] = 0;
+  struct sysinfo si;
+  if (sysinfo(&si) == 0)
+    out->uptime_s = (uint64_t)si.uptime;
+  out->memory_available_mb = meminfo_available_mb();
 }
 
 static int linux_usage(struct moat_host *base, int slot, struct moat_usage *out, moat_error **err) {
