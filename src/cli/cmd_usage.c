@@ -1,4 +1,4 @@
-/* cmd_usage.c -- moat usage [--from T] [--to T] [--group-by G] (GET /v1/usage) and
+/* cmd_usage.c -- moat usage [--from T] [--to T] [--group-by G] [--bucket S] (GET /v1/usage) and
  * moat metrics ID [--from T] [--to T] [--limit N] (GET /v1/sandboxes/{id}/metrics: the sample of
  * now, or with a range the recorded history) */
 #include <stdlib.h>
@@ -8,9 +8,12 @@
 #include "cli.h"
 
 static const char usage_usage[] =
-    "moat usage [--from T] [--to T] [--group-by sandbox|org|template|metadata.KEY] [--json]\n"
+    "moat usage [--from T] [--to T] [--group-by sandbox|org|template|metadata.KEY] [--bucket S]\n"
+    "           [--json]\n"
     "    the org's metered use over [from, to) (RFC 3339 or Unix ms; default the last 24 h):\n"
-    "    CPU-seconds, working-set GiB-seconds and seconds alive per group, the largest CPU first\n"
+    "    CPU-seconds, working-set GiB-seconds and seconds alive per group, the largest CPU first;\n"
+    "    with --bucket S (seconds, 60..86400) also each group's use per bucket of S seconds\n"
+    "    (aligned to multiples of S since the Unix epoch; buckets without use are not shown)\n"
     "moat usage now ORG\n"
     "    the org's use against each of its quotas now\n";
 
@@ -19,13 +22,14 @@ static const char metrics_usage[] =
     "    without a range: the sandbox's resource use now (JSON); with --from/--to/--limit: its\n"
     "    recorded samples (every 10 s, kept moatd --metrics-retention-hours), oldest first\n";
 
-enum { U_FROM = 1, U_TO, U_GROUP, U_LIMIT, U_JSON };
-static const struct cli_opt usage_opts[] = {{"from", true, U_FROM},      {"to", true, U_TO},
-                                            {"group-by", true, U_GROUP}, {"limit", true, U_LIMIT},
-                                            {"json", false, U_JSON},     {NULL, false, 0}};
+enum { U_FROM = 1, U_TO, U_GROUP, U_LIMIT, U_BUCKET, U_JSON };
+static const struct cli_opt usage_opts[] = {
+    {"from", true, U_FROM},   {"to", true, U_TO},         {"group-by", true, U_GROUP},
+    {"limit", true, U_LIMIT}, {"bucket", true, U_BUCKET}, {"json", false, U_JSON},
+    {NULL, false, 0}};
 
 struct usage_ctx {
-  const char *from, *to, *group, *limit;
+  const char *from, *to, *group, *limit, *bucket;
   bool json;
 };
 
@@ -43,6 +47,9 @@ static int on_usage_opt(int id, const char *value, void *ctx) {
     break;
   case U_LIMIT:
     u->limit = value;
+    break;
+  case U_BUCKET:
+    u->bucket = value;
     break;
   default:
     u->json = true;
@@ -80,6 +87,7 @@ int cmd_usage(int argc, char **argv) {
   add_query(&path, "from", u.from);
   add_query(&path, "to", u.to);
   add_query(&path, "group_by", u.group);
+  add_query(&path, "bucket", u.bucket);
   struct cli_resp resp;
   r = cli_request("GET", path, NULL, &resp);
   free(path);
@@ -96,6 +104,13 @@ int cmd_usage(int argc, char **argv) {
       const char *k = json_string_value(json_object_get(x, "key"));
       printf("%-28s %14.3f %18.3f %14.1f\n", k ? k : "-", num(x, "cpu_seconds"), num(x, "memory_gib_seconds"),
              num(x, "sandbox_seconds"));
+      size_t j;
+      json_t *p;
+      json_array_foreach(json_object_get(x, "series"), j, p) {
+        const char *t = json_string_value(json_object_get(p, "start"));
+        printf("  %-26s %14.3f %18.3f %14.1f\n", t ? t : "-", num(p, "cpu_seconds"),
+               num(p, "memory_gib_seconds"), num(p, "sandbox_seconds"));
+      }
     }
   }
   json_decref(resp.json);
@@ -112,9 +127,9 @@ int cmd_metrics(int argc, char **argv) {
     printf("usage: %s", metrics_usage);
     return 0;
   }
-  if (r < 0 || a.npos != 1 || u.group)
+  if (r < 0 || a.npos != 1 || u.group || u.bucket)
     return cli_usage_error(metrics_usage, "%s",
-                           r < 0 ? "" : "metrics takes one sandbox ID (and no --group-by)");
+                           r < 0 ? "" : "metrics takes one sandbox ID (and no --group-by or --bucket)");
   _cleanup_free_ char *id = cli_escape(pos[0]);
   char *path = xasprintf("/v1/sandboxes/%s/metrics", id);
   bool history = u.from || u.to || u.limit;

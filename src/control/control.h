@@ -900,16 +900,25 @@ enum moat_usage_group {
   MOAT_USAGE_BY_TEMPLATE,
   MOAT_USAGE_BY_METADATA
 };
+/* A group's use in one bucket, [start_ms, start_ms + bucket) within the range. */
+struct moat_usage_point {
+  int64_t start_ms;
+  double cpu_seconds, memory_gib_seconds, sandbox_seconds;
+};
 struct moat_usage_row {
   char *key; /* NULL: the sandboxes without that metadata key */
   double cpu_seconds, memory_gib_seconds, sandbox_seconds;
+  struct moat_usage_point *series; /* bucket_ms > 0: the buckets with use, in order; they sum to the above */
+  size_t n_series;
 };
 void moat_usage_rows_free(struct moat_usage_row *v, size_t n);
 /* org's use over [from_ms, to_ms), grouped (meta_key: the metadata key for BY_METADATA), the
- * largest CPU first. What was sampled before the call is counted. */
+ * largest CPU first; with bucket_ms > 0 each group's use also per bucket of bucket_ms aligned to
+ * multiples of it since the Unix epoch (moat_store_meter_usage_series). What was sampled before the
+ * call is counted. */
 int moat_control_usage_query(struct moat_control *c, const char *org, int64_t from_ms, int64_t to_ms,
-                             enum moat_usage_group g, const char *meta_key, struct moat_usage_row **out,
-                             size_t *n, moat_error **err);
+                             enum moat_usage_group g, const char *meta_key, int64_t bucket_ms,
+                             struct moat_usage_row **out, size_t *n, moat_error **err);
 /* The metric samples of org's sandbox id (live or killed) with from_ms <= at < to_ms, oldest first,
  * at most limit. ENOENT for a sandbox that is not org's. */
 int moat_control_metrics_series(struct moat_control *c, const char *org, const char *id, int64_t from_ms,

@@ -406,9 +406,37 @@ bool moat_control_meter_org_totals(struct moat_control *c, const char *org, doub
 }
 
 void moat_usage_rows_free(struct moat_usage_row *v, size_t n) {
-  for (size_t i = 0; v && i < n; i++)
+  for (size_t i = 0; v && i < n; i++) {
     free(v[i].key);
+    free(v[i].series);
+  }
   free(v);
+}
+
+/* Adds the sandbox's buckets (in order) to the row's series (in order). */
+static void series_add(struct moat_usage_row *r, const struct moat_store_meter_bucket *b, size_t nb) {
+  if (!nb)
+    return;
+  struct moat_usage_point *v = xcalloc(r->n_series + nb, sizeof(*v));
+  size_t i = 0, j = 0, n = 0;
+  while (i < r->n_series || j < nb) {
+    if (j == nb || (i < r->n_series && r->series[i].start_ms < b[j].start_ms)) {
+      v[n++] = r->series[i++];
+      continue;
+    }
+    if (i == r->n_series || b[j].start_ms < r->series[i].start_ms)
+      v[n] = (struct moat_usage_point){.start_ms = b[j].start_ms};
+    else
+      v[n] = r->series[i++];
+    v[n].cpu_seconds += (double)b[j].cpu_ns / 1e9;
+    v[n].memory_gib_seconds += b[j].mem_gib_s;
+    v[n].sandbox_seconds += (double)b[j].alive_ms / 1000;
+    n++;
+    j++;
+  }
+  free(r->series);
+  r->series = v;
+  r->n_series = n;
 }
 
 /* The group key of u (a copy, or NULL for the sandboxes without one). */
@@ -443,14 +471,15 @@ static int by_cpu_desc(const void *a, const void *b) {
 }
 
 int moat_control_usage_query(struct moat_control *c, const char *org, int64_t from_ms, int64_t to_ms,
-                             enum moat_usage_group g, const char *meta_key, struct moat_usage_row **out,
-                             size_t *n, moat_error **err) {
+                             enum moat_usage_group g, const char *meta_key, int64_t bucket_ms,
+                             struct moat_usage_row **out, size_t *n, moat_error **err) {
   *out = NULL;
   *n = 0;
   meter_sync(c);
   struct moat_store_meter_use *u = NULL;
   size_t nu = 0;
-  if (moat_store_meter_usage(c->store, org, from_ms, to_ms, &u, &nu, err) < 0)
+  if ((bucket_ms > 0 ? moat_store_meter_usage_series(c->store, org, from_ms, to_ms, bucket_ms, &u, &nu, err)
+                     : moat_store_meter_usage(c->store, org, from_ms, to_ms, &u, &nu, err)) < 0)
     return -1;
   struct moat_usage_row *v = nu ? xcalloc(nu, sizeof(*v)) : NULL;
   size_t len = 0;
@@ -472,6 +501,7 @@ int moat_control_usage_query(struct moat_control *c, const char *org, int64_t fr
     v[j].cpu_seconds += (double)u[i].cpu_ns / 1e9;
     v[j].memory_gib_seconds += u[i].mem_gib_s;
     v[j].sandbox_seconds += (double)u[i].alive_ms / 1000;
+    series_add(&v[j], u[i].buckets, u[i].n_buckets);
   }
   moat_store_meter_uses_free(u, nu);
   if (len > 1)

@@ -21,6 +21,7 @@ void moat_store_meter_uses_free(struct moat_store_meter_use *v, size_t n) {
     free(v[i].sandbox_id);
     free(v[i].template_name);
     free(v[i].metadata_json);
+    free(v[i].buckets);
   }
   free(v);
 }
@@ -217,8 +218,78 @@ static int totals_at(struct moat_store *s, const char *id, int64_t t, struct tot
   return 0;
 }
 
-int moat_store_meter_usage(struct moat_store *s, const char *org, int64_t from_ms, int64_t to_ms,
-                           struct moat_store_meter_use **out, size_t *n, moat_error **err) {
+static int64_t floor_to(int64_t t, int64_t w) { return t - ((t % w) + w) % w; }
+
+static void bucket_add(struct moat_store_meter_use *u, size_t *cap, int64_t start, const struct totals *d) {
+  if (d->cpu_ns == 0 && d->mem_gib_s == 0 && d->alive_ms == 0)
+    return;
+  struct moat_store_meter_bucket *last = u->n_buckets ? &u->buckets[u->n_buckets - 1] : NULL;
+  if (!last || last->start_ms != start) {
+    if (u->n_buckets == *cap) {
+      *cap = *cap ? *cap * 2 : 16;
+      u->buckets = xrealloc(u->buckets, *cap * sizeof(*u->buckets));
+    }
+    last = &u->buckets[u->n_buckets++];
+    *last = (struct moat_store_meter_bucket){.start_ms = start};
+  }
+  last->cpu_ns += d->cpu_ns;
+  last->mem_gib_s += d->mem_gib_s;
+  last->alive_ms += d->alive_ms;
+}
+
+/* u's use per bucket of w over [from, to), given its totals a at from and b at to. A bucket's end
+ * totals are the largest of its samples' and of the hourly rows of the hours that ended in it (a
+ * row stands for the hour's last ms), as totals_at reads them; the raw samples are served by their
+ * primary key (sandbox_id, at_ms), the hourly rows by theirs (sandbox_id, hour_ms). s->lock held. */
+static int use_buckets(struct moat_store *s, struct moat_store_meter_use *u, int64_t from, int64_t to,
+                       int64_t w, const struct totals *a, const struct totals *b, moat_error **err) {
+  static const char sql[] =
+      "SELECT k, max(c), max(m), max(a) FROM ("
+      "SELECT (at_ms - ?2) / ?5 AS k, cpu_ns c, mem_gib_s m, alive_ms a FROM meter_samples "
+      "WHERE sandbox_id = ?1 AND at_ms >= ?3 AND at_ms < ?4 UNION ALL "
+      "SELECT (hour_ms + ?8 - ?2) / ?5, cpu_ns, mem_gib_s, alive_ms FROM meter_hourly "
+      "WHERE sandbox_id = ?1 AND hour_ms >= ?6 AND hour_ms < ?7) GROUP BY k ORDER BY k";
+  int64_t origin = floor_to(from, w);
+  sqlite3_stmt *st = sql_stmt(s, sql, err);
+  if (!st)
+    return -1;
+  sql_bind_text(st, 1, u->sandbox_id);
+  sqlite3_bind_int64(st, 2, origin);
+  sqlite3_bind_int64(st, 3, from);
+  sqlite3_bind_int64(st, 4, to);
+  sqlite3_bind_int64(st, 5, w);
+  sqlite3_bind_int64(st, 6, from - (HOUR_MS - 1));
+  sqlite3_bind_int64(st, 7, to - (HOUR_MS - 1));
+  sqlite3_bind_int64(st, 8, HOUR_MS - 1);
+  struct totals cur = *a;
+  size_t cap = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    uint64_t c = (uint64_t)sqlite3_column_int64(st, 1);
+    double m = sqlite3_column_double(st, 2);
+    int64_t al = sqlite3_column_int64(st, 3);
+    /* running totals never fall; none passes the totals at to */
+    struct totals nx = {c > cur.cpu_ns ? (c < b->cpu_ns ? c : b->cpu_ns) : cur.cpu_ns,
+                        m > cur.mem_gib_s ? (m < b->mem_gib_s ? m : b->mem_gib_s) : cur.mem_gib_s,
+                        al > cur.alive_ms ? (al < b->alive_ms ? al : b->alive_ms) : cur.alive_ms};
+    struct totals d = {nx.cpu_ns - cur.cpu_ns, nx.mem_gib_s - cur.mem_gib_s, nx.alive_ms - cur.alive_ms};
+    bucket_add(u, &cap, origin + sqlite3_column_int64(st, 0) * w, &d);
+    cur = nx;
+  }
+  sqlite3_reset(st);
+  if (rc != SQLITE_DONE)
+    return sql_db_error(s, rc, err, "sum meter samples per bucket");
+  /* what the buckets' ends did not reach (none when the rows agree with totals_at) goes in the last */
+  struct totals rest = {b->cpu_ns > cur.cpu_ns ? b->cpu_ns - cur.cpu_ns : 0,
+                        b->mem_gib_s > cur.mem_gib_s ? b->mem_gib_s - cur.mem_gib_s : 0,
+                        b->alive_ms > cur.alive_ms ? b->alive_ms - cur.alive_ms : 0};
+  if (to > from)
+    bucket_add(u, &cap, floor_to(to - 1, w), &rest);
+  return 0;
+}
+
+static int usage(struct moat_store *s, const char *org, int64_t from_ms, int64_t to_ms, int64_t bucket_ms,
+                 struct moat_store_meter_use **out, size_t *n, moat_error **err) {
   /* the sandboxes with a sample in an hour that overlaps the range */
   static const char set[] =
       "SELECT h.sandbox_id, s.template, s.metadata FROM (SELECT DISTINCT sandbox_id FROM meter_hourly "
@@ -258,6 +329,9 @@ int moat_store_meter_usage(struct moat_store *s, const char *org, int64_t from_m
     v[i].cpu_ns = b.cpu_ns > a.cpu_ns ? b.cpu_ns - a.cpu_ns : 0;
     v[i].mem_gib_s = b.mem_gib_s > a.mem_gib_s ? b.mem_gib_s - a.mem_gib_s : 0;
     v[i].alive_ms = b.alive_ms > a.alive_ms ? b.alive_ms - a.alive_ms : 0;
+    if (bucket_ms > 0 && (v[i].cpu_ns || v[i].mem_gib_s > 0 || v[i].alive_ms) &&
+        use_buckets(s, &v[i], from_ms, to_ms, bucket_ms, &a, &b, err) < 0)
+      goto fail;
   }
   *out = v;
   *n = len;
@@ -269,6 +343,19 @@ fail:
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
+}
+
+int moat_store_meter_usage(struct moat_store *s, const char *org, int64_t from_ms, int64_t to_ms,
+                           struct moat_store_meter_use **out, size_t *n, moat_error **err) {
+  return usage(s, org, from_ms, to_ms, 0, out, n, err);
+}
+
+int moat_store_meter_usage_series(struct moat_store *s, const char *org, int64_t from_ms, int64_t to_ms,
+                                  int64_t bucket_ms, struct moat_store_meter_use **out, size_t *n,
+                                  moat_error **err) {
+  if (bucket_ms <= 0)
+    return moat_error_set(err, EINVAL, "a bucket of %lld ms", (long long)bucket_ms);
+  return usage(s, org, from_ms, to_ms, bucket_ms, out, n, err);
 }
 
 int moat_store_meter_org_totals(struct moat_store *s, struct moat_store_meter_org **out, size_t *n,

@@ -391,12 +391,21 @@ int moat_store_meter_last(struct moat_store *s, const char *sandbox_id, struct m
 int moat_store_meter_series(struct moat_store *s, const char *org, const char *sandbox_id, int64_t from_ms,
                             int64_t to_ms, unsigned limit, struct moat_store_meter_sample **out, size_t *n,
                             moat_error **err);
+/* A sandbox's use in one bucket: [start_ms, start_ms + bucket) as far as it lies in the range. */
+struct moat_store_meter_bucket {
+  int64_t start_ms;
+  uint64_t cpu_ns;
+  double mem_gib_s;
+  int64_t alive_ms;
+};
 /* A sandbox's use over a range, with what it was created with. */
 struct moat_store_meter_use {
   char *sandbox_id, *template_name, *metadata_json; /* template, metadata NULL: no row */
   uint64_t cpu_ns;
   double mem_gib_s;
   int64_t alive_ms;
+  struct moat_store_meter_bucket *buckets; /* moat_store_meter_usage_series: those with use, in order */
+  size_t n_buckets;
 };
 void moat_store_meter_uses_free(struct moat_store_meter_use *v, size_t n);
 /* Per sandbox of org with samples in [from_ms, to_ms): its totals at the last sample before to_ms
@@ -404,6 +413,13 @@ void moat_store_meter_uses_free(struct moat_store_meter_use *v, size_t n);
  * stand in (the range's ends rounded down to the hour). */
 int moat_store_meter_usage(struct moat_store *s, const char *org, int64_t from_ms, int64_t to_ms,
                            struct moat_store_meter_use **out, size_t *n, moat_error **err);
+/* The same, and each sandbox's use per bucket of bucket_ms (> 0) aligned to multiples of it since
+ * the Unix epoch: a bucket's use is the difference of the totals at its ends (the range's ends for
+ * the first and last), so the buckets sum to the range's totals. Buckets without use are left out.
+ * The samples are grouped per bucket by the store (one row per bucket and sandbox). */
+int moat_store_meter_usage_series(struct moat_store *s, const char *org, int64_t from_ms, int64_t to_ms,
+                                  int64_t bucket_ms, struct moat_store_meter_use **out, size_t *n,
+                                  moat_error **err);
 /* Every org's totals over all its sandboxes (for the counters moatd exports). */
 struct moat_store_meter_org {
   char *org;

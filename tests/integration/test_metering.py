@@ -17,6 +17,13 @@ from moattest import DaemonTest  # noqa: E402
 from test_metrics import parse_prometheus  # noqa: E402
 
 INTERVAL_MS = 300
+FIELDS = ("cpu_seconds", "memory_gib_seconds", "sandbox_seconds")
+
+
+def iso_ms(s):
+    """Unix ms of an RFC 3339 time of moatd's (UTC, "Z")."""
+    import datetime
+    return int(datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() * 1000 + 0.5)
 
 
 def slot_cpu_usec(daemon, slot):
@@ -190,11 +197,84 @@ class MeteringTest(DaemonTest):
         w = self.usage_of(sid)
         self.assertGreater(w["cpu_seconds"], h1["cpu_seconds"] + 0.1, samples_of(self.daemon, sid))
 
+    def check_series(self, rows, frm, to, bucket_s):
+        """Every row's series: aligned to the bucket, in order, within [from, to), empty buckets left
+        out, summing to the row's totals. Returns {key: [(start_ms, point)]}."""
+        w = bucket_s * 1000
+        out = {}
+        for r in rows:
+            pts = [(iso_ms(p["start"]), p) for p in r["series"]]
+            starts = [t for t, _ in pts]
+            self.assertEqual(starts, sorted(set(starts)), r)
+            for t, p in pts:
+                self.assertEqual(t % w, 0, r)
+                self.assertGreater(t + w, frm, r)
+                self.assertLess(t, to, r)
+                self.assertTrue(any(p[f] > 0 for f in FIELDS), r)
+            for f in FIELDS:
+                self.assertAlmostEqual(sum(p[f] for _, p in pts), r[f], delta=0.002 + 0.0005 * len(pts), msg=(f, r))
+            out[r["key"]] = pts
+        return out
+
+    def test_series_by_metadata(self):
+        runs = {}
+        for team in ("a", "b"):
+            t0 = int(time.time() * 1000)
+            sid = self.a.create(metadata={"team": team})["id"]
+            self.addCleanup(self._delete_quietly, self.a, sid)
+            self.burn(self.a, sid, 1)
+            self.a.delete(sid)
+            runs[team] = (sid, t0, int(time.time() * 1000))
+            self.wait_samples(2)
+        frm = runs["a"][1] - 10 * 60000
+        to = int(time.time() * 1000) + 1
+        q = {"from": str(frm), "to": str(to), "group_by": "metadata.team"}
+        plain = {r["key"]: r for r in self.usage(**q)}
+        self.assertTrue(all("series" not in r for r in plain.values()), plain)
+        rows = self.usage(bucket="60", **q)
+        by_key = {r["key"]: r for r in rows}
+        self.assertEqual(set(by_key), {"a", "b"})
+        for k in by_key:  # the totals are those without a bucket
+            for f in FIELDS:
+                self.assertEqual(by_key[k][f], plain[k][f], (k, f))
+        series = self.check_series(rows, frm, to, 60)
+        for team, (sid, t0, t1) in runs.items():
+            pts = series[team]
+            self.assertTrue(pts, by_key[team])
+            # only the buckets the sandbox ran in (the range starts ten minutes before)
+            for t, _ in pts:
+                self.assertTrue(t <= t1 and t + 60000 > t0, (team, t, t0, t1, pts))
+            self.assertGreater(sum(p["cpu_seconds"] for _, p in pts), 0.1, pts)
+        # per sandbox: the same buckets as the sandbox's group
+        sb = self.check_series(self.usage(bucket="60", **dict(q, group_by="sandbox")), frm, to, 60)
+        for team, (sid, _, _) in runs.items():
+            self.assertEqual([t for t, _ in sb[sid]], [t for t, _ in series[team]])
+        # a range that starts inside a bucket counts from 'from' only; days start at midnight UTC
+        day = self.check_series(self.usage(bucket="86400", group_by="org"), to - 86400000, to, 86400)
+        days = {t // 86400000 * 86400000 for run in runs.values() for t in run[1:]}
+        self.assertEqual({t for t, _ in day[self.org]}, days)
+        mid = runs["b"][1]
+        late = self.usage(bucket="3600", **dict(q, **{"from": str(mid)}))
+        self.assertEqual([r["key"] for r in late], ["b"], late)
+        self.check_series(late, mid, to, 3600)
+
     def test_bad_input(self):
         for q in ({"group_by": "bogus"}, {"group_by": "metadata."}, {"from": "yesterday"}, {"to": "1e9x"},
                   {"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
-                  {"from": "2024-01-01T00:00:00Z", "to": "2025-02-05T00:00:00Z"}, {"nope": "1"}):
+                  {"from": "2024-01-01T00:00:00Z", "to": "2025-02-05T00:00:00Z"}, {"nope": "1"},
+                  {"bucket": "59"}, {"bucket": "86401"}, {"bucket": "x"}, {"bucket": "600.5"}, {"bucket": ""},
+                  {"bucket": "-60"}):
             self.assertApiError(400, None, self.a.request, "GET", "/v1/usage", query=q)
+        # too many buckets: the answer names the arguments
+        for q in ({"bucket": "60", "from": "2026-01-01T00:00:00Z", "to": "2026-01-03T00:00:00Z"},
+                  {"bucket": "3600", "from": "2025-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}):
+            e = self.assertApiError(400, "invalid_request", self.a.request, "GET", "/v1/usage", query=q)
+            for name in ("'from'", "'to'", "'bucket'", "2000"):
+                self.assertIn(name, e.body["message"])
+        # the most there may be: 2,000 minutes; a year in days
+        for q in ({"bucket": "60", "from": "2026-01-01T00:00:00Z", "to": "2026-01-02T09:20:00Z"},
+                  {"bucket": "86400", "from": "2025-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}):
+            self.assertEqual(self.usage(**q), [])
         sid = self.a.create()["id"]
         self.addCleanup(self._delete_quietly, self.a, sid)
         for q in ({"from": "bad"}, {"from": "0", "limit": "0"}, {"from": "5", "to": "1"}, {"from": "0", "x": "1"}):
@@ -245,6 +325,14 @@ class MeteringTest(DaemonTest):
         self.assertGreater(rows[sb.id]["cpu_seconds"], 0.1)
         team = {r["key"]: r for r in cl.usage(group_by="metadata.team")}
         self.assertAlmostEqual(team["py"]["cpu_seconds"], rows[sb.id]["cpu_seconds"], delta=0.05)
+        frm = int(time.time() * 1000) - 3600000
+        per = {r["key"]: r for r in cl.usage(from_=frm, group_by="metadata.team", bucket=300)}
+        self.assertIn("py", per)
+        self.assertGreaterEqual(len(self.check_series([per["py"]], frm, int(time.time() * 1000) + 1, 300)["py"]), 1)
+        with self.assertRaises(ValueError):
+            cl.usage(bucket=30)
+        with self.assertRaises(moat.InvalidRequestError):
+            cl.usage(from_=0, to=86400000 * 30, bucket=60)
         import datetime
         self.assertEqual(cl.usage(from_=datetime.datetime(2020, 1, 1), to=datetime.datetime(2020, 1, 2)), [])
         with self.assertRaises(ValueError):
@@ -277,6 +365,15 @@ class MeteringTest(DaemonTest):
         self.assertIn("CPU_SECONDS", table)
         self.assertIn("366 days", self.moat_cli("usage", "--from", "0", check=1).stderr)
         self.assertIn("group_by", self.moat_cli("usage", "--group-by", "nope", check=1).stderr)
+        per = json.loads(self.moat_cli("usage", "--group-by", "metadata.team", "--bucket", "300", "--json").stdout)
+        self.assertEqual([r["key"] for r in per], ["cli"])
+        pts = self.check_series(per, 0, int(time.time() * 1000) + 1, 300)["cli"]
+        self.assertTrue(pts, per)
+        lines = self.moat_cli("usage", "--group-by", "metadata.team", "--bucket", "300").stdout.splitlines()
+        self.assertTrue(lines[1].startswith("cli "), lines)
+        self.assertEqual([ln.split()[0] for ln in lines[2:]], [p["start"] for _, p in pts])
+        self.assertIn("bucket", self.moat_cli("usage", "--bucket", "5", check=1).stderr)
+        self.moat_cli("metrics", sid, "--bucket", "60", check=2)
         hist = json.loads(self.moat_cli("metrics", sid, "--from", "0", "--json").stdout)
         self.assertGreaterEqual(len(hist["samples"]), 2)
         lines = self.moat_cli("metrics", sid, "--from", "0").stdout.splitlines()

@@ -422,6 +422,46 @@ class UiTest(DaemonTest):
         # metered use only grows: what the page showed is at most what the API says now
         self.assertLessEqual(rows["ui-test"], api["ui-test"]["cpu_seconds"] + 1e-6)
         self.assertGreater(api["ui-test"]["cpu_seconds"], 0)
+        # the chart: a line per group, a point per bucket of the page's range (mid-bucket), each the
+        # API's value for that bucket or zero where the API leaves the bucket out
+        cpu = res["cpu"]
+        frm, to, bucket = int(cpu["from"]), int(cpu["to"]), int(cpu["bucket"])
+        self.assertEqual(bucket, 3600)  # the default range, 24 hours, in hours
+        self.assertAlmostEqual(to - frm, 86400000, delta=1)
+        w = bucket * 1000
+        starts = list(range(frm // w * w, to, w))
+        self.assertEqual(int(cpu["buckets"]), len(starts))
+        series = self.c.request("GET", "/v1/usage", query={"group_by": "metadata.owner", "from": str(frm),
+                                                           "to": str(to), "bucket": str(bucket)})[1]
+        import datetime
+
+        def dense(row, field):
+            by = {int(datetime.datetime.fromisoformat(p["start"].replace("Z", "+00:00")).timestamp() * 1000): p[field]
+                  for p in row["series"]}
+            self.assertLessEqual(set(by), set(starts), row)
+            return [by.get(t, 0) for t in starts]
+
+        for drawn, field in ((cpu, "cpu_seconds"), (res["alive"], "sandbox_seconds")):
+            want = {"(none)" if r["key"] is None else r["key"]: dense(r, field) for r in series}
+            lines = {ln["name"]: ln for ln in drawn["lines"]}
+            self.assertEqual(set(lines), set(want), drawn)
+            self.assertEqual(drawn["legend"], [ln["name"] for ln in drawn["lines"]])
+            self.assertEqual(len({ln["color"] for ln in drawn["lines"]}), len(lines))
+            for name, ln in lines.items():
+                self.assertEqual(ln["points"], len(starts), ln)
+                self.assertEqual(ln["times"], [t + w // 2 for t in starts], ln)
+                for got, exp in zip(ln["values"], want[name]):
+                    self.assertAlmostEqual(got, exp, delta=1e-3, msg=(name, field, ln["values"], want[name]))
+            self.assertGreater(sum(lines["ui-test"]["values"]), 0, drawn)
+        # the x axis names times (HH:MM, UTC), the y axis the metric
+        self.assertTrue(any(len(t) == 5 and t[2] == ":" for t in cpu["ticks"]), cpu["ticks"])
+        self.assertIn("Time (UTC)", cpu["ticks"])
+        self.assertTrue(any(t.startswith("CPU seconds per 1 h") for t in cpu["ticks"]), cpu["ticks"])
+        self.assertTrue(any(t.startswith("Sandbox seconds") for t in res["alive"]["ticks"]), res["alive"]["ticks"])
+        self.assertEqual(res["keyboard"], {"after_range": "usage-metric", "after_go": "usage-svg"})
+        self.assertGreater(cpu["svg_width"], 900)  # 1280 wide: the chart spans the page
+        self.assertLessEqual(res["phone"]["overflow"], 0, res["phone"])
+        self.assertLessEqual(res["phone"]["svg_width"], 390, res["phone"])
 
     def test_browser_phone_width(self):
         res = self.scenario("phone")

@@ -308,8 +308,44 @@ try {
     await page.press('#usage-group', 'Enter');
     await page.waitForSelector('#list-usage tr[data-id="ui-test"]', { timeout: 15000 });
     const rows = await page.$$eval('#rows tr[data-id]', (rs) => rs.map((r) => [r.dataset.id, Number(r.dataset.cpu)]));
+    // the chart: its range and bucket, and per line the points it drew (from the SVG's attributes)
+    const chart = async (metric) => {
+      await page.waitForSelector(`#usage-chart[data-loaded="1"][data-group="metadata.owner"][data-metric="${metric}"]`, { timeout: 15000 });
+      return page.$eval('#usage-chart', (c) => ({
+        ...c.dataset,
+        lines: [...c.querySelectorAll('svg polyline')].map((l) => ({
+          name: l.dataset.series, points: Number(l.dataset.points),
+          times: l.dataset.times.split(',').map(Number), values: l.dataset.values.split(',').map(Number),
+          color: l.style.stroke,
+        })),
+        legend: [...c.querySelectorAll('#usage-legend li')].map((li) => li.dataset.series),
+        ticks: [...c.querySelectorAll('svg text.axis')].map((t) => t.textContent),
+        svg_width: c.querySelector('svg')?.getBoundingClientRect().width || 0,
+      }));
+    };
+    const cpu = await chart('cpu_seconds');
     await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/usage.png` });
-    return { rows, at_ms: Date.now() };
+    // keyboard: the metric selector follows the range, the chart follows the Show button
+    await page.focus('#usage-range');
+    await page.keyboard.press('Tab');
+    const after_range = await page.evaluate(() => document.activeElement.id);
+    await page.focus('#usage-go');
+    await page.keyboard.press('Tab');
+    const after_go = await page.evaluate(() => document.activeElement.id);
+    await page.selectOption('#usage-metric', 'sandbox_seconds');
+    const alive = await chart('sandbox_seconds');
+    // phone width: the chart redraws to fit
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForFunction(() => {
+      const s = document.querySelector('#usage-chart svg');
+      return s && s.getBoundingClientRect().width <= 390;
+    }, null, { timeout: 5000 });
+    const phone = { overflow: await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth),
+      svg_width: await page.$eval('#usage-chart svg', (s) => s.getBoundingClientRect().width),
+      viewbox: await page.$eval('#usage-chart svg', (s) => s.getAttribute('viewBox')) };
+    await page.screenshot({ path: `${env.MOAT_UI_SHOTS}/usage-phone.png` });
+    await page.setViewportSize({ width: 1280, height: 800 });
+    return { rows, cpu, alive, keyboard: { after_range, after_go }, phone, at_ms: Date.now() };
   });
 
   await step('databases', async () => {

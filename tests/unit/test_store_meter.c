@@ -1,7 +1,8 @@
 /* test_store_meter.c -- the store's metering: samples with running totals, usage over a range as a
- * difference of totals (ends inside and outside the samples' retention), hourly totals, org scoping,
- * history series, org totals and pruning */
+ * difference of totals (ends inside and outside the samples' retention) and per time bucket, hourly
+ * totals, org scoping, history series, org totals and pruning */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,46 @@ int main(void) {
         "sb-a over the range: its totals' difference (%llu)", a ? (unsigned long long)a->cpu_ns : 0ULL);
   moat_store_meter_uses_free(u, n);
 
+  /* per 10 min bucket over the same range: aligned to multiples of 10 min; the first and last
+   * clipped to the range (58 and 3 samples), five whole buckets of 60 between */
+  CHECK(moat_store_meter_usage_series(s, "org1", from, to, 600000, &u, &n, &err) == 0, "series per 10 min");
+  a = find(u, n, "sb-a");
+  bool ok = a && a->n_buckets == 7 && a->cpu_ns == 361ULL * 1000000000ULL;
+  uint64_t sum = 0;
+  int64_t alive = 0;
+  for (size_t i = 0; ok && i < a->n_buckets; i++) {
+    uint64_t want = i == 0 ? 58 : i == 6 ? 3 : 60;
+    ok = a->buckets[i].start_ms == h0 + HOUR + (int64_t)i * 600000 &&
+         a->buckets[i].cpu_ns == want * 1000000000ULL && a->buckets[i].alive_ms == (int64_t)want * 10000 &&
+         a->buckets[i].mem_gib_s == want * 0.5;
+    sum += a->buckets[i].cpu_ns;
+    alive += a->buckets[i].alive_ms;
+  }
+  CHECK(ok && sum == a->cpu_ns && alive == a->alive_ms,
+        "sb-a: seven aligned buckets, clipped at the ends, summing to its totals (%zu buckets)",
+        a ? a->n_buckets : 0);
+  b = find(u, n, "sb-b");
+  CHECK(b && b->n_buckets == 1 && b->buckets[0].start_ms == h0 + HOUR &&
+            b->buckets[0].cpu_ns == 9ULL * 1000000000ULL && b->cpu_ns == b->buckets[0].cpu_ns,
+        "sb-b: only the bucket it ran in (its buckets without use left out)");
+  moat_store_meter_uses_free(u, n);
+  CHECK(moat_store_meter_usage_series(s, "org1", h0 - HOUR, h0 + 4 * HOUR, 86400000, &u, &n, &err) == 0,
+        "series per day");
+  a = find(u, n, "sb-a");
+  ok = a && a->n_buckets >= 1 && a->n_buckets <= 2;
+  sum = 0;
+  for (size_t i = 0; ok && i < a->n_buckets; i++) {
+    ok = a->buckets[i].start_ms % 86400000 == 0 &&
+         (i == 0 || a->buckets[i].start_ms > a->buckets[i - 1].start_ms);
+    sum += a->buckets[i].cpu_ns;
+  }
+  CHECK(ok && sum == 1080ULL * 1000000000ULL, "per day: buckets from midnight UTC, summing to the total");
+  moat_store_meter_uses_free(u, n);
+  CHECK(moat_store_meter_usage_series(s, "org1", from, to, 0, &u, &n, &err) < 0 && err &&
+            err->status == EINVAL,
+        "series: a bucket of 0 is refused");
+  moat_error_free(&err);
+
   struct moat_store_meter_sample *v = NULL;
   CHECK(moat_store_meter_series(s, "org1", "sb-b", 0, INT64_MAX, 4, &v, &n, &err) == 0 && n == 4 &&
             v[0].at_ms == h0 + HOUR + 5000 && v[3].at_ms == h0 + HOUR + 35000 && v[0].net_rx == 5 &&
@@ -129,6 +170,16 @@ int main(void) {
   CHECK(a && a->cpu_ns == 360ULL * 1000000000ULL,
         "sb-a: the hour [h0+1h, h0+2h) from the hourly totals (%llu)",
         a ? (unsigned long long)a->cpu_ns : 0ULL);
+  moat_store_meter_uses_free(u, n);
+  /* per bucket after pruning: the hour's totals stand for its last ms, so the hour's use lands in
+   * the bucket that holds the hour's end */
+  CHECK(moat_store_meter_usage_series(s, "org1", h0 + HOUR + 15000, h0 + 2 * HOUR + 25000, 600000, &u, &n,
+                                      &err) == 0,
+        "series after pruning");
+  a = find(u, n, "sb-a");
+  CHECK(a && a->n_buckets == 1 && a->buckets[0].start_ms == h0 + HOUR + 3000000 &&
+            a->buckets[0].cpu_ns == 360ULL * 1000000000ULL && a->buckets[0].cpu_ns == a->cpu_ns,
+        "sb-a: the hour's use in the hour's last bucket (%zu buckets)", a ? a->n_buckets : 0);
   moat_store_meter_uses_free(u, n);
 
   moat_store_close(s);

@@ -90,12 +90,16 @@ class Client:
             d = self.__dict__["_databases"] = Databases(self)
         return d
 
-    def usage(self, from_: Any = None, to: Any = None, group_by: Optional[str] = None) -> List[Dict[str, Any]]:
+    def usage(self, from_: Any = None, to: Any = None, group_by: Optional[str] = None,
+              bucket: Optional[int] = None) -> List[Dict[str, Any]]:
         """GET /v1/usage: the org's metered use over [from_, to) (Unix ms, RFC 3339 or datetime;
         default the last 24 h) grouped by "sandbox" (default), "org", "template" or "metadata.KEY":
-        [{key, cpu_seconds, memory_gib_seconds, sandbox_seconds}], the largest CPU first."""
+        [{key, cpu_seconds, memory_gib_seconds, sandbox_seconds}], the largest CPU first. With
+        bucket (seconds, 60..86400) each row also has "series": [{start, cpu_seconds,
+        memory_gib_seconds, sandbox_seconds}] per bucket aligned to multiples of the width since the
+        Unix epoch, oldest first, the buckets without use left out, summing to the row's totals."""
         from .usage import usage
-        return usage(self._t, from_, to, group_by)
+        return usage(self._t, from_, to, group_by, bucket)
 
     def host(self) -> Dict[str, Any]:
         """GET /v1/host: {version, scope, capacity {cpus, memory_mb, disk_mb, pids_max}, load,

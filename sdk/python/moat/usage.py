@@ -30,12 +30,15 @@ def time_param(name: str, v: TimeArg) -> Optional[str]:
     raise TypeError("%s must be Unix ms, an RFC 3339 string or a datetime, got %s" % (name, type(v).__name__))
 
 
-def usage(t: Transport, from_: TimeArg = None, to: TimeArg = None, group_by: Optional[str] = None) -> List[Dict[str, Any]]:
+def usage(t: Transport, from_: TimeArg = None, to: TimeArg = None, group_by: Optional[str] = None,
+          bucket: Optional[int] = None) -> List[Dict[str, Any]]:
     _check.string("group_by", group_by, optional=True)
     if group_by is not None and group_by not in GROUPS and not group_by.startswith("metadata."):
         raise ValueError("group_by must be sandbox, org, template or metadata.KEY, got %r" % group_by)
+    _check.integer("bucket", bucket, lo=60, hi=86400)
     q = {k: v for k, v in (("from", time_param("from_", from_)), ("to", time_param("to", to)),
-                           ("group_by", group_by)) if v is not None}
+                           ("group_by", group_by), ("bucket", None if bucket is None else str(bucket)))
+         if v is not None}
     return t.request("GET", "/v1/usage", query=q or None)[1]
 
 

@@ -49,7 +49,7 @@ export { health, listTemplates, buildTemplate } from './admin.js';
 export { Usage } from './usage.js';
 export { Host } from './host.js';
 export type { HostInfo } from './host.js';
-export type { UsageRow, UsageOptions, MetricsRange, MetricsSample, TimeArg } from './usage.js';
+export type { UsageRow, UsagePoint, UsageOptions, MetricsRange, MetricsSample, TimeArg } from './usage.js';
 export type { Health, TemplateInfo } from './admin.js';
 export { SandboxEvents } from './sandbox_ops.js';
 export type { PortAccess, NetworkPolicy, NetworkState, NetworkLogEntry, SandboxEvent } from './sandbox_ops.js';

@@ -13,6 +13,17 @@ export interface UsageRow {
   cpuSeconds: number;
   memoryGibSeconds: number;
   sandboxSeconds: number;
+  /** With `bucket` only: the group's use per bucket, oldest first; buckets without use are left out. */
+  series?: UsagePoint[];
+}
+
+/** A group's use in one bucket: [start, start + bucket) as far as it lies in [from, to). */
+export interface UsagePoint {
+  /** A multiple of the bucket width since the Unix epoch. */
+  start: Date;
+  cpuSeconds: number;
+  memoryGibSeconds: number;
+  sandboxSeconds: number;
 }
 
 export interface UsageOptions extends ConnectionOptions {
@@ -20,6 +31,8 @@ export interface UsageOptions extends ConnectionOptions {
   to?: TimeArg;
   /** 'sandbox' (default), 'org', 'template' or 'metadata.KEY'. */
   groupBy?: string;
+  /** Bucket width in seconds (60..86400): adds `series` to every row; at most 2,000 buckets in the range. */
+  bucket?: number;
 }
 
 export interface MetricsSample {
@@ -69,20 +82,36 @@ export class Usage {
   /** GET /v1/usage over [from, to) (default the last 24 h), grouped; the largest CPU first. */
   static async query(opts?: UsageOptions): Promise<UsageRow[]> {
     const where = 'Usage.query';
-    const o = v.options<UsageOptions>(where, opts, [...CONNECTION_KEYS, 'from', 'to', 'groupBy']);
+    const o = v.options<UsageOptions>(where, opts, [...CONNECTION_KEYS, 'from', 'to', 'groupBy', 'bucket']);
     const g = v.str(where, 'groupBy', o.groupBy, { optional: true });
     if (g !== undefined && !['sandbox', 'org', 'template'].includes(g) && !g.startsWith('metadata.'))
       throw new TypeError(`${where}: groupBy must be sandbox, org, template or metadata.KEY`);
+    const bucket = v.int(where, 'bucket', o.bucket, 60, 86400);
     const conn = new Connection(where, connOpts(o));
     const rows = await conn.json<Record<string, unknown>[]>('GET', '/v1/usage', {
-      query: { from: timeParam(where, 'from', o.from), to: timeParam(where, 'to', o.to), group_by: g },
+      query: {
+        from: timeParam(where, 'from', o.from),
+        to: timeParam(where, 'to', o.to),
+        group_by: g,
+        bucket: bucket === undefined ? undefined : String(bucket),
+      },
     });
-    return rows.map((r) => ({
-      key: (r.key as string | null) ?? null,
-      cpuSeconds: r.cpu_seconds as number,
-      memoryGibSeconds: r.memory_gib_seconds as number,
-      sandboxSeconds: r.sandbox_seconds as number,
-    }));
+    return rows.map((r) => {
+      const row: UsageRow = {
+        key: (r.key as string | null) ?? null,
+        cpuSeconds: r.cpu_seconds as number,
+        memoryGibSeconds: r.memory_gib_seconds as number,
+        sandboxSeconds: r.sandbox_seconds as number,
+      };
+      if (Array.isArray(r.series))
+        row.series = (r.series as Record<string, unknown>[]).map((p) => ({
+          start: new Date(p.start as string),
+          cpuSeconds: p.cpu_seconds as number,
+          memoryGibSeconds: p.memory_gib_seconds as number,
+          sandboxSeconds: p.sandbox_seconds as number,
+        }));
+      return row;
+    });
   }
 }
 

@@ -22,6 +22,18 @@ describe('usage', () => {
     const t = byTeam.find((r) => r.key === team);
     assert.ok(t, JSON.stringify(byTeam));
     assert.ok(Math.abs(t.cpuSeconds - mine.cpuSeconds) < 0.01, JSON.stringify([t, mine]));
+    // per bucket: aligned Dates, oldest first, summing to the row's totals
+    const series = await Usage.query({ groupBy: 'metadata.team', from: Date.now() - 3_600_000, bucket: 300 });
+    const ts = series.find((r) => r.key === team);
+    assert.ok(ts && ts.series && ts.series.length >= 1, JSON.stringify(series));
+    for (const p of ts.series) assert.ok(p.start instanceof Date && p.start.getTime() % 300_000 === 0, JSON.stringify(p));
+    const starts = ts.series.map((p) => p.start.getTime());
+    assert.deepEqual(starts, [...starts].sort((a, b) => a - b));
+    const sum = ts.series.reduce((a, p) => a + p.cpuSeconds, 0);
+    assert.ok(Math.abs(sum - ts.cpuSeconds) < 0.01, JSON.stringify(ts));
+    assert.equal(t.series, undefined);
+    await assert.rejects(Usage.query({ bucket: 59 }), /bucket/);
+    await assert.rejects(Usage.query({ bucket: 60, from: Date.now() - 30 * 86_400_000 }), (e) => e instanceof InvalidRequestError);
     const hist = await sb.metrics({ from: new Date(Date.now() - 3_600_000) });
     assert.ok(hist.length >= 1, JSON.stringify(hist));
     const last = hist[hist.length - 1];

@@ -1,5 +1,5 @@
-/* usage.c -- GET /v1/usage (the org's metered use over a range, grouped) and the history form of
- * GET /v1/sandboxes/{id}/metrics (?from=&to=: the sandbox's samples); control.h, "metering" */
+/* usage.c -- GET /v1/usage (the org's metered use over a range, grouped, and per time bucket) and the history
+ * form of GET /v1/sandboxes/{id}/metrics (?from=&to=: the sandbox's samples); control.h, "metering" */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,9 @@
 #define SERIES_MAX_LIMIT 10000
 #define SERIES_DEFAULT_LIMIT 10000
 #define META_KEY_MAX 256
+#define BUCKET_MIN_S 60
+#define BUCKET_MAX_S 86400
+#define BUCKETS_MAX 2000
 
 /* A time argument (RFC 3339 or Unix ms) into *ms; absent: def. -1 with the reply sent. */
 static int time_arg(struct api_req *r, const char *name, int64_t def, int64_t *ms) {
@@ -43,13 +46,56 @@ static int range_args(struct api_req *r, int64_t def_range, bool capped, int64_t
 
 static double round3(double x) { return (double)(long long)(x * 1000 + (x >= 0 ? 0.5 : -0.5)) / 1000; }
 
+/* The bucket argument (seconds) into *ms, 0 when absent, checked against the range [from, to): its
+ * buckets (aligned to multiples of the width since the Unix epoch) are at most BUCKETS_MAX. -1 with
+ * the reply sent. */
+static int bucket_arg(struct api_req *r, int64_t from, int64_t to, int64_t *ms) {
+  const char *b = api_arg_get(&r->args, "bucket");
+  *ms = 0;
+  if (!b)
+    return 0;
+  char *end = NULL;
+  long x = strtol(b, &end, 10);
+  if (!*b || *end || x < BUCKET_MIN_S || x > BUCKET_MAX_S) {
+    api_reply_error(r, 400, "invalid_request", "'bucket' must be a whole number of seconds from %d to %d",
+                    BUCKET_MIN_S, BUCKET_MAX_S);
+    return -1;
+  }
+  int64_t w = (int64_t)x * 1000;
+  int64_t origin = from - ((from % w) + w) % w;
+  int64_t n = to > from ? (to - origin + w - 1) / w : 0;
+  if (n > BUCKETS_MAX) {
+    api_reply_error(r, 400, "invalid_request",
+                    "'from' to 'to' in buckets of 'bucket' = %ld s makes %lld buckets; at most %d", x,
+                    (long long)n, BUCKETS_MAX);
+    return -1;
+  }
+  *ms = w;
+  return 0;
+}
+
+static json_t *series_json(const struct moat_usage_row *row) {
+  json_t *a = json_array();
+  for (size_t i = 0; i < row->n_series; i++) {
+    const struct moat_usage_point *p = &row->series[i];
+    json_array_append_new(a, json_pack("{s:o, s:f, s:f, s:f}", "start", api_time_json(p->start_ms, false),
+                                       "cpu_seconds", round3(p->cpu_seconds), "memory_gib_seconds",
+                                       round3(p->memory_gib_seconds), "sandbox_seconds",
+                                       round3(p->sandbox_seconds)));
+  }
+  return a;
+}
+
 int api_h_usage(struct api_req *r, json_t *body) {
-  static const char *const allowed[] = {"from", "to", "group_by", NULL};
+  static const char *const allowed[] = {"from", "to", "group_by", "bucket", NULL};
   moat_error *err = NULL;
   if (api_args_check(&r->args, allowed, &err) < 0)
     return api_reply_moat_error(r, &err);
   int64_t from, to;
   if (range_args(r, USAGE_DEFAULT_RANGE_MS, true, &from, &to) < 0)
+    return -1;
+  int64_t bucket_ms;
+  if (bucket_arg(r, from, to, &bucket_ms) < 0)
     return -1;
   const char *gb = api_arg_get(&r->args, "group_by");
   enum moat_usage_group g = MOAT_USAGE_BY_SANDBOX;
@@ -76,14 +122,17 @@ int api_h_usage(struct api_req *r, json_t *body) {
   }
   struct moat_usage_row *v = NULL;
   size_t n = 0;
-  if (moat_control_usage_query(api_control(r), r->org, from, to, g, key, &v, &n, &err) < 0)
+  if (moat_control_usage_query(api_control(r), r->org, from, to, g, key, bucket_ms, &v, &n, &err) < 0)
     return api_reply_moat_error(r, &err);
   json_t *arr = json_array();
-  for (size_t i = 0; i < n; i++)
-    json_array_append_new(arr, json_pack("{s:s?, s:f, s:f, s:f}", "key", v[i].key, "cpu_seconds",
-                                         round3(v[i].cpu_seconds), "memory_gib_seconds",
-                                         round3(v[i].memory_gib_seconds), "sandbox_seconds",
-                                         round3(v[i].sandbox_seconds)));
+  for (size_t i = 0; i < n; i++) {
+    json_t *row = json_pack("{s:s?, s:f, s:f, s:f}", "key", v[i].key, "cpu_seconds", round3(v[i].cpu_seconds),
+                            "memory_gib_seconds", round3(v[i].memory_gib_seconds), "sandbox_seconds",
+                            round3(v[i].sandbox_seconds));
+    if (bucket_ms > 0)
+      json_object_set_new(row, "series", series_json(&v[i]));
+    json_array_append_new(arr, row);
+  }
   moat_usage_rows_free(v, n);
   return api_reply_json(r, 200, arr);
 }
