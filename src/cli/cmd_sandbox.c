@@ -173,13 +173,13 @@ int cmd_create(int argc, char **argv) {
 
 /* ---- ls ---- */
 
-enum { L_STATE = 1, L_META, L_JSON, L_LIMIT, L_CURSOR, L_ALL };
-static const struct cli_opt ls_opts[] = {{"state", true, L_STATE},   {"meta", true, L_META},
-                                         {"json", false, L_JSON},    {"limit", true, L_LIMIT},
-                                         {"cursor", true, L_CURSOR}, {"all", false, L_ALL},
-                                         {NULL, false, 0}};
+enum { L_STATE = 1, L_META, L_JSON, L_LIMIT, L_CURSOR, L_ALL, L_TEMPLATE };
+static const struct cli_opt ls_opts[] = {{"state", true, L_STATE},       {"meta", true, L_META},
+                                         {"json", false, L_JSON},        {"limit", true, L_LIMIT},
+                                         {"cursor", true, L_CURSOR},     {"all", false, L_ALL},
+                                         {"template", true, L_TEMPLATE}, {NULL, false, 0}};
 static const char ls_usage[] =
-    "moat ls [--state S] [--meta K=V]... [--limit N] [--cursor C] [--all] [--json]\n"
+    "moat ls [--state S] [--template T] [--meta K=V]... [--limit N] [--cursor C] [--all] [--json]\n"
     "  the org's sandboxes, oldest first. Without --limit: all of them (read 1000 a request);\n"
     "  with --limit N (1..1000): one page of N, then \"next: CURSOR\" on stderr when there are more\n"
     "  (--cursor CURSOR shows the following page); --all follows the pages to the end\n";
@@ -204,6 +204,8 @@ static int on_ls_opt(int id, const char *value, void *ctx) {
   struct ls_ctx *l = ctx;
   if (id == L_STATE) {
     query_add(l, "state", value);
+  } else if (id == L_TEMPLATE) {
+    query_add(l, "template", value);
   } else if (id == L_META) {
     const char *eq = strchr(value, '=');
     if (!eq || eq == value) {
@@ -293,8 +295,8 @@ static int ls_pages(struct ls_ctx *l, const char *limit, bool walk) {
       break;
   }
   if (l->json) {
-    json_t *o = json_pack("{s:o, s:s?, s:o}", "sandboxes", all, "next", cursor, "total",
-                          total ? total : json_null());
+    json_t *o =
+        json_pack("{s:o, s:s?, s:o}", "sandboxes", all, "next", cursor, "total", total ? total : json_null());
     json_dumpf(o, stdout, JSON_INDENT(2));
     fputc('\n', stdout);
     json_decref(o);

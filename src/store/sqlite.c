@@ -637,6 +637,7 @@ static void filter_sql(struct moat_buf *sql, const struct moat_store_filter *f, 
   static const char org[] = " AND org = ?";
   static const char meta[] = " AND EXISTS (SELECT 1 FROM json_each(metadata) WHERE key = ? AND type = 'text' "
                              "AND value = ?)";
+  static const char tmpl[] = " AND (template = ? OR substr(template, 1, ?) = ?)";
   static const char cursor[] = " AND (created_at_ms, id) > (?, ?)";
   if (f && f->state)
     moat_buf_append(sql, one, sizeof(one) - 1);
@@ -646,6 +647,8 @@ static void filter_sql(struct moat_buf *sql, const struct moat_store_filter *f, 
     moat_buf_append(sql, org, sizeof(org) - 1);
   for (size_t i = 0; f && f->metadata && i < json_object_size(f->metadata); i++)
     moat_buf_append(sql, meta, sizeof(meta) - 1);
+  if (f && f->template_name)
+    moat_buf_append(sql, tmpl, sizeof(tmpl) - 1);
   if (after)
     moat_buf_append(sql, cursor, sizeof(cursor) - 1);
 }
@@ -665,6 +668,13 @@ static int bind_filter(sqlite3_stmt *st, const struct moat_store_filter *f, cons
       sql_bind_text(st, i++, k);
       sql_bind_text(st, i++, json_is_string(want) ? json_string_value(want) : NULL);
     }
+  }
+  if (f && f->template_name) {
+    /* the column is "name" or "name@version" */
+    _cleanup_free_ char *versioned = xasprintf("%s@", f->template_name);
+    sql_bind_text(st, i++, f->template_name);
+    sqlite3_bind_int64(st, i++, (int64_t)strlen(versioned));
+    sqlite3_bind_text(st, i++, versioned, -1, SQLITE_TRANSIENT);
   }
   if (p && p->after_id) {
     sqlite3_bind_int64(st, i++, p->after_created_ms);

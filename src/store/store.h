@@ -110,9 +110,10 @@ int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id
                            struct moat_store_sandbox *out, moat_error **err);
 
 struct moat_store_filter {
-  const char *org;   /* NULL = every org */
-  const char *state; /* NULL = every state but "killed"; else exactly this state */
-  json_t *metadata;  /* object key -> string value; every pair must match; NULL = no filter */
+  const char *org;           /* NULL = every org */
+  const char *state;         /* NULL = every state but "killed"; else exactly this state */
+  json_t *metadata;          /* object key -> string value; every pair must match; NULL = no filter */
+  const char *template_name; /* NULL = any; else this template's name (of any of its versions) */
 };
 /* Rows matching f in list order (created_at_ms, then id), oldest first. *out is NULL when *n is 0;
  * free with moat_store_sandboxes_free. */

@@ -153,6 +153,10 @@ class ListPagingTest(DaemonTest):
         self.assertEqual((len(ids), totals), (1, [1]))
         ids, totals, _ = page_walk(self.c, 3, {"metadata.i": "no such"})
         self.assertEqual((ids, totals), ([], [0]))
+        ids, totals, _ = page_walk(self.c, 137, {"template": "base"})
+        self.assertEqual((ids, set(totals)), (self.unpaged(), {len(self.live)}))
+        ids, totals, _ = page_walk(self.c, 50, {"template": "code-interpreter", "metadata.par": "1"})
+        self.assertEqual((ids, totals), ([], [0]))
         # killed ones: only with state=killed, paged the same way
         victim = next(iter(self.live))
         self.kill(victim)
@@ -183,7 +187,9 @@ class ListPagingTest(DaemonTest):
                        ("cursor", "cursor=" + good + "&cursor=" + good)):
             e = self.assertApiError(400, "invalid_request", self.c.request, "GET", "/v1/sandboxes?" + q)
             self.assertIn(arg, e.body["message"], q)
-        self.assertApiError(400, "invalid_request", self.c.request, "GET", "/v1/sandboxes?page=2")
+        for arg, q in (("template", "template=Bad!"), ("template", "template="), ("page", "page=2")):
+            e = self.assertApiError(400, "invalid_request", self.c.request, "GET", "/v1/sandboxes?" + q)
+            self.assertIn(arg, e.body["message"], q)
 
     def moat(self, *args, check=0):
         e = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % self.daemon.port, MOAT_API_KEY=self.c.key)

@@ -384,6 +384,9 @@ class SdkTest(DaemonTest):
         odd = [s.id for s in Sandbox.iter(metadata={"suite": tag, "odd": "1"}, page_size=1, client=self.client)]
         self.assertEqual(odd, [s.id for s in whole if s.info.metadata["odd"] == "1"])
         self.assertEqual(list(Sandbox.iter(metadata={"suite": tag + "-none"}, client=self.client)), [])
+        self.assertEqual([s.id for s in Sandbox.iter(metadata={"suite": tag}, template="base", client=self.client)],
+                         [s.id for s in whole])
+        self.assertEqual(Sandbox.list(metadata={"suite": tag}, template="code-interpreter", client=self.client).total, 0)
         with self.assertRaises(moat.InvalidRequestError):
             Sandbox.list(cursor="not-a-cursor", client=self.client)
 

@@ -673,18 +673,18 @@ class Sandbox(SandboxOps):
 
     @classmethod
     def list(cls, *, metadata: Optional[Mapping[str, str]] = None, state: Optional[str] = None,
-             limit: Optional[int] = None, cursor: Optional[str] = None,
+             template: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None,
              client: Optional[Client] = None, api_url: Optional[str] = None, api_key: Optional[str] = None,
              request_timeout: Any = _UNSET) -> "SandboxList":
         """The sandboxes of this API key's organisation, oldest first, optionally those whose metadata
-        has every given key=value and whose state is state (killed ones only with state="killed").
-        Without limit, every match; with limit (1..1000), one page of at most limit: the list's .next
+        has every given key=value, whose state is state (killed ones only with state="killed") and
+        whose template is template. Without limit, every match; with limit (1..1000), one page of at most limit: the list's .next
         is the cursor of the following page (None on the last) and .total counts every match."""
         m = _check.str_map("metadata", metadata) or {}
         if _check.string("state", state, optional=True) is not None and \
                 state not in ("creating", "running", "paused", "hibernated", "killed"):
             raise ValueError("state must be creating, running, paused, hibernated or killed, got %r" % state)
-        q: Dict[str, Any] = {"state": state}
+        q: Dict[str, Any] = {"state": state, "template": _check.string("template", template, optional=True)}
         for k, v in m.items():
             q["metadata." + k] = v
         if _check.integer("limit", limit, 1, 1000) is not None:
@@ -700,14 +700,14 @@ class Sandbox(SandboxOps):
 
     @classmethod
     def iter(cls, *, metadata: Optional[Mapping[str, str]] = None, state: Optional[str] = None,
-             page_size: int = 100, client: Optional[Client] = None, api_url: Optional[str] = None,
+             template: Optional[str] = None, page_size: int = 100, client: Optional[Client] = None, api_url: Optional[str] = None,
              api_key: Optional[str] = None, request_timeout: Any = _UNSET) -> Iterator["Sandbox"]:
         """Every sandbox list() would return, fetched page_size (1..1000) at a time: the first page
         now (so that bad arguments raise here), the others as the iteration reaches them; each
         sandbox once, even while others are created or killed."""
         _check.integer("page_size", page_size, 1, 1000, optional=False)
         c = resolve(client, api_url, api_key, request_timeout)
-        first = cls.list(metadata=metadata, state=state, limit=page_size, client=c)
+        first = cls.list(metadata=metadata, state=state, template=template, limit=page_size, client=c)
 
         def walk() -> Iterator["Sandbox"]:
             page = first
@@ -715,7 +715,8 @@ class Sandbox(SandboxOps):
                 yield from page
                 if not page.next:
                     return
-                page = cls.list(metadata=metadata, state=state, limit=page_size, cursor=page.next, client=c)
+                page = cls.list(metadata=metadata, state=state, template=template, limit=page_size,
+                                cursor=page.next, client=c)
         return walk()
 
     def metrics(self, from_: Any = None, to: Any = None, limit: Optional[int] = None) -> Dict[str, Any]:

@@ -102,6 +102,8 @@ function snapshotInfo(j: Record<string, unknown>): SnapshotInfo {
 export interface ListOptions extends ConnectionOptions {
   metadata?: Record<string, string>;
   state?: SandboxState;
+  /** Only sandboxes of this template. */
+  template?: string;
   /** 1..1000: one page of at most this many (absent: every match). */
   limit?: number;
   /** The `next` of the page before. */
@@ -367,7 +369,7 @@ export class Sandbox {
    *  state "killed"); with `limit`, one page: pass its `next` as `cursor` for the following one. */
   static async list(opts?: ListOptions): Promise<SandboxPage> {
     const where = 'Sandbox.list';
-    const o = v.options<ListOptions>(where, opts, [...CONNECTION_KEYS, 'metadata', 'state', 'limit', 'cursor']);
+    const o = v.options<ListOptions>(where, opts, [...CONNECTION_KEYS, 'metadata', 'state', 'template', 'limit', 'cursor']);
     const conn = new Connection(where, connOpts(o));
     const q = new URLSearchParams();
     if (o.state !== undefined) {
@@ -377,6 +379,8 @@ export class Sandbox {
       q.append('state', o.state);
     }
     for (const [k, val] of Object.entries(v.stringMap(where, 'metadata', o.metadata) ?? {})) q.append('metadata.' + k, val);
+    const template = v.str(where, 'template', o.template, { optional: true, nonEmpty: true });
+    if (template !== undefined) q.append('template', template);
     const limit = v.int(where, 'limit', o.limit, 1, 1000);
     if (limit !== undefined) q.append('limit', String(limit));
     const cursor = v.str(where, 'cursor', o.cursor, { optional: true, nonEmpty: true });
@@ -395,7 +399,7 @@ export class Sandbox {
   static async *all(opts?: Omit<ListOptions, 'limit' | 'cursor'> & { pageSize?: number }): AsyncGenerator<Sandbox> {
     const where = 'Sandbox.all';
     const { pageSize, ...rest } = v.options<Omit<ListOptions, 'limit' | 'cursor'> & { pageSize?: number }>(
-      where, opts, [...CONNECTION_KEYS, 'metadata', 'state', 'pageSize']);
+      where, opts, [...CONNECTION_KEYS, 'metadata', 'state', 'template', 'pageSize']);
     const limit = v.int(where, 'pageSize', pageSize, 1, 1000) ?? 100;
     let cursor: string | null = null;
     do {

@@ -1,4 +1,5 @@
-/* sandboxes.c -- /v1/sandboxes: create, list (state and metadata filters, paged), get, patch, delete */
+/* sandboxes.c -- /v1/sandboxes: create, list (state, template and metadata filters, paged), get, patch,
+ * delete */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,7 +12,7 @@
 
 int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sandbox_state *state,
                          json_t **meta, moat_error **err) {
-  static const char *const allowed[] = {"state", "metadata.", "limit", "cursor", NULL};
+  static const char *const allowed[] = {"state", "template", "metadata.", "limit", "cursor", NULL};
   *has_state = false;
   *meta = NULL;
   if (api_args_check(a, allowed, err) < 0)
@@ -108,6 +109,11 @@ int api_h_sandboxes_list(struct api_req *r, json_t *body) {
   json_t *meta = NULL;
   if (api_args_list_filter(&r->args, &has_state, &state, &meta, &err) < 0)
     return api_reply_moat_error(r, &err);
+  const char *tmpl = api_arg_get(&r->args, "template");
+  if (tmpl && !api_valid_template_name(tmpl)) {
+    json_decref(meta);
+    return api_reply_error(r, 400, "invalid_request", "query parameter 'template' is not a template name");
+  }
   struct moat_store_page pg;
   char after_id[MOAT_ID_LEN + 1];
   if (list_page_args(r, &pg, after_id, sizeof(after_id)) < 0) {
@@ -117,7 +123,7 @@ int api_h_sandboxes_list(struct api_req *r, json_t *body) {
   struct moat_sandbox_info *v = NULL;
   size_t n = 0, total = 0;
   bool more = false;
-  int rc = moat_control_list_page(api_control(r), r->org, has_state ? &state : NULL, meta, &pg, &v, &n,
+  int rc = moat_control_list_page(api_control(r), r->org, has_state ? &state : NULL, meta, tmpl, &pg, &v, &n,
                                   &total, &more, &err);
   json_decref(meta);
   if (rc < 0)
