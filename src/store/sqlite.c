@@ -629,9 +629,9 @@ int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id
   return ret;
 }
 
-/* Appends to sql the WHERE clause of f (and, when after is set, of rows past the cursor). Its
- * parameters are bound by bind_filter in the same order. */
-static void filter_sql(struct moat_buf *sql, const struct moat_store_filter *f, bool after) {
+/* Appends to sql the WHERE clause of f (and, when after is set, of rows past the cursor in the order
+ * desc says). Its parameters are bound by bind_filter in the same order. */
+static void filter_sql(struct moat_buf *sql, const struct moat_store_filter *f, bool after, bool desc) {
   static const char live[] = " WHERE state != 'killed'";
   static const char one[] = " WHERE state = ?";
   static const char org[] = " AND org = ?";
@@ -639,6 +639,7 @@ static void filter_sql(struct moat_buf *sql, const struct moat_store_filter *f, 
                              "AND value = ?)";
   static const char tmpl[] = " AND (template = ? OR substr(template, 1, ?) = ?)";
   static const char cursor[] = " AND (created_at_ms, id) > (?, ?)";
+  static const char cursor_desc[] = " AND (created_at_ms, id) < (?, ?)";
   if (f && f->state)
     moat_buf_append(sql, one, sizeof(one) - 1);
   else
@@ -649,7 +650,9 @@ static void filter_sql(struct moat_buf *sql, const struct moat_store_filter *f, 
     moat_buf_append(sql, meta, sizeof(meta) - 1);
   if (f && f->template_name)
     moat_buf_append(sql, tmpl, sizeof(tmpl) - 1);
-  if (after)
+  if (after && desc)
+    moat_buf_append(sql, cursor_desc, sizeof(cursor_desc) - 1);
+  else if (after)
     moat_buf_append(sql, cursor, sizeof(cursor) - 1);
 }
 
@@ -701,7 +704,7 @@ static int count_matches(struct moat_store *s, const struct moat_store_filter *f
   _cleanup_free_ char *text = NULL;
   struct moat_buf sql = {0};
   moat_buf_append(&sql, head, sizeof(head) - 1);
-  filter_sql(&sql, f, false);
+  filter_sql(&sql, f, false, false);
   text = sql.p;
   sqlite3_stmt *st = prepare_once(s, &sql, err);
   if (!st)
@@ -722,6 +725,7 @@ int moat_store_sandbox_page(struct moat_store *s, const struct moat_store_filter
                             size_t *total, bool *more, moat_error **err) {
   static const char head[] = "SELECT " SANDBOX_COLS " FROM sandboxes";
   static const char tail[] = " ORDER BY created_at_ms, id LIMIT ?";
+  static const char tail_desc[] = " ORDER BY created_at_ms DESC, id DESC LIMIT ?";
   struct moat_store_sandbox *v = NULL;
   size_t len = 0, cap = 0;
   int ret = -1;
@@ -732,8 +736,12 @@ int moat_store_sandbox_page(struct moat_store *s, const struct moat_store_filter
   _cleanup_free_ char *text = NULL;
   struct moat_buf sql = {0};
   moat_buf_append(&sql, head, sizeof(head) - 1);
-  filter_sql(&sql, f, p && p->after_id);
-  moat_buf_append(&sql, tail, sizeof(tail) - 1);
+  bool desc = p && p->desc;
+  filter_sql(&sql, f, p && p->after_id, desc);
+  if (desc)
+    moat_buf_append(&sql, tail_desc, sizeof(tail_desc) - 1);
+  else
+    moat_buf_append(&sql, tail, sizeof(tail) - 1);
   text = sql.p;
   /* one row past the page tells whether another page follows */
   int64_t limit = p && p->limit ? (int64_t)p->limit + 1 : -1;

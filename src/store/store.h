@@ -125,6 +125,7 @@ struct moat_store_page {
   size_t limit;             /* rows at most; 0 = every row from the start */
   const char *after_id;     /* NULL = from the first row; else rows after (after_created_ms, after_id) */
   int64_t after_created_ms; /* in list order */
+  bool desc;                /* the list order reversed: newest first, ties by id descending */
 };
 /* One page of the rows matching f, in list order, read with one seek to the cursor (cost grows with
  * the page, not the list). total (if not NULL) = rows matching f whatever the cursor, counted in the

@@ -7,11 +7,13 @@ keep the others' expectations right whatever order they run in.
 """
 
 import concurrent.futures
+import http.client
 import json
 import os
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
@@ -190,6 +192,45 @@ class ListPagingTest(DaemonTest):
         for arg, q in (("template", "template=Bad!"), ("template", "template="), ("page", "page=2")):
             e = self.assertApiError(400, "invalid_request", self.c.request, "GET", "/v1/sandboxes?" + q)
             self.assertIn(arg, e.body["message"], q)
+
+    def e2b_walk(self, limit, **q):
+        """Every page of E2B's GET /v2/sandboxes (nextToken in a header): the ids in order."""
+        key = {"X-API-KEY": self.c.key}
+        ids, token = [], None
+        for _ in range(10 * N):
+            args = dict(q, limit=str(limit))
+            if token:
+                args["nextToken"] = token
+            conn = http.client.HTTPConnection("127.0.0.1", self.daemon.port, timeout=60)
+            try:
+                conn.request("GET", "/v2/sandboxes?" + urllib.parse.urlencode(args), headers=key)
+                resp = conn.getresponse()
+                page = json.loads(resp.read())
+                token = resp.getheader("x-next-token")
+            finally:
+                conn.close()
+            self.assertEqual(resp.status, 200, page)
+            self.assertLessEqual(len(page), limit)
+            ids += [s["sandboxID"] for s in page]
+            if not token:
+                return ids
+        raise AssertionError("the walk never ended")
+
+    def test_e2b_list_pages(self):
+        """E2B's list reads the same pages from the store, newest first by default, and filters what
+        the store does not (its running/paused) while it pages."""
+        whole = self.unpaged()
+        self.assertEqual(self.e2b_walk(100), whole[::-1])
+        self.assertEqual(self.e2b_walk(37, order="asc"), whole)
+        sid = whole[len(whole) // 2]
+        self.c.request("POST", "/v1/sandboxes/%s/pause" % sid, expect=200)
+        try:
+            self.assertEqual(self.e2b_walk(100, state="paused"), [sid])
+            self.assertEqual(self.e2b_walk(100, state="running", order="asc"), [x for x in whole if x != sid])
+        finally:
+            self.c.request("POST", "/v1/sandboxes/%s/resume" % sid, expect=200)
+        self.assertEqual(self.e2b_walk(100, metadata="par=1"), [x for x in whole[::-1] if self.live[x]["par"] == "1"])
+        self.assertEqual(self.e2b_walk(100, template="code-interpreter-v1"), [])
 
     def moat(self, *args, check=0):
         e = dict(os.environ, MOAT_API_URL="http://127.0.0.1:%d" % self.daemon.port, MOAT_API_KEY=self.c.key)
