@@ -199,7 +199,7 @@ static const char *const migrations[] = {
      * seeks to its cursor: the live ones (any state but killed) and those of one state */
     "CREATE INDEX sandboxes_org_live ON sandboxes(org, created_at_ms, id) WHERE state != 'killed';"
     "CREATE INDEX sandboxes_org_state_created ON sandboxes(org, state, created_at_ms, id);"
-    "DROP INDEX sandboxes_org_state;",
+    "DROP INDEX IF EXISTS sandboxes_org_state;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,
