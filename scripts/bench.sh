@@ -17,6 +17,7 @@ env MOAT_BUILD="$B" python3 bench/databases.py > build/bench/databases.md || ech
 env MOAT_BUILD="$B" python3 bench/events.py > build/bench/events.md || echo "bench: events.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/tenancy.py > build/bench/tenancy.md || echo "bench: tenancy.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/usage.py > build/bench/usage.md || echo "bench: usage.py failed" >&2
+env MOAT_BUILD="$B" python3 bench/list_paging.py > build/bench/list_paging.md || echo "bench: list_paging.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/network.py --out build/bench/network.md || echo "bench: network.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/fairness.py --out build/bench/fairness.md || echo "bench: fairness.py failed" >&2
 env MOAT_BUILD="$B" python3 bench/own_computer.py > build/bench/own_computer.txt || echo "bench: own_computer.py failed" >&2

@@ -173,14 +173,23 @@ int cmd_create(int argc, char **argv) {
 
 /* ---- ls ---- */
 
-enum { L_STATE = 1, L_META, L_JSON };
-static const struct cli_opt ls_opts[] = {
-    {"state", true, L_STATE}, {"meta", true, L_META}, {"json", false, L_JSON}, {NULL, false, 0}};
-static const char ls_usage[] = "moat ls [--state S] [--meta K=V]... [--json]\n";
+enum { L_STATE = 1, L_META, L_JSON, L_LIMIT, L_CURSOR, L_ALL, L_TEMPLATE };
+static const struct cli_opt ls_opts[] = {{"state", true, L_STATE},       {"meta", true, L_META},
+                                         {"json", false, L_JSON},        {"limit", true, L_LIMIT},
+                                         {"cursor", true, L_CURSOR},     {"all", false, L_ALL},
+                                         {"template", true, L_TEMPLATE}, {NULL, false, 0}};
+static const char ls_usage[] =
+    "moat ls [--state S] [--template T] [--meta K=V]... [--limit N] [--cursor C] [--all] [--json]\n"
+    "  the org's sandboxes, oldest first. Without --limit: all of them (read 1000 a request);\n"
+    "  with --limit N (1..1000): one page of N, then \"next: CURSOR\" on stderr when there are more\n"
+    "  (--cursor CURSOR shows the following page); --all follows the pages to the end\n";
+
+#define LS_PAGE 1000
 
 struct ls_ctx {
   char *query; /* grows: "?a=b&c=d" */
-  bool json;
+  bool json, all;
+  const char *limit, *cursor;
 };
 
 static void query_add(struct ls_ctx *l, const char *key, const char *value) {
@@ -195,6 +204,8 @@ static int on_ls_opt(int id, const char *value, void *ctx) {
   struct ls_ctx *l = ctx;
   if (id == L_STATE) {
     query_add(l, "state", value);
+  } else if (id == L_TEMPLATE) {
+    query_add(l, "template", value);
   } else if (id == L_META) {
     const char *eq = strchr(value, '=');
     if (!eq || eq == value) {
@@ -203,6 +214,18 @@ static int on_ls_opt(int id, const char *value, void *ctx) {
     }
     _cleanup_free_ char *key = xasprintf("metadata.%.*s", (int)(eq - value), value);
     query_add(l, key, eq + 1);
+  } else if (id == L_LIMIT) {
+    char *end = NULL;
+    long n = strtol(value, &end, 10);
+    if (!*value || *end || n < 1 || n > LS_PAGE) {
+      cli_errorf("--limit '%s' is not a number from 1 to %d", value, LS_PAGE);
+      return -1;
+    }
+    l->limit = value;
+  } else if (id == L_CURSOR) {
+    l->cursor = value;
+  } else if (id == L_ALL) {
+    l->all = true;
   } else {
     l->json = true;
   }
@@ -226,6 +249,66 @@ static const char *str_or_dash(json_t *o, const char *key) {
   return s && *s ? s : "-";
 }
 
+static void print_rows(json_t *list) {
+  size_t i;
+  json_t *s;
+  json_array_foreach(list, i, s) {
+    printf("%-26s %-16s %-10s %-24s %-24s ", str_or_dash(s, "id"), str_or_dash(s, "template"),
+           str_or_dash(s, "state"), str_or_dash(s, "created_at"), str_or_dash(s, "expires_at"));
+    print_meta(json_object_get(s, "metadata"));
+    fputc('\n', stdout);
+  }
+}
+
+/* Reads the pages of the list from l->cursor (to the end when walk) and prints them: the table as each
+ * page comes, or with --json one object {sandboxes, next, total} once read. 0, or an exit status. */
+static int ls_pages(struct ls_ctx *l, const char *limit, bool walk) {
+  _cleanup_free_ char *cursor = l->cursor ? xstrdup(l->cursor) : NULL;
+  json_t *all = json_array();
+  json_t *total = NULL;
+  if (!l->json)
+    printf("%-26s %-16s %-10s %-24s %-24s %s\n", "ID", "TEMPLATE", "STATE", "CREATED", "EXPIRES", "METADATA");
+  for (;;) {
+    _cleanup_free_ char *lim = cli_escape(limit);
+    _cleanup_free_ char *cur = cursor ? cli_escape(cursor) : NULL;
+    _cleanup_free_ char *path = xasprintf("/v1/sandboxes%s%climit=%s%s%s", l->query ? l->query : "",
+                                          l->query ? '&' : '?', lim, cur ? "&cursor=" : "", cur ? cur : "");
+    struct cli_resp resp;
+    if (cli_request("GET", path, NULL, &resp) < 0) {
+      json_decref(all);
+      json_decref(total);
+      return EXIT_API;
+    }
+    json_t *list = json_object_get(resp.json, "sandboxes");
+    if (l->json)
+      json_array_extend(all, list);
+    else
+      print_rows(list);
+    fflush(stdout);
+    json_decref(total);
+    total = json_incref(json_object_get(resp.json, "total"));
+    const char *next = json_string_value(json_object_get(resp.json, "next"));
+    free(cursor);
+    cursor = next ? xstrdup(next) : NULL;
+    json_decref(resp.json);
+    if (!cursor || !walk)
+      break;
+  }
+  if (l->json) {
+    json_t *o =
+        json_pack("{s:o, s:s?, s:o}", "sandboxes", all, "next", cursor, "total", total ? total : json_null());
+    json_dumpf(o, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+    json_decref(o);
+  } else {
+    json_decref(all);
+    json_decref(total);
+  }
+  if (cursor)
+    fprintf(stderr, "next: %s\n", cursor);
+  return 0;
+}
+
 int cmd_ls(int argc, char **argv) {
   struct ls_ctx l = {0};
   struct cli_args a;
@@ -241,28 +324,11 @@ int cmd_ls(int argc, char **argv) {
     fprintf(stderr, "usage: %s", ls_usage);
     return EXIT_USAGE;
   }
-  _cleanup_free_ char *path = xasprintf("/v1/sandboxes%s", l.query ? l.query : "");
+  char page[16];
+  snprintf(page, sizeof(page), "%d", LS_PAGE);
+  int ret = ls_pages(&l, l.limit ? l.limit : page, l.all || !l.limit);
   free(l.query);
-  struct cli_resp resp;
-  if (cli_request("GET", path, NULL, &resp) < 0)
-    return EXIT_API;
-  json_t *list = json_object_get(resp.json, "sandboxes");
-  if (l.json) {
-    json_dumpf(resp.json, stdout, JSON_INDENT(2));
-    fputc('\n', stdout);
-  } else {
-    printf("%-26s %-16s %-10s %-24s %-24s %s\n", "ID", "TEMPLATE", "STATE", "CREATED", "EXPIRES", "METADATA");
-    size_t i;
-    json_t *s;
-    json_array_foreach(list, i, s) {
-      printf("%-26s %-16s %-10s %-24s %-24s ", str_or_dash(s, "id"), str_or_dash(s, "template"),
-             str_or_dash(s, "state"), str_or_dash(s, "created_at"), str_or_dash(s, "expires_at"));
-      print_meta(json_object_get(s, "metadata"));
-      fputc('\n', stdout);
-    }
-  }
-  json_decref(resp.json);
-  return 0;
+  return ret;
 }
 
 /* ---- get, rm ---- */

@@ -585,15 +585,19 @@ int moat_control_get(struct moat_control *c, const char *org, const char *id, st
   return 0;
 }
 
-int moat_control_list(struct moat_control *c, const char *org, const enum moat_sandbox_state *state,
-                      json_t *meta, struct moat_sandbox_info **out, size_t *n, moat_error **err) {
+int moat_control_list_page(struct moat_control *c, const char *org, const enum moat_sandbox_state *state,
+                           json_t *meta, const char *template_name, const struct moat_store_page *page,
+                           struct moat_sandbox_info **out, size_t *n, size_t *total, bool *more,
+                           moat_error **err) {
   if (meta && !json_is_object(meta))
     return moat_error_set(err, EINVAL, "metadata filter must be an object");
-  struct moat_store_filter f = {
-      .org = org, .state = state ? moat_sandbox_state_name(*state) : NULL, .metadata = meta};
+  struct moat_store_filter f = {.org = org,
+                                .state = state ? moat_sandbox_state_name(*state) : NULL,
+                                .metadata = meta,
+                                .template_name = template_name};
   struct moat_store_sandbox *rows;
   size_t nr;
-  if (moat_store_sandbox_list(c->store, &f, &rows, &nr, err) < 0)
+  if (moat_store_sandbox_page(c->store, &f, page, &rows, &nr, total, more, err) < 0)
     return -1;
   struct moat_sandbox_info *v = nr ? xcalloc(nr, sizeof(*v)) : NULL;
   for (size_t i = 0; i < nr; i++)
@@ -602,6 +606,11 @@ int moat_control_list(struct moat_control *c, const char *org, const enum moat_s
   *out = v;
   *n = nr;
   return 0;
+}
+
+int moat_control_list(struct moat_control *c, const char *org, const enum moat_sandbox_state *state,
+                      json_t *meta, struct moat_sandbox_info **out, size_t *n, moat_error **err) {
+  return moat_control_list_page(c, org, state, meta, NULL, NULL, out, n, NULL, NULL, err);
 }
 
 int moat_control_update(struct moat_control *c, const char *org, const char *id,

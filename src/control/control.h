@@ -325,6 +325,14 @@ int moat_control_get(struct moat_control *c, const char *org, const char *id, st
  * sandboxes are listed only when state asks for them. */
 int moat_control_list(struct moat_control *c, const char *org, const enum moat_sandbox_state *state,
                       json_t *meta, struct moat_sandbox_info **out, size_t *n, moat_error **err);
+/* One page of what moat_control_list returns, in its order (created_at_ms, then id); page NULL = all;
+ * template_name (NULL = any) keeps those of that template.
+ * total and more as moat_store_sandbox_page gives them (either may be NULL). Each row costs a read of
+ * its volumes and a look at the live table, so a page costs what its rows do plus one count. */
+int moat_control_list_page(struct moat_control *c, const char *org, const enum moat_sandbox_state *state,
+                           json_t *meta, const char *template_name, const struct moat_store_page *page,
+                           struct moat_sandbox_info **out, size_t *n, size_t *total, bool *more,
+                           moat_error **err);
 
 struct moat_sandbox_patch {
   bool has_ttl;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/buf.h"
 #include "../common/fault.h"
 #include "../common/util.h"
 #include "sqlite_internal.h"
@@ -194,6 +195,11 @@ static const char *const migrations[] = {
     "  alive_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (sandbox_id, hour_ms)) WITHOUT ROWID;"
     "CREATE INDEX meter_hourly_org ON meter_hourly(org, hour_ms, sandbox_id);",
+    /* 11 -> 12: an org's sandboxes in list order (created_at_ms, id), so that a page of the list
+     * seeks to its cursor: the live ones (any state but killed) and those of one state */
+    "CREATE INDEX sandboxes_org_live ON sandboxes(org, created_at_ms, id) WHERE state != 'killed';"
+    "CREATE INDEX sandboxes_org_state_created ON sandboxes(org, state, created_at_ms, id);"
+    "DROP INDEX IF EXISTS sandboxes_org_state;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == MOAT_STORE_SCHEMA_VERSION,
@@ -623,47 +629,136 @@ int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id
   return ret;
 }
 
-/* True when every key of filter has the same string value in the JSON object text. */
-static bool metadata_matches(const char *text, json_t *filter) {
-  if (!filter || json_object_size(filter) == 0)
-    return true;
-  json_t *m = json_loads(text ? text : "{}", 0, NULL);
-  if (!m)
-    return false;
-  bool ok = json_is_object(m);
-  const char *k;
-  json_t *want;
-  json_object_foreach(filter, k, want) {
-    if (!ok)
-      break;
-    json_t *have = json_object_get(m, k);
-    ok = have && json_is_string(have) && json_is_string(want) &&
-         strcmp(json_string_value(have), json_string_value(want)) == 0;
-  }
-  json_decref(m);
-  return ok;
+/* Appends to sql the WHERE clause of f (and, when after is set, of rows past the cursor in the order
+ * desc says). Its parameters are bound by bind_filter in the same order. */
+static void filter_sql(struct moat_buf *sql, const struct moat_store_filter *f, bool after, bool desc) {
+  static const char live[] = " WHERE state != 'killed'";
+  static const char one[] = " WHERE state = ?";
+  static const char org[] = " AND org = ?";
+  static const char meta[] = " AND EXISTS (SELECT 1 FROM json_each(metadata) WHERE key = ? AND type = 'text' "
+                             "AND value = ?)";
+  static const char tmpl[] = " AND (template = ? OR substr(template, 1, ?) = ?)";
+  static const char cursor[] = " AND (created_at_ms, id) > (?, ?)";
+  static const char cursor_desc[] = " AND (created_at_ms, id) < (?, ?)";
+  if (f && f->state)
+    moat_buf_append(sql, one, sizeof(one) - 1);
+  else
+    moat_buf_append(sql, live, sizeof(live) - 1);
+  if (f && f->org)
+    moat_buf_append(sql, org, sizeof(org) - 1);
+  for (size_t i = 0; f && f->metadata && i < json_object_size(f->metadata); i++)
+    moat_buf_append(sql, meta, sizeof(meta) - 1);
+  if (f && f->template_name)
+    moat_buf_append(sql, tmpl, sizeof(tmpl) - 1);
+  if (after && desc)
+    moat_buf_append(sql, cursor_desc, sizeof(cursor_desc) - 1);
+  else if (after)
+    moat_buf_append(sql, cursor, sizeof(cursor) - 1);
 }
 
-int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f,
-                            struct moat_store_sandbox **out, size_t *n, moat_error **err) {
-  static const char sql[] =
-      "SELECT " SANDBOX_COLS " FROM sandboxes WHERE (?1 IS NULL OR org = ?1) AND "
-      "((?2 IS NULL AND state != 'killed') OR state = ?2) ORDER BY created_at_ms, rowid";
+/* Binds what filter_sql asked for from parameter 1; returns the next free parameter index. A metadata
+ * filter value that is not a string matches nothing (bound as NULL). */
+static int bind_filter(sqlite3_stmt *st, const struct moat_store_filter *f, const struct moat_store_page *p) {
+  int i = 1;
+  if (f && f->state)
+    sql_bind_text(st, i++, f->state);
+  if (f && f->org)
+    sql_bind_text(st, i++, f->org);
+  if (f && f->metadata) {
+    const char *k;
+    json_t *want;
+    json_object_foreach(f->metadata, k, want) {
+      sql_bind_text(st, i++, k);
+      sql_bind_text(st, i++, json_is_string(want) ? json_string_value(want) : NULL);
+    }
+  }
+  if (f && f->template_name) {
+    /* the column is "name" or "name@version" */
+    _cleanup_free_ char *versioned = xasprintf("%s@", f->template_name);
+    sql_bind_text(st, i++, f->template_name);
+    sqlite3_bind_int64(st, i++, (int64_t)strlen(versioned));
+    sqlite3_bind_text(st, i++, versioned, -1, SQLITE_TRANSIENT);
+  }
+  if (p && p->after_id) {
+    sqlite3_bind_int64(st, i++, p->after_created_ms);
+    sql_bind_text(st, i++, p->after_id);
+  }
+  return i;
+}
+
+/* Prepares sql (not cached: its text depends on the filter). Lock held. */
+static sqlite3_stmt *prepare_once(struct moat_store *s, const struct moat_buf *sql, moat_error **err) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(s->db, sql->p, (int)sql->len, &st, NULL);
+  if (rc != SQLITE_OK) {
+    sql_db_error(s, rc, err, "prepare sandbox list");
+    return NULL;
+  }
+  return st;
+}
+
+/* The number of rows matching f into *total. Lock held. */
+static int count_matches(struct moat_store *s, const struct moat_store_filter *f, size_t *total,
+                         moat_error **err) {
+  static const char head[] = "SELECT count(*) FROM sandboxes";
+  _cleanup_free_ char *text = NULL;
+  struct moat_buf sql = {0};
+  moat_buf_append(&sql, head, sizeof(head) - 1);
+  filter_sql(&sql, f, false, false);
+  text = sql.p;
+  sqlite3_stmt *st = prepare_once(s, &sql, err);
+  if (!st)
+    return -1;
+  bind_filter(st, f, NULL);
+  int rc = sqlite3_step(st);
+  int ret = 0;
+  if (rc == SQLITE_ROW)
+    *total = (size_t)sqlite3_column_int64(st, 0);
+  else
+    ret = sql_db_error(s, rc, err, "count sandboxes");
+  sqlite3_finalize(st);
+  return ret;
+}
+
+int moat_store_sandbox_page(struct moat_store *s, const struct moat_store_filter *f,
+                            const struct moat_store_page *p, struct moat_store_sandbox **out, size_t *n,
+                            size_t *total, bool *more, moat_error **err) {
+  static const char head[] = "SELECT " SANDBOX_COLS " FROM sandboxes";
+  static const char tail[] = " ORDER BY created_at_ms, id LIMIT ?";
+  static const char tail_desc[] = " ORDER BY created_at_ms DESC, id DESC LIMIT ?";
   struct moat_store_sandbox *v = NULL;
   size_t len = 0, cap = 0;
   int ret = -1;
   *out = NULL;
   *n = 0;
+  if (more)
+    *more = false;
+  _cleanup_free_ char *text = NULL;
+  struct moat_buf sql = {0};
+  moat_buf_append(&sql, head, sizeof(head) - 1);
+  bool desc = p && p->desc;
+  filter_sql(&sql, f, p && p->after_id, desc);
+  if (desc)
+    moat_buf_append(&sql, tail_desc, sizeof(tail_desc) - 1);
+  else
+    moat_buf_append(&sql, tail, sizeof(tail) - 1);
+  text = sql.p;
+  /* one row past the page tells whether another page follows */
+  int64_t limit = p && p->limit ? (int64_t)p->limit + 1 : -1;
   pthread_mutex_lock(&s->lock);
-  sqlite3_stmt *st = sql_stmt(s, sql, err);
+  if (total && count_matches(s, f, total, err) < 0)
+    goto out;
+  sqlite3_stmt *st = prepare_once(s, &sql, err);
   if (!st)
     goto out;
-  sql_bind_text(st, 1, f ? f->org : NULL);
-  sql_bind_text(st, 2, f ? f->state : NULL);
+  sqlite3_bind_int64(st, bind_filter(st, f, p), limit);
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (f && f->metadata && !metadata_matches((const char *)sqlite3_column_text(st, 8), f->metadata))
+    if (p && p->limit && len == p->limit) {
+      if (more)
+        *more = true;
       continue;
+    }
     if (len == cap) {
       cap = cap ? cap * 2 : 16;
       v = xrealloc(v, cap * sizeof(*v));
@@ -671,7 +766,7 @@ int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter
     memset(&v[len], 0, sizeof(v[len]));
     read_row(st, &v[len++]);
   }
-  sqlite3_reset(st);
+  sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
     sql_db_error(s, rc, err, "list sandboxes");
     moat_store_sandboxes_free(v, len);
@@ -685,6 +780,11 @@ int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter
 out:
   pthread_mutex_unlock(&s->lock);
   return ret;
+}
+
+int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f,
+                            struct moat_store_sandbox **out, size_t *n, moat_error **err) {
+  return moat_store_sandbox_page(s, f, NULL, out, n, NULL, NULL, err);
 }
 
 /* Reads the state of id into buf. 0, or -1 with ENOENT. Lock held. */

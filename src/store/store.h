@@ -22,7 +22,7 @@
 
 #include "../common/error.h"
 
-#define MOAT_STORE_SCHEMA_VERSION 11 /* user_version after all migrations ran */
+#define MOAT_STORE_SCHEMA_VERSION 12 /* user_version after all migrations ran */
 
 struct moat_store;
 
@@ -110,13 +110,29 @@ int moat_store_sandbox_get(struct moat_store *s, const char *org, const char *id
                            struct moat_store_sandbox *out, moat_error **err);
 
 struct moat_store_filter {
-  const char *org;   /* NULL = every org */
-  const char *state; /* NULL = every state but "killed"; else exactly this state */
-  json_t *metadata;  /* object key -> string value; every pair must match; NULL = no filter */
+  const char *org;           /* NULL = every org */
+  const char *state;         /* NULL = every state but "killed"; else exactly this state */
+  json_t *metadata;          /* object key -> string value; every pair must match; NULL = no filter */
+  const char *template_name; /* NULL = any; else this template's name (of any of its versions) */
 };
-/* Rows matching f, oldest first. *out is NULL when *n is 0; free with moat_store_sandboxes_free. */
+/* Rows matching f in list order (created_at_ms, then id), oldest first. *out is NULL when *n is 0;
+ * free with moat_store_sandboxes_free. */
 int moat_store_sandbox_list(struct moat_store *s, const struct moat_store_filter *f,
                             struct moat_store_sandbox **out, size_t *n, moat_error **err);
+
+/* Where a page of the list starts and how long it is. */
+struct moat_store_page {
+  size_t limit;             /* rows at most; 0 = every row from the start */
+  const char *after_id;     /* NULL = from the first row; else rows after (after_created_ms, after_id) */
+  int64_t after_created_ms; /* in list order */
+  bool desc;                /* the list order reversed: newest first, ties by id descending */
+};
+/* One page of the rows matching f, in list order, read with one seek to the cursor (cost grows with
+ * the page, not the list). total (if not NULL) = rows matching f whatever the cursor, counted in the
+ * same read; more (if not NULL) = whether rows follow the page. Same ownership as moat_store_sandbox_list. */
+int moat_store_sandbox_page(struct moat_store *s, const struct moat_store_filter *f,
+                            const struct moat_store_page *p, struct moat_store_sandbox **out, size_t *n,
+                            size_t *total, bool *more, moat_error **err);
 
 /* Moves a sandbox from state `from` (NULL = any state but "killed") to `to`, recording the event
  * with reason. When `to` is "killed", killed_reason = reason and killed_at_ms = now. ENOENT when

@@ -258,7 +258,8 @@ class OpenAPIResponsesTest(DaemonTest):
         P = "/v1/sandboxes/{id}"
         self.conforms(sb, "/v1/sandboxes", "post", 201)
         self.conforms(c.get(sid), P, "get", 200)
-        self.conforms({"sandboxes": c.list()}, "/v1/sandboxes", "get", 200)
+        self.conforms(c.request("GET", "/v1/sandboxes")[1], "/v1/sandboxes", "get", 200)
+        self.conforms(c.request("GET", "/v1/sandboxes", query={"limit": 1})[1], "/v1/sandboxes", "get", 200)
         self.conforms(c.patch(sid, ttl_seconds=900), P, "patch", 200)
         self.conforms(c.exec(sid, cmd="echo hi; printf '\\377' >&2"), P + "/exec", "post", 200)
         st, bg = c.request("POST", "/v1/sandboxes/%s/exec" % sid, body={"cmd": "sleep 1", "background": True,

@@ -152,6 +152,12 @@ class ValidationTest(unittest.TestCase):
             (ValueError, lambda: Sandbox.connect("", client=c)),
             (TypeError, lambda: Sandbox.list(metadata=[("a", "b")], client=c)),
             (ValueError, lambda: Sandbox.list(state="sleeping", client=c)),
+            (ValueError, lambda: Sandbox.list(limit=0, client=c)),
+            (ValueError, lambda: Sandbox.list(limit=1001, client=c)),
+            (TypeError, lambda: Sandbox.list(limit="5", client=c)),
+            (ValueError, lambda: Sandbox.list(cursor="", client=c)),
+            (TypeError, lambda: Sandbox.list(cursor=5, client=c)),
+            (ValueError, lambda: Sandbox.iter(page_size=0, client=c)),
             (TypeError, lambda: sb.exec(None)),
             (TypeError, lambda: sb.exec(123)),
             (ValueError, lambda: sb.exec("")),
@@ -358,6 +364,31 @@ class SdkTest(DaemonTest):
         self.assertNotIn(sb.id, [s.id for s in Sandbox.list(client=self.client)])
         with self.assertRaises(moat.NotFoundError):
             sb.exec("true")
+
+    def test_list_pages_and_iter(self):
+        tag = "pages-%d" % os.getpid()
+        made = [self.make(metadata={"suite": tag, "odd": str(i % 2)}).id for i in range(5)]
+        whole = Sandbox.list(metadata={"suite": tag}, client=self.client)
+        self.assertEqual(sorted(s.id for s in whole), sorted(made))
+        self.assertEqual((whole.next, whole.total), (None, 5))
+        first = Sandbox.list(metadata={"suite": tag}, limit=2, client=self.client)
+        self.assertIsInstance(first, moat.SandboxList)
+        self.assertEqual(([s.id for s in first], first.total), ([s.id for s in whole][:2], 5))
+        self.assertIsInstance(first.next, str)
+        second = Sandbox.list(metadata={"suite": tag}, limit=2, cursor=first.next, client=self.client)
+        self.assertEqual([s.id for s in second], [s.id for s in whole][2:4])
+        last = Sandbox.list(metadata={"suite": tag}, limit=2, cursor=second.next, client=self.client)
+        self.assertEqual(([s.id for s in last], last.next), ([s.id for s in whole][4:], None))
+        walked = Sandbox.iter(metadata={"suite": tag}, page_size=2, client=self.client)
+        self.assertEqual([s.id for s in walked], [s.id for s in whole])
+        odd = [s.id for s in Sandbox.iter(metadata={"suite": tag, "odd": "1"}, page_size=1, client=self.client)]
+        self.assertEqual(odd, [s.id for s in whole if s.info.metadata["odd"] == "1"])
+        self.assertEqual(list(Sandbox.iter(metadata={"suite": tag + "-none"}, client=self.client)), [])
+        self.assertEqual([s.id for s in Sandbox.iter(metadata={"suite": tag}, template="base", client=self.client)],
+                         [s.id for s in whole])
+        self.assertEqual(Sandbox.list(metadata={"suite": tag}, template="code-interpreter", client=self.client).total, 0)
+        with self.assertRaises(moat.InvalidRequestError):
+            Sandbox.list(cursor="not-a-cursor", client=self.client)
 
     def test_environment_variables(self):
         env = dict(os.environ)

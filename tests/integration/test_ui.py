@@ -494,6 +494,10 @@ class UiTest(DaemonTest):
         self.assertTrue(res["prev_disabled_first"])
         self.assertEqual(res["paused_rows"], [])
         self.assertEqual(res["mutations"], 0)  # two polls of an unchanged page redraw nothing
+        # the server pages: every list request asks for one page of 50, the later pages by cursor
+        qs = [q for q in res["list_queries"] if q.get("metadata.batch") == "ui-page"]
+        self.assertTrue(qs and all(q.get("limit") == "50" for q in res["list_queries"]), res["list_queries"])
+        self.assertEqual(len({q["cursor"] for q in qs if "cursor" in q}), len(res["pages"]) - 1, qs)
 
     def test_browser_databases(self):
         res = self.scenario("databases")

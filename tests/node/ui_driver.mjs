@@ -668,6 +668,12 @@ try {
       return ids;
     }, n);
     const createMs = Date.now() - t0;
+    // what the page asks the server for from here on: one page at a time
+    const listQueries = [];
+    p.on('request', (rq) => {
+      const u = new globalThis.URL(rq.url());
+      if (rq.method() === 'GET' && u.pathname === '/v1/sandboxes') listQueries.push(Object.fromEntries(u.searchParams));
+    });
     await p.fill('#meta-filter', 'batch=ui-page');
     await p.press('#meta-filter', 'Enter');
     await p.waitForFunction((c) => document.getElementById('page-count').textContent.endsWith(`of ${c}`), n, { timeout: 15000 });
@@ -707,7 +713,7 @@ try {
     await p.press('#meta-filter', 'Enter');
     await pc.close();
     return { made, pages, counts, back, paused_rows: pausedRows, mutations, prev_disabled_first: prevDisabledFirst,
-      create_ms: createMs, page_ms: Date.now() - t1 - 4500 };
+      list_queries: listQueries, create_ms: createMs, page_ms: Date.now() - t1 - 4500 };
   });
 
   out.console_errors = consoleErrors;

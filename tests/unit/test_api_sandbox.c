@@ -41,9 +41,13 @@ static void test_filters(void) {
        "state '%s' rejected", bad[i]);
     moat_error_free(&err);
   }
-  a = args2("limit", "5", NULL, NULL);
-  OK(api_args_list_filter(&a, &has, &st, &meta, &err) < 0 && strstr(err->msg, "'limit'"),
+  a = args2("page", "5", NULL, NULL);
+  OK(api_args_list_filter(&a, &has, &st, &meta, &err) < 0 && strstr(err->msg, "'page'"),
      "unknown parameter named");
+  moat_error_free(&err);
+  a = args2("limit", "5", "cursor", "c1.sb-x");
+  OK(api_args_list_filter(&a, &has, &st, &meta, &err) == 0 && !has && !meta,
+     "limit and cursor pass the filter (the handler checks them)");
   moat_error_free(&err);
   a = args2("metadata.k", "\xff", NULL, NULL);
   OK(api_args_list_filter(&a, &has, &st, &meta, &err) < 0 && !meta, "non-UTF-8 metadata filter rejected");

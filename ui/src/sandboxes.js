@@ -1,6 +1,9 @@
 // sandboxes.js -- #/sandboxes: the org's sandboxes by state, template and metadata, refreshed every 2 s;
-// create, kill, and kill the selected ones. 50 rows a page (prev/next and the count); a poll re-renders
-// only the rows whose shown fields changed, and keeps the others' DOM nodes as they are.
+// create, kill, and kill the selected ones. The server pages the list: one request of 50 for the page
+// shown (Previous goes back through the cursors walked; the count shows the server's total), and a poll
+// re-requests that page and re-renders only the rows whose shown fields changed, keeping the others' DOM
+// nodes as they are. A selection outlives paging; it drops a sandbox once it is gone from the page that
+// showed it, and a change of filter keeps only the selected ones the new first page shows.
 import { api, h, showError, fmtTime } from './api.js';
 
 const STATES = ['', 'running', 'paused', 'hibernated', 'creating', 'killed'];
@@ -16,16 +19,20 @@ export function sandboxesPage(root, me) {
   const select = h('select', { id: 'state-filter', 'aria-label': 'State' },
     STATES.map((s) => h('option', { value: s, selected: s === filter }, s || 'all live')));
   let pageNo = 0;
+  let cursors = [null]; // cursors[i]: where page i starts (null: the beginning)
+  let nextCursor = null; // the shown page's next, null on the last
+  let filtered = false; // a filter changed since the last draw
+  const firstPage = () => { pageNo = 0; cursors = [null]; filtered = true; };
   select.addEventListener('change', () => {
-    pageNo = 0;
+    firstPage();
     filter = select.value;
     sessionStorage.setItem('moat.filter', filter);
     refresh();
   });
   const meta = h('input', { id: 'meta-filter', 'aria-label': 'Metadata filter', placeholder: 'key=value', size: 18 });
-  meta.addEventListener('change', () => { pageNo = 0; refresh(); });
+  meta.addEventListener('change', () => { firstPage(); refresh(); });
   const tplFilter = h('select', { id: 'template-filter', 'aria-label': 'Template filter' }, h('option', { value: '' }, 'any template'));
-  tplFilter.addEventListener('change', () => { pageNo = 0; refresh(); });
+  tplFilter.addEventListener('change', () => { firstPage(); refresh(); });
   const selected = new Set();
   const bulk = h('button', { type: 'button', id: 'kill-selected', class: 'danger', disabled: true }, 'Kill selected');
   const syncBulk = () => {
@@ -44,7 +51,9 @@ export function sandboxesPage(root, me) {
         await api('DELETE', `/v1/sandboxes/${encodeURIComponent(id)}`);
         selected.delete(id);
       } catch (e) {
-        failed.push(`${id}: ${e.message}`);
+        // one selected on another page may have gone meanwhile: gone is what was asked
+        if (e.status === 404) selected.delete(id);
+        else failed.push(`${id}: ${e.message}`);
       }
       done++;
     }
@@ -72,8 +81,19 @@ export function sandboxesPage(root, me) {
   const tbody = h('tbody', { id: 'sandbox-rows' });
   const emptyRow = h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No sandboxes.'));
   const rows = new Map(); // id -> { sig, tr }: the rows drawn, reused while what they show is unchanged
-  const prev = h('button', { type: 'button', id: 'page-prev', disabled: true, onclick: () => { pageNo--; refresh(); } }, 'Previous');
-  const next = h('button', { type: 'button', id: 'page-next', disabled: true, onclick: () => { pageNo++; refresh(); } }, 'Next');
+  const prev = h('button', { type: 'button', id: 'page-prev', disabled: true, onclick: () => {
+    if (pageNo === 0) return;
+    pageNo--;
+    cursors.length = pageNo + 1;
+    refresh();
+  } }, 'Previous');
+  const next = h('button', { type: 'button', id: 'page-next', disabled: true, onclick: () => {
+    if (!nextCursor) return;
+    cursors.length = pageNo + 1;
+    cursors.push(nextCursor);
+    pageNo++;
+    refresh();
+  } }, 'Next');
   const count = h('span', { id: 'page-count', 'aria-live': 'polite' });
   const pager = h('div', { class: 'toolbar pager' }, prev, count, next);
   const table = h('table', { class: 'list', id: 'sandboxes' },
@@ -132,23 +152,40 @@ export function sandboxesPage(root, me) {
       h('td', {}, killBtn));
   }
 
+  let seq = 0; // the latest request: an older answer arriving after it is dropped
+  let drawn = { key: null, ids: new Set() }; // what the last draw showed, and of which page
+
   async function refresh() {
     clearTimeout(timer);
+    const mine = ++seq;
     try {
       const q = new URLSearchParams();
       if (filter) q.set('state', filter);
+      if (tplFilter.value) q.set('template', tplFilter.value);
       const m = meta.value.trim().match(/^([^=\s]+)=(.*)$/);
       if (m) q.set(`metadata.${m[1]}`, m[2]);
-      const qs = q.toString();
-      const res = await api('GET', `/v1/sandboxes${qs ? '?' + qs : ''}`);
-      if (stopped) return;
-      const list = (res.sandboxes || []).filter((sb) => !tplFilter.value || sb.template === tplFilter.value);
-      const ids = new Set(list.map((sb) => sb.id));
-      for (const id of [...selected]) if (!ids.has(id)) selected.delete(id);
+      q.set('limit', String(PAGE));
+      const at = cursors[pageNo];
+      if (at) q.set('cursor', at);
+      const res = await api('GET', `/v1/sandboxes?${q}`);
+      if (stopped || mine !== seq) return;
+      const shown = res.sandboxes || [];
+      if (!shown.length && pageNo > 0) {
+        // everything from here on has gone: show the page before
+        pageNo--;
+        cursors.length = pageNo + 1;
+        return refresh();
+      }
+      nextCursor = res.next || null;
+      const total = res.total ?? shown.length;
+      const ids = new Set(shown.map((sb) => sb.id));
+      const key = q.toString();
+      for (const id of [...selected]) {
+        if (filtered ? !ids.has(id) : (drawn.key === key && drawn.ids.has(id) && !ids.has(id))) selected.delete(id);
+      }
+      filtered = false;
+      drawn = { key, ids };
       syncBulk();
-      const pages = Math.max(1, Math.ceil(list.length / PAGE));
-      pageNo = Math.min(Math.max(pageNo, 0), pages - 1);
-      const shown = list.slice(pageNo * PAGE, (pageNo + 1) * PAGE);
       const want = [];
       const keep = new Set();
       for (const sb of shown) {
@@ -164,23 +201,24 @@ export function sandboxesPage(root, me) {
       for (const id of [...rows.keys()]) if (!keep.has(id)) rows.delete(id);
       if (!want.length) want.push(emptyRow);
       // move only what is out of place: an unchanged page makes no DOM mutation at all
-      let at = tbody.firstChild;
+      let node = tbody.firstChild;
       for (const tr of want) {
-        if (tr === at) at = at.nextSibling;
-        else tbody.insertBefore(tr, at);
+        if (tr === node) node = node.nextSibling;
+        else tbody.insertBefore(tr, node);
       }
-      while (at) {
-        const n = at.nextSibling;
-        at.remove();
-        at = n;
+      while (node) {
+        const n = node.nextSibling;
+        node.remove();
+        node = n;
       }
       prev.disabled = pageNo === 0;
-      next.disabled = pageNo >= pages - 1;
-      count.textContent = list.length
-        ? `${pageNo * PAGE + 1}–${pageNo * PAGE + shown.length} of ${list.length}` : '0 of 0';
+      next.disabled = !nextCursor;
+      count.textContent = shown.length
+        ? `${pageNo * PAGE + 1}–${pageNo * PAGE + shown.length} of ${total}` : `0 of ${total}`;
       table.dataset.page = String(pageNo + 1);
       table.dataset.loaded = '1';
     } catch (e) {
+      if (mine !== seq) return;
       showError(e);
     }
     if (!stopped) timer = setTimeout(refresh, POLL_MS);

@@ -18,7 +18,7 @@ from .errors import (AuthenticationError, BuildError, ConflictError, ConnectionE
                      NotFoundError, NotSupportedError, SandboxError, TimeoutError)
 from .models import (EntryInfo, Execution, ExecutionError, ExecResult, ExploreOutcome, FilesystemEvent, ProcessInfo,
                      Result, SandboxInfo, Snapshot, WriteInfo)
-from .sandbox import CodeContext, ExploreResult, Files, Process, ProcessStdin, Pty, Sandbox, WatchHandle
+from .sandbox import CodeContext, ExploreResult, Files, Process, ProcessStdin, Pty, Sandbox, SandboxList, WatchHandle
 from .template import BuildEnd, BuildLogLine, BuildLogs, Template, Templates
 from .volume import Volume, VolumeAttachment
 from .account import Audit, Keys
@@ -27,7 +27,7 @@ from .sandbox_ops import EventStream
 __version__ = "0.1.0"
 
 __all__ = [
-    "Admin", "Sandbox", "Client", "Volume", "VolumeAttachment", "Database", "DatabaseConnection", "Databases", "Template", "Templates", "BuildLogLine", "BuildEnd",
+    "Admin", "Sandbox", "SandboxList", "Client", "Volume", "VolumeAttachment", "Database", "DatabaseConnection", "Databases", "Template", "Templates", "BuildLogLine", "BuildEnd",
     "BuildLogs", "BuildError", "Files", "Process", "ProcessStdin", "Pty", "CodeContext", "WatchHandle", "ExploreResult",
     "ExecResult", "SandboxInfo", "EntryInfo", "WriteInfo", "FilesystemEvent", "ProcessInfo", "Execution", "Result",
     "ExecutionError", "Snapshot", "ExploreOutcome", "LogEntry", "LogStream",

@@ -563,6 +563,16 @@ class ExploreResult:
         return self.winner
 
 
+class SandboxList(List["Sandbox"]):
+    """A page of Sandbox.list(): a list of sandboxes, with next (the cursor of the following page,
+    None on the last) and total (every sandbox matching the filters)."""
+
+    def __init__(self, items: Sequence["Sandbox"], next: Optional[str], total: int) -> None:
+        super().__init__(items)
+        self.next = next
+        self.total = total
+
+
 class Sandbox(SandboxOps):
     """One moat sandbox. Make one with ``Sandbox.create(...)`` or ``Sandbox.connect(id)``.
 
@@ -663,20 +673,51 @@ class Sandbox(SandboxOps):
 
     @classmethod
     def list(cls, *, metadata: Optional[Mapping[str, str]] = None, state: Optional[str] = None,
+             template: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None,
              client: Optional[Client] = None, api_url: Optional[str] = None, api_key: Optional[str] = None,
-             request_timeout: Any = _UNSET) -> List["Sandbox"]:
-        """The sandboxes of this API key's organisation, optionally those whose metadata has every
-        given key=value and whose state is state (killed ones only with state="killed")."""
+             request_timeout: Any = _UNSET) -> "SandboxList":
+        """The sandboxes of this API key's organisation, oldest first, optionally those whose metadata
+        has every given key=value, whose state is state (killed ones only with state="killed") and
+        whose template is template. Without limit, every match; with limit (1..1000), one page of at most limit: the list's .next
+        is the cursor of the following page (None on the last) and .total counts every match."""
         m = _check.str_map("metadata", metadata) or {}
         if _check.string("state", state, optional=True) is not None and \
                 state not in ("creating", "running", "paused", "hibernated", "killed"):
             raise ValueError("state must be creating, running, paused, hibernated or killed, got %r" % state)
-        q: Dict[str, Any] = {"state": state}
+        q: Dict[str, Any] = {"state": state, "template": _check.string("template", template, optional=True)}
         for k, v in m.items():
             q["metadata." + k] = v
+        if _check.integer("limit", limit, 1, 1000) is not None:
+            q["limit"] = str(limit)
+        if _check.string("cursor", cursor, optional=True) is not None:
+            if not cursor:
+                raise ValueError("cursor must not be empty")
+            q["cursor"] = cursor
         c = resolve(client, api_url, api_key, request_timeout)
         r = c._t.request("GET", "/v1/sandboxes", query=q)[1]
-        return [cls(d, c) for d in r.get("sandboxes", [])]
+        page = [cls(d, c) for d in r.get("sandboxes", [])]
+        return SandboxList(page, r.get("next"), r.get("total", len(page)))
+
+    @classmethod
+    def iter(cls, *, metadata: Optional[Mapping[str, str]] = None, state: Optional[str] = None,
+             template: Optional[str] = None, page_size: int = 100, client: Optional[Client] = None, api_url: Optional[str] = None,
+             api_key: Optional[str] = None, request_timeout: Any = _UNSET) -> Iterator["Sandbox"]:
+        """Every sandbox list() would return, fetched page_size (1..1000) at a time: the first page
+        now (so that bad arguments raise here), the others as the iteration reaches them; each
+        sandbox once, even while others are created or killed."""
+        _check.integer("page_size", page_size, 1, 1000, optional=False)
+        c = resolve(client, api_url, api_key, request_timeout)
+        first = cls.list(metadata=metadata, state=state, template=template, limit=page_size, client=c)
+
+        def walk() -> Iterator["Sandbox"]:
+            page = first
+            while True:
+                yield from page
+                if not page.next:
+                    return
+                page = cls.list(metadata=metadata, state=state, template=template, limit=page_size,
+                                cursor=page.next, client=c)
+        return walk()
 
     def metrics(self, from_: Any = None, to: Any = None, limit: Optional[int] = None) -> Dict[str, Any]:
         """GET /v1/sandboxes/{id}/metrics: without from_/to/limit the sample of now (cpu, memory,

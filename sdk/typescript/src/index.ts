@@ -5,6 +5,7 @@ export type {
   SandboxState,
   CreateOptions,
   ListOptions,
+  SandboxPage,
   ExecOptions,
   BackgroundExecOptions,
   ExecResult,

@@ -102,7 +102,17 @@ function snapshotInfo(j: Record<string, unknown>): SnapshotInfo {
 export interface ListOptions extends ConnectionOptions {
   metadata?: Record<string, string>;
   state?: SandboxState;
+  /** Only sandboxes of this template. */
+  template?: string;
+  /** 1..1000: one page of at most this many (absent: every match). */
+  limit?: number;
+  /** The `next` of the page before. */
+  cursor?: string;
 }
+
+/** What Sandbox.list() answers: the sandboxes, with `next` (the cursor of the following page, null on
+ *  the last, always null without a limit) and `total` (every sandbox matching the filters). */
+export type SandboxPage = Sandbox[] & { next: string | null; total: number };
 
 export interface ExecOptions {
   env?: Record<string, string>;
@@ -355,10 +365,11 @@ export class Sandbox {
     return new Sandbox(conn, sandboxInfo(j));
   }
 
-  /** The sandboxes this key can see, filtered by metadata and state (killed ones only with state "killed"). */
-  static async list(opts?: ListOptions): Promise<Sandbox[]> {
+  /** The sandboxes this key can see, oldest first, filtered by metadata and state (killed ones only with
+   *  state "killed"); with `limit`, one page: pass its `next` as `cursor` for the following one. */
+  static async list(opts?: ListOptions): Promise<SandboxPage> {
     const where = 'Sandbox.list';
-    const o = v.options<ListOptions>(where, opts, [...CONNECTION_KEYS, 'metadata', 'state']);
+    const o = v.options<ListOptions>(where, opts, [...CONNECTION_KEYS, 'metadata', 'state', 'template', 'limit', 'cursor']);
     const conn = new Connection(where, connOpts(o));
     const q = new URLSearchParams();
     if (o.state !== undefined) {
@@ -368,8 +379,34 @@ export class Sandbox {
       q.append('state', o.state);
     }
     for (const [k, val] of Object.entries(v.stringMap(where, 'metadata', o.metadata) ?? {})) q.append('metadata.' + k, val);
-    const j = await conn.json<{ sandboxes: Record<string, unknown>[] }>('GET', '/v1/sandboxes', { query: q });
-    return j.sandboxes.map((s) => new Sandbox(conn, sandboxInfo(s)));
+    const template = v.str(where, 'template', o.template, { optional: true, nonEmpty: true });
+    if (template !== undefined) q.append('template', template);
+    const limit = v.int(where, 'limit', o.limit, 1, 1000);
+    if (limit !== undefined) q.append('limit', String(limit));
+    const cursor = v.str(where, 'cursor', o.cursor, { optional: true, nonEmpty: true });
+    if (cursor !== undefined) q.append('cursor', cursor);
+    const j = await conn.json<{ sandboxes: Record<string, unknown>[]; next?: string | null; total?: number }>('GET', '/v1/sandboxes', { query: q });
+    const page = j.sandboxes.map((s) => new Sandbox(conn, sandboxInfo(s)));
+    // not enumerable: the answer still compares, spreads and serialises as the plain array it was
+    return Object.defineProperties(page, {
+      next: { value: j.next ?? null, enumerable: false },
+      total: { value: j.total ?? page.length, enumerable: false },
+    }) as SandboxPage;
+  }
+
+  /** Every sandbox list() would return, fetched `pageSize` (1..1000, default 100) at a time as the
+   *  iteration goes (`for await`); each one once, even while others are created or killed. */
+  static async *all(opts?: Omit<ListOptions, 'limit' | 'cursor'> & { pageSize?: number }): AsyncGenerator<Sandbox> {
+    const where = 'Sandbox.all';
+    const { pageSize, ...rest } = v.options<Omit<ListOptions, 'limit' | 'cursor'> & { pageSize?: number }>(
+      where, opts, [...CONNECTION_KEYS, 'metadata', 'state', 'template', 'pageSize']);
+    const limit = v.int(where, 'pageSize', pageSize, 1, 1000) ?? 100;
+    let cursor: string | null = null;
+    do {
+      const page: SandboxPage = await Sandbox.list({ ...rest, limit, ...(cursor ? { cursor } : {}) });
+      yield* page;
+      cursor = page.next;
+    } while (cursor);
   }
 
   /** Fetches the sandbox's current description (and updates `info`). */

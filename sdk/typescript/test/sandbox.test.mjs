@@ -44,6 +44,35 @@ describe('sandbox lifecycle', () => {
   });
 });
 
+describe('sandbox list pages', () => {
+  it('list with limit and cursor, and Sandbox.all over the pages', async () => {
+    const tag = 'ts-pages-' + process.pid + '-' + Date.now();
+    const made = [];
+    for (let i = 0; i < 5; i++) made.push((await sandbox({ metadata: { suite: tag, odd: String(i % 2) } })).id);
+    const whole = await Sandbox.list({ metadata: { suite: tag } });
+    assert.deepEqual([...whole.map((s) => s.id)].sort(), [...made].sort());
+    assert.equal(whole.next, null);
+    assert.equal(whole.total, 5);
+    const ids = whole.map((s) => s.id);
+    const first = await Sandbox.list({ metadata: { suite: tag }, limit: 2 });
+    assert.deepEqual(first.map((s) => s.id), ids.slice(0, 2));
+    assert.equal(first.total, 5);
+    assert.equal(typeof first.next, 'string');
+    const second = await Sandbox.list({ metadata: { suite: tag }, limit: 2, cursor: first.next });
+    assert.deepEqual(second.map((s) => s.id), ids.slice(2, 4));
+    const last = await Sandbox.list({ metadata: { suite: tag }, limit: 2, cursor: second.next });
+    assert.deepEqual(last.map((s) => s.id), ids.slice(4));
+    assert.equal(last.next, null);
+    const walked = [];
+    for await (const s of Sandbox.all({ metadata: { suite: tag }, pageSize: 2 })) walked.push(s.id);
+    assert.deepEqual(walked, ids);
+    const odd = [];
+    for await (const s of Sandbox.all({ metadata: { suite: tag, odd: '1' }, pageSize: 1 })) odd.push(s.id);
+    assert.deepEqual(odd, whole.filter((s) => s.info.metadata.odd === '1').map((s) => s.id));
+    await assert.rejects(Sandbox.list({ cursor: 'not-a-cursor' }), InvalidRequestError);
+  });
+});
+
 describe('moatd: health and templates', () => {
   it('health needs no key and reports checkpoints', async () => {
     const h = await health();
@@ -222,6 +251,12 @@ describe('arguments are checked before the network', () => {
       () => Sandbox.connect(),
       () => Sandbox.connect(42, api),
       () => Sandbox.list({ ...api, state: 'sleeping' }),
+      () => Sandbox.list({ ...api, limit: 0 }),
+      () => Sandbox.list({ ...api, limit: 1001 }),
+      () => Sandbox.list({ ...api, limit: '5' }),
+      () => Sandbox.list({ ...api, cursor: '' }),
+      () => Sandbox.all({ ...api, pageSize: 0 }).next(),
+      () => Sandbox.all({ ...api, limit: 5 }).next(),
     ];
     for (const f of bad) {
       await assert.rejects(f, TypeError);

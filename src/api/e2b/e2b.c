@@ -964,20 +964,6 @@ static json_t *parse_meta_filter(struct api_req *r, const char *q) {
   return m;
 }
 
-/* Oldest first, ties by id: the order of order=asc (desc is its reverse). */
-static int cmp_created_at(int64_t at, const char *id, const struct moat_sandbox_info *y) {
-  if (at != y->created_at_ms)
-    return at < y->created_at_ms ? -1 : 1;
-  return strcmp(id, y->id);
-}
-
-static int cmp_asc(const void *a, const void *b) {
-  const struct moat_sandbox_info *x = a;
-  return cmp_created_at(x->created_at_ms, x->id, b);
-}
-
-static int cmp_desc(const void *a, const void *b) { return -cmp_asc(a, b); }
-
 /* GET /v2/sandboxes?metadata=&state=running,paused&template=&startedAfter=&order=&limit=&nextToken=
  * (also GET /sandboxes). order=desc (the default: newest first, ties by id descending) or asc;
  * template: E2B's or moat's name; startedAfter: RFC 3339, started at or after it. nextToken is
@@ -1048,38 +1034,58 @@ static int h_list(struct api_req *r) {
       return e2b_error(r, 400, "unknown query parameter '%.64s'", k);
     }
   }
-  struct moat_sandbox_info *v = NULL;
-  size_t n = 0;
-  moat_error *err = NULL;
-  int rc = moat_control_list(api_control(r), r->org, NULL, meta, &v, &n, &err);
-  json_decref(meta);
-  if (rc < 0)
-    return e2b_moat_error(r, &err);
-  if (n > 1)
-    qsort(v, n, sizeof(*v), asc ? cmp_asc : cmp_desc);
+  /* the store's pages in the order asked, from the token on, limit + 1 rows at a time, until the page
+   * is full and one more match shows that another page follows */
+  struct moat_store_page pg = {.limit = (size_t)limit + 1, .desc = !asc};
+  if (after_ms >= 0) {
+    pg.after_id = after_id;
+    pg.after_created_ms = after_ms;
+  }
+  char seek_id[MOAT_ID_LEN + 1], last_id[MOAT_ID_LEN + 1] = "";
+  int64_t last_ms = 0;
   json_t *arr = json_array();
   char next[64] = "";
-  const struct moat_sandbox_info *last = NULL;
-  for (size_t i = 0; i < n; i++) {
-    const struct moat_sandbox_info *s = &v[i];
-    if (!(is_e2b_running(s->state) ? want_running : is_e2b_paused(s->state) ? want_paused : false))
-      continue;
-    if (after_ms >= 0 &&
-        (asc ? cmp_created_at(after_ms, after_id, s) >= 0 : cmp_created_at(after_ms, after_id, s) <= 0))
-      continue;
-    if (s->created_at_ms < started_after)
-      continue;
-    if (want_template && strcmp(want_template, e2b_template_of(s->template_name)) != 0 &&
-        strcmp(want_template, s->template_name ? s->template_name : "base") != 0)
-      continue;
-    if ((long)json_array_size(arr) == limit) {
-      snprintf(next, sizeof(next), "%lld.%s", (long long)last->created_at_ms, last->id);
-      break;
+  bool done = false;
+  while (!done) {
+    struct moat_sandbox_info *v = NULL;
+    size_t n = 0;
+    bool more = false;
+    moat_error *err = NULL;
+    if (moat_control_list_page(api_control(r), r->org, NULL, meta, NULL, &pg, &v, &n, NULL, &more, &err) <
+        0) {
+      json_decref(arr);
+      json_decref(meta);
+      return e2b_moat_error(r, &err);
     }
-    json_array_append_new(arr, sandbox_json(r, s, false));
-    last = s;
+    for (size_t i = 0; i < n && !done; i++) {
+      const struct moat_sandbox_info *s = &v[i];
+      if (s->created_at_ms < started_after) {
+        done = !asc; /* newest first: all that follow started earlier still */
+        continue;
+      }
+      if (!(is_e2b_running(s->state) ? want_running : is_e2b_paused(s->state) ? want_paused : false))
+        continue;
+      if (want_template && strcmp(want_template, e2b_template_of(s->template_name)) != 0 &&
+          strcmp(want_template, s->template_name ? s->template_name : "base") != 0)
+        continue;
+      if ((long)json_array_size(arr) == limit) {
+        snprintf(next, sizeof(next), "%lld.%s", (long long)last_ms, last_id);
+        done = true;
+        break;
+      }
+      json_array_append_new(arr, sandbox_json(r, s, false));
+      last_ms = s->created_at_ms;
+      snprintf(last_id, sizeof(last_id), "%s", s->id);
+    }
+    if (!done && more && n) {
+      snprintf(seek_id, sizeof(seek_id), "%s", v[n - 1].id);
+      pg.after_id = seek_id;
+      pg.after_created_ms = v[n - 1].created_at_ms;
+    }
+    done = done || !more;
+    moat_sandbox_infos_free(v, n);
   }
-  moat_sandbox_infos_free(v, n);
+  json_decref(meta);
   ret = reply_json_header(r, 200, arr, next[0] ? "x-next-token" : NULL, next);
   return ret;
 }

@@ -1,5 +1,9 @@
-/* sandboxes.c -- /v1/sandboxes: create, list (state and metadata filters), get, patch, delete */
+/* sandboxes.c -- /v1/sandboxes: create, list (state, template and metadata filters, paged), get, patch,
+ * delete */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -8,7 +12,7 @@
 
 int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sandbox_state *state,
                          json_t **meta, moat_error **err) {
-  static const char *const allowed[] = {"state", "metadata.", NULL};
+  static const char *const allowed[] = {"state", "template", "metadata.", "limit", "cursor", NULL};
   *has_state = false;
   *meta = NULL;
   if (api_args_check(a, allowed, err) < 0)
@@ -37,6 +41,11 @@ int api_args_list_filter(const struct api_args *a, bool *has_state, enum moat_sa
     }
     if (!*meta)
       *meta = json_object();
+    if (json_object_size(*meta) == API_MAX_META_KEYS) {
+      json_decref(*meta);
+      *meta = NULL;
+      return moat_error_set(err, EINVAL, "at most %d metadata filters", API_MAX_META_KEYS);
+    }
     json_object_set_new(*meta, k, json_string(a->v[i].value));
   }
   return 0;
@@ -61,6 +70,38 @@ int api_h_sandboxes_create(struct api_req *r, json_t *body) {
   return ret;
 }
 
+#define LIST_MAX_LIMIT 1000
+
+/* The page the list's limit and cursor arguments ask for into *pg (its after_id points into id_buf):
+ * 0, or -1 with the reply sent. The cursor is "c", the last row's created_at_ms, "." and its id:
+ * opaque to clients. */
+static int list_page_args(struct api_req *r, struct moat_store_page *pg, char *id_buf, size_t id_size) {
+  memset(pg, 0, sizeof(*pg));
+  const char *lim = api_arg_get(&r->args, "limit");
+  if (lim) {
+    char *end = NULL;
+    long v = strtol(lim, &end, 10);
+    if (!*lim || *end || v < 1 || v > LIST_MAX_LIMIT)
+      return api_reply_error(r, 400, "invalid_request", "'limit' must be an integer from 1 to %d",
+                             LIST_MAX_LIMIT),
+             -1;
+    pg->limit = (size_t)v;
+  }
+  const char *cur = api_arg_get(&r->args, "cursor");
+  if (cur) {
+    const char *dot = strchr(cur, '.');
+    char *end = NULL;
+    unsigned long long ms =
+        cur[0] == 'c' && cur[1] >= '0' && cur[1] <= '9' && dot ? strtoull(cur + 1, &end, 10) : 0;
+    if (!dot || end != dot || ms > INT64_MAX || strlen(dot + 1) >= id_size || !api_valid_sandbox_id(dot + 1))
+      return api_reply_error(r, 400, "invalid_request", "'cursor' is not one this API gave"), -1;
+    snprintf(id_buf, id_size, "%s", dot + 1);
+    pg->after_id = id_buf;
+    pg->after_created_ms = (int64_t)ms;
+  }
+  return 0;
+}
+
 int api_h_sandboxes_list(struct api_req *r, json_t *body) {
   moat_error *err = NULL;
   bool has_state;
@@ -68,17 +109,37 @@ int api_h_sandboxes_list(struct api_req *r, json_t *body) {
   json_t *meta = NULL;
   if (api_args_list_filter(&r->args, &has_state, &state, &meta, &err) < 0)
     return api_reply_moat_error(r, &err);
+  const char *tmpl = api_arg_get(&r->args, "template");
+  if (tmpl && !api_valid_template_name(tmpl)) {
+    json_decref(meta);
+    return api_reply_error(r, 400, "invalid_request", "query parameter 'template' is not a template name");
+  }
+  struct moat_store_page pg;
+  char after_id[MOAT_ID_LEN + 1];
+  if (list_page_args(r, &pg, after_id, sizeof(after_id)) < 0) {
+    json_decref(meta);
+    return -1;
+  }
   struct moat_sandbox_info *v = NULL;
-  size_t n = 0;
-  int rc = moat_control_list(api_control(r), r->org, has_state ? &state : NULL, meta, &v, &n, &err);
+  size_t n = 0, total = 0;
+  bool more = false;
+  int rc = moat_control_list_page(api_control(r), r->org, has_state ? &state : NULL, meta, tmpl, &pg, &v, &n,
+                                  &total, &more, &err);
   json_decref(meta);
   if (rc < 0)
     return api_reply_moat_error(r, &err);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++)
     json_array_append_new(arr, api_sandbox_json(&v[i]));
+  json_t *next = json_null();
+  if (more && n) {
+    char buf[32 + MOAT_ID_LEN];
+    snprintf(buf, sizeof(buf), "c%" PRId64 ".%s", v[n - 1].created_at_ms, v[n - 1].id);
+    next = json_string(buf);
+  }
   moat_sandbox_infos_free(v, n);
-  return api_reply_json(r, 200, json_pack("{s:o}", "sandboxes", arr));
+  return api_reply_json(
+      r, 200, json_pack("{s:o, s:o, s:I}", "sandboxes", arr, "next", next, "total", (json_int_t)total));
 }
 
 int api_h_sandbox_get(struct api_req *r, json_t *body) {
