@@ -269,7 +269,9 @@ class LogsTest(DaemonTest):
         hog = ["python3", "-c", "b = b'x' * (700 << 20); print(len(b))"]
         r = self.c.exec(sid, argv=hog, timeout=120)
         self.assertTrue(r["oom_killed"], r)
-        got = self.wait_entries(sid, lambda es: [e for e in es if e["type"] == "oom"])
+        # the OOM record and the process's exit record come from different readers: either may be first
+        got = self.wait_entries(sid, lambda es: [e for e in es if e["type"] == "oom"] and
+                                [e for e in es if e["type"] == "process" and e["event"] == "exit"])
         ooms = [e for e in got if e["type"] == "oom"]
         self.assertEqual(len(ooms), 1, got)
         self.assertEqual(ooms[0]["argv"], hog)
