@@ -217,7 +217,7 @@ static int on_ls_opt(int id, const char *value, void *ctx) {
   } else if (id == L_LIMIT) {
     char *end = NULL;
     long n = strtol(value, &end, 10);
-    if (!*value || *end || n < 1 || n > LS_PAGE) {
+    if (value[0] < '0' || value[0] > '9' || *end || n < 1 || n > LS_PAGE) {
       cli_errorf("--limit '%s' is not a number from 1 to %d", value, LS_PAGE);
       return -1;
     }

@@ -181,7 +181,7 @@ class ListPagingTest(DaemonTest):
         good = first["next"]
         self.assertIsInstance(good, str)
         for arg, q in (("limit", "limit=0"), ("limit", "limit=1001"), ("limit", "limit=-1"), ("limit", "limit=abc"),
-                       ("limit", "limit="), ("limit", "limit=1.5"), ("limit", "limit=5x"),
+                       ("limit", "limit="), ("limit", "limit=1.5"), ("limit", "limit=5x"), ("limit", "limit=%2B5"), ("limit", "limit=%205"),
                        ("limit", "limit=5&limit=6"), ("cursor", "cursor="), ("cursor", "cursor=junk"),
                        ("cursor", "cursor=c123"), ("cursor", "cursor=c.sb-aaaaaaaaaaaaaaaaa"),
                        ("cursor", "cursor=a5"), ("cursor", "cursor=" + good + "x"),

@@ -81,7 +81,7 @@ static int list_page_args(struct api_req *r, struct moat_store_page *pg, char *i
   if (lim) {
     char *end = NULL;
     long v = strtol(lim, &end, 10);
-    if (!*lim || *end || v < 1 || v > LIST_MAX_LIMIT)
+    if (lim[0] < '0' || lim[0] > '9' || *end || v < 1 || v > LIST_MAX_LIMIT)
       return api_reply_error(r, 400, "invalid_request", "'limit' must be an integer from 1 to %d",
                              LIST_MAX_LIMIT),
              -1;
