@@ -583,12 +583,12 @@ try {
     await p.waitForSelector('#quota-editor[data-saved="1"] #edit-quotas[data-loaded="1"]');
     const saved = await p.$$eval('#edit-quotas tr[data-id]', (rs) => Object.fromEntries(rs.map((r) => [r.dataset.id, r.dataset.limit])));
     const quotas = await p.evaluate(async (id) => (await fetch(`/v1/orgs/${id}/quotas`)).json(), made);
+    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/orgs.png` });
     // a limit over the API's 2^53: its message
     await p.fill('#quota-editor input[data-quota="max_sandboxes"]', '100000000000000000');
     await p.click('#quotas-save');
     await p.waitForSelector('#error:not([hidden])');
     const bad = await p.$eval('#error', (e) => e.textContent);
-    await p.screenshot({ path: `${env.MOAT_UI_SHOTS}/orgs.png` });
     await p.goto(`${URL}/ui/#/host`);
     await p.waitForSelector('#host[data-loaded="1"]');
     const facts = await p.$$eval('#host dd', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.fact, d.textContent])));
