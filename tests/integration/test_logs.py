@@ -163,16 +163,17 @@ class LogsTest(DaemonTest):
         out = self.output(got)
         self.assertTrue(out.endswith(b"tail-end\n"), out[-100:])
         self.assertLessEqual(len(out), BOUND_MB << 20)
-        self.assertEqual(got[0]["type"], "dropped", got[0])
-        self.assertGreater(got[0]["bytes"], 0)
         drops = [e for e in got if e["type"] == "dropped"]
+        self.assertTrue(drops, got[:3])
+        self.assertTrue(all(e["bytes"] > 0 for e in drops), drops)
         self.assertTrue({e["reason"] for e in drops} <= {"bound", "unread"}, drops)
         if any(e["reason"] == "unread" for e in drops):
+            # (then what was kept may fit under the bound, the log's first entries with it)
             # a loaded host let the writer run ahead of moatd's reader (paced for 100 ms, then freed):
             # what it skipped is said, and with what was kept accounts for every byte
             self.assertGreaterEqual(sum(e["bytes"] for e in drops) + len(out), 41943040 + len(b"tail-end\n"))
         else:
-            self.assertEqual(got[0]["reason"], "bound")
+            self.assertEqual((got[0]["type"], got[0]["reason"]), ("dropped", "bound"), got[0])
             self.assertGreater(len(out), (BOUND_MB << 20) // 4)
         # on disk too: the sandbox's files hold no more than the bound
         d = os.path.join(self.daemon.data_dir, "logs", sid)
