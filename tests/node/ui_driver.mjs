@@ -485,6 +485,8 @@ try {
     await page.waitForSelector('#list-databases tr[data-name="ui-branch"]', { timeout: 90000 });
     const branchMs = Date.now() - t0;
     const branchId = await page.$eval('#list-databases tr[data-name="ui-branch"]', (r) => r.dataset.id);
+    // the row can show (a refresh the branch's event set off) before the POST's answer sets the status
+    await page.waitForFunction(() => /^branched /.test(document.querySelector('.status[role=status]')?.textContent || ''), null, { timeout: 90000 });
     const status = await page.textContent('.status[role=status]');
     await page.waitForSelector('#db-events-log .event[data-type="branched"]', { timeout: 30000 });
     // idle: moatd hibernates it, and the panel says so as it happens
