@@ -88,42 +88,33 @@ int cmd_keys(int argc, char **argv) {
   return cli_usage_error(keys_usage, "unknown keys subcommand '%s'", sub);
 }
 
+/* A command without arguments that prints the answer of GET path: --help prints usage. */
+static int get_without_args(int argc, char **argv, const char *usage, const char *path) {
+  struct cli_args a;
+  int r = cli_parse(argc, argv, no_opts, 0, false, no_opt, NULL, &a);
+  free(a.pos);
+  free(a.rest);
+  if (r == 1) {
+    printf("usage: %s", usage);
+    return 0;
+  }
+  if (r < 0)
+    return cli_usage_error(usage, "%s", "");
+  return cli_call_print("GET", path, NULL);
+}
+
 /* ---- moat host ---- */
 static const char host_usage[] =
     "moat host\n  the host as JSON: capacity, checkpoints, network and the sandboxes counted (the org's;\n"
     "  with the platform admin key every org's, and the host's load)\n";
 
-int cmd_host(int argc, char **argv) {
-  struct cli_args a;
-  int r = cli_parse(argc, argv, no_opts, 0, false, no_opt, NULL, &a);
-  free(a.pos);
-  free(a.rest);
-  if (r == 1) {
-    printf("usage: %s", host_usage);
-    return 0;
-  }
-  if (r < 0)
-    return cli_usage_error(host_usage, "%s", "");
-  return cli_call_print("GET", "/v1/host", NULL);
-}
+int cmd_host(int argc, char **argv) { return get_without_args(argc, argv, host_usage, "/v1/host"); }
 
 /* ---- moat me ---- */
 static const char me_usage[] =
     "moat me\n  the calling API key (id, name, role, expiry) and its org, as JSON\n";
 
-int cmd_me(int argc, char **argv) {
-  struct cli_args a;
-  int r = cli_parse(argc, argv, no_opts, 0, false, no_opt, NULL, &a);
-  free(a.pos);
-  free(a.rest);
-  if (r == 1) {
-    printf("usage: %s", me_usage);
-    return 0;
-  }
-  if (r < 0)
-    return cli_usage_error(me_usage, "%s", "");
-  return cli_call_print("GET", "/v1/me", NULL);
-}
+int cmd_me(int argc, char **argv) { return get_without_args(argc, argv, me_usage, "/v1/me"); }
 
 /* ---- moat audit ---- */
 static const char audit_usage[] =

@@ -12,6 +12,11 @@ export function databasesPage(root, me) {
   let timer = null;
   let stopped = false;
   const status = h('span', { class: 'status', role: 'status', 'aria-live': 'polite' });
+  // A long operation's progress: label() in the status every 500 ms until the returned stop is called.
+  const ticking = (label) => {
+    const t = setInterval(() => { status.textContent = label(); }, 500);
+    return () => clearInterval(t);
+  };
   const tbody = h('tbody', { id: 'rows' });
   const cols = ['Name', 'ID', 'State', 'Size', 'Connections', 'Created', 'Connection URL', ''];
   const table = h('table', { class: 'list', id: 'list-databases' },
@@ -27,7 +32,7 @@ export function databasesPage(root, me) {
     createBtn.disabled = true;
     showError(null);
     const started = Date.now();
-    const tick = setInterval(() => { status.textContent = `creating ${name.value}… ${Math.round((Date.now() - started) / 1000)} s`; }, 500);
+    const stopTick = ticking(() => `creating ${name.value}… ${Math.round((Date.now() - started) / 1000)} s`);
     status.textContent = `creating ${name.value}…`;
     try {
       const db = await api('POST', '/v1/databases', { name: name.value, size_mb: Number(size.value) });
@@ -39,7 +44,7 @@ export function databasesPage(root, me) {
       status.textContent = '';
       showError(e);
     } finally {
-      clearInterval(tick);
+      stopTick();
       createBtn.disabled = false;
     }
   });
@@ -62,7 +67,7 @@ export function databasesPage(root, me) {
     const started = Date.now();
     const label = () => `branching ${src.name} into ${branchName.value}… ${Math.round((Date.now() - started) / 1000)} s`;
     status.textContent = label();
-    const tick = setInterval(() => { status.textContent = label(); }, 500);
+    const stopTick = ticking(label);
     try {
       const db = await api('POST', `/v1/databases/${encodeURIComponent(src.id)}/branch`, { name: branchName.value });
       status.textContent = `branched ${src.name} into ${db.name}`;
@@ -75,7 +80,7 @@ export function databasesPage(root, me) {
       status.textContent = '';
       showError(e);
     } finally {
-      clearInterval(tick);
+      stopTick();
       branchBtn.disabled = false;
     }
   });
