@@ -99,10 +99,15 @@ static void label_value(struct moat_buf *b, const char *s) {
   }
 }
 
+/* {available, criu}: whether checkpoints work here and which CRIU (healthz, host). */
+static json_t *checkpoints_json(struct moat_control *c) {
+  return json_pack("{s:b, s:s}", "available", c && moat_control_can_checkpoint(c), "criu",
+                   c ? moat_control_criu_status(c) : "unknown");
+}
+
 int api_h_healthz(struct api_req *r, json_t *body) {
   struct moat_control *c = api_control(r);
-  json_t *ck = json_pack("{s:b, s:s}", "available", c && moat_control_can_checkpoint(c), "criu",
-                         c ? moat_control_criu_status(c) : "unknown");
+  json_t *ck = checkpoints_json(c);
   json_t *net =
       c ? moat_control_network_status(c) : json_pack("{s:b, s:s}", "internet", false, "uplink", "none");
   return api_reply_json(r, 200,
@@ -133,8 +138,7 @@ int api_h_host(struct api_req *r, json_t *body) {
     load = json_pack("{s:[f,f,f], s:I, s:I, s:I}", "average", hi.cap.load[0], hi.cap.load[1], hi.cap.load[2],
                      "memory_available_mb", (json_int_t)hi.cap.memory_available_mb, "disk_free_mb",
                      (json_int_t)hi.cap.disk_free_mb, "uptime_seconds", (json_int_t)hi.cap.uptime_s);
-  json_t *ck = json_pack("{s:b, s:s}", "available", moat_control_can_checkpoint(c), "criu",
-                         moat_control_criu_status(c));
+  json_t *ck = checkpoints_json(c);
   json_t *o = json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:I}, s:o, s:{s:I, s:o, s:f, s:I}, s:o, s:o}",
                         "version", api_version(r), "scope", platform ? "host" : "org", "capacity", "cpus",
                         (json_int_t)hi.cap.cpus, "memory_mb", (json_int_t)hi.cap.memory_mb, "disk_mb",

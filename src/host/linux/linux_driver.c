@@ -1085,12 +1085,12 @@ static void linux_capacity(struct moat_host *base, struct moat_host_capacity *ou
   if (pages > 0 && size > 0)
     out->memory_mb = (uint64_t)pages * (uint64_t)size / (1024 * 1024);
   struct statvfs sv;
-  if (statvfs(h->data_dir, &sv) == 0)
+  if (statvfs(h->data_dir, &sv) == 0) {
     out->disk_mb = (uint64_t)sv.f_blocks * (uint64_t)sv.f_frsize / (1024 * 1024);
+    out->disk_free_mb = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize / (1024 * 1024);
+  }
   out->pid_max = proc_sys_u64("/proc/sys/kernel/pid_max");
   out->threads_max = proc_sys_u64("/proc/sys/kernel/threads-max");
-  if (statvfs(h->data_dir, &sv) == 0)
-    out->disk_free_mb = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize / (1024 * 1024);
   cpu_set_t cpus;
   if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
     out->cpus = (unsigned)CPU_COUNT(&cpus);
