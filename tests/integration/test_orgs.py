@@ -21,11 +21,7 @@ from moattest import DaemonTest  # noqa: E402
 
 
 def platform_key(daemon):
-    r = subprocess.run([moatd.moatd_bin(), "key", "create", "--data-dir", daemon.data_dir, "--admin"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    if r.returncode != 0:
-        raise RuntimeError("moatd key create --admin failed: %s" % r.stderr.decode(errors="replace"))
-    return r.stdout.decode().strip().splitlines()[-1]
+    return daemon.new_platform_key()
 
 
 def new_org(test, admin, prefix="o"):

@@ -4,7 +4,6 @@ max_sandboxes 50 give exactly 50 sandboxes and 150 429 quota_exceeded, creates_p
 and the aggregate, TTL, volume and E2B create checks."""
 
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -19,11 +18,7 @@ QUOTAS = ("max_sandboxes", "creates_per_hour", "max_vcpus", "max_memory_mb", "ma
 
 
 def platform_key(daemon):
-    r = subprocess.run([moatd.moatd_bin(), "key", "create", "--data-dir", daemon.data_dir, "--admin"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    if r.returncode != 0:
-        raise RuntimeError("moatd key create --admin failed: %s" % r.stderr.decode(errors="replace"))
-    return r.stdout.decode().strip().splitlines()[-1]
+    return daemon.new_platform_key()
 
 
 class QuotasTest(unittest.TestCase):
